@@ -1,0 +1,21 @@
+import { setTimeout as delay } from 'node:timers/promises';
+
+/** Monotonic time in milliseconds. Injected wherever timing matters so tests can drive it. */
+export interface Clock {
+  now(): number;
+}
+
+/**
+ * Waits `ms` milliseconds. Rejects with an `AbortError` when `signal` aborts first.
+ * Injected next to {@link Clock} so timing logic runs on fake time in unit tests.
+ */
+export type Sleep = (ms: number, signal?: AbortSignal) => Promise<void>;
+
+export const systemClock: Clock = { now: () => performance.now() };
+
+export const systemSleep: Sleep = (ms, signal) => delay(ms, undefined, signal ? { signal } : undefined);
+
+/** True for the error a {@link Sleep} or fetch rejects with when its signal aborts. */
+export function isAbortError(err: unknown): boolean {
+  return err instanceof Error && err.name === 'AbortError';
+}

@@ -1,0 +1,266 @@
+/**
+ * The simulated inference engine: what a small vLLM replica does with time and load.
+ *
+ * - At most `maxNumSeqs` requests run at once (continuous batching); the rest wait FIFO in a queue of
+ *   at most `maxWaiting`, and past that a request is refused ({@link QueueFullError}).
+ * - Prefill takes `ttftOverheadMs + uncachedPromptTokens × prefillMsPerToken`; every further token
+ *   takes `itlMs`. Both grow linearly with the batch: × `1 + (loadFactor − 1)·(running − 1)/(maxNumSeqs − 1)`.
+ * - A prefix cache of `kvCacheBlocks` blocks (LRU) remembers hashed prompt blocks, so a prompt whose
+ *   leading blocks were seen recently prefills faster.
+ */
+import { type Clock, type Sleep } from '../core/clock.js';
+import { gaussian, hash53, type Rng } from './prng.js';
+import { EngineStats, type FinishReason } from './stats.js';
+import { CHARS_PER_TOKEN } from './text.js';
+
+export interface LatencyModel {
+  /** Fixed cost of a prefill, in ms. */
+  ttftOverheadMs: number;
+  /** Prefill cost per uncached prompt token, in ms. */
+  prefillMsPerToken: number;
+  /** Time per generated token after the first with one running request, in ms. */
+  itlMs: number;
+  /** ≥ 1: how much slower prefill and decode are with a full batch than with one request. */
+  loadFactor: number;
+  /** Relative standard deviation applied to every delay (0 = deterministic). */
+  jitter: number;
+}
+
+export interface EngineConfig {
+  maxNumSeqs: number;
+  maxWaiting: number;
+  /** Tokens per KV-cache block (the unit of prefix caching). */
+  blockSize: number;
+  kvCacheBlocks: number;
+  latency: LatencyModel;
+}
+
+export interface EngineDeps {
+  clock: Clock;
+  sleep: Sleep;
+  /** Randomness for jitter only; text randomness is the request's own. */
+  rng: Rng;
+}
+
+export class QueueFullError extends Error {
+  readonly code = 'SIM_QUEUE_FULL';
+  constructor(limit: number) {
+    super(`The server is overloaded: the waiting queue is full (${limit} requests). Retry later.`);
+  }
+}
+
+function abortError(): Error {
+  const err = new Error('The operation was aborted');
+  err.name = 'AbortError';
+  return err;
+}
+
+/** Hashes of the prompt's full blocks, each chained to the one before (like vLLM's block hashes). */
+export function promptBlockHashes(promptText: string, blockSize: number): number[] {
+  const blockChars = blockSize * CHARS_PER_TOKEN;
+  const hashes: number[] = [];
+  let previous = 0;
+  for (let end = blockChars; end <= promptText.length; end += blockChars) {
+    previous = hash53(promptText.slice(end - blockChars, end), previous % 4294967296);
+    hashes.push(previous);
+  }
+  return hashes;
+}
+
+interface Waiter {
+  resolve: (seq: Sequence) => void;
+  reject: (err: Error) => void;
+  signal: AbortSignal | undefined;
+  onAbort: () => void;
+  enqueuedAt: number;
+}
+
+export class SimEngine {
+  readonly stats = new EngineStats();
+  private readonly running = new Set<Sequence>();
+  private readonly waiting: Waiter[] = [];
+  /** Insertion-ordered map used as an LRU set of block hashes. */
+  private readonly prefixCache = new Map<number, true>();
+
+  constructor(
+    private config: EngineConfig,
+    readonly deps: EngineDeps,
+  ) {}
+
+  get numRunning(): number {
+    return this.running.size;
+  }
+
+  get numWaiting(): number {
+    return this.waiting.length;
+  }
+
+  get latency(): LatencyModel {
+    return this.config.latency;
+  }
+
+  setLatency(latency: LatencyModel): void {
+    this.config = { ...this.config, latency };
+  }
+
+  /** Fraction of KV blocks held by running requests, 0..1, as `vllm:kv_cache_usage_perc`. */
+  kvCacheUsage(): number {
+    let blocks = 0;
+    for (const seq of this.running) blocks += Math.ceil(seq.kvTokens / this.config.blockSize);
+    return Math.min(1, blocks / this.config.kvCacheBlocks);
+  }
+
+  /**
+   * Takes a batch slot, waiting in the queue if the batch is full.
+   * Throws {@link QueueFullError} synchronously when the queue is full, so a caller can tell
+   * "accepted" from "refused" before it awaits the slot.
+   */
+  acquire(signal?: AbortSignal): Promise<Sequence> {
+    if (signal?.aborted) return Promise.reject(abortError());
+    const arrivedAt = this.deps.clock.now();
+    if (this.running.size < this.config.maxNumSeqs && this.waiting.length === 0) {
+      return Promise.resolve(this.start(arrivedAt));
+    }
+    if (this.waiting.length >= this.config.maxWaiting) throw new QueueFullError(this.config.maxWaiting);
+    return new Promise<Sequence>((resolve, reject) => {
+      const waiter: Waiter = {
+        resolve,
+        reject,
+        signal,
+        enqueuedAt: arrivedAt,
+        onAbort: () => {
+          const at = this.waiting.indexOf(waiter);
+          if (at >= 0) this.waiting.splice(at, 1);
+          this.stats.finished.abort += 1;
+          reject(abortError());
+        },
+      };
+      signal?.addEventListener('abort', waiter.onAbort, { once: true });
+      this.waiting.push(waiter);
+    });
+  }
+
+  /** The batch-size multiplier for prefill and decode delays right now. */
+  loadMultiplier(): number {
+    const { maxNumSeqs, latency } = this.config;
+    if (maxNumSeqs <= 1) return 1;
+    return 1 + ((latency.loadFactor - 1) * (Math.max(1, this.running.size) - 1)) / (maxNumSeqs - 1);
+  }
+
+  /** Applies load and jitter to a nominal delay. */
+  scaleDelay(nominalMs: number): number {
+    const jitter = this.config.latency.jitter;
+    const noise = jitter > 0 ? Math.min(1.7, Math.max(0.3, 1 + jitter * gaussian(this.deps.rng))) : 1;
+    return nominalMs * this.loadMultiplier() * noise;
+  }
+
+  /** Tokens of the prompt already in the prefix cache (leading blocks only), refreshing their recency. */
+  matchPrefix(blockHashes: readonly number[]): number {
+    let matched = 0;
+    for (const h of blockHashes) {
+      if (!this.prefixCache.delete(h)) break;
+      this.prefixCache.set(h, true);
+      matched += 1;
+    }
+    return matched * this.config.blockSize;
+  }
+
+  storePrefix(blockHashes: readonly number[]): void {
+    for (const h of blockHashes) {
+      this.prefixCache.delete(h);
+      this.prefixCache.set(h, true);
+    }
+    while (this.prefixCache.size > this.config.kvCacheBlocks) {
+      const oldest = this.prefixCache.keys().next();
+      if (oldest.done) break;
+      this.prefixCache.delete(oldest.value);
+    }
+  }
+
+  get blockSize(): number {
+    return this.config.blockSize;
+  }
+
+  private start(arrivedAt: number): Sequence {
+    const seq = new Sequence(this, arrivedAt, this.deps.clock.now());
+    this.running.add(seq);
+    this.stats.queueTime.observe((seq.startedAt - arrivedAt) / 1000);
+    return seq;
+  }
+
+  /** Called by {@link Sequence.finish}: frees the slot and admits waiters in arrival order. */
+  release(seq: Sequence): void {
+    this.running.delete(seq);
+    while (this.running.size < this.config.maxNumSeqs) {
+      const next = this.waiting.shift();
+      if (!next) break;
+      next.signal?.removeEventListener('abort', next.onAbort);
+      next.resolve(this.start(next.enqueuedAt));
+    }
+  }
+}
+
+/** One admitted request: it holds a batch slot until {@link finish}. */
+export class Sequence {
+  /** Prompt plus generated tokens held in the KV cache. */
+  kvTokens = 0;
+  private finishedWith: FinishReason | undefined;
+
+  constructor(
+    private readonly engine: SimEngine,
+    readonly arrivedAt: number,
+    readonly startedAt: number,
+  ) {}
+
+  get finishReason(): FinishReason | undefined {
+    return this.finishedWith;
+  }
+
+  /**
+   * Runs the prefill: waits the time to first token and returns how many prompt tokens were
+   * served from the prefix cache. `blockHashes` is empty for requests that are not cached.
+   */
+  async prefill(promptTokens: number, blockHashes: readonly number[], extraMs: number, signal?: AbortSignal): Promise<number> {
+    const { engine } = this;
+    const cached = Math.min(engine.matchPrefix(blockHashes), Math.max(0, promptTokens - 1));
+    const latency = engine.latency;
+    const delay = engine.scaleDelay(latency.ttftOverheadMs + (promptTokens - cached) * latency.prefillMsPerToken) + extraMs;
+    await this.wait(delay, signal);
+    engine.storePrefix(blockHashes);
+    this.kvTokens = promptTokens;
+    const stats = engine.stats;
+    stats.promptTokens += promptTokens;
+    stats.prefixQueries += promptTokens;
+    stats.prefixHits += cached;
+    stats.ttft.observe((engine.deps.clock.now() - this.arrivedAt) / 1000);
+    return cached;
+  }
+
+  /** Waits one inter-token interval, then accounts `tokens` newly generated tokens. */
+  async decode(tokens: number, signal?: AbortSignal): Promise<void> {
+    await this.wait(this.engine.scaleDelay(this.engine.latency.itlMs), signal);
+    this.accountGenerated(tokens);
+  }
+
+  /** Accounts tokens produced by the prefill step itself (the first token of each choice). */
+  accountGenerated(tokens: number): void {
+    this.kvTokens += tokens;
+    this.engine.stats.generationTokens += tokens;
+  }
+
+  /** Ends the request and frees its slot. Idempotent: the first reason wins. */
+  finish(reason: FinishReason): void {
+    if (this.finishedWith) return;
+    this.finishedWith = reason;
+    const { stats, deps } = this.engine;
+    stats.finished[reason] += 1;
+    stats.e2e.observe((deps.clock.now() - this.arrivedAt) / 1000);
+    this.engine.release(this);
+  }
+
+  private async wait(ms: number, signal?: AbortSignal): Promise<void> {
+    if (signal?.aborted) throw abortError();
+    // A zero-latency engine (benchmarks) must not pay a timer per token.
+    if (ms > 0) await this.engine.deps.sleep(ms, signal);
+  }
+}

@@ -1,0 +1,44 @@
+/** Small type checks shared by the simulator's request parsers (vLLM-style 400s). */
+import { badRequest, type VllmError } from './errors.js';
+
+export type Body = Record<string, unknown>;
+
+export class RequestError extends Error {
+  constructor(readonly error: VllmError) {
+    super(error.message);
+  }
+}
+
+export function fail(message: string, param: string | null = null): never {
+  throw new RequestError(badRequest(message, param));
+}
+
+export function asObject(body: unknown): Body {
+  if (typeof body !== 'object' || body === null || Array.isArray(body)) fail('The request body must be a JSON object.');
+  return body as Body;
+}
+
+/** An optional integer field within [min, max]; `null` counts as absent, as in vLLM. */
+export function optionalInt(body: Body, field: string, min: number, max = Number.MAX_SAFE_INTEGER): number | undefined {
+  const value = body[field];
+  if (value === undefined || value === null) return undefined;
+  if (typeof value !== 'number' || !Number.isInteger(value)) fail(`${field} must be an integer, got ${JSON.stringify(value)}.`, field);
+  if (value < min || value > max) {
+    fail(max === Number.MAX_SAFE_INTEGER ? `${field} must be at least ${min}, got ${value}.` : `${field} must be between ${min} and ${max}, got ${value}.`, field);
+  }
+  return value;
+}
+
+export function optionalBool(body: Body, field: string): boolean | undefined {
+  const value = body[field];
+  if (value === undefined || value === null) return undefined;
+  if (typeof value !== 'boolean') fail(`${field} must be a boolean, got ${JSON.stringify(value)}.`, field);
+  return value;
+}
+
+export function optionalString(body: Body, field: string): string | undefined {
+  const value = body[field];
+  if (value === undefined || value === null) return undefined;
+  if (typeof value !== 'string') fail(`${field} must be a string.`, field);
+  return value;
+}

@@ -1,0 +1,60 @@
+import { type Clock, type Sleep } from '../../src/core/clock.js';
+
+interface Timer {
+  at: number;
+  resolve: () => void;
+}
+
+/** Manual clock + sleep: time moves only when a test calls {@link FakeTime.advance}. */
+export class FakeTime implements Clock {
+  private current = 0;
+  private timers: Timer[] = [];
+
+  now(): number {
+    return this.current;
+  }
+
+  get pendingTimers(): number {
+    return this.timers.length;
+  }
+
+  readonly sleep: Sleep = (ms, signal) =>
+    new Promise<void>((resolve, reject) => {
+      const abort = (): void => {
+        this.timers = this.timers.filter((t) => t !== timer);
+        const err = new Error('The operation was aborted');
+        err.name = 'AbortError';
+        reject(err);
+      };
+      const timer: Timer = {
+        at: this.current + ms,
+        resolve: () => {
+          signal?.removeEventListener('abort', abort);
+          resolve();
+        },
+      };
+      if (signal?.aborted) return abort();
+      signal?.addEventListener('abort', abort, { once: true });
+      this.timers.push(timer);
+    });
+
+  /** Moves time forward, firing due timers in order and letting their continuations run. */
+  async advance(ms: number): Promise<void> {
+    const target = this.current + ms;
+    await flush();
+    for (;;) {
+      const due = this.timers.filter((t) => t.at <= target).sort((a, b) => a.at - b.at)[0];
+      if (!due) break;
+      this.timers = this.timers.filter((t) => t !== due);
+      this.current = Math.max(this.current, due.at);
+      due.resolve();
+      await flush();
+    }
+    this.current = target;
+  }
+}
+
+/** Runs every queued promise continuation. */
+export function flush(): Promise<void> {
+  return new Promise((resolve) => setImmediate(resolve));
+}

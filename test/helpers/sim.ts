@@ -1,0 +1,16 @@
+import { defaultSimOptions, type SimOptions } from '../../src/sim/options.js';
+import { startSim, type SimServer, type SimServerDeps } from '../../src/sim/server.js';
+
+/** A simulator on 127.0.0.1 and a free port; close it in afterAll/afterEach. */
+export function startTestSim(overrides: Partial<SimOptions> = {}, deps?: SimServerDeps): Promise<SimServer> {
+  return startSim({ ...defaultSimOptions(), port: 0, host: '127.0.0.1', ...overrides }, deps);
+}
+
+/** Polls `predicate` until it holds or `timeoutMs` passes (then throws with `what`). */
+export async function waitFor(predicate: () => boolean | Promise<boolean>, what: string, timeoutMs = 5000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!(await predicate())) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((resolve) => setTimeout(resolve, 5));
+  }
+}

@@ -1,0 +1,37 @@
+import { describe, expect, it } from '@jest/globals';
+import { defaultSimOptions, parseSimArgs, simHelp, SIM_FLAGS, SimOptionsError } from '../../src/sim/options.js';
+
+describe('modelgate sim flags', () => {
+  it('uses the defaults table when no flag is given', () => {
+    expect(parseSimArgs([])).toEqual(defaultSimOptions());
+    expect(defaultSimOptions().maxNumSeqs).toBe(SIM_FLAGS.maxNumSeqs.default);
+  });
+
+  it('reads kebab-case flags, numbers and repeated models', () => {
+    const options = parseSimArgs(['--port', '9001', '--model', 'a', '--model', 'b', '--itl-ms', '12.5', '--fault', 'status=503']);
+    expect(options.port).toBe(9001);
+    expect(options.model).toEqual(['a', 'b']);
+    expect(options.itlMs).toBe(12.5);
+    expect(options.fault).toBe('status=503');
+  });
+
+  it.each([
+    [['--max-num-seqs', '0'], /--max-num-seqs must be an integer ≥ 1/],
+    [['--port', 'http'], /--port must be an integer from 0 to 65535/],
+    [['--jitter', '2'], /--jitter must be a number from 0 to 1/],
+    [['--max-num-seqs', '1.5'], /--max-num-seqs/],
+    [['--output-min', '10', '--output-max', '5'], /--output-min must not exceed --output-max/],
+    [['--fault', 'explode'], /--fault: unknown fault "explode"/],
+    [['--no-such-flag', '1'], /Unknown option '--no-such-flag'/],
+  ])('rejects %j naming the flag', (args, message) => {
+    expect(() => parseSimArgs(args)).toThrow(SimOptionsError);
+    expect(() => parseSimArgs(args)).toThrow(message);
+  });
+
+  it('documents every flag with its default in --help', () => {
+    const help = simHelp();
+    expect(help).toContain('--max-num-seqs');
+    expect(help).toContain(`(default: ${SIM_FLAGS.maxNumSeqs.default})`);
+    expect(help.split('\n').filter((l) => l.startsWith('  --'))).toHaveLength(Object.keys(SIM_FLAGS).length);
+  });
+});
