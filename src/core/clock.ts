@@ -15,7 +15,10 @@ export const systemClock: Clock = { now: () => performance.now() };
 
 export const systemSleep: Sleep = (ms, signal) => delay(ms, undefined, signal ? { signal } : undefined);
 
-/** True for the error a {@link Sleep} or fetch rejects with when its signal aborts. */
+/**
+ * True for the error a {@link Sleep} or fetch rejects with when its signal aborts. Checks the name,
+ * not `instanceof Error`: errors made by Node internals come from another realm under test runners.
+ */
 export function isAbortError(err: unknown): boolean {
-  return err instanceof Error && err.name === 'AbortError';
+  return typeof err === 'object' && err !== null && (err as { name?: unknown }).name === 'AbortError';
 }

@@ -69,7 +69,7 @@ function parseStop(body: Body): string[] {
   const stop = body.stop;
   if (stop === undefined || stop === null) return [];
   if (typeof stop === 'string') return stop === '' ? [] : [stop];
-  if (Array.isArray(stop) && stop.every((s) => typeof s === 'string')) return (stop as string[]).filter((s) => s !== '');
+  if (Array.isArray(stop) && stop.every((s) => typeof s === 'string')) return (stop).filter((s) => s !== '');
   return fail('stop must be a string or a list of strings.', 'stop');
 }
 

@@ -43,7 +43,7 @@ type FlagTable = { [K in keyof SimOptions]: FlagSpec<SimOptions[K]> };
 export const SIM_FLAGS: FlagTable = {
   host: { default: '127.0.0.1', kind: 'string', help: 'address to listen on' },
   port: { default: 8000, kind: 'int', min: 0, max: 65535, help: 'port to listen on (0 = any free port)' },
-  name: { default: '', kind: 'string', help: 'replica name sent in the x-sim-replica header (default host:port)' },
+  name: { default: '', kind: 'string', help: 'replica name sent in the x-sim-replica header (none = host:port)' },
   model: { default: ['sim-model'], kind: 'list', help: 'served model name; repeat for several, the first is the default' },
   maxModelLen: { default: 8192, kind: 'int', min: 16, help: 'context length: prompt + max_tokens must fit' },
   maxNumSeqs: { default: 16, kind: 'int', min: 1, help: 'requests running at once (the continuous batch)' },
@@ -107,7 +107,7 @@ export function parseSimArgs(argv: readonly string[]): SimOptions {
   for (const [key, spec] of Object.entries(SIM_FLAGS)) parseOptions[kebab(key)] = { type: 'string', multiple: spec.kind === 'list' };
   let values: Record<string, string | string[] | undefined>;
   try {
-    values = parseArgs({ args: [...argv], options: parseOptions, strict: true, allowPositionals: false }).values as typeof values;
+    values = parseArgs({ args: [...argv], options: parseOptions, strict: true, allowPositionals: false }).values;
   } catch (err) {
     throw new SimOptionsError(`${(err as Error).message}. Run "modelgate sim --help" for the flags.`);
   }

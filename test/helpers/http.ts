@@ -16,6 +16,8 @@ export interface RawRequest {
   body?: string | object;
   /** Abort after this many ms (the response then carries `error`). */
   abortAfterMs?: number;
+  /** Cuts the connection when aborted (the response then carries `error`). */
+  signal?: AbortSignal;
   /** Called with each chunk; return true to cut the connection there. */
   onChunk?: (data: string, soFar: string) => boolean | void;
 }
@@ -31,10 +33,16 @@ export function rawRequest(url: string, req: RawRequest = {}): Promise<RawRespon
       agent: false,
       headers: { ...(body === undefined ? {} : { 'content-type': 'application/json' }), ...req.headers },
     });
-    const timer = req.abortAfterMs === undefined ? undefined : setTimeout(() => request.destroy(Object.assign(new Error('client abort'), { code: 'CLIENT_ABORT' })), req.abortAfterMs);
+    const cut = (): void => {
+      out.error ??= Object.assign(new Error('client abort'), { code: 'CLIENT_ABORT' });
+      request.destroy(Object.assign(new Error('client abort'), { code: 'CLIENT_ABORT' }));
+    };
+    req.signal?.addEventListener('abort', cut, { once: true });
+    const timer = req.abortAfterMs === undefined ? undefined : setTimeout(() => cut(), req.abortAfterMs);
     const done = (error?: NodeJS.ErrnoException): void => {
+      req.signal?.removeEventListener('abort', cut);
       clearTimeout(timer);
-      if (error) out.error = error;
+      if (error) out.error ??= error;
       resolve(out);
     };
     request.on('response', (res) => {
@@ -44,7 +52,7 @@ export function rawRequest(url: string, req: RawRequest = {}): Promise<RawRespon
       res.on('data', (data: string) => {
         out.body += data;
         out.chunks.push({ at: performance.now() - started, data });
-        if (req.onChunk?.(data, out.body)) request.destroy(Object.assign(new Error('client abort'), { code: 'CLIENT_ABORT' }));
+        if (req.onChunk?.(data, out.body)) cut();
       });
       res.on('end', () => done());
       res.on('error', (err) => done(err));
@@ -61,4 +69,27 @@ export function sseData(body: string): string[] {
     .split('\n\n')
     .filter((event) => event.startsWith('data: '))
     .map((event) => event.slice('data: '.length));
+}
+
+/** SSE events with the arrival time (ms since the request) of the chunk that completed each one. */
+export function timedEvents(res: RawResponse): Array<{ at: number; data: string }> {
+  const out: Array<{ at: number; data: string }> = [];
+  let buffer = '';
+  for (const chunk of res.chunks) {
+    buffer += chunk.data;
+    let end: number;
+    while ((end = buffer.indexOf('\n\n')) >= 0) {
+      const event = buffer.slice(0, end);
+      buffer = buffer.slice(end + 2);
+      if (event.startsWith('data: ')) out.push({ at: chunk.at, data: event.slice(6) });
+    }
+  }
+  return out;
+}
+
+/** Times of the events that carry generated text. */
+export function contentTimes(res: RawResponse): number[] {
+  return timedEvents(res)
+    .filter((e) => /"delta":\{"content":"[^"]/.test(e.data))
+    .map((e) => e.at);
 }
