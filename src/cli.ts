@@ -1,17 +1,41 @@
 #!/usr/bin/env node
 /**
- * `modelgate <command>`. Bad flags or config print one clear message and exit with code 2.
+ * `modelgate <command>`. Bad flags or config print one clear message naming the field and exit 2.
  */
-import { startSim } from './sim/server.js';
+import { parseArgs } from 'node:util';
+import { readKeysFile } from './config/keys-file.js';
+import { ConfigError, loadConfig } from './config/load.js';
+import { demoInstructions, startDemo } from './demo.js';
+import { startRouter } from './main.js';
 import { parseSimArgs, simHelp, SimOptionsError } from './sim/options.js';
+import { startSim } from './sim/server.js';
 
 const USAGE = `Usage: modelgate <command> [flags]
 
 Commands:
-  sim     run a simulated vLLM-compatible engine (modelgate sim --help)
+  serve --config FILE      run the router (or set MODELGATE_CONFIG)
+  validate --config FILE   check a config file and its keys file, then exit
+  demo [--port 8080] [--admin-port 9090]
+                           simulated replicas + the router on 127.0.0.1, with a demo key
+  sim [flags]              a simulated vLLM-compatible engine (modelgate sim --help)
 `;
 
 class UsageError extends Error {}
+
+function flags(args: string[], options: Record<string, { type: 'string' }>): Record<string, string | undefined> {
+  try {
+    return parseArgs({ args, options, strict: true, allowPositionals: false }).values;
+  } catch (err) {
+    throw new UsageError(`${(err as Error).message}\n\n${USAGE}`);
+  }
+}
+
+function port(value: string | undefined, flag: string, fallback: number): number {
+  if (value === undefined) return fallback;
+  const n = Number(value);
+  if (!Number.isInteger(n) || n < 0 || n > 65535) throw new UsageError(`${flag} must be a port number from 0 to 65535 (got "${value}")`);
+  return n;
+}
 
 function onSignals(stop: () => Promise<void>): void {
   let stopping = false;
@@ -41,9 +65,36 @@ async function runSim(args: string[]): Promise<void> {
   onSignals(() => sim.close());
 }
 
+async function runServe(args: string[]): Promise<void> {
+  const { config: file } = flags(args, { config: { type: 'string' } });
+  const router = await startRouter(loadConfig(file, process.env));
+  onSignals(() => router.close());
+}
+
+async function runValidate(args: string[]): Promise<void> {
+  const { config: file } = flags(args, { config: { type: 'string' } });
+  const config = loadConfig(file, process.env);
+  const keys = await readKeysFile(config.auth.keysFile);
+  const endpoints = config.pools.reduce((n, p) => n + p.endpoints.length, 0);
+  process.stdout.write(`config OK: ${config.pools.length} pools, ${endpoints} endpoints, ${config.deployments.length} deployments, ${keys.length} keys\n`);
+}
+
+async function runDemo(args: string[]): Promise<void> {
+  const values = flags(args, { port: { type: 'string' }, 'admin-port': { type: 'string' } });
+  const demo = await startDemo({ port: port(values.port, '--port', 8080), adminPort: port(values['admin-port'], '--admin-port', 9090), logLevel: 'warn' });
+  process.stdout.write(demoInstructions(demo));
+  onSignals(() => demo.close());
+}
+
 async function main(argv: string[]): Promise<void> {
   const [command, ...rest] = argv;
   switch (command) {
+    case 'serve':
+      return runServe(rest);
+    case 'validate':
+      return runValidate(rest);
+    case 'demo':
+      return runDemo(rest);
     case 'sim':
       return runSim(rest);
     case undefined:
@@ -58,11 +109,11 @@ async function main(argv: string[]): Promise<void> {
 }
 
 main(process.argv.slice(2)).catch((err: unknown) => {
-  if (err instanceof UsageError || err instanceof SimOptionsError) {
+  if (err instanceof UsageError || err instanceof SimOptionsError || err instanceof ConfigError) {
     process.stderr.write(`modelgate: ${err.message}\n`);
     process.exit(2);
   }
   const code = (err as NodeJS.ErrnoException).code;
-  process.stderr.write(`modelgate: ${code === 'EADDRINUSE' ? 'the port is already in use' : String(err)}\n`);
+  process.stderr.write(`modelgate: ${code === 'EADDRINUSE' ? `address already in use (${(err as Error).message})` : String(err)}\n`);
   process.exit(1);
 });

@@ -1,0 +1,110 @@
+/**
+ * API keys, held only as SHA-256 digests. A presented key is hashed and compared against every
+ * digest with `timingSafeEqual` (no early exit), so response time says nothing about which key or
+ * how much of it matched. The keys file is re-read when it changes (stat polling follows the
+ * symlink swap Kubernetes uses to update a mounted Secret); a bad file keeps the last good keys.
+ */
+import { createHash, timingSafeEqual } from 'node:crypto';
+import { unwatchFile, watchFile, type Stats } from 'node:fs';
+import { readKeysFile, type KeyEntry } from '../config/keys-file.js';
+import { type Deployment } from '../core/types.js';
+
+/** The caller, once authenticated. */
+export interface Principal {
+  name: string;
+  /** undefined: every model. */
+  models: ReadonlySet<string> | undefined;
+}
+
+interface StoredKey {
+  digest: Buffer;
+  principal: Principal;
+}
+
+export interface KeyStoreEvents {
+  onReload?: (result: { ok: true; keys: number } | { ok: false; error: Error }) => void;
+}
+
+export function sha256(text: string): Buffer {
+  return createHash('sha256').update(text, 'utf8').digest();
+}
+
+function toStored(entries: readonly KeyEntry[]): StoredKey[] {
+  return entries.map((entry) => ({
+    digest: entry.keySha256 ? Buffer.from(entry.keySha256, 'hex') : sha256(entry.key ?? ''),
+    principal: {
+      name: entry.name,
+      models: !entry.models || entry.models.includes('*') ? undefined : new Set(entry.models),
+    },
+  }));
+}
+
+/** The bearer token of an `Authorization` header, or undefined. */
+export function bearerToken(header: string | undefined): string | undefined {
+  if (!header) return undefined;
+  const match = /^Bearer[ \t]+(\S+)[ \t]*$/i.exec(header);
+  return match?.[1];
+}
+
+export class KeyStore {
+  private keys: StoredKey[] = [];
+  private watching = false;
+
+  constructor(
+    private readonly file: string,
+    private readonly events: KeyStoreEvents = {},
+  ) {}
+
+  get size(): number {
+    return this.keys.length;
+  }
+
+  /** Loads the file; throws on a bad file (use at start-up, where a bad file must stop the process). */
+  async load(): Promise<void> {
+    this.keys = toStored(await readKeysFile(this.file));
+  }
+
+  /** Re-reads the file; on failure keeps the current keys and reports the error. */
+  async reload(): Promise<boolean> {
+    try {
+      await this.load();
+      this.events.onReload?.({ ok: true, keys: this.keys.length });
+      return true;
+    } catch (err) {
+      this.events.onReload?.({ ok: false, error: err as Error });
+      return false;
+    }
+  }
+
+  /** Polls the file every `intervalMs` and reloads when its identity or mtime changes. */
+  watch(intervalMs: number): void {
+    if (this.watching) return;
+    this.watching = true;
+    watchFile(this.file, { interval: intervalMs, persistent: false }, (current: Stats, previous: Stats) => {
+      if (current.mtimeMs === previous.mtimeMs && current.ino === previous.ino && current.size === previous.size) return;
+      void this.reload();
+    });
+  }
+
+  close(): void {
+    if (this.watching) unwatchFile(this.file);
+    this.watching = false;
+  }
+
+  /** The principal owning `key`, or undefined. Compares against every stored digest. */
+  authenticate(key: string): Principal | undefined {
+    const digest = sha256(key);
+    let found: Principal | undefined;
+    for (const stored of this.keys) {
+      if (timingSafeEqual(digest, stored.digest) && found === undefined) found = stored.principal;
+    }
+    return found;
+  }
+}
+
+/** Whether `principal` may call `deployment` (by its ID, model name or any alias). */
+export function mayUse(principal: Principal, deployment: Deployment): boolean {
+  const allowed = principal.models;
+  if (allowed === undefined) return true;
+  return allowed.has(deployment.id) || allowed.has(deployment.model) || deployment.aliases.some((a) => allowed.has(a));
+}

@@ -1,0 +1,58 @@
+/** The API keys file: a YAML list of `{name, key | keySha256, models?}`. */
+import { Ajv } from 'ajv';
+import { readFile } from 'node:fs/promises';
+import { describeSchemaErrors, type SchemaError } from '../core/schema-errors.js';
+import { ConfigError, parseYaml } from './load.js';
+
+export interface KeyEntry {
+  /** Who the key belongs to; logged instead of the key. */
+  name: string;
+  /** The key itself, or … */
+  key?: string;
+  /** … its SHA-256 as 64 hex digits, so the file need not hold the secret. */
+  keySha256?: string;
+  /** Deployment IDs, model names or aliases this key may call; absent or `*` means all. */
+  models?: string[];
+}
+
+const ajv = new Ajv({ allErrors: true, verbose: true, strict: true });
+const validateKeys = ajv.compile({
+  type: 'array',
+  items: {
+    type: 'object',
+    additionalProperties: false,
+    required: ['name'],
+    properties: {
+      name: { type: 'string', minLength: 1 },
+      key: { type: 'string', minLength: 8 },
+      keySha256: { type: 'string', pattern: '^[0-9a-fA-F]{64}$' },
+      models: { type: 'array', items: { type: 'string', minLength: 1 } },
+    },
+  },
+});
+
+export function parseKeysFile(text: string, source: string): KeyEntry[] {
+  const data = parseYaml(text, source) ?? [];
+  if (!validateKeys(data)) {
+    const [first] = describeSchemaErrors(validateKeys.errors as SchemaError[]);
+    throw new ConfigError(`${source}: ${(first?.message ?? 'invalid').replace(/^\[(\d+)\]/, 'entry $1')}`);
+  }
+  const entries = data as KeyEntry[];
+  const names = new Set<string>();
+  entries.forEach((entry, i) => {
+    if ((entry.key === undefined) === (entry.keySha256 === undefined)) throw new ConfigError(`${source}: entry ${i} ("${entry.name}") needs exactly one of key or keySha256`);
+    if (names.has(entry.name)) throw new ConfigError(`${source}: key name "${entry.name}" is used twice`);
+    names.add(entry.name);
+  });
+  return entries;
+}
+
+export async function readKeysFile(path: string): Promise<KeyEntry[]> {
+  let text: string;
+  try {
+    text = await readFile(path, 'utf8');
+  } catch (err) {
+    throw new ConfigError(`cannot read keys file ${path}: ${(err as NodeJS.ErrnoException).code ?? String(err)}`);
+  }
+  return parseKeysFile(text, path);
+}

@@ -1,0 +1,119 @@
+/**
+ * Loads the config file: YAML → schema check with defaults → cross-field checks → frozen Config.
+ * The only module (with keys-file) that reads the environment or config files.
+ */
+import { Ajv } from 'ajv';
+import { readFileSync } from 'node:fs';
+import { dirname, resolve } from 'node:path';
+import { parseDocument } from 'yaml';
+import { describeSchemaErrors, type SchemaError } from '../core/schema-errors.js';
+import { configSchema, type Config, type EndpointConfig } from './schema.js';
+
+export class ConfigError extends Error {
+  readonly code = 'CONFIG_INVALID';
+  constructor(
+    message: string,
+    readonly field?: string,
+  ) {
+    super(field ? `${field}: ${message}` : message);
+  }
+}
+
+const ajv = new Ajv({ allErrors: true, useDefaults: true, verbose: true, strict: true });
+const validateConfig = ajv.compile(configSchema);
+
+/** Parses YAML text into plain data. Throws {@link ConfigError} with the line of a syntax error. */
+export function parseYaml(text: string, source: string): unknown {
+  const doc = parseDocument(text, { uniqueKeys: true, prettyErrors: false });
+  const first = doc.errors[0];
+  if (first) {
+    const line = first.linePos?.[0].line;
+    throw new ConfigError(`${source}${line ? ` line ${line}` : ''}: ${first.message.split('\n')[0] ?? 'invalid YAML'}`);
+  }
+  return doc.toJS() as unknown;
+}
+
+function deepFreeze<T>(value: T): T {
+  if (typeof value === 'object' && value !== null && !Object.isFrozen(value)) {
+    Object.freeze(value);
+    for (const child of Object.values(value)) deepFreeze(child);
+  }
+  return value;
+}
+
+function checkUrl(raw: string, field: string): void {
+  let url: URL;
+  try {
+    url = new URL(raw);
+  } catch {
+    throw new ConfigError(`"${raw}" is not a URL; write it like http://10.0.0.7:8000`, field);
+  }
+  if (url.protocol !== 'http:' && url.protocol !== 'https:') throw new ConfigError(`"${raw}" must use http or https`, field);
+  if (url.search || url.hash) throw new ConfigError(`"${raw}" must not have a query or fragment`, field);
+}
+
+/** Checks that span fields: unique names, existing target pools, one deployment per client-facing name. */
+function crossCheck(config: Config): void {
+  const pools = new Set<string>();
+  config.pools.forEach((pool, i) => {
+    if (pools.has(pool.name)) throw new ConfigError(`pool "${pool.name}" is defined twice`, `pools[${i}].name`);
+    pools.add(pool.name);
+    pool.endpoints.forEach((ep, j) => checkUrl(ep.url, `pools[${i}].endpoints[${j}]`));
+  });
+  const owners = new Map<string, string>();
+  config.deployments.forEach((dep, i) => {
+    const names: Array<[string, string]> = [[dep.id, 'id'], [dep.model, 'model'], ...dep.aliases.map((a, j): [string, string] => [a, `aliases[${j}]`])];
+    for (const [value, field] of names) {
+      const owner = owners.get(value);
+      if (owner !== undefined && owner !== dep.id) {
+        throw new ConfigError(`"${value}" already names deployment "${owner}"; a model name, deployment ID or alias must be unique`, `deployments[${i}].${field}`);
+      }
+      owners.set(value, dep.id);
+    }
+    dep.targets.forEach((t, j) => {
+      if (!pools.has(t.pool)) throw new ConfigError(`pool "${t.pool}" is not defined under pools`, `deployments[${i}].targets[${j}].pool`);
+    });
+    if (dep.targets.every((t) => t.weight === 0)) throw new ConfigError('at least one target needs a weight above 0', `deployments[${i}].targets`);
+  });
+}
+
+/**
+ * Validates parsed config data. Relative file paths are resolved against `baseDir`.
+ * Throws {@link ConfigError} naming the first offending field.
+ */
+export function buildConfig(data: unknown, baseDir: string): Config {
+  const copy = structuredClone(data ?? {}) as unknown;
+  if (!validateConfig(copy)) {
+    const [first] = describeSchemaErrors(validateConfig.errors as SchemaError[]);
+    throw new ConfigError(first?.message ?? 'invalid config');
+  }
+  const config = copy as Config;
+  for (const pool of config.pools) {
+    pool.endpoints = (pool.endpoints as Array<string | Partial<EndpointConfig>>).map((ep) => (typeof ep === 'string' ? { url: ep, weight: 1 } : { url: ep.url ?? '', weight: ep.weight ?? 1 }));
+  }
+  crossCheck(config);
+  config.auth.keysFile = resolve(baseDir, config.auth.keysFile);
+  config.pools.forEach((pool, i) => {
+    if (!pool.backendKeyFile) return;
+    pool.backendKeyFile = resolve(baseDir, pool.backendKeyFile);
+    try {
+      pool.backendKey = readFileSync(pool.backendKeyFile, 'utf8').trim();
+    } catch (err) {
+      throw new ConfigError(`cannot read ${pool.backendKeyFile}: ${(err as NodeJS.ErrnoException).code ?? String(err)}`, `pools[${i}].backendKeyFile`);
+    }
+  });
+  return deepFreeze(config);
+}
+
+/** Reads and validates the config file named by `file` or, failing that, `MODELGATE_CONFIG`. */
+export function loadConfig(file: string | undefined, env: NodeJS.ProcessEnv): Config {
+  const path = file ?? env.MODELGATE_CONFIG;
+  if (!path) throw new ConfigError('no config file: pass --config FILE or set MODELGATE_CONFIG');
+  let text: string;
+  try {
+    text = readFileSync(path, 'utf8');
+  } catch (err) {
+    throw new ConfigError(`cannot read config file ${path}: ${(err as NodeJS.ErrnoException).code ?? String(err)}`);
+  }
+  return buildConfig(parseYaml(text, path), dirname(resolve(path)));
+}

@@ -1,0 +1,148 @@
+/**
+ * The config file's JSON Schema. It is the one table of defaults: ajv fills them in (`useDefaults`),
+ * the README quotes them, and unknown fields are errors (`additionalProperties: false`).
+ */
+import { CAPABILITIES, ENGINES, type Capability, type Engine } from '../core/types.js';
+
+export const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
+export type LogLevel = (typeof LOG_LEVELS)[number];
+
+export interface EndpointConfig {
+  url: string;
+  weight: number;
+}
+
+export interface PoolConfig {
+  name: string;
+  engine: Engine;
+  servedModelName: string;
+  capabilities: Capability[];
+  endpoints: EndpointConfig[];
+  /** File holding the key sent upstream; read at load into {@link PoolConfig.backendKey}. */
+  backendKeyFile?: string;
+  backendKey?: string;
+}
+
+export interface DeploymentConfig {
+  id: string;
+  model: string;
+  aliases: string[];
+  targets: Array<{ pool: string; weight: number }>;
+}
+
+export interface Config {
+  server: { host: string; port: number; maxBodyBytes: number };
+  admin: { host: string; port: number };
+  log: { level: LogLevel };
+  auth: { keysFile: string; reloadIntervalMs: number };
+  discovery: { mode: 'static' };
+  pools: PoolConfig[];
+  deployments: DeploymentConfig[];
+}
+
+const name = { type: 'string', minLength: 1, maxLength: 253, pattern: '^\\S+$' } as const;
+const port = { type: 'integer', minimum: 0, maximum: 65535 } as const;
+
+export const configSchema = {
+  type: 'object',
+  additionalProperties: false,
+  required: ['auth'],
+  properties: {
+    server: {
+      type: 'object',
+      additionalProperties: false,
+      default: {},
+      properties: {
+        host: { type: 'string', default: '0.0.0.0' },
+        port: { ...port, default: 8080 },
+        maxBodyBytes: { type: 'integer', minimum: 1024, default: 10 * 1024 * 1024 },
+      },
+    },
+    admin: {
+      type: 'object',
+      additionalProperties: false,
+      default: {},
+      properties: {
+        host: { type: 'string', default: '0.0.0.0' },
+        port: { ...port, default: 9090 },
+      },
+    },
+    log: {
+      type: 'object',
+      additionalProperties: false,
+      default: {},
+      properties: { level: { enum: LOG_LEVELS, default: 'info' } },
+    },
+    auth: {
+      type: 'object',
+      additionalProperties: false,
+      required: ['keysFile'],
+      properties: {
+        keysFile: { type: 'string', minLength: 1 },
+        reloadIntervalMs: { type: 'integer', minimum: 50, default: 2000 },
+      },
+    },
+    discovery: {
+      type: 'object',
+      additionalProperties: false,
+      default: {},
+      properties: { mode: { enum: ['static'], default: 'static' } },
+    },
+    pools: {
+      type: 'array',
+      default: [],
+      items: {
+        type: 'object',
+        additionalProperties: false,
+        required: ['name', 'servedModelName'],
+        properties: {
+          name,
+          engine: { enum: ENGINES, default: 'vllm' },
+          servedModelName: { type: 'string', minLength: 1 },
+          capabilities: { type: 'array', minItems: 1, uniqueItems: true, items: { enum: CAPABILITIES }, default: ['chat'] },
+          endpoints: {
+            type: 'array',
+            default: [],
+            items: {
+              description: 'an http(s) URL or {url, weight}',
+              anyOf: [
+                { type: 'string', minLength: 1 },
+                {
+                  type: 'object',
+                  additionalProperties: false,
+                  required: ['url'],
+                  properties: { url: { type: 'string', minLength: 1 }, weight: { type: 'number', exclusiveMinimum: 0 } }, // weight defaults to 1 (ajv applies no defaults inside anyOf)
+                },
+              ],
+            },
+          },
+          backendKeyFile: { type: 'string', minLength: 1 },
+        },
+      },
+    },
+    deployments: {
+      type: 'array',
+      default: [],
+      items: {
+        type: 'object',
+        additionalProperties: false,
+        required: ['id', 'model', 'targets'],
+        properties: {
+          id: name,
+          model: name,
+          aliases: { type: 'array', items: name, uniqueItems: true, default: [] },
+          targets: {
+            type: 'array',
+            minItems: 1,
+            items: {
+              type: 'object',
+              additionalProperties: false,
+              required: ['pool'],
+              properties: { pool: name, weight: { type: 'number', minimum: 0, default: 100 } },
+            },
+          },
+        },
+      },
+    },
+  },
+} as const;

@@ -1,0 +1,93 @@
+/**
+ * Turns JSON-Schema validation errors (ajv's shape, typed structurally so core imports nothing) into
+ * a field path in the request's own notation and a sentence that says how to fix it.
+ */
+
+export interface SchemaError {
+  instancePath: string;
+  keyword: string;
+  params: Record<string, unknown>;
+  message?: string;
+  /** Present with ajv's `verbose: true`; unions use its `description` in their message. */
+  parentSchema?: { description?: string };
+}
+
+/** `/messages/0/role` → `messages[0].role`. */
+export function pointerToPath(pointer: string): string {
+  let out = '';
+  for (const raw of pointer.split('/').slice(1)) {
+    const part = raw.replaceAll('~1', '/').replaceAll('~0', '~');
+    out += /^\d+$/.test(part) ? `[${part}]` : out === '' ? part : `.${part}`;
+  }
+  return out;
+}
+
+function join(path: string, child: string): string {
+  return path === '' ? child : `${path}.${child}`;
+}
+
+export interface DescribedError {
+  path: string;
+  message: string;
+}
+
+export function describeSchemaError(err: SchemaError): DescribedError {
+  const path = pointerToPath(err.instancePath);
+  const p = err.params;
+  switch (err.keyword) {
+    case 'required':
+      return { path: join(path, String(p.missingProperty)), message: `${join(path, String(p.missingProperty))} is required` };
+    case 'additionalProperties':
+      return { path: join(path, String(p.additionalProperty)), message: `${join(path, String(p.additionalProperty))} is not a known field` };
+    case 'enum':
+      return { path, message: `${path || 'value'} must be one of: ${(p.allowedValues as unknown[]).map((v) => JSON.stringify(v)).join(', ')}` };
+    case 'const':
+      return { path, message: `${path || 'value'} must be ${JSON.stringify(p.allowedValue)}` };
+    case 'type':
+      return { path, message: `${path || 'value'} must be ${String(p.type).replace(',', ' or ')}` };
+    case 'minItems':
+      return { path, message: `${path} must have at least ${String(p.limit)} item${p.limit === 1 ? '' : 's'}` };
+    case 'maxItems':
+      return { path, message: `${path} must have at most ${String(p.limit)} items` };
+    case 'minLength':
+      return { path, message: p.limit === 1 ? `${path} must not be empty` : `${path} must be at least ${String(p.limit)} characters` };
+    case 'minimum':
+    case 'maximum':
+    case 'exclusiveMinimum':
+    case 'exclusiveMaximum':
+      return { path, message: `${path} must be ${String(p.comparison)} ${String(p.limit)}` };
+    default:
+      return { path, message: `${path || 'value'} ${err.message ?? 'is invalid'}` };
+  }
+}
+
+/**
+ * The most useful errors of a failed validation, most specific first. For a union (`anyOf`/`oneOf`):
+ * when a branch got past its type check, its deeper errors explain the problem (`stop[1] must be
+ * string`); when only the branch types mismatched, the union is reported once with its schema's
+ * `description` (`stop must be a string or a list of at most 4 strings`). Needs ajv's `verbose` mode.
+ */
+export function describeSchemaErrors(errors: readonly SchemaError[]): DescribedError[] {
+  const isUnion = (e: SchemaError): boolean => e.keyword === 'anyOf' || e.keyword === 'oneOf';
+  const unionPaths = errors.filter(isUnion).map((e) => e.instancePath);
+  const branchTypeMismatch = (e: SchemaError): boolean => e.keyword === 'type' && unionPaths.includes(e.instancePath);
+  const out: DescribedError[] = [];
+  const seen = new Set<string>();
+  for (const err of errors) {
+    if (err.keyword === 'if' || branchTypeMismatch(err)) continue;
+    let described: DescribedError;
+    if (isUnion(err)) {
+      const explained = errors.some((o) => o !== err && !isUnion(o) && !branchTypeMismatch(o) && (o.instancePath === err.instancePath || o.instancePath.startsWith(err.instancePath + '/')));
+      if (explained) continue;
+      const path = pointerToPath(err.instancePath);
+      const expected = err.parentSchema?.description;
+      described = { path, message: expected ? `${path || 'value'} must be ${expected}` : `${path || 'value'} has the wrong type` };
+    } else {
+      described = describeSchemaError(err);
+    }
+    if (seen.has(described.message)) continue;
+    seen.add(described.message);
+    out.push(described);
+  }
+  return out;
+}

@@ -1,0 +1,86 @@
+/**
+ * The router's Prometheus metrics: one prom-client Registry per router, typed record functions,
+ * bounded labels only (route, deployment, pool, endpoint, status code; never a key, user, prompt or
+ * request id). Gauges read live state through the sources given at construction.
+ */
+import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
+
+export interface MetricSources {
+  /** Outstanding requests per endpoint. */
+  inFlight(): Iterable<{ pool: string; endpoint: string; count: number }>;
+  /** Routable endpoints per pool. */
+  readyEndpoints(): Iterable<{ pool: string; count: number }>;
+}
+
+export type Route = 'chat' | 'embeddings' | 'models' | 'other';
+
+/** Seconds; from a few ms (an embedding) to several minutes (a long generation). */
+const DURATION_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600];
+
+export class RouterMetrics {
+  readonly registry = new Registry();
+  private readonly requests: Counter<'route' | 'deployment' | 'pool' | 'code'>;
+  private readonly duration: Histogram<'route' | 'deployment' | 'pool'>;
+  private readonly keyReloads: Counter<'result'>;
+
+  constructor(sources: MetricSources, options: { processMetrics?: boolean } = {}) {
+    const registers = [this.registry];
+    this.requests = new Counter({
+      name: 'modelgate_requests_total',
+      help: 'Requests answered, by route, deployment, pool and HTTP status code.',
+      labelNames: ['route', 'deployment', 'pool', 'code'],
+      registers,
+    });
+    this.duration = new Histogram({
+      name: 'modelgate_request_duration_seconds',
+      help: 'Time from the request arriving to its response (or stream) ending.',
+      labelNames: ['route', 'deployment', 'pool'],
+      buckets: DURATION_BUCKETS,
+      registers,
+    });
+    this.keyReloads = new Counter({
+      name: 'modelgate_keys_reloads_total',
+      help: 'Reloads of the API keys file, by result (success or failure).',
+      labelNames: ['result'],
+      registers,
+    });
+    new Gauge({
+      name: 'modelgate_endpoint_in_flight_requests',
+      help: 'Requests this router has outstanding on each endpoint.',
+      labelNames: ['pool', 'endpoint'],
+      registers,
+      collect() {
+        this.reset();
+        for (const e of sources.inFlight()) this.set({ pool: e.pool, endpoint: e.endpoint }, e.count);
+      },
+    });
+    new Gauge({
+      name: 'modelgate_pool_ready_endpoints',
+      help: 'Endpoints of each pool that can take traffic.',
+      labelNames: ['pool'],
+      registers,
+      collect() {
+        this.reset();
+        for (const p of sources.readyEndpoints()) this.set({ pool: p.pool }, p.count);
+      },
+    });
+    if (options.processMetrics ?? true) collectDefaultMetrics({ register: this.registry });
+  }
+
+  recordRequest(route: Route, deployment: string, pool: string, code: number, seconds: number): void {
+    this.requests.inc({ route, deployment, pool, code: String(code) });
+    if (route === 'chat' || route === 'embeddings') this.duration.observe({ route, deployment, pool }, seconds);
+  }
+
+  recordKeysReload(ok: boolean): void {
+    this.keyReloads.inc({ result: ok ? 'success' : 'failure' });
+  }
+
+  metrics(): Promise<string> {
+    return this.registry.metrics();
+  }
+
+  get contentType(): string {
+    return this.registry.contentType;
+  }
+}

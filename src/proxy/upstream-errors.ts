@@ -1,0 +1,76 @@
+/**
+ * Upstream error bodies in every engine's dialect, turned into the OpenAI envelope with the same
+ * status: vLLM `{"error":{…,"code":404}}` (integer code), old vLLM and TEI flat `{"message",…}`,
+ * TGI `{"error":"…","error_type":"…"}`, FastAPI `{"detail":…}`, plain text, or nothing at all.
+ */
+import { type ErrorEnvelope } from '../core/errors.js';
+
+export interface NormalisedError {
+  status: number;
+  envelope: ErrorEnvelope;
+}
+
+/** Most of an upstream error body worth reading; the rest is dropped. */
+export const MAX_ERROR_BODY_BYTES = 64 * 1024;
+const MAX_MESSAGE_CHARS = 2000;
+
+function defaultType(status: number): string {
+  if (status === 429) return 'rate_limit_error';
+  return status >= 500 ? 'server_error' : 'invalid_request_error';
+}
+
+const str = (value: unknown): string | undefined => (typeof value === 'string' && value !== '' ? value : undefined);
+
+function clip(message: string): string {
+  return message.length > MAX_MESSAGE_CHARS ? `${message.slice(0, MAX_MESSAGE_CHARS)}…` : message;
+}
+
+/** OpenAI's string codes where an engine's error means the same thing. */
+function codeFor(status: number, message: string, param: string | null, upstreamCode: unknown): string | null {
+  if (typeof upstreamCode === 'string' && upstreamCode !== '') return upstreamCode;
+  if (status === 404 && param === 'model') return 'model_not_found';
+  if (status === 400 && /maximum context length|exceeds the available context size/i.test(message)) return 'context_length_exceeded';
+  return null;
+}
+
+function fromJson(status: number, data: unknown): { message?: string; type?: string; param: string | null; code: unknown } {
+  if (typeof data !== 'object' || data === null) return { param: null, code: undefined };
+  const body = data as Record<string, unknown>;
+  const nested = body.error;
+  if (typeof nested === 'object' && nested !== null) {
+    const e = nested as Record<string, unknown>;
+    return { message: str(e.message), type: str(e.type), param: str(e.param) ?? null, code: e.code };
+  }
+  if (typeof nested === 'string') return { message: nested, type: str(body.error_type), param: null, code: undefined };
+  if (str(body.message)) return { message: str(body.message), type: str(body.type), param: str(body.param) ?? null, code: body.code };
+  if (body.detail !== undefined) return { message: typeof body.detail === 'string' ? body.detail : JSON.stringify(body.detail), param: null, code: undefined };
+  return { param: null, code: undefined };
+}
+
+/**
+ * The status and envelope the client gets for an upstream non-2xx answer. Two statuses change:
+ * 401/403 mean the engine refused the router's own credentials, which the client cannot fix, so they
+ * become 502; TGI's 424 (generation failed) becomes 502 so that clients treat it as a server failure.
+ */
+export function normaliseUpstreamError(status: number, body: Buffer): NormalisedError {
+  const text = body.toString('utf8').trim();
+  let parsed: ReturnType<typeof fromJson> = { param: null, code: undefined };
+  let plain: string | undefined;
+  try {
+    parsed = fromJson(status, JSON.parse(text) as unknown);
+  } catch {
+    plain = str(text);
+  }
+  if (status === 401 || status === 403) {
+    return {
+      status: 502,
+      envelope: { error: { message: `The model server refused the router's credentials (status ${status}); check the pool's backend key.`, type: 'server_error', param: null, code: 'upstream_auth_failed' } },
+    };
+  }
+  const outStatus = status === 424 ? 502 : status;
+  const message = clip(parsed.message ?? plain ?? `The model server answered with status ${status}.`);
+  return {
+    status: outStatus,
+    envelope: { error: { message, type: parsed.type ?? defaultType(outStatus), param: parsed.param, code: codeFor(status, message, parsed.param, parsed.code) } },
+  };
+}

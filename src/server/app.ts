@@ -1,0 +1,232 @@
+/**
+ * buildApp(deps): the API app (port 8080) and the admin app (port 9090), for main and for tests.
+ * Every step of the data path sets an error code where it fails; `sendError` is the one place that
+ * turns errors into a status and the OpenAI envelope.
+ */
+import express, { type NextFunction, type Request, type Response } from 'express';
+import { type Logger } from 'pino';
+import { bearerToken, mayUse, type Principal } from '../auth/key-store.js';
+import { type InferenceKind, validateRequest } from '../api/validate.js';
+import { type InFlight } from '../balancer/in-flight.js';
+import { pickLeastOutstanding, pickWeighted } from '../balancer/least-outstanding.js';
+import { type Clock } from '../core/clock.js';
+import { RouterError, toErrorResponse } from '../core/errors.js';
+import { type Deployment, type EndpointSource, type PoolSpec } from '../core/types.js';
+import { type RouterMetrics, type Route } from '../metrics/metrics.js';
+import { type Forwarder } from '../proxy/forwarder.js';
+import { prepareUpstreamHeaders } from '../proxy/headers.js';
+import { upstreamBody } from '../proxy/body-patch.js';
+import { type ModelCatalog } from '../registry/registry.js';
+import { contextOf, requestIdOf, setContext, type RequestContext } from './context.js';
+
+export interface Authenticator {
+  authenticate(key: string): Principal | undefined;
+}
+
+/** Reasons the router is not ready; empty when ready. */
+export type ReadinessCheck = () => string[];
+
+export interface AppDeps {
+  maxBodyBytes: number;
+  keys: Authenticator;
+  catalog: () => ModelCatalog;
+  endpoints: EndpointSource;
+  inFlight: InFlight;
+  forwarder: Forwarder;
+  metrics: RouterMetrics;
+  logger: Logger;
+  clock: Clock;
+  readiness: ReadinessCheck;
+  /** Seconds a client should wait when a model has no ready replica. */
+  noReplicaRetryAfterSeconds?: number;
+  random?: () => number;
+}
+
+const ROUTES = { '/v1/chat/completions': 'POST', '/v1/embeddings': 'POST', '/v1/models': 'GET' } as const;
+const ROUTE_LABELS: Record<string, Route> = { '/v1/chat/completions': 'chat', '/v1/embeddings': 'embeddings', '/v1/models': 'models' };
+
+function sendError(res: Response, err: unknown): void {
+  if (res.headersSent || res.destroyed) return;
+  const { status, headers, body } = toErrorResponse(err);
+  const ctx = contextOf(res);
+  if (ctx && !ctx.failure) ctx.failure = body.error.code ?? 'error';
+  const text = JSON.stringify(body);
+  res.writeHead(status, { ...headers, 'content-type': 'application/json', 'content-length': Buffer.byteLength(text) });
+  res.end(text);
+}
+
+/** Errors raised by express's body reader, in our codes. */
+function bodyReaderError(err: { type?: string; status?: number; message?: string }): RouterError | undefined {
+  switch (err.type) {
+    case 'entity.too.large':
+      return new RouterError('REQUEST_TOO_LARGE', 'The request body is larger than this router accepts.');
+    case 'encoding.unsupported':
+    case 'charset.unsupported':
+      return new RouterError('UNSUPPORTED_MEDIA_TYPE', err.message ?? 'Unsupported body encoding.');
+    case 'request.size.invalid':
+    case 'request.aborted':
+      return new RouterError('INVALID_REQUEST', 'The request body ended before its declared length.');
+    default:
+      return undefined;
+  }
+}
+
+function supports(pool: PoolSpec, kind: InferenceKind): boolean {
+  return pool.capabilities.includes(kind);
+}
+
+export function buildApp(deps: AppDeps): { api: express.Express; admin: express.Express } {
+  const random = deps.random ?? Math.random;
+  const retryAfter = deps.noReplicaRetryAfterSeconds ?? 2;
+  const api = express();
+  api.disable('x-powered-by');
+  api.set('etag', false);
+
+  api.use((req: Request, res: Response, next: NextFunction) => {
+    const ctx: RequestContext = { requestId: requestIdOf(req), started: deps.clock.now(), route: ROUTE_LABELS[req.path] ?? 'other', closed: false };
+    setContext(res, ctx);
+    res.setHeader('x-request-id', ctx.requestId);
+    res.once('close', () => {
+      ctx.closed = true;
+      const incomplete = !res.writableFinished;
+      const status = res.headersSent ? res.statusCode : 499; // 499: the client left before an answer
+      const ms = deps.clock.now() - ctx.started;
+      deps.metrics.recordRequest(ctx.route, ctx.deployment ?? '', ctx.pool ?? '', status, ms / 1000);
+      deps.logger.info(
+        {
+          requestId: ctx.requestId,
+          key: ctx.principal?.name,
+          method: req.method,
+          path: req.path,
+          status,
+          durationMs: Math.round(ms * 10) / 10,
+          deployment: ctx.deployment,
+          pool: ctx.pool,
+          endpoint: ctx.endpoint,
+          upstreamStatus: ctx.upstreamStatus,
+          failure: ctx.failure,
+          incomplete: incomplete || undefined,
+        },
+        'request',
+      );
+    });
+    next();
+  });
+
+  const authenticate = (req: Request, res: Response, next: NextFunction): void => {
+    const key = bearerToken(req.headers.authorization);
+    if (!key) throw new RouterError('INVALID_API_KEY', 'Missing API key: send it as "Authorization: Bearer <key>".');
+    const principal = deps.keys.authenticate(key);
+    if (!principal) throw new RouterError('INVALID_API_KEY', 'Incorrect API key provided.');
+    contextOf(res).principal = principal;
+    next();
+  };
+
+  const requireJson = (req: Request, _res: Response, next: NextFunction): void => {
+    if (!req.is(['application/json', '+json'])) {
+      throw new RouterError('UNSUPPORTED_MEDIA_TYPE', 'Send the request body as JSON with "Content-Type: application/json".');
+    }
+    next();
+  };
+
+  const readBody = express.raw({ type: () => true, limit: deps.maxBodyBytes });
+
+  const inference = (kind: InferenceKind) => (req: Request, res: Response): void => {
+    const ctx = contextOf(res);
+    const raw = req.body as Buffer;
+    const text = raw.toString('utf8');
+    let parsed: unknown;
+    try {
+      parsed = JSON.parse(text);
+    } catch (err) {
+      throw new RouterError('INVALID_JSON', `The request body is not valid JSON: ${(err as Error).message}`);
+    }
+    const body = validateRequest(kind, parsed);
+    const catalog = deps.catalog();
+    const deployment = catalog.resolve(body.model);
+    if (!deployment) {
+      throw new RouterError('MODEL_NOT_FOUND', `The model \`${body.model}\` does not exist or you do not have access to it.`, { param: 'model' });
+    }
+    ctx.deployment = deployment.id;
+    if (!mayUse(ctx.principal as Principal, deployment)) {
+      throw new RouterError('MODEL_NOT_ALLOWED', `Your API key may not use the model \`${body.model}\`.`, { param: 'model' });
+    }
+    const pool = choosePool(catalog, deployment, kind, body.model);
+    ctx.pool = pool.name;
+    if (ctx.closed) return; // the client left while the body was read
+    const endpoint = pickLeastOutstanding(deps.endpoints.snapshot(pool.name), (ep) => deps.inFlight.count(ep.id), random);
+    if (!endpoint) throw new RouterError('NO_READY_REPLICA', `The model \`${body.model}\` has no ready replica right now; retry shortly.`, { retryAfterSeconds: retryAfter });
+    ctx.endpoint = endpoint.id;
+    const release = deps.inFlight.acquire(endpoint.id);
+    const patched = upstreamBody(text, pool.servedModelName, body.model);
+    prepareUpstreamHeaders(req.headers, ctx.requestId, pool.backendKey);
+    deps.forwarder.forward(req, res, {
+      endpoint,
+      body: patched === text ? raw : Buffer.from(patched, 'utf8'),
+      requestId: ctx.requestId,
+      onClose: (outcome) => {
+        release();
+        ctx.upstreamStatus = outcome.upstreamStatus;
+        ctx.failure ??= outcome.failure;
+      },
+    });
+  };
+
+  /** A pool of the deployment that serves `kind` and has a ready endpoint, chosen by target weight. */
+  function choosePool(catalog: ModelCatalog, deployment: Deployment, kind: InferenceKind, asked: string): PoolSpec {
+    const capable = deployment.targets
+      .map((target) => ({ weight: target.weight, pool: catalog.pool(target.pool) }))
+      .filter((t): t is { weight: number; pool: PoolSpec } => t.pool !== undefined && supports(t.pool, kind));
+    if (capable.length === 0) {
+      const serves = kind === 'chat' ? 'embeddings' : 'chat completions';
+      throw new RouterError('MODEL_CAPABILITY_MISMATCH', `The model \`${asked}\` does not serve ${kind === 'chat' ? 'chat completions' : 'embeddings'}; it serves ${serves}.`, { param: 'model' });
+    }
+    const ready = capable.filter((t) => deps.endpoints.snapshot(t.pool.name).length > 0);
+    const chosen = pickWeighted(ready, random);
+    if (!chosen) {
+      throw new RouterError('NO_READY_REPLICA', `The model \`${asked}\` has no ready replica right now; retry shortly.`, { retryAfterSeconds: retryAfter });
+    }
+    return chosen.pool;
+  }
+
+  api.post('/v1/chat/completions', authenticate, requireJson, readBody, inference('chat'));
+  api.post('/v1/embeddings', authenticate, requireJson, readBody, inference('embeddings'));
+  api.get('/v1/models', authenticate, (_req: Request, res: Response) => {
+    const ctx = contextOf(res);
+    const catalog = deps.catalog();
+    const data = catalog
+      .deployments()
+      .filter((d) => mayUse(ctx.principal as Principal, d))
+      .flatMap((d) => catalog.namesOf(d).map((id) => ({ id, object: 'model', created: d.created, owned_by: 'modelgate' })));
+    res.json({ object: 'list', data });
+  });
+  for (const [path, method] of Object.entries(ROUTES)) {
+    api.all(path, (req: Request) => {
+      throw new RouterError('METHOD_NOT_ALLOWED', `${req.method} is not allowed on ${path}; use ${method}.`);
+    });
+  }
+  api.use((req: Request) => {
+    throw new RouterError('ROUTE_NOT_FOUND', `Unknown route ${req.method} ${req.path}. modelgate serves POST /v1/chat/completions, POST /v1/embeddings and GET /v1/models.`);
+  });
+  api.use((err: unknown, _req: Request, res: Response, _next: NextFunction) => {
+    const fromBody = typeof err === 'object' && err !== null ? bodyReaderError(err) : undefined;
+    if (!(err instanceof RouterError) && !fromBody) deps.logger.error({ err, requestId: contextOf(res)?.requestId }, 'unexpected error');
+    sendError(res, fromBody ?? err);
+  });
+
+  const admin = express();
+  admin.disable('x-powered-by');
+  admin.set('etag', false);
+  admin.get('/livez', (_req: Request, res: Response) => {
+    res.json({ status: 'ok' });
+  });
+  admin.get('/readyz', (_req: Request, res: Response) => {
+    const reasons = deps.readiness();
+    res.status(reasons.length === 0 ? 200 : 503).json(reasons.length === 0 ? { status: 'ready' } : { status: 'not ready', reasons });
+  });
+  admin.get('/metrics', async (_req: Request, res: Response) => {
+    res.setHeader('content-type', deps.metrics.contentType);
+    res.end(await deps.metrics.metrics());
+  });
+  return { api, admin };
+}

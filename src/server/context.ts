@@ -1,0 +1,35 @@
+/** Per-request state the handlers fill in and the access log and metrics read when the response closes. */
+import { randomUUID } from 'node:crypto';
+import { type Request, type Response } from 'express';
+import { type Principal } from '../auth/key-store.js';
+import { type Route } from '../metrics/metrics.js';
+
+export interface RequestContext {
+  requestId: string;
+  /** Monotonic ms at arrival. */
+  started: number;
+  route: Route;
+  closed: boolean;
+  principal?: Principal;
+  deployment?: string;
+  pool?: string;
+  endpoint?: string;
+  upstreamStatus?: number;
+  failure?: string;
+}
+
+const SAFE_REQUEST_ID = /^[\w.:@-]{1,128}$/;
+
+/** The client's `x-request-id` when it is a reasonable token, else a new one. */
+export function requestIdOf(req: Request): string {
+  const given = req.headers['x-request-id'];
+  return typeof given === 'string' && SAFE_REQUEST_ID.test(given) ? given : randomUUID();
+}
+
+export function contextOf(res: Response): RequestContext {
+  return (res.locals as { ctx: RequestContext }).ctx;
+}
+
+export function setContext(res: Response, ctx: RequestContext): void {
+  (res.locals as { ctx: RequestContext }).ctx = ctx;
+}
