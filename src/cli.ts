@@ -2,6 +2,8 @@
 /**
  * `modelgate <command>`. Bad flags or config print one clear message naming the field and exit 2.
  */
+import { realpathSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { readKeysFile } from './config/keys-file.js';
 import { ConfigError, loadConfig } from './config/load.js';
@@ -71,12 +73,13 @@ async function runServe(args: string[]): Promise<void> {
   onSignals(() => router.close());
 }
 
-async function runValidate(args: string[]): Promise<void> {
+/** `modelgate validate`: the config and its keys file, checked without starting anything. */
+export async function validateCommand(args: string[], env: NodeJS.ProcessEnv): Promise<string> {
   const { config: file } = flags(args, { config: { type: 'string' } });
-  const config = loadConfig(file, process.env);
+  const config = loadConfig(file, env);
   const keys = await readKeysFile(config.auth.keysFile);
   const endpoints = config.pools.reduce((n, p) => n + p.endpoints.length, 0);
-  process.stdout.write(`config OK: ${config.pools.length} pools, ${endpoints} endpoints, ${config.deployments.length} deployments, ${keys.length} keys\n`);
+  return `config OK: ${config.pools.length} pools, ${endpoints} endpoints, ${config.deployments.length} deployments, ${keys.length} keys\n`;
 }
 
 async function runDemo(args: string[]): Promise<void> {
@@ -92,7 +95,8 @@ async function main(argv: string[]): Promise<void> {
     case 'serve':
       return runServe(rest);
     case 'validate':
-      return runValidate(rest);
+      process.stdout.write(await validateCommand(rest, process.env));
+      return;
     case 'demo':
       return runDemo(rest);
     case 'sim':
@@ -108,12 +112,18 @@ async function main(argv: string[]): Promise<void> {
   }
 }
 
-main(process.argv.slice(2)).catch((err: unknown) => {
-  if (err instanceof UsageError || err instanceof SimOptionsError || err instanceof ConfigError) {
-    process.stderr.write(`modelgate: ${err.message}\n`);
-    process.exit(2);
-  }
-  const code = (err as NodeJS.ErrnoException).code;
-  process.stderr.write(`modelgate: ${code === 'EADDRINUSE' ? `address already in use (${(err as Error).message})` : String(err)}\n`);
-  process.exit(1);
-});
+/** The exit code and one-line message for an error that ends the CLI. */
+export function exitFor(err: unknown): { code: number; message: string } {
+  if (err instanceof UsageError || err instanceof SimOptionsError || err instanceof ConfigError) return { code: 2, message: `modelgate: ${err.message}` };
+  const errno = (err as NodeJS.ErrnoException).code;
+  return { code: 1, message: `modelgate: ${errno === 'EADDRINUSE' ? `address already in use (${(err as Error).message})` : String(err)}` };
+}
+
+const invokedDirectly = process.argv[1] !== undefined && realpathSync(process.argv[1]) === fileURLToPath(import.meta.url);
+if (invokedDirectly) {
+  main(process.argv.slice(2)).catch((err: unknown) => {
+    const { code, message } = exitFor(err);
+    process.stderr.write(message + '\n');
+    process.exit(code);
+  });
+}

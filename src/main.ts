@@ -3,6 +3,7 @@
  * admin servers, and stops them. Nothing else constructs long-lived objects or reads the environment.
  */
 import http, { type Server } from 'node:http';
+import { type Express } from 'express';
 import { type AddressInfo } from 'node:net';
 import { pino, type Logger } from 'pino';
 import { KeyStore } from './auth/key-store.js';
@@ -24,12 +25,20 @@ export interface RouterOptions {
   processMetrics?: boolean;
 }
 
-export interface RunningRouter {
+/** A router built from a config, not yet listening: its two apps and the state tests look at. */
+export interface Router {
+  api: Express;
+  admin: Express;
+  inFlight: InFlight;
+  keys: KeyStore;
+  /** Marks the router as stopping (readiness fails) and releases what it holds. */
+  close(): void;
+}
+
+export interface RunningRouter extends Omit<Router, 'close'> {
   /** e.g. http://127.0.0.1:8080 */
   apiUrl: string;
   adminUrl: string;
-  inFlight: InFlight;
-  keys: KeyStore;
   close(): Promise<void>;
 }
 
@@ -71,8 +80,8 @@ function deploymentsOf(config: Config, created: number): Deployment[] {
   return config.deployments.map((d) => ({ id: d.id, model: d.model, aliases: d.aliases, targets: d.targets, created }));
 }
 
-/** Starts a router from a validated config. */
-export async function startRouter(config: Config, options: RouterOptions = {}): Promise<RunningRouter> {
+/** Builds every object of a router from a validated config; loads the keys file. */
+export async function createRouter(config: Config, options: RouterOptions = {}): Promise<Router & { logger: Logger }> {
   const logger = options.logger ?? createLogger(config.log.level);
   const clock = options.clock ?? systemClock;
   const registry = new Registry(poolsOf(config), deploymentsOf(config, Math.floor(Date.now() / 1000)));
@@ -109,23 +118,42 @@ export async function startRouter(config: Config, options: RouterOptions = {}): 
     readiness: () => [...(stopping ? ['shutting down'] : []), ...(endpoints.hasSynced() ? [] : ['discovery has not synced'])],
     ...(options.random ? { random: options.random } : {}),
   });
-  const apiServer = http.createServer({ noDelay: true, keepAlive: true }, api);
-  const adminServer = http.createServer(admin);
-  const apiUrl = await listen(apiServer, config.server.port, config.server.host);
-  const adminUrl = await listen(adminServer, config.admin.port, config.admin.host);
   keys.watch(config.auth.reloadIntervalMs);
-  logger.info({ api: apiUrl, admin: adminUrl, pools: config.pools.length, deployments: config.deployments.length }, 'modelgate listening');
-
   return {
-    apiUrl,
-    adminUrl,
+    api,
+    admin,
     inFlight,
     keys,
-    async close() {
+    logger,
+    close() {
       stopping = true;
       keys.close();
-      await Promise.all([closeServer(apiServer), closeServer(adminServer)]);
       agent.destroy();
     },
   };
+}
+
+/** Builds a router and starts its API and admin servers. */
+export async function startRouter(config: Config, options: RouterOptions = {}): Promise<RunningRouter> {
+  const router = await createRouter(config, options);
+  const apiServer = http.createServer({ noDelay: true, keepAlive: true }, router.api);
+  const adminServer = http.createServer(router.admin);
+  try {
+    const apiUrl = await listen(apiServer, config.server.port, config.server.host);
+    const adminUrl = await listen(adminServer, config.admin.port, config.admin.host);
+    router.logger.info({ api: apiUrl, admin: adminUrl, pools: config.pools.length, deployments: config.deployments.length }, 'modelgate listening');
+    return {
+      ...router,
+      apiUrl,
+      adminUrl,
+      async close() {
+        router.close();
+        await Promise.all([closeServer(apiServer), closeServer(adminServer)]);
+      },
+    };
+  } catch (err) {
+    router.close();
+    await Promise.all([closeServer(apiServer), closeServer(adminServer)]);
+    throw err;
+  }
 }

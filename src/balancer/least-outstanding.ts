@@ -1,7 +1,9 @@
 /**
  * Least outstanding requests by power of two choices: draw two distinct candidates with probability
- * proportional to their weight, send to the one with fewer outstanding requests per unit of weight,
- * break ties at random. Pure: the caller supplies loads and randomness.
+ * proportional to their weight, send to the one with fewer outstanding requests per unit of weight.
+ * A tie goes to the first draw, which is itself random and weighted: so on an idle fleet each endpoint
+ * gets exactly its weight's share (a coin flip between the two would under-serve heavy endpoints, a
+ * weighted flip would count the weight twice). Pure: the caller supplies loads and randomness.
  */
 import { type Endpoint } from '../core/types.js';
 
@@ -28,8 +30,7 @@ export function pickLeastOutstanding(
   const b = candidates[drawWeighted(candidates, candidates.indexOf(a), random)] as Endpoint;
   const loadA = outstanding(a) / a.weight;
   const loadB = outstanding(b) / b.weight;
-  if (loadA !== loadB) return loadA < loadB ? a : b;
-  return random() < 0.5 ? a : b;
+  return loadB < loadA ? b : a;
 }
 
 /** A weighted random choice among items with weight > 0, or undefined when there is none. */

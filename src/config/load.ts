@@ -24,12 +24,10 @@ const validateConfig = ajv.compile(configSchema);
 
 /** Parses YAML text into plain data. Throws {@link ConfigError} with the line of a syntax error. */
 export function parseYaml(text: string, source: string): unknown {
-  const doc = parseDocument(text, { uniqueKeys: true, prettyErrors: false });
+  const doc = parseDocument(text, { uniqueKeys: true, prettyErrors: true });
   const first = doc.errors[0];
-  if (first) {
-    const line = first.linePos?.[0].line;
-    throw new ConfigError(`${source}${line ? ` line ${line}` : ''}: ${first.message.split('\n')[0] ?? 'invalid YAML'}`);
-  }
+  // prettyErrors puts "at line L, column C:" on the message's first line, then a code excerpt
+  if (first) throw new ConfigError(`${source}: ${(first.message.split('\n')[0] ?? 'invalid YAML').replace(/:$/, '')}`);
   return doc.toJS() as unknown;
 }
 
@@ -84,8 +82,9 @@ function crossCheck(config: Config): void {
 export function buildConfig(data: unknown, baseDir: string): Config {
   const copy = structuredClone(data ?? {}) as unknown;
   if (!validateConfig(copy)) {
-    const [first] = describeSchemaErrors(validateConfig.errors as SchemaError[]);
-    throw new ConfigError(first?.message ?? 'invalid config');
+    // A typo shows up twice (the field it should be is missing, the one written is unknown): report both.
+    const described = describeSchemaErrors(validateConfig.errors as SchemaError[]);
+    throw new ConfigError(described.slice(0, 3).map((d) => d.message).join('; ') || 'invalid config');
   }
   const config = copy as Config;
   for (const pool of config.pools) {

@@ -1,0 +1,53 @@
+import { describe, expect, it } from '@jest/globals';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { exitFor, validateCommand } from '../src/cli.js';
+
+async function withFiles(files: Record<string, string>, run: (dir: string) => Promise<void>): Promise<void> {
+  const dir = await mkdtemp(join(tmpdir(), 'modelgate-cli-'));
+  try {
+    for (const [name, text] of Object.entries(files)) await writeFile(join(dir, name), text);
+    await run(dir);
+  } finally {
+    await rm(dir, { recursive: true, force: true });
+  }
+}
+
+const config = `
+auth: { keysFile: keys.yaml }
+pools:
+  - name: llama
+    servedModelName: meta-llama/Llama-3.1-8B-Instruct
+    endpoints: [http://10.0.0.7:8000, http://10.0.0.8:8000]
+deployments:
+  - id: llama-prod
+    model: llama-3.1-8b-instruct
+    aliases: [default]
+    targets: [{ pool: llama }]
+`;
+
+describe('modelgate validate', () => {
+  it('summarises a good config and its keys', async () => {
+    await withFiles({ 'modelgate.yaml': config, 'keys.yaml': '- name: a\n  key: sk-aaaaaaaa\n' }, async (dir) => {
+      expect(await validateCommand(['--config', join(dir, 'modelgate.yaml')], {})).toBe('config OK: 1 pools, 2 endpoints, 1 deployments, 1 keys\n');
+      expect(await validateCommand([], { MODELGATE_CONFIG: join(dir, 'modelgate.yaml') })).toContain('config OK');
+    });
+  });
+
+  it('exits 2 with a message naming the field', async () => {
+    await withFiles({ 'modelgate.yaml': config.replace('servedModelName', 'servedModel'), 'keys.yaml': '[]' }, async (dir) => {
+      const err = await validateCommand(['--config', join(dir, 'modelgate.yaml')], {}).catch((e: unknown) => e);
+      expect(exitFor(err)).toEqual({ code: 2, message: expect.stringContaining('pools[0].servedModel is not a known field') });
+    });
+  });
+
+  it('exits 2 for a bad keys file and for unknown flags', async () => {
+    await withFiles({ 'modelgate.yaml': config, 'keys.yaml': '- name: a\n' }, async (dir) => {
+      const err = await validateCommand(['--config', join(dir, 'modelgate.yaml')], {}).catch((e: unknown) => e);
+      expect(exitFor(err)).toEqual({ code: 2, message: expect.stringContaining('needs exactly one of key or keySha256') });
+    });
+    const flagErr = await validateCommand(['--conf', 'x'], {}).catch((e: unknown) => e);
+    expect(exitFor(flagErr).code).toBe(2);
+  });
+});

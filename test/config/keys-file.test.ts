@@ -1,0 +1,30 @@
+import { describe, expect, it } from '@jest/globals';
+import { parseKeysFile } from '../../src/config/keys-file.js';
+import { ConfigError } from '../../src/config/load.js';
+
+describe('parseKeysFile', () => {
+  it('reads names, keys or their SHA-256, and model lists', () => {
+    const entries = parseKeysFile(`- name: a\n  key: sk-aaaaaaaa\n- name: b\n  keySha256: ${'ab'.repeat(32)}\n  models: [x, y]\n`, 'keys.yaml');
+    expect(entries).toEqual([{ name: 'a', key: 'sk-aaaaaaaa' }, { name: 'b', keySha256: 'ab'.repeat(32), models: ['x', 'y'] }]);
+    expect(parseKeysFile('', 'keys.yaml')).toEqual([]);
+  });
+
+  it.each([
+    ['- key: sk-aaaaaaaa\n', 'entry 0.name is required'],
+    ['- name: a\n', 'needs exactly one of key or keySha256'],
+    [`- name: a\n  key: sk-aaaaaaaa\n  keySha256: ${'ab'.repeat(32)}\n`, 'needs exactly one of key or keySha256'],
+    ['- name: a\n  key: short\n', 'must be at least 8 characters'],
+    ['- name: a\n  keySha256: xyz\n', 'keySha256'],
+    ['- name: a\n  key: sk-aaaaaaaa\n- name: a\n  key: sk-bbbbbbbb\n', 'key name "a" is used twice'],
+    ['- name: a\n  key: sk-aaaaaaaa\n  role: admin\n', 'entry 0.role is not a known field'],
+    ['name: a\n', 'must be array'],
+  ])('rejects %j without echoing keys', (text, message) => {
+    expect(() => parseKeysFile(text, 'keys.yaml')).toThrow(ConfigError);
+    expect(() => parseKeysFile(text, 'keys.yaml')).toThrow(message);
+    try {
+      parseKeysFile(text, 'keys.yaml');
+    } catch (err) {
+      expect((err as Error).message).not.toContain('sk-aaaaaaaa');
+    }
+  });
+});

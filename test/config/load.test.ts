@@ -1,0 +1,93 @@
+import { describe, expect, it } from '@jest/globals';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { buildConfig, ConfigError, loadConfig, parseYaml } from '../../src/config/load.js';
+
+const minimal = { auth: { keysFile: 'keys.yaml' } };
+const pools = [{ name: 'p', servedModelName: 'm', endpoints: ['http://127.0.0.1:9001', { url: 'http://127.0.0.1:9002', weight: 3 }] }];
+
+function error(data: unknown): string {
+  try {
+    buildConfig(data, '/etc/modelgate');
+  } catch (err) {
+    expect(err).toBeInstanceOf(ConfigError);
+    return (err as Error).message;
+  }
+  throw new Error('expected a ConfigError');
+}
+
+describe('buildConfig', () => {
+  it('fills the defaults of the contract (API 8080, admin 9090, static discovery)', () => {
+    const config = buildConfig(minimal, '/etc/modelgate');
+    expect(config.server).toEqual({ host: '0.0.0.0', port: 8080, maxBodyBytes: 10 * 1024 * 1024 });
+    expect(config.admin).toEqual({ host: '0.0.0.0', port: 9090 });
+    expect(config.discovery).toEqual({ mode: 'static' });
+    expect(config.log.level).toBe('info');
+    expect(config.auth).toEqual({ keysFile: '/etc/modelgate/keys.yaml', reloadIntervalMs: 2000 });
+    expect(config.pools).toEqual([]);
+  });
+
+  it('normalises endpoints and fills pool and deployment defaults', () => {
+    const config = buildConfig({ ...minimal, pools, deployments: [{ id: 'd', model: 'm', targets: [{ pool: 'p' }] }] }, '/x');
+    expect(config.pools[0]).toEqual({
+      name: 'p',
+      engine: 'vllm',
+      servedModelName: 'm',
+      capabilities: ['chat'],
+      endpoints: [{ url: 'http://127.0.0.1:9001', weight: 1 }, { url: 'http://127.0.0.1:9002', weight: 3 }],
+    });
+    expect(config.deployments[0]).toEqual({ id: 'd', model: 'm', aliases: [], targets: [{ pool: 'p', weight: 100 }] });
+  });
+
+  it('returns a frozen config', () => {
+    const config = buildConfig({ ...minimal, pools }, '/x');
+    expect(Object.isFrozen(config.pools[0]?.endpoints[0])).toBe(true);
+  });
+
+  it.each([
+    [{}, 'auth is required'],
+    [{ ...minimal, server: { prot: 1 } }, 'server.prot is not a known field'],
+    [{ ...minimal, server: { port: 70000 } }, 'server.port must be <= 65535'],
+    [{ ...minimal, log: { level: 'loud' } }, 'log.level must be one of'],
+    [{ ...minimal, discovery: { mode: 'dns' } }, 'discovery.mode must be one of: "static"'],
+    [{ ...minimal, pools: [{ name: 'p' }] }, 'pools[0].servedModelName is required'],
+    [{ ...minimal, pools: [{ name: 'p', servedModelName: 'm', engine: 'triton' }] }, 'pools[0].engine must be one of'],
+    [{ ...minimal, pools: [{ name: 'p', servedModelName: 'm', capabilities: ['chat', 'audio'] }] }, 'pools[0].capabilities[1] must be one of'],
+    [{ ...minimal, pools: [{ name: 'p', servedModelName: 'm', endpoints: [5] }] }, 'pools[0].endpoints[0] must be an http(s) URL or {url, weight}'],
+    [{ ...minimal, pools: [{ name: 'p', servedModelName: 'm', endpoints: ['ftp://10.0.0.1:21'] }] }, 'pools[0].endpoints[0]: "ftp://10.0.0.1:21" must use http or https'],
+    [{ ...minimal, pools: [{ name: 'p', servedModelName: 'm', endpoints: ['not a url'] }] }, 'pools[0].endpoints[0]: "not a url" is not a URL'],
+    [{ ...minimal, pools: [...pools, ...pools] }, 'pools[1].name: pool "p" is defined twice'],
+    [{ ...minimal, pools, deployments: [{ id: 'd', model: 'm', targets: [{ pool: 'q' }] }] }, 'deployments[0].targets[0].pool: pool "q" is not defined'],
+    [{ ...minimal, pools, deployments: [{ id: 'd', model: 'm', targets: [] }] }, 'deployments[0].targets must have at least 1 item'],
+    [{ ...minimal, pools, deployments: [{ id: 'd', model: 'm', targets: [{ pool: 'p', weight: 0 }] }] }, 'deployments[0].targets: at least one target needs a weight above 0'],
+    [
+      { ...minimal, pools, deployments: [{ id: 'a', model: 'm', targets: [{ pool: 'p' }] }, { id: 'b', model: 'n', aliases: ['m'], targets: [{ pool: 'p' }] }] },
+      'deployments[1].aliases[0]: "m" already names deployment "a"',
+    ],
+    [{ ...minimal, pools: [{ name: 'p', servedModelName: 'm', backendKeyFile: '/nonexistent/key' }] }, 'pools[0].backendKeyFile: cannot read /nonexistent/key: ENOENT'],
+  ])('rejects %j: %s', (data, message) => {
+    expect(error(data)).toContain(message);
+  });
+});
+
+describe('loadConfig', () => {
+  it('reads the file named by --config or MODELGATE_CONFIG, resolving paths next to it', async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'modelgate-config-'));
+    try {
+      const file = join(dir, 'modelgate.yaml');
+      await writeFile(file, 'auth:\n  keysFile: ./keys.yaml\nserver: { port: 8081 }\n');
+      expect(loadConfig(file, {}).server.port).toBe(8081);
+      expect(loadConfig(undefined, { MODELGATE_CONFIG: file }).auth.keysFile).toBe(join(dir, 'keys.yaml'));
+      expect(() => loadConfig(undefined, {})).toThrow('pass --config FILE or set MODELGATE_CONFIG');
+      expect(() => loadConfig(join(dir, 'missing.yaml'), {})).toThrow(/cannot read config file .*missing.yaml: ENOENT/);
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('names the line of a YAML syntax error and refuses duplicate keys', () => {
+    expect(() => parseYaml('a: 1\nb: [1, 2\n', 'c.yaml')).toThrow(/c\.yaml: .* at line \d+, column \d+$/);
+    expect(() => parseYaml('a: 1\na: 2\n', 'c.yaml')).toThrow(ConfigError);
+  });
+});

@@ -1,0 +1,89 @@
+/** Routers for tests: a config built in memory, keys in a temp dir, logs captured, no process metrics. */
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { Writable } from 'node:stream';
+import { pino, type Logger } from 'pino';
+import { buildConfig } from '../../src/config/load.js';
+import { createRouter, startRouter, type Router, type RunningRouter } from '../../src/main.js';
+
+export const KEY = 'sk-test-0123456789';
+
+export interface TestRouterOptions {
+  pools: object[];
+  deployments: object[];
+  /** YAML of the keys file; default: one key, KEY, allowed everything. */
+  keysYaml?: string;
+  server?: object;
+  random?: () => number;
+}
+
+export interface TestRouter<R> {
+  router: R;
+  logs: string[];
+  keysFile: string;
+  close(): Promise<void>;
+}
+
+async function prepare(options: TestRouterOptions): Promise<{ dir: string; config: ReturnType<typeof buildConfig>; logs: string[]; logger: Logger }> {
+  const dir = await mkdtemp(join(tmpdir(), 'modelgate-test-'));
+  await writeFile(join(dir, 'keys.yaml'), options.keysYaml ?? `- name: tester\n  key: ${KEY}\n`);
+  const config = buildConfig(
+    {
+      server: { host: '127.0.0.1', port: 0, ...options.server },
+      admin: { host: '127.0.0.1', port: 0 },
+      auth: { keysFile: 'keys.yaml', reloadIntervalMs: 50 },
+      pools: options.pools,
+      deployments: options.deployments,
+    },
+    dir,
+  );
+  const logs: string[] = [];
+  const sink = new Writable({
+    write(chunk: Buffer, _enc, done) {
+      logs.push(chunk.toString('utf8'));
+      done();
+    },
+  });
+  const logger: Logger = pino({ level: 'info' }, sink);
+  return { dir, config, logs, logger };
+}
+
+/** A router not listening: use it with supertest. */
+export async function buildTestRouter(options: TestRouterOptions): Promise<TestRouter<Router>> {
+  const { dir, config, logs, logger } = await prepare(options);
+  const router = await createRouter(config, { logger, processMetrics: false, ...(options.random ? { random: options.random } : {}) });
+  return {
+    router,
+    logs,
+    keysFile: join(dir, 'keys.yaml'),
+    async close() {
+      router.close();
+      await rm(dir, { recursive: true, force: true });
+    },
+  };
+}
+
+/** A router listening on 127.0.0.1 (API and admin on free ports). */
+export async function startTestRouter(options: TestRouterOptions): Promise<TestRouter<RunningRouter>> {
+  const { dir, config, logs, logger } = await prepare(options);
+  const router = await startRouter(config, { logger, processMetrics: false, ...(options.random ? { random: options.random } : {}) });
+  return {
+    router,
+    logs,
+    keysFile: join(dir, 'keys.yaml'),
+    async close() {
+      await router.close();
+      await rm(dir, { recursive: true, force: true });
+    },
+  };
+}
+
+/** One chat pool and deployment in front of `endpoints`. */
+export function chatSetup(endpoints: string[], extra: Partial<TestRouterOptions> = {}): TestRouterOptions {
+  return {
+    pools: [{ name: 'llm', servedModelName: 'served/llm', capabilities: ['chat'], endpoints }],
+    deployments: [{ id: 'llm-prod', model: 'llm', aliases: ['default'], targets: [{ pool: 'llm' }] }],
+    ...extra,
+  };
+}

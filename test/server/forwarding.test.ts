@@ -1,0 +1,132 @@
+/** What crosses the router: body bytes, headers, request ids, upstream errors and failures. */
+import { afterAll, afterEach, beforeAll, describe, expect, it } from '@jest/globals';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import request from 'supertest';
+import { type Router } from '../../src/main.js';
+import { buildTestRouter, chatSetup, KEY, type TestRouter } from '../helpers/router.js';
+import { okChat, replyWith, startUpstream, type RecordingUpstream } from '../helpers/upstream.js';
+
+let upstream: RecordingUpstream;
+let gateway: TestRouter<Router>;
+const auth = { Authorization: `Bearer ${KEY}` };
+
+beforeAll(async () => {
+  upstream = await startUpstream();
+  gateway = await buildTestRouter({
+    pools: [{ name: 'llm', servedModelName: 'served/llm', capabilities: ['chat', 'embeddings'], endpoints: [upstream.url] }],
+    deployments: [{ id: 'llm-prod', model: 'llm', aliases: ['default'], targets: [{ pool: 'llm' }] }],
+  });
+});
+afterEach(() => {
+  upstream.requests.length = 0;
+  upstream.reply = okChat;
+});
+afterAll(async () => {
+  await gateway.close();
+  await upstream.close();
+});
+
+const post = (body: string | object, headers: Record<string, string> = {}): request.Test =>
+  request(gateway.router.api)
+    .post('/v1/chat/completions')
+    .set({ ...auth, 'Content-Type': 'application/json', ...headers })
+    .send(typeof body === 'string' ? body : JSON.stringify(body));
+
+describe('request body', () => {
+  it('reaches the engine with only model rewritten: unknown fields, number spellings and big integers intact', async () => {
+    const body = '{"model":"default","messages":[{"role":"user","content":"caf\\u00e9"}],"temperature":1.0,"seed":18446744073709551615,"vendor_flag":{"deep":[1e2]}}';
+    await post(body).expect(200);
+    expect(upstream.requests[0]!.body).toBe(body.replace('"default"', '"served/llm"'));
+    expect(upstream.requests[0]!.url).toBe('/v1/chat/completions');
+  });
+
+  it('merges extra_body into the top level (its keys win) and removes it', async () => {
+    await post({ model: 'llm', messages: [{ role: 'user', content: 'x' }], top_k: 1, extra_body: { top_k: 40, repetition_penalty: 1.1 } }).expect(200);
+    expect(JSON.parse(upstream.requests[0]!.body)).toEqual({ model: 'served/llm', messages: [{ role: 'user', content: 'x' }], top_k: 40, repetition_penalty: 1.1 });
+  });
+});
+
+describe('headers', () => {
+  it('never forwards the client key, drops hop-by-hop headers and keeps the rest', async () => {
+    await post(
+      { model: 'llm', messages: [{ role: 'user', content: 'x' }] },
+      { Connection: 'keep-alive, x-hop', 'x-hop': 'secret-hop', 'Keep-Alive': 'timeout=5', TE: 'trailers', 'Accept-Encoding': 'gzip', 'X-Stainless-Lang': 'js', 'OpenAI-Organization': 'org-1' },
+    ).expect(200);
+    const headers = upstream.requests[0]!.headers;
+    expect(headers.authorization).toBeUndefined();
+    expect(JSON.stringify(headers)).not.toContain(KEY);
+    for (const name of ['x-hop', 'keep-alive', 'te', 'accept-encoding']) expect(headers[name]).toBeUndefined();
+    expect(headers['x-stainless-lang']).toBe('js');
+    expect(headers['openai-organization']).toBe('org-1');
+    expect(headers['content-type']).toBe('application/json');
+    expect(Number(headers['content-length'])).toBe(Buffer.byteLength(upstream.requests[0]!.body));
+  });
+
+  it('sends the pool’s own backend key upstream when it has one', async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'modelgate-backend-'));
+    await writeFile(join(dir, 'backend.key'), 'sk-backend-secret\n');
+    const keyed = await buildTestRouter({
+      pools: [{ name: 'llm', servedModelName: 'served/llm', endpoints: [upstream.url], backendKeyFile: join(dir, 'backend.key') }],
+      deployments: [{ id: 'llm', model: 'llm', targets: [{ pool: 'llm' }] }],
+    });
+    try {
+      await request(keyed.router.api).post('/v1/chat/completions').set({ ...auth, 'Content-Type': 'application/json' }).send('{"model":"llm","messages":[{"role":"user","content":"x"}]}').expect(200);
+      expect(upstream.requests[0]!.headers.authorization).toBe('Bearer sk-backend-secret');
+    } finally {
+      await keyed.close();
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('accepts a client x-request-id, passes it upstream and returns it', async () => {
+    const res = await post({ model: 'llm', messages: [{ role: 'user', content: 'x' }] }, { 'x-request-id': 'client-req-42' }).expect(200);
+    expect(res.headers['x-request-id']).toBe('client-req-42');
+    expect(upstream.requests[0]!.headers['x-request-id']).toBe('client-req-42');
+  });
+
+  it('generates a request id when none (or a malformed one) is given, also on errors', async () => {
+    const res = await post({ model: 'llm', messages: [{ role: 'user', content: 'x' }] }, { 'x-request-id': 'bad id with spaces' }).expect(200);
+    expect(res.headers['x-request-id']).toMatch(/^[0-9a-f-]{36}$/);
+    expect(upstream.requests[0]!.headers['x-request-id']).toBe(res.headers['x-request-id']);
+    const failed = await request(gateway.router.api).post('/v1/chat/completions').expect(401);
+    expect(failed.headers['x-request-id']).toMatch(/^[0-9a-f-]{36}$/);
+  });
+});
+
+describe('upstream errors', () => {
+  const table: Array<[string, number, string, Record<string, string>, number, object]> = [
+    ['vLLM nested error with an integer code', 404, '{"error":{"message":"The model `served/llm` does not exist.","type":"NotFoundError","param":"model","code":404}}', {}, 404, { message: 'The model `served/llm` does not exist.', type: 'NotFoundError', param: 'model', code: 'model_not_found' }],
+    ['vLLM context-length error', 400, '{"error":{"message":"This model\'s maximum context length is 8 tokens. However, your request has 9 input tokens.","type":"BadRequestError","param":"input_tokens","code":400}}', {}, 400, { type: 'BadRequestError', param: 'input_tokens', code: 'context_length_exceeded' }],
+    ['old vLLM / TEI flat error', 400, '{"object":"error","message":"bad field","type":"BadRequestError","param":null,"code":400}', {}, 400, { message: 'bad field', type: 'BadRequestError', param: null, code: null }],
+    ['TGI flat error', 429, '{"error":"Model is overloaded","error_type":"overloaded"}', { 'retry-after': '3' }, 429, { message: 'Model is overloaded', type: 'overloaded', param: null, code: null }],
+    ['TGI 424 generation error', 424, '{"error":"Request failed during generation","error_type":"generation"}', {}, 502, { message: 'Request failed during generation', type: 'generation' }],
+    ['plain-text body', 422, 'Failed to deserialize the JSON body', { 'content-type': 'text/plain' }, 422, { message: 'Failed to deserialize the JSON body', type: 'invalid_request_error', param: null, code: null }],
+    ['empty body', 503, '', {}, 503, { message: 'The model server answered with status 503.', type: 'server_error' }],
+    ['engine refusing the router credentials', 401, '{"error":"Unauthorized"}', {}, 502, { type: 'server_error', code: 'upstream_auth_failed' }],
+  ];
+  it.each(table)('wraps a %s in the OpenAI envelope', async (_name, status, body, headers, expectedStatus, expected) => {
+    upstream.reply = replyWith(status, body, { 'content-type': 'application/json', ...headers });
+    const res = await post({ model: 'llm', messages: [{ role: 'user', content: 'x' }] }).expect(expectedStatus);
+    const envelope = res.body as { error: Record<string, unknown> };
+    expect(Object.keys(envelope.error).sort()).toEqual(['code', 'message', 'param', 'type']);
+    expect(envelope.error).toMatchObject(expected);
+    if (headers['retry-after']) expect(res.headers['retry-after']).toBe(headers['retry-after']);
+  });
+
+  it('answers 502 when the engine cannot be reached, without leaking its address', async () => {
+    const dead = await startUpstream();
+    const url = dead.url;
+    await dead.close();
+    const gone = await buildTestRouter(chatSetup([url]));
+    try {
+      const res = await request(gone.router.api).post('/v1/chat/completions').set({ ...auth, 'Content-Type': 'application/json' }).send('{"model":"llm","messages":[{"role":"user","content":"x"}]}').expect(502);
+      expect((res.body as { error: { code: string; message: string } }).error.code).toBe('upstream_connection_failed');
+      expect(JSON.stringify(res.body)).not.toContain(url.replace('http://', ''));
+      expect(gone.router.inFlight.total()).toBe(0);
+    } finally {
+      await gone.close();
+    }
+  });
+});

@@ -1,0 +1,203 @@
+/** Every check before a request is forwarded: key, content type, size, JSON, schema, model. */
+import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import { writeFile } from 'node:fs/promises';
+import request from 'supertest';
+import { sha256 } from '../../src/auth/key-store.js';
+import { type Router } from '../../src/main.js';
+import { buildTestRouter, KEY, type TestRouter } from '../helpers/router.js';
+import { waitFor } from '../helpers/sim.js';
+import { startUpstream, type RecordingUpstream } from '../helpers/upstream.js';
+
+let upstream: RecordingUpstream;
+let gateway: TestRouter<Router>;
+const LIMITED = 'sk-limited-key-1';
+const HASHED = 'sk-hashed-key-22';
+
+beforeAll(async () => {
+  upstream = await startUpstream();
+  gateway = await buildTestRouter({
+    keysYaml: [
+      `- name: tester\n  key: ${KEY}`,
+      `- name: limited\n  key: ${LIMITED}\n  models: [embed]`,
+      `- name: hashed\n  keySha256: ${sha256(HASHED).toString('hex')}\n  models: ['*']`,
+    ].join('\n'),
+    server: { maxBodyBytes: 4096 },
+    pools: [
+      { name: 'chat-pool', servedModelName: 'served/chat', capabilities: ['chat'], endpoints: [upstream.url] },
+      { name: 'embed-pool', servedModelName: 'served/embed', capabilities: ['embeddings'], endpoints: [upstream.url] },
+      { name: 'empty-pool', servedModelName: 'served/none', capabilities: ['chat'], endpoints: [] },
+    ],
+    deployments: [
+      { id: 'chat-prod', model: 'chat', aliases: ['default'], targets: [{ pool: 'chat-pool' }] },
+      { id: 'embed-prod', model: 'embed', aliases: ['text-embedding-3-small'], targets: [{ pool: 'embed-pool' }] },
+      { id: 'cold', model: 'cold-model', targets: [{ pool: 'empty-pool' }] },
+    ],
+  });
+});
+afterAll(async () => {
+  await gateway.close();
+  await upstream.close();
+});
+
+const chat = (body: unknown, key = KEY, contentType = 'application/json'): request.Test =>
+  request(gateway.router.api)
+    .post('/v1/chat/completions')
+    .set({ Authorization: `Bearer ${key}`, 'Content-Type': contentType })
+    .send(typeof body === 'string' ? body : JSON.stringify(body));
+
+function expectError(res: request.Response, status: number, code: string, param: string | null = null): void {
+  expect(res.status).toBe(status);
+  expect(res.headers['content-type']).toMatch(/^application\/json/);
+  expect(res.body).toEqual({ error: { message: expect.any(String), type: expect.any(String), param, code } });
+}
+
+const hello = [{ role: 'user', content: 'hi' }];
+
+describe('authentication', () => {
+  it('answers 401 without a key, with a malformed header and with a wrong key', async () => {
+    expectError(await request(gateway.router.api).post('/v1/chat/completions').send({}), 401, 'invalid_api_key');
+    expectError(await request(gateway.router.api).get('/v1/models').set('Authorization', `Basic ${KEY}`), 401, 'invalid_api_key');
+    const wrong = await chat({ model: 'chat', messages: hello }, 'sk-not-a-real-key');
+    expectError(wrong, 401, 'invalid_api_key');
+    expect(JSON.stringify(wrong.body)).not.toContain('sk-not-a-real-key');
+  });
+
+  it('accepts keys stored only as SHA-256', async () => {
+    expect((await chat({ model: 'chat', messages: hello }, HASHED)).status).toBe(200);
+  });
+
+  it('answers 403 when the key may not use the model, and lists only allowed models', async () => {
+    expectError(await chat({ model: 'chat', messages: hello }, LIMITED), 403, 'model_not_allowed', 'model');
+    const res = await request(gateway.router.api).get('/v1/models').set('Authorization', `Bearer ${LIMITED}`).expect(200);
+    expect((res.body as { data: Array<{ id: string }> }).data.map((m) => m.id).sort()).toEqual(['embed', 'embed-prod', 'text-embedding-3-small']);
+    const embedded = await request(gateway.router.api).post('/v1/embeddings').set({ Authorization: `Bearer ${LIMITED}`, 'Content-Type': 'application/json' }).send('{"model":"text-embedding-3-small","input":"x"}');
+    expect(embedded.status).toBe(200);
+  });
+
+  it('never writes a key into the logs', async () => {
+    await chat({ model: 'chat', messages: hello }).expect(200);
+    await chat({ model: 'chat', messages: hello }, 'sk-leaky-wrong-key').expect(401);
+    const logs = gateway.logs.join('');
+    expect(logs).toContain('"key":"tester"');
+    for (const secret of [KEY, LIMITED, HASHED, 'sk-leaky-wrong-key']) expect(logs).not.toContain(secret);
+  });
+});
+
+describe('keys file reload', () => {
+  it('picks up a new key without a restart, and keeps the old keys when the new file is bad', async () => {
+    const local = await buildTestRouter({ pools: [], deployments: [] });
+    const models = (key: string): Promise<number> => request(local.router.api).get('/v1/models').set('Authorization', `Bearer ${key}`).then((r) => r.status);
+    try {
+      expect(await models('sk-rotated-key-9')).toBe(401);
+      await writeFile(local.keysFile, '- name: rotated\n  key: sk-rotated-key-9\n');
+      await waitFor(async () => (await models('sk-rotated-key-9')) === 200, 'the new key to be accepted');
+      expect(await models(KEY)).toBe(401);
+      await writeFile(local.keysFile, '- name: broken\n  key: [not, a, string]\n');
+      await waitFor(() => local.logs.join('').includes('API keys file rejected'), 'the bad file to be rejected');
+      expect(await models('sk-rotated-key-9')).toBe(200);
+    } finally {
+      await local.close();
+    }
+  });
+});
+
+describe('content type and size', () => {
+  it('answers 415 to a body that is not declared JSON', async () => {
+    expectError(await chat(JSON.stringify({ model: 'chat', messages: hello }), KEY, 'text/plain'), 415, 'unsupported_media_type');
+  });
+
+  it('accepts application/json with a charset', async () => {
+    expect((await chat({ model: 'chat', messages: hello }, KEY, 'application/json; charset=utf-8')).status).toBe(200);
+  });
+
+  it('answers 413 to a body over server.maxBodyBytes', async () => {
+    expectError(await chat({ model: 'chat', messages: [{ role: 'user', content: 'x'.repeat(5000) }] }), 413, 'request_too_large');
+  });
+
+  it('answers 400 to a body that is not JSON', async () => {
+    expectError(await chat('{"model": "chat",'), 400, 'invalid_json');
+  });
+});
+
+describe('validation', () => {
+  const cases: Array<[string, object, string | null]> = [
+    ['a missing model', { messages: hello }, 'model'],
+    ['missing messages', { model: 'chat' }, 'messages'],
+    ['empty messages', { model: 'chat', messages: [] }, 'messages'],
+    ['an unknown role', { model: 'chat', messages: [{ role: 'robot', content: 'x' }] }, 'messages[0].role'],
+    ['content that is a number', { model: 'chat', messages: [{ role: 'user', content: 5 }] }, 'messages[0].content'],
+    ['a text part without text', { model: 'chat', messages: [{ role: 'user', content: [{ type: 'text' }] }] }, 'messages[0].content[0].text'],
+    ['five stop strings', { model: 'chat', messages: hello, stop: ['a', 'b', 'c', 'd', 'e'] }, 'stop'],
+    ['a stop list with a number', { model: 'chat', messages: hello, stop: ['a', 1] }, 'stop[1]'],
+    ['stop as a number', { model: 'chat', messages: hello, stop: 3 }, 'stop'],
+    ['top_logprobs above 20', { model: 'chat', messages: hello, logprobs: true, top_logprobs: 21 }, 'top_logprobs'],
+    ['top_logprobs without logprobs', { model: 'chat', messages: hello, top_logprobs: 3 }, 'top_logprobs'],
+    ['presence_penalty below -2', { model: 'chat', messages: hello, presence_penalty: -2.5 }, 'presence_penalty'],
+    ['frequency_penalty above 2', { model: 'chat', messages: hello, frequency_penalty: 3 }, 'frequency_penalty'],
+    ['n of 0', { model: 'chat', messages: hello, n: 0 }, 'n'],
+    ['a fractional max_tokens', { model: 'chat', messages: hello, max_tokens: 1.5 }, 'max_tokens'],
+    ['stream as a string', { model: 'chat', messages: hello, stream: 'yes' }, 'stream'],
+    ['a tool without a type', { model: 'chat', messages: hello, tools: [{ function: { name: 'f' } }] }, 'tools[0].type'],
+    ['a body that is an array', [1], null],
+  ];
+  it.each(cases)('answers 400 to %s, naming the field', async (_name, body, param) => {
+    expectError(await chat(body), 400, 'invalid_request', param);
+  });
+
+  it('collects every error in one message', async () => {
+    const res = await chat({ model: 'chat', messages: [{ role: 'robot' }], n: 0, presence_penalty: 9 });
+    const message = (res.body as { error: { message: string } }).error.message;
+    expect(message).toContain('messages[0].role');
+    expect(message).toContain('n must be >= 1');
+    expect(message).toContain('presence_penalty must be <= 2');
+  });
+
+  it('accepts every field of the convention, nulls and unknown fields', async () => {
+    const body = {
+      model: 'chat', messages: [{ role: 'system', content: 's' }, { role: 'developer', content: 'd' }, { role: 'user', content: [{ type: 'text', text: 'u' }, { type: 'image_url', image_url: { url: 'data:' } }] }, { role: 'assistant', content: null, tool_calls: [] }, { role: 'tool', content: 't', tool_call_id: '1' }],
+      temperature: 0.7, top_p: 0.9, top_k: 40, min_p: 0.05, n: 2, max_tokens: 10, max_completion_tokens: 10, min_tokens: 1, stop: ['\n'], stream: false, stream_options: null,
+      presence_penalty: -2, frequency_penalty: 2, repetition_penalty: 1.1, logprobs: true, top_logprobs: 20, logit_bias: { '50256': -100 }, seed: 7,
+      response_format: { type: 'json_object' }, tools: [{ type: 'function', function: { name: 'f', parameters: {} } }], tool_choice: 'auto', parallel_tool_calls: true,
+      functions: [{ name: 'g' }], function_call: 'none', user: 'u-1', metadata: { team: 'a' }, extra_body: { guided_json: {} }, vendor_field: 1,
+    };
+    expect((await chat(body)).status).toBe(200);
+  });
+
+  it('validates embeddings input: strings, token ids, never empty', async () => {
+    const embed = (input: unknown): Promise<number> => request(gateway.router.api).post('/v1/embeddings').set({ Authorization: `Bearer ${KEY}`, 'Content-Type': 'application/json' }).send(JSON.stringify({ model: 'embed', input })).then((r) => r.status);
+    for (const ok of ['text', ['a', 'b'], [1, 2], [[1], [2, 3]]]) expect(await embed(ok)).toBe(200);
+    for (const bad of ['', [], [''], [[]], [1.5], [-1], { text: 'x' }]) expect(await embed(bad)).toBe(400);
+  });
+});
+
+describe('model resolution', () => {
+  it('answers 404 model_not_found naming the model', async () => {
+    const res = await chat({ model: 'gpt-5', messages: hello });
+    expectError(res, 404, 'model_not_found', 'model');
+    expect((res.body as { error: { message: string } }).error.message).toContain('`gpt-5`');
+  });
+
+  it('is exact and case-sensitive', async () => {
+    expectError(await chat({ model: 'Chat', messages: hello }), 404, 'model_not_found', 'model');
+  });
+
+  it('answers 400 to chat sent to an embeddings model and the reverse', async () => {
+    expectError(await chat({ model: 'embed', messages: hello }), 400, 'model_capability_mismatch', 'model');
+    const res = await request(gateway.router.api).post('/v1/embeddings').set({ Authorization: `Bearer ${KEY}`, 'Content-Type': 'application/json' }).send('{"model":"default","input":"x"}');
+    expectError(res, 400, 'model_capability_mismatch', 'model');
+  });
+
+  it('answers 503 with Retry-After when the model has no ready replica', async () => {
+    const res = await chat({ model: 'cold-model', messages: hello });
+    expectError(res, 503, 'no_ready_replica');
+    expect(res.headers['retry-after']).toBe('2');
+  });
+});
+
+describe('routes', () => {
+  it('answers 404 to unknown routes and 405 to wrong methods, in the envelope', async () => {
+    expectError(await request(gateway.router.api).get('/v2/anything'), 404, 'route_not_found');
+    expectError(await request(gateway.router.api).get('/v1/chat/completions'), 405, 'method_not_allowed');
+    expectError(await request(gateway.router.api).delete('/v1/models'), 405, 'method_not_allowed');
+  });
+});
