@@ -17,8 +17,8 @@ COPY --from=build --chown=root:root /app/node_modules ./node_modules
 COPY --from=build --chown=root:root /app/dist ./dist
 # the image's "node" user (uid 1000); files stay root-owned and read-only to it
 USER 1000:1000
-# Until the router lands (`modelgate serve`), the image runs the simulated engine: a vLLM stand-in
-# for clusters without GPUs.
-EXPOSE 8000
+# API on 8080, admin (/metrics, /livez, /readyz) on 9090. Mount the config and keys files (read-only);
+# `docker run IMAGE sim --host 0.0.0.0` runs the simulated engine instead.
+EXPOSE 8080 9090
 ENTRYPOINT ["node", "dist/cli.js"]
-CMD ["sim", "--host", "0.0.0.0", "--port", "8000"]
+CMD ["serve", "--config", "/etc/modelgate/config.yaml"]

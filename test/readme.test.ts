@@ -1,6 +1,8 @@
 /** The README's reference tables are generated from code tables; this keeps them from drifting. */
 import { describe, expect, it } from '@jest/globals';
 import { readFileSync } from 'node:fs';
+import { configSchema } from '../src/config/schema.js';
+import { ERROR_CODES } from '../src/core/errors.js';
 import { SIM_FLAGS } from '../src/sim/options.js';
 
 const readme = readFileSync(new URL('../README.md', import.meta.url), 'utf8');
@@ -18,6 +20,29 @@ describe('README', () => {
   it('lists every simulator flag with the default from SIM_FLAGS', () => {
     const between = readme.split('<!-- sim-flags:start -->\n')[1]?.split('\n<!-- sim-flags:end -->')[0];
     expect(between).toBe(simFlagsTable());
+  });
+
+  it('documents every config field', () => {
+    const table = readme.split('<!-- config-fields:start -->')[1]?.split('<!-- config-fields:end -->')[0] ?? '';
+    const paths: string[] = [];
+    const walk = (schema: { properties?: Record<string, unknown>; items?: unknown }, prefix: string): void => {
+      for (const [name, child] of Object.entries(schema.properties ?? {})) {
+        const sub = child as { properties?: Record<string, unknown>; items?: { properties?: Record<string, unknown> } };
+        if (sub.properties) walk(sub, `${prefix}${name}.`);
+        else if (sub.items?.properties && prefix === '') walk(sub.items, `${prefix}${name}[].`);
+        else paths.push(`${prefix}${name}`);
+      }
+    };
+    walk(configSchema as unknown as { properties: Record<string, unknown> }, '');
+    expect(paths.length).toBeGreaterThan(15);
+    for (const path of paths) expect(table).toContain(`\`${path}\``);
+  });
+
+  it('lists every error code the router can answer with', () => {
+    for (const code of Object.keys(ERROR_CODES)) {
+      if (code === 'INTERNAL_ERROR') continue;
+      expect(readme).toContain(`\`${code.toLowerCase()}\``);
+    }
   });
 
   it('shows the two commands a newcomer needs', () => {
