@@ -33,7 +33,7 @@ describe('README', () => {
         else paths.push(`${prefix}${name}`);
       }
     };
-    walk(configSchema as unknown as { properties: Record<string, unknown> }, '');
+    walk(configSchema, '');
     expect(paths.length).toBeGreaterThan(15);
     for (const path of paths) expect(table).toContain(`\`${path}\``);
   });
