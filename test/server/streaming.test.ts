@@ -59,6 +59,13 @@ describe('streaming through the router', () => {
     expect(events.filter((e) => e.includes('"content":" '))).toHaveLength(2);
   });
 
+  it('answers 502 when the engine drops the connection before answering', async () => {
+    const res = await chat({ max_tokens: 10, ignore_eos: true }, { headers: { 'x-sim-fault': 'die-after=1' } });
+    expect(res.status).toBe(502);
+    expect(JSON.parse(res.body)).toMatchObject({ error: { code: 'upstream_connection_failed', type: 'server_error' } });
+    await waitFor(() => gateway.router.inFlight.total() === 0, 'the in-flight count to drop');
+  });
+
   it('brings in-flight counts back to zero after a storm of aborted and failed streams', async () => {
     const storm: Array<Promise<RawResponse>> = [];
     for (let i = 0; i < 60; i++) {
