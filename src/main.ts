@@ -8,7 +8,13 @@ import { type AddressInfo } from 'node:net';
 import { pino, type Logger } from 'pino';
 import { KeyStore } from './auth/key-store.js';
 import { InFlight } from './balancer/in-flight.js';
-import { systemClock, type Clock } from './core/clock.js';
+import { systemClock, systemScheduler, type Clock } from './core/clock.js';
+import { ConfigError } from './config/load.js';
+import { KubernetesController } from './controller/kubernetes-controller.js';
+import { LeaderElector } from './controller/leader-election.js';
+import { createKubeApi, type KubeApi } from './discovery/kubernetes/kube-api.js';
+import { KubernetesDiscovery } from './discovery/kubernetes/kubernetes-discovery.js';
+import { type DiscoveryWiring } from './discovery/wiring.js';
 import { type Deployment, type PoolSpec } from './core/types.js';
 import { type Config } from './config/schema.js';
 import { StaticEndpoints } from './discovery/static.js';
@@ -32,10 +38,10 @@ export interface Router {
   inFlight: InFlight;
   keys: KeyStore;
   /** Marks the router as stopping (readiness fails) and releases what it holds. */
-  close(): void;
+  close(): Promise<void>;
 }
 
-export interface RunningRouter extends Omit<Router, 'close'> {
+export interface RunningRouter extends Router {
   /** e.g. http://127.0.0.1:8080 */
   apiUrl: string;
   adminUrl: string;
@@ -80,44 +86,134 @@ function deploymentsOf(config: Config, created: number): Deployment[] {
   return config.deployments.map((d) => ({ id: d.id, model: d.model, aliases: d.aliases, targets: d.targets, created }));
 }
 
+function staticDiscovery(config: Config, created: number): DiscoveryWiring {
+  const endpoints = new StaticEndpoints(config.pools);
+  const registry = new Registry(poolsOf(config), deploymentsOf(config, created));
+  return {
+    endpoints,
+    catalog: () => registry,
+    poolNames: () => config.pools.map((p) => p.name),
+    notReadyReasons: () => (endpoints.hasSynced() ? [] : ['discovery has not synced']),
+    watches: () => [],
+    isLeader: () => false,
+    start: () => undefined,
+    stop: () => Promise.resolve(),
+  };
+}
+
+function kubernetesDiscovery(config: Config, logger: Logger, metrics: () => RouterMetrics, random: () => number, clock: Clock): DiscoveryWiring {
+  const d = config.discovery;
+  let api: KubeApi;
+  try {
+    api = createKubeApi(d.kubeconfig);
+  } catch (err) {
+    throw new ConfigError(`cannot load Kubernetes credentials (${(err as Error).message}); set discovery.kubeconfig or run in a pod with a service account`, 'discovery.kubeconfig');
+  }
+  const wasUp = new Map<string, boolean>();
+  const discovery = new KubernetesDiscovery(api, {
+    namespaces: d.namespaces,
+    resyncIntervalMs: d.resyncIntervalMs,
+    backoff: d.restartBackoffMs,
+    scheduler: systemScheduler,
+    random,
+    onEvent: (kind, type) => metrics().recordDiscoveryEvent(kind, type),
+    onWatchState: (kind, namespace, state, error) => {
+      const key = `${kind}/${namespace}`;
+      if (error !== undefined) {
+        metrics().recordWatchRestart(kind, namespace);
+        logger.warn({ kind, namespace: namespace || '(all)', error: state.lastError, restarts: state.restarts }, state.synced ? 'Kubernetes watch failed; serving the last known state until it recovers' : 'Kubernetes watch failed before its first sync');
+      } else if (wasUp.get(key) !== true) {
+        logger.info({ kind, namespace: namespace || '(all)' }, 'Kubernetes watch synced');
+      }
+      wasUp.set(key, state.up);
+    },
+  });
+  // The controller asks the elector (declared below) only when it is about to write.
+  const controller = new KubernetesController(discovery, api, {
+    logger,
+    mayWriteStatus: () => elector?.isLeader() ?? true,
+    onStatusWrite: (kind, ok) => metrics().recordStatusWrite(kind, ok),
+  });
+  const elector = d.leaderElection.enabled
+    ? new LeaderElector(api, {
+        namespace: d.leaderElection.leaseNamespace,
+        name: d.leaderElection.leaseName,
+        identity: d.identity,
+        leaseDurationMs: d.leaderElection.leaseDurationMs,
+        renewIntervalMs: d.leaderElection.renewIntervalMs,
+        clock,
+        scheduler: systemScheduler,
+        onChange: (leader) => {
+          logger.info({ identity: d.identity, lease: `${d.leaderElection.leaseNamespace}/${d.leaderElection.leaseName}` }, leader ? 'became the status writer' : 'no longer the status writer');
+          if (leader) controller.syncStatus();
+        },
+        onError: (err) => logger.warn({ error: (err as Error).message }, 'leader election: lease update failed'),
+      })
+    : undefined;
+  return {
+    endpoints: discovery,
+    catalog: () => controller.catalog(),
+    poolNames: () => discovery.state().pools.map((p) => p.key),
+    notReadyReasons: () =>
+      discovery
+        .watchStates()
+        .filter((w) => !w.state.synced)
+        .map((w) => `${w.kind} in ${w.namespace || 'all namespaces'} has not synced${w.state.lastError ? ` (${w.state.lastError})` : ''}`),
+    watches: () => discovery.watchStates().map((w) => ({ kind: w.kind, namespace: w.namespace, up: w.state.up, lastSyncAt: w.state.lastSyncAt })),
+    isLeader: () => elector?.isLeader() ?? false,
+    start() {
+      discovery.start();
+      elector?.start();
+    },
+    async stop() {
+      await elector?.stop();
+      await discovery.stop();
+      await controller.idle();
+    },
+  };
+}
+
 /** Builds every object of a router from a validated config; loads the keys file. */
 export async function createRouter(config: Config, options: RouterOptions = {}): Promise<Router & { logger: Logger }> {
   const logger = options.logger ?? createLogger(config.log.level);
   const clock = options.clock ?? systemClock;
-  const registry = new Registry(poolsOf(config), deploymentsOf(config, Math.floor(Date.now() / 1000)));
-  const endpoints = new StaticEndpoints(config.pools);
+  const random = options.random ?? Math.random;
   const inFlight = new InFlight();
-  const agent = new http.Agent({ keepAlive: true, maxSockets: Infinity, maxFreeSockets: 1024, scheduling: 'lifo' });
-  const endpointPool = new Map(config.pools.flatMap((p) => p.endpoints.map((e) => [e.url, p.name] as const)));
+  // Discovery reports into the metrics, and the metrics read discovery: each refers to the other lazily.
+  const metricsRef = (): RouterMetrics => metrics;
+  const discovery = config.discovery.mode === 'kubernetes' ? kubernetesDiscovery(config, logger, metricsRef, random, clock) : staticDiscovery(config, Math.floor(Date.now() / 1000));
   const metrics = new RouterMetrics(
     {
-      inFlight: () => [...inFlight.entries()].map(([endpoint, count]) => ({ pool: endpointPool.get(endpoint) ?? '', endpoint, count })),
-      readyEndpoints: () => config.pools.map((p) => ({ pool: p.name, count: endpoints.snapshot(p.name).length })),
+      inFlight: () => [...inFlight.byEndpoint()],
+      readyEndpoints: () => discovery.poolNames().map((pool) => ({ pool, count: discovery.endpoints.snapshot(pool).length })),
+      ...(config.discovery.mode === 'kubernetes' ? { watches: () => discovery.watches(), leader: () => discovery.isLeader() } : {}),
     },
     { processMetrics: options.processMetrics ?? true },
   );
   const keys = new KeyStore(config.auth.keysFile, {
     onReload: (result) => {
-      metrics.recordKeysReload(result.ok);
+      metricsRef().recordKeysReload(result.ok);
       if (result.ok) logger.info({ keys: result.keys }, 'API keys reloaded');
       else logger.error({ error: result.error.message }, 'API keys file rejected; keeping the previous keys');
     },
   });
   await keys.load();
+  const agent = new http.Agent({ keepAlive: true, maxSockets: Infinity, maxFreeSockets: 1024, scheduling: 'lifo' });
   let stopping = false;
   const { api, admin } = buildApp({
     maxBodyBytes: config.server.maxBodyBytes,
     keys,
-    catalog: () => registry,
-    endpoints,
+    catalog: () => discovery.catalog(),
+    endpoints: discovery.endpoints,
     inFlight,
     forwarder: new Forwarder(agent),
     metrics,
     logger,
     clock,
-    readiness: () => [...(stopping ? ['shutting down'] : []), ...(endpoints.hasSynced() ? [] : ['discovery has not synced'])],
-    ...(options.random ? { random: options.random } : {}),
+    readiness: () => [...(stopping ? ['shutting down'] : []), ...discovery.notReadyReasons()],
+    random,
   });
+  discovery.start();
   keys.watch(config.auth.reloadIntervalMs);
   return {
     api,
@@ -125,9 +221,10 @@ export async function createRouter(config: Config, options: RouterOptions = {}):
     inFlight,
     keys,
     logger,
-    close() {
+    async close() {
       stopping = true;
       keys.close();
+      await discovery.stop();
       agent.destroy();
     },
   };
@@ -147,12 +244,12 @@ export async function startRouter(config: Config, options: RouterOptions = {}): 
       apiUrl,
       adminUrl,
       async close() {
-        router.close();
+        await router.close();
         await Promise.all([closeServer(apiServer), closeServer(adminServer)]);
       },
     };
   } catch (err) {
-    router.close();
+    await router.close();
     await Promise.all([closeServer(apiServer), closeServer(adminServer)]);
     throw err;
   }

@@ -4,6 +4,7 @@
  */
 import { Ajv } from 'ajv';
 import { readFileSync } from 'node:fs';
+import { hostname } from 'node:os';
 import { dirname, resolve } from 'node:path';
 import { parseDocument } from 'yaml';
 import { describeSchemaErrors, type SchemaError } from '../core/schema-errors.js';
@@ -76,10 +77,11 @@ function crossCheck(config: Config): void {
 }
 
 /**
- * Validates parsed config data. Relative file paths are resolved against `baseDir`.
+ * Validates parsed config data. Relative file paths are resolved against `baseDir`; `POD_NAME` and
+ * `POD_NAMESPACE` from `env` (the downward API) give the leader-election identity and lease namespace.
  * Throws {@link ConfigError} naming the first offending field.
  */
-export function buildConfig(data: unknown, baseDir: string): Config {
+export function buildConfig(data: unknown, baseDir: string, env: NodeJS.ProcessEnv = {}): Config {
   const copy = structuredClone(data ?? {}) as unknown;
   if (!validateConfig(copy)) {
     // A typo shows up twice (the field it should be is missing, the one written is unknown): report both.
@@ -91,6 +93,17 @@ export function buildConfig(data: unknown, baseDir: string): Config {
     pool.endpoints = (pool.endpoints as Array<string | Partial<EndpointConfig>>).map((ep) => (typeof ep === 'string' ? { url: ep, weight: 1 } : { url: ep.url ?? '', weight: ep.weight ?? 1 }));
   }
   crossCheck(config);
+  const discovery = config.discovery;
+  if (discovery.mode === 'kubernetes' && (config.pools.length > 0 || config.deployments.length > 0)) {
+    throw new ConfigError('in kubernetes mode pools and deployments come from ModelPool and ModelDeployment objects; remove them from the config', config.pools.length > 0 ? 'pools' : 'deployments');
+  }
+  if (discovery.restartBackoffMs.initialMs > discovery.restartBackoffMs.maxMs) throw new ConfigError('initialMs must not exceed maxMs', 'discovery.restartBackoffMs');
+  if (discovery.leaderElection.renewIntervalMs >= discovery.leaderElection.leaseDurationMs) {
+    throw new ConfigError('renewIntervalMs must be shorter than leaseDurationMs', 'discovery.leaderElection.renewIntervalMs');
+  }
+  discovery.leaderElection.leaseNamespace ??= env.POD_NAMESPACE ?? 'default';
+  discovery.identity ??= env.POD_NAME ?? hostname();
+  if (discovery.kubeconfig) discovery.kubeconfig = resolve(baseDir, discovery.kubeconfig);
   config.auth.keysFile = resolve(baseDir, config.auth.keysFile);
   config.pools.forEach((pool, i) => {
     if (!pool.backendKeyFile) return;
@@ -114,5 +127,5 @@ export function loadConfig(file: string | undefined, env: NodeJS.ProcessEnv): Co
   } catch (err) {
     throw new ConfigError(`cannot read config file ${path}: ${(err as NodeJS.ErrnoException).code ?? String(err)}`);
   }
-  return buildConfig(parseYaml(text, path), dirname(resolve(path)));
+  return buildConfig(parseYaml(text, path), dirname(resolve(path)), env);
 }

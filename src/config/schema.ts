@@ -30,12 +30,27 @@ export interface DeploymentConfig {
   targets: Array<{ pool: string; weight: number }>;
 }
 
+export interface DiscoveryConfig {
+  mode: 'static' | 'kubernetes';
+  /** Kubernetes: namespaces to watch; empty means all. */
+  namespaces: string[];
+  /** Kubernetes: kubeconfig file; absent means the in-cluster service account. */
+  kubeconfig?: string;
+  /** Kubernetes: full relist of every watched kind this often, dropping anything no longer listed. */
+  resyncIntervalMs: number;
+  /** Kubernetes: restart delay after a watch fails, doubling from `initialMs` up to `maxMs`, jittered. */
+  restartBackoffMs: { initialMs: number; maxMs: number };
+  leaderElection: { enabled: boolean; leaseName: string; leaseNamespace: string; leaseDurationMs: number; renewIntervalMs: number };
+  /** This replica's name in leader election (POD_NAME, else the host name). */
+  identity: string;
+}
+
 export interface Config {
   server: { host: string; port: number; maxBodyBytes: number };
   admin: { host: string; port: number };
   log: { level: LogLevel };
   auth: { keysFile: string; reloadIntervalMs: number };
-  discovery: { mode: 'static' };
+  discovery: DiscoveryConfig;
   pools: PoolConfig[];
   deployments: DeploymentConfig[];
 }
@@ -86,7 +101,31 @@ export const configSchema = {
       type: 'object',
       additionalProperties: false,
       default: {},
-      properties: { mode: { enum: ['static'], default: 'static' } },
+      properties: {
+        mode: { enum: ['static', 'kubernetes'], default: 'static' },
+        namespaces: { type: 'array', items: { type: 'string', pattern: '^[a-z0-9]([-a-z0-9]*[a-z0-9])?$', maxLength: 63 }, uniqueItems: true, default: [] },
+        kubeconfig: { type: 'string', minLength: 1 },
+        resyncIntervalMs: { type: 'integer', minimum: 100, default: 30000 },
+        restartBackoffMs: {
+          type: 'object',
+          additionalProperties: false,
+          default: {},
+          properties: { initialMs: { type: 'integer', minimum: 10, default: 500 }, maxMs: { type: 'integer', minimum: 10, default: 30000 } },
+        },
+        leaderElection: {
+          type: 'object',
+          additionalProperties: false,
+          default: {},
+          properties: {
+            enabled: { type: 'boolean', default: true },
+            leaseName: { type: 'string', minLength: 1, default: 'modelgate' },
+            leaseNamespace: { type: 'string', minLength: 1 },
+            leaseDurationMs: { type: 'integer', minimum: 1000, default: 15000 },
+            renewIntervalMs: { type: 'integer', minimum: 100, default: 5000 },
+          },
+        },
+        identity: { type: 'string', minLength: 1 },
+      },
     },
     pools: {
       type: 'array',

@@ -22,3 +22,19 @@ export const systemSleep: Sleep = (ms, signal) => delay(ms, undefined, signal ? 
 export function isAbortError(err: unknown): boolean {
   return typeof err === 'object' && err !== null && (err as { name?: unknown }).name === 'AbortError';
 }
+
+/** Timers for periodic and delayed work (restarts, resyncs, lease renewals); injected for tests. */
+export interface Scheduler {
+  setTimeout(fn: () => void, ms: number): unknown;
+  clearTimeout(handle: unknown): void;
+}
+
+/** Real timers, unref'd: a pending restart or resync never keeps the process alive by itself. */
+export const systemScheduler: Scheduler = {
+  setTimeout: (fn, ms) => {
+    const handle = setTimeout(fn, ms);
+    handle.unref();
+    return handle;
+  },
+  clearTimeout: (handle) => clearTimeout(handle as NodeJS.Timeout),
+};

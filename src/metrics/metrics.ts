@@ -10,6 +10,10 @@ export interface MetricSources {
   inFlight(): Iterable<{ pool: string; endpoint: string; count: number }>;
   /** Routable endpoints per pool. */
   readyEndpoints(): Iterable<{ pool: string; count: number }>;
+  /** Kubernetes mode: every watch (kind × namespace) and its health. */
+  watches?(): Iterable<{ kind: string; namespace: string; up: boolean; lastSyncAt: number | undefined }>;
+  /** Kubernetes mode: whether this replica holds the status-writer lease. */
+  leader?(): boolean;
 }
 
 export type Route = 'chat' | 'embeddings' | 'models' | 'other';
@@ -22,6 +26,9 @@ export class RouterMetrics {
   private readonly requests: Counter<'route' | 'deployment' | 'pool' | 'code'>;
   private readonly duration: Histogram<'route' | 'deployment' | 'pool'>;
   private readonly keyReloads: Counter<'result'>;
+  private readonly discoveryEvents: Counter<'kind' | 'type'>;
+  private readonly watchRestarts: Counter<'kind' | 'namespace'>;
+  private readonly statusWrites: Counter<'kind' | 'result'>;
 
   constructor(sources: MetricSources, options: { processMetrics?: boolean } = {}) {
     const registers = [this.registry];
@@ -64,6 +71,58 @@ export class RouterMetrics {
         for (const p of sources.readyEndpoints()) this.set({ pool: p.pool }, p.count);
       },
     });
+    this.discoveryEvents = new Counter({
+      name: 'modelgate_discovery_events_total',
+      help: 'Watch events applied, by kind (endpointslices, modelpools, modeldeployments) and type (add, update, delete).',
+      labelNames: ['kind', 'type'],
+      registers,
+    });
+    this.watchRestarts = new Counter({
+      name: 'modelgate_discovery_watch_restarts_total',
+      help: 'Watches restarted after an error or a failed relist.',
+      labelNames: ['kind', 'namespace'],
+      registers,
+    });
+    this.statusWrites = new Counter({
+      name: 'modelgate_status_writes_total',
+      help: 'Status writes to ModelPool and ModelDeployment objects, by result.',
+      labelNames: ['kind', 'result'],
+      registers,
+    });
+    if (sources.watches) {
+      const watches = sources.watches.bind(sources);
+      new Gauge({
+        name: 'modelgate_discovery_watch_up',
+        help: '1 while a watch is healthy, 0 while it is failing (the last known state keeps serving).',
+        labelNames: ['kind', 'namespace'],
+        registers,
+        collect() {
+          this.reset();
+          for (const w of watches()) this.set({ kind: w.kind, namespace: w.namespace }, w.up ? 1 : 0);
+        },
+      });
+      new Gauge({
+        name: 'modelgate_discovery_last_sync_timestamp_seconds',
+        help: 'When each watch last completed a full list (Unix seconds).',
+        labelNames: ['kind', 'namespace'],
+        registers,
+        collect() {
+          this.reset();
+          for (const w of watches()) if (w.lastSyncAt !== undefined) this.set({ kind: w.kind, namespace: w.namespace }, w.lastSyncAt / 1000);
+        },
+      });
+    }
+    if (sources.leader) {
+      const leader = sources.leader.bind(sources);
+      new Gauge({
+        name: 'modelgate_leader',
+        help: '1 on the replica that holds the status-writer lease.',
+        registers,
+        collect() {
+          this.set(leader() ? 1 : 0);
+        },
+      });
+    }
     if (options.processMetrics ?? true) collectDefaultMetrics({ register: this.registry });
   }
 
@@ -74,6 +133,18 @@ export class RouterMetrics {
 
   recordKeysReload(ok: boolean): void {
     this.keyReloads.inc({ result: ok ? 'success' : 'failure' });
+  }
+
+  recordDiscoveryEvent(kind: string, type: string): void {
+    this.discoveryEvents.inc({ kind, type });
+  }
+
+  recordWatchRestart(kind: string, namespace: string): void {
+    this.watchRestarts.inc({ kind, namespace });
+  }
+
+  recordStatusWrite(kind: string, ok: boolean): void {
+    this.statusWrites.inc({ kind, result: ok ? 'success' : 'failure' });
   }
 
   metrics(): Promise<string> {

@@ -157,7 +157,7 @@ export function buildApp(deps: AppDeps): { api: express.Express; admin: express.
     const endpoint = pickLeastOutstanding(deps.endpoints.snapshot(pool.name), (ep) => deps.inFlight.count(ep.id), random);
     if (!endpoint) throw new RouterError('NO_READY_REPLICA', `The model \`${body.model}\` has no ready replica right now; retry shortly.`, { retryAfterSeconds: retryAfter });
     ctx.endpoint = endpoint.id;
-    const release = deps.inFlight.acquire(endpoint.id);
+    const release = deps.inFlight.acquire(endpoint.id, endpoint.pool);
     const patched = upstreamBody(text, pool.servedModelName, body.model);
     prepareUpstreamHeaders(req.headers, ctx.requestId, pool.backendKey);
     deps.forwarder.forward(req, res, {

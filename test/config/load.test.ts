@@ -22,7 +22,7 @@ describe('buildConfig', () => {
     const config = buildConfig(minimal, '/etc/modelgate');
     expect(config.server).toEqual({ host: '0.0.0.0', port: 8080, maxBodyBytes: 10 * 1024 * 1024 });
     expect(config.admin).toEqual({ host: '0.0.0.0', port: 9090 });
-    expect(config.discovery).toEqual({ mode: 'static' });
+    expect(config.discovery.mode).toBe('static');
     expect(config.log.level).toBe('info');
     expect(config.auth).toEqual({ keysFile: '/etc/modelgate/keys.yaml', reloadIntervalMs: 2000 });
     expect(config.pools).toEqual([]);
@@ -66,6 +66,30 @@ describe('buildConfig', () => {
       'deployments[1].aliases[0]: "m" already names deployment "a"',
     ],
     [{ ...minimal, pools: [{ name: 'p', servedModelName: 'm', backendKeyFile: '/nonexistent/key' }] }, 'pools[0].backendKeyFile: cannot read /nonexistent/key: ENOENT'],
+  ])('rejects %j: %s', (data, message) => {
+    expect(error(data)).toContain(message);
+  });
+});
+
+describe('kubernetes mode', () => {
+  it('fills discovery defaults, taking the identity and lease namespace from the downward API', () => {
+    const config = buildConfig({ ...minimal, discovery: { mode: 'kubernetes', kubeconfig: 'kube.yaml' } }, '/etc/mg', { POD_NAME: 'modelgate-7d9f', POD_NAMESPACE: 'gateway' });
+    expect(config.discovery).toEqual({
+      mode: 'kubernetes',
+      namespaces: [],
+      kubeconfig: '/etc/mg/kube.yaml',
+      resyncIntervalMs: 30000,
+      restartBackoffMs: { initialMs: 500, maxMs: 30000 },
+      leaderElection: { enabled: true, leaseName: 'modelgate', leaseNamespace: 'gateway', leaseDurationMs: 15000, renewIntervalMs: 5000 },
+      identity: 'modelgate-7d9f',
+    });
+  });
+
+  it.each([
+    [{ ...minimal, discovery: { mode: 'kubernetes' }, pools }, 'pools: in kubernetes mode pools and deployments come from ModelPool and ModelDeployment objects'],
+    [{ ...minimal, discovery: { mode: 'kubernetes', namespaces: ['Bad_NS'] } }, 'discovery.namespaces[0] must match pattern'],
+    [{ ...minimal, discovery: { mode: 'kubernetes', restartBackoffMs: { initialMs: 5000, maxMs: 100 } } }, 'discovery.restartBackoffMs: initialMs must not exceed maxMs'],
+    [{ ...minimal, discovery: { mode: 'kubernetes', leaderElection: { leaseDurationMs: 2000, renewIntervalMs: 2000 } } }, 'renewIntervalMs must be shorter than leaseDurationMs'],
   ])('rejects %j: %s', (data, message) => {
     expect(error(data)).toContain(message);
   });

@@ -58,7 +58,7 @@ export async function buildTestRouter(options: TestRouterOptions): Promise<TestR
     logs,
     keysFile: join(dir, 'keys.yaml'),
     async close() {
-      router.close();
+      await router.close();
       await rm(dir, { recursive: true, force: true });
     },
   };

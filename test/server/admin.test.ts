@@ -40,10 +40,11 @@ describe('admin port', () => {
 
   it('turns /readyz not-ready when the router stops', async () => {
     const stopping = await buildTestRouter(chatSetup([upstream.url]));
-    stopping.router.close();
+    const closing = stopping.router.close();
     const res = await request(stopping.router.admin).get('/readyz').expect(503);
     expect(res.body).toEqual({ status: 'not ready', reasons: ['shutting down'] });
     await request(stopping.router.admin).get('/livez').expect(200);
+    await closing;
     await stopping.close();
   });
 });

@@ -1,0 +1,97 @@
+/**
+ * The status modelgate writes back to its CRDs, computed from what discovery sees and the registry
+ * built from it. Pure: the writer decides whether and when to send it.
+ *
+ * ModelPool: `replicas`, `readyReplicas`, `observedGeneration`, conditions `Accepted` (the spec is
+ * usable) and `Ready` (at least one routable endpoint). ModelDeployment: `observedGeneration`,
+ * conditions `Accepted` (spec usable and every target pool exists in its namespace) and `Conflicted`
+ * (an older deployment holds one of its names, so that name does not reach it).
+ */
+import { type Deployment } from '../core/types.js';
+import { type DeploymentView, type PoolView } from '../discovery/kubernetes/kubernetes-discovery.js';
+import { type ModelCatalog } from '../registry/registry.js';
+
+export interface Condition {
+  type: string;
+  status: 'True' | 'False' | 'Unknown';
+  reason: string;
+  message: string;
+  observedGeneration: number;
+  lastTransitionTime: string;
+}
+
+export interface PoolStatus {
+  replicas: number;
+  readyReplicas: number;
+  observedGeneration: number;
+  conditions: Condition[];
+}
+
+export interface DeploymentStatus {
+  observedGeneration: number;
+  conditions: Condition[];
+}
+
+/** RFC 3339 to the second, as metav1.Time writes it. */
+export function timestamp(date: Date): string {
+  return date.toISOString().replace(/\.\d{3}Z$/, 'Z');
+}
+
+function previousConditions(status: unknown): Condition[] {
+  const conditions = (status as { conditions?: unknown } | undefined)?.conditions;
+  return Array.isArray(conditions) ? (conditions as Condition[]) : [];
+}
+
+/** A condition that keeps its lastTransitionTime unless its status changed. */
+function condition(previous: Condition[], now: string, generation: number, type: string, holds: boolean, reason: string, message: string): Condition {
+  const status = holds ? 'True' : 'False';
+  const before = previous.find((c) => c.type === type);
+  return { type, status, reason, message, observedGeneration: generation, lastTransitionTime: before?.status === status ? before.lastTransitionTime : now };
+}
+
+export function poolStatus(pool: PoolView, now: Date): PoolStatus {
+  const previous = previousConditions(pool.object.status);
+  const at = timestamp(now);
+  const g = pool.generation;
+  const accepted = condition(previous, at, g, 'Accepted', !pool.problem, pool.problem ? 'InvalidSpec' : 'Accepted', pool.problem ?? 'The pool spec is valid.');
+  const service = pool.service?.name ?? '(none)';
+  const readyReason = pool.readyReplicas > 0 ? 'EndpointsReady' : pool.replicas > 0 ? 'NoReadyEndpoints' : 'NoEndpoints';
+  const ready = condition(previous, at, g, 'Ready', pool.readyReplicas > 0, readyReason, `${pool.readyReplicas} of ${pool.replicas} endpoints of Service ${service} are routable.`);
+  return { replicas: pool.replicas, readyReplicas: pool.readyReplicas, observedGeneration: g, conditions: [accepted, ready] };
+}
+
+export function deploymentStatus(view: DeploymentView, catalog: ModelCatalog, views: ReadonlyMap<Deployment, DeploymentView>, now: Date): DeploymentStatus {
+  const previous = previousConditions(view.object.status);
+  const at = timestamp(now);
+  const g = view.generation;
+  const dep = view.deployment;
+  if (!dep) {
+    return {
+      observedGeneration: g,
+      conditions: [condition(previous, at, g, 'Accepted', false, 'InvalidSpec', view.problem ?? 'The spec is invalid.'), condition(previous, at, g, 'Conflicted', false, 'NoConflict', 'Not checked: the spec is invalid.')],
+    };
+  }
+  const missing = dep.targets.filter((t) => !catalog.pool(t.pool)).map((t) => t.pool.slice(view.namespace.length + 1));
+  const accepted = missing.length === 0
+    ? condition(previous, at, g, 'Accepted', true, 'Accepted', 'Every target pool exists.')
+    : condition(previous, at, g, 'Accepted', false, 'PoolNotFound', `No ModelPool named ${missing.map((m) => `"${m}"`).join(', ')} in namespace ${view.namespace}.`);
+  const held = new Set(catalog.namesOf(dep));
+  const lost = [...new Set([dep.id, ...dep.aliases, dep.model])].filter((n) => !held.has(n));
+  const holders = lost.map((name) => {
+    const winner = catalog.resolve(name);
+    const winnerView = winner ? views.get(winner) : undefined;
+    return `"${name}" is held by ModelDeployment ${winnerView ? winnerView.key : (winner?.id ?? 'unknown')}`;
+  });
+  const conflicted = lost.length > 0
+    ? condition(previous, at, g, 'Conflicted', true, 'NameConflict', `${holders.join('; ')} (the oldest object keeps a name).`)
+    : condition(previous, at, g, 'Conflicted', false, 'NoConflict', 'Every name of this deployment reaches it.');
+  return { observedGeneration: g, conditions: [accepted, conflicted] };
+}
+
+/** Key-order-independent JSON, to compare a desired status with the stored one. */
+export function canonical(value: unknown): string {
+  return JSON.stringify(value, (_key, v: unknown) => {
+    if (typeof v !== 'object' || v === null || Array.isArray(v)) return v;
+    return Object.fromEntries(Object.entries(v as Record<string, unknown>).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)));
+  });
+}

@@ -1,0 +1,147 @@
+/**
+ * The Kubernetes API as modelgate uses it: informers for the three watched kinds, status writes for
+ * the two CRDs, and Leases. The only module that talks to @kubernetes/client-node's clients.
+ */
+import {
+  ApiException,
+  CoordinationV1Api,
+  CustomObjectsApi,
+  DiscoveryV1Api,
+  KubeConfig,
+  makeInformer,
+  PatchStrategy,
+  setHeaderOptions,
+  type Informer,
+  type KubernetesListObject,
+  type KubernetesObject,
+  type ObjectCache,
+  type V1Lease,
+} from '@kubernetes/client-node';
+
+export type WatchedKind = 'endpointslices' | 'modelpools' | 'modeldeployments';
+export type StatusKind = 'modelpools' | 'modeldeployments';
+
+/** The label the EndpointSlice controller puts on every slice: the name of its Service. */
+export const SERVICE_NAME_LABEL = 'kubernetes.io/service-name';
+export const CRD_GROUP = 'modelgate.io';
+export const CRD_VERSION = 'v1alpha1';
+
+export type KubeInformer<T extends KubernetesObject> = Informer<T> & ObjectCache<T>;
+
+export interface LeaseRecord {
+  holderIdentity: string;
+  leaseDurationSeconds: number;
+  acquireTime?: Date;
+  renewTime?: Date;
+  leaseTransitions: number;
+  resourceVersion: string | undefined;
+}
+
+/** What discovery and the controller need from the API server. */
+export interface KubeApi {
+  /** A new informer (own cache, own list and watch) for `kind` in `namespace` (undefined: all). */
+  informer(kind: WatchedKind, namespace: string | undefined): KubeInformer<KubernetesObject>;
+  patchStatus(kind: StatusKind, namespace: string, name: string, status: object): Promise<void>;
+  readLease(namespace: string, name: string): Promise<LeaseRecord | undefined>;
+  /** Creates the lease; resolves false if it already exists. */
+  createLease(namespace: string, name: string, lease: LeaseRecord): Promise<boolean>;
+  /** Replaces the lease if its resourceVersion still matches; resolves false on a conflict. */
+  replaceLease(namespace: string, name: string, lease: LeaseRecord): Promise<boolean>;
+}
+
+/** HTTP status of a failed API call, if it has one. */
+export function statusOf(err: unknown): number | undefined {
+  if (err instanceof ApiException) return err.code;
+  const code = (err as { statusCode?: unknown; code?: unknown } | null)?.statusCode ?? (err as { code?: unknown } | null)?.code;
+  return typeof code === 'number' ? code : undefined;
+}
+
+function toRecord(lease: V1Lease): LeaseRecord {
+  const spec = lease.spec ?? {};
+  return {
+    holderIdentity: spec.holderIdentity ?? '',
+    leaseDurationSeconds: spec.leaseDurationSeconds ?? 0,
+    ...(spec.acquireTime ? { acquireTime: new Date(spec.acquireTime) } : {}),
+    ...(spec.renewTime ? { renewTime: new Date(spec.renewTime) } : {}),
+    leaseTransitions: spec.leaseTransitions ?? 0,
+    resourceVersion: lease.metadata?.resourceVersion,
+  };
+}
+
+function toLease(namespace: string, name: string, record: LeaseRecord): V1Lease {
+  return {
+    apiVersion: 'coordination.k8s.io/v1',
+    kind: 'Lease',
+    metadata: { name, namespace, ...(record.resourceVersion ? { resourceVersion: record.resourceVersion } : {}) },
+    spec: {
+      holderIdentity: record.holderIdentity,
+      leaseDurationSeconds: record.leaseDurationSeconds,
+      ...(record.acquireTime ? { acquireTime: record.acquireTime } : {}),
+      ...(record.renewTime ? { renewTime: record.renewTime } : {}),
+      leaseTransitions: record.leaseTransitions,
+    },
+  };
+}
+
+/** Loads credentials from `kubeconfigPath`, or from the pod's service account when it is absent. */
+export function createKubeApi(kubeconfigPath: string | undefined): KubeApi {
+  const kc = new KubeConfig();
+  if (kubeconfigPath) kc.loadFromFile(kubeconfigPath);
+  else kc.loadFromCluster();
+  const discovery = kc.makeApiClient(DiscoveryV1Api);
+  const custom = kc.makeApiClient(CustomObjectsApi);
+  const coordination = kc.makeApiClient(CoordinationV1Api);
+  const mergePatch = setHeaderOptions('Content-Type', PatchStrategy.MergePatch);
+
+  const list = (kind: WatchedKind, namespace: string | undefined): (() => Promise<KubernetesListObject<KubernetesObject>>) => {
+    if (kind === 'endpointslices') {
+      return namespace
+        ? () => discovery.listNamespacedEndpointSlice({ namespace, labelSelector: SERVICE_NAME_LABEL })
+        : () => discovery.listEndpointSliceForAllNamespaces({ labelSelector: SERVICE_NAME_LABEL });
+    }
+    const plural = kind;
+    return namespace
+      ? () => custom.listNamespacedCustomObject({ group: CRD_GROUP, version: CRD_VERSION, namespace, plural }) as Promise<KubernetesListObject<KubernetesObject>>
+      : () => custom.listClusterCustomObject({ group: CRD_GROUP, version: CRD_VERSION, plural }) as Promise<KubernetesListObject<KubernetesObject>>;
+  };
+
+  const path = (kind: WatchedKind, namespace: string | undefined): string => {
+    const base = kind === 'endpointslices' ? '/apis/discovery.k8s.io/v1' : `/apis/${CRD_GROUP}/${CRD_VERSION}`;
+    return namespace ? `${base}/namespaces/${namespace}/${kind}` : `${base}/${kind}`;
+  };
+
+  return {
+    informer(kind, namespace) {
+      return makeInformer(kc, path(kind, namespace), list(kind, namespace), kind === 'endpointslices' ? SERVICE_NAME_LABEL : undefined);
+    },
+    async patchStatus(kind, namespace, name, status) {
+      await custom.patchNamespacedCustomObjectStatus({ group: CRD_GROUP, version: CRD_VERSION, namespace, plural: kind, name, body: { status } }, mergePatch);
+    },
+    async readLease(namespace, name) {
+      try {
+        return toRecord(await coordination.readNamespacedLease({ namespace, name }));
+      } catch (err) {
+        if (statusOf(err) === 404) return undefined;
+        throw err;
+      }
+    },
+    async createLease(namespace, name, lease) {
+      try {
+        await coordination.createNamespacedLease({ namespace, body: toLease(namespace, name, lease) });
+        return true;
+      } catch (err) {
+        if (statusOf(err) === 409) return false;
+        throw err;
+      }
+    },
+    async replaceLease(namespace, name, lease) {
+      try {
+        await coordination.replaceNamespacedLease({ namespace, name, body: toLease(namespace, name, lease) });
+        return true;
+      } catch (err) {
+        if (statusOf(err) === 409) return false;
+        throw err;
+      }
+    },
+  };
+}

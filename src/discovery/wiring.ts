@@ -1,0 +1,18 @@
+/** What the composition root needs from either discovery mode. */
+import { type EndpointSource } from '../core/types.js';
+import { type ModelCatalog } from '../registry/registry.js';
+
+export interface DiscoveryWiring {
+  endpoints: EndpointSource;
+  catalog(): ModelCatalog;
+  /** Names of every pool, for the ready-endpoints gauge. */
+  poolNames(): string[];
+  /** Why the router is not ready yet; empty when discovery has synced. */
+  notReadyReasons(): string[];
+  /** Health of each watch (Kubernetes mode; empty otherwise). */
+  watches(): Array<{ kind: string; namespace: string; up: boolean; lastSyncAt: number | undefined }>;
+  /** Whether this replica writes CRD status (Kubernetes mode with leader election). */
+  isLeader(): boolean;
+  start(): void;
+  stop(): Promise<void>;
+}
