@@ -174,15 +174,16 @@ export function buildApp(deps: AppDeps): { api: express.Express; admin: express.
 
   /** A pool of the deployment that serves `kind` and has a ready endpoint, chosen by target weight. */
   function choosePool(catalog: ModelCatalog, deployment: Deployment, kind: InferenceKind, asked: string): PoolSpec {
-    const capable = deployment.targets
+    const known = deployment.targets
       .map((target) => ({ weight: target.weight, pool: catalog.pool(target.pool) }))
-      .filter((t): t is { weight: number; pool: PoolSpec } => t.pool !== undefined && supports(t.pool, kind));
-    if (capable.length === 0) {
+      .filter((t): t is { weight: number; pool: PoolSpec } => t.pool !== undefined);
+    const capable = known.filter((t) => supports(t.pool, kind));
+    if (known.length > 0 && capable.length === 0) {
       const serves = kind === 'chat' ? 'embeddings' : 'chat completions';
       throw new RouterError('MODEL_CAPABILITY_MISMATCH', `The model \`${asked}\` does not serve ${kind === 'chat' ? 'chat completions' : 'embeddings'}; it serves ${serves}.`, { param: 'model' });
     }
-    const ready = capable.filter((t) => deps.endpoints.snapshot(t.pool.name).length > 0);
-    const chosen = pickWeighted(ready, random);
+    // No target pool exists (yet, or any more), or none has a ready replica: both are "try later".
+    const chosen = pickWeighted(capable.filter((t) => deps.endpoints.snapshot(t.pool.name).length > 0), random);
     if (!chosen) {
       throw new RouterError('NO_READY_REPLICA', `The model \`${asked}\` has no ready replica right now; retry shortly.`, { retryAfterSeconds: retryAfter });
     }

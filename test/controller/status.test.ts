@@ -1,0 +1,87 @@
+import { describe, expect, it } from '@jest/globals';
+import { canonical, deploymentStatus, poolStatus } from '../../src/controller/status.js';
+import { type Deployment } from '../../src/core/types.js';
+import { type DeploymentView, type PoolView } from '../../src/discovery/kubernetes/kubernetes-discovery.js';
+import { Registry } from '../../src/registry/registry.js';
+
+const t0 = new Date('2026-11-21T10:00:00.123Z');
+const t1 = new Date('2026-11-21T10:05:00Z');
+
+function pool(ready: number, replicas: number, status?: unknown, problem?: string): PoolView {
+  return {
+    key: 'models/llama', namespace: 'models', name: 'llama', generation: 4, replicas, readyReplicas: ready,
+    ...(problem ? { problem } : { spec: { name: 'models/llama', engine: 'vllm', servedModelName: 'm', capabilities: ['chat'] }, service: { name: 'llama-svc', port: 'http' } }),
+    object: { metadata: { namespace: 'models', name: 'llama', generation: 4 }, status },
+  };
+}
+
+function deployment(name: string, created: number, model: string, aliases: string[], pools: string[]): DeploymentView {
+  const dep: Deployment = { id: name, model, aliases, targets: pools.map((p) => ({ pool: `models/${p}`, weight: 100 })), created };
+  return { key: `models/${name}`, namespace: 'models', name, generation: 2, deployment: dep, object: { metadata: { namespace: 'models', name, generation: 2 } } };
+}
+
+describe('poolStatus', () => {
+  it('reports replicas, ready replicas, generation and Accepted/Ready conditions', () => {
+    expect(poolStatus(pool(2, 3), t0)).toEqual({
+      replicas: 3,
+      readyReplicas: 2,
+      observedGeneration: 4,
+      conditions: [
+        { type: 'Accepted', status: 'True', reason: 'Accepted', message: 'The pool spec is valid.', observedGeneration: 4, lastTransitionTime: '2026-11-21T10:00:00Z' },
+        { type: 'Ready', status: 'True', reason: 'EndpointsReady', message: '2 of 3 endpoints of Service llama-svc are routable.', observedGeneration: 4, lastTransitionTime: '2026-11-21T10:00:00Z' },
+      ],
+    });
+  });
+
+  it('says why a pool is not ready, and why it is not accepted', () => {
+    expect(poolStatus(pool(0, 2), t0).conditions[1]).toMatchObject({ status: 'False', reason: 'NoReadyEndpoints' });
+    expect(poolStatus(pool(0, 0), t0).conditions[1]).toMatchObject({ status: 'False', reason: 'NoEndpoints' });
+    expect(poolStatus(pool(0, 0, undefined, 'spec.servedModelName is required'), t0).conditions[0]).toMatchObject({ status: 'False', reason: 'InvalidSpec', message: 'spec.servedModelName is required' });
+  });
+
+  it('keeps lastTransitionTime while a condition keeps its status, and moves it when the status flips', () => {
+    const first = poolStatus(pool(2, 2), t0);
+    const same = poolStatus(pool(1, 2, first), t1);
+    expect(same.conditions[1]?.lastTransitionTime).toBe('2026-11-21T10:00:00Z');
+    const flipped = poolStatus(pool(0, 2, first), t1);
+    expect(flipped.conditions[1]?.lastTransitionTime).toBe('2026-11-21T10:05:00Z');
+    expect(canonical(poolStatus(pool(2, 2, first), t1))).toBe(canonical(first));
+  });
+});
+
+describe('deploymentStatus', () => {
+  const pools = [{ name: 'models/llama', engine: 'vllm' as const, servedModelName: 'm', capabilities: ['chat' as const] }];
+
+  it('accepts a deployment whose pools exist and that keeps all its names', () => {
+    const view = deployment('llama-prod', 100, 'llama', ['default'], ['llama']);
+    const registry = new Registry(pools, [view.deployment!]);
+    const status = deploymentStatus(view, registry, new Map([[view.deployment!, view]]), t0);
+    expect(status.observedGeneration).toBe(2);
+    expect(status.conditions.map((c) => [c.type, c.status, c.reason])).toEqual([['Accepted', 'True', 'Accepted'], ['Conflicted', 'False', 'NoConflict']]);
+  });
+
+  it('does not accept a deployment targeting a pool missing from its namespace', () => {
+    const view = deployment('llama-prod', 100, 'llama', [], ['llama', 'gone']);
+    const registry = new Registry(pools, [view.deployment!]);
+    const accepted = deploymentStatus(view, registry, new Map(), t0).conditions[0];
+    expect(accepted).toMatchObject({ status: 'False', reason: 'PoolNotFound', message: 'No ModelPool named "gone" in namespace models.' });
+  });
+
+  it('marks the younger of two deployments claiming an alias as Conflicted, naming the holder', () => {
+    const older = deployment('older', 100, 'llama-a', ['default'], ['llama']);
+    const younger = deployment('younger', 200, 'llama-b', ['default'], ['llama']);
+    const registry = new Registry(pools, [younger.deployment!, older.deployment!]);
+    const views = new Map([[older.deployment!, older], [younger.deployment!, younger]]);
+    expect(deploymentStatus(older, registry, views, t0).conditions[1]).toMatchObject({ status: 'False' });
+    expect(deploymentStatus(younger, registry, views, t0).conditions[1]).toMatchObject({
+      status: 'True',
+      reason: 'NameConflict',
+      message: '"default" is held by ModelDeployment models/older (the oldest object keeps a name).',
+    });
+  });
+
+  it('reports an invalid spec', () => {
+    const view: DeploymentView = { key: 'models/x', namespace: 'models', name: 'x', generation: 1, problem: 'spec.model is required', object: {} };
+    expect(deploymentStatus(view, new Registry([], []), new Map(), t0).conditions[0]).toMatchObject({ status: 'False', reason: 'InvalidSpec', message: 'spec.model is required' });
+  });
+});

@@ -1,0 +1,54 @@
+import { describe, expect, it } from '@jest/globals';
+import { parseModelDeployment, parseModelPool } from '../../../src/discovery/kubernetes/crd.js';
+
+const meta = { namespace: 'models', name: 'llama', generation: 3, creationTimestamp: '2026-01-02T03:04:05Z' };
+
+describe('parseModelPool', () => {
+  it('applies the schema defaults and keys the pool by namespace/name', () => {
+    const pool = parseModelPool({ metadata: meta, spec: { service: { name: 'llama-svc', port: 'http' }, servedModelName: 'meta/llama' } });
+    expect(pool).toEqual({
+      key: 'models/llama',
+      namespace: 'models',
+      name: 'llama',
+      generation: 3,
+      spec: { name: 'models/llama', engine: 'vllm', servedModelName: 'meta/llama', capabilities: ['chat'] },
+      service: { name: 'llama-svc', port: 'http' },
+    });
+  });
+
+  it.each([
+    [{}, 'spec is missing'],
+    [{ spec: { servedModelName: 'm' } }, 'spec.service.name is required'],
+    [{ spec: { service: { name: 's', port: 70000 }, servedModelName: 'm' } }, 'spec.service.port'],
+    [{ spec: { service: { name: 's' } } }, 'spec.servedModelName is required'],
+    [{ spec: { service: { name: 's' }, servedModelName: 'm', engine: 'triton' } }, 'spec.engine'],
+    [{ spec: { service: { name: 's' }, servedModelName: 'm', capabilities: [] } }, 'spec.capabilities'],
+  ])('reports %j as unusable: %s', (obj, problem) => {
+    const parsed = parseModelPool({ metadata: meta, ...obj });
+    expect(parsed.problem).toContain(problem);
+    expect(parsed.spec).toBeUndefined();
+  });
+});
+
+describe('parseModelDeployment', () => {
+  it('uses the object name as deployment ID, targets pools in its own namespace and its age', () => {
+    const parsed = parseModelDeployment({ metadata: meta, spec: { model: 'llama-3', aliases: ['default', 'default'], targets: [{ pool: 'a' }, { pool: 'b', weight: 5 }] } });
+    expect(parsed.deployment).toEqual({
+      id: 'llama',
+      model: 'llama-3',
+      aliases: ['default'],
+      targets: [{ pool: 'models/a', weight: 100 }, { pool: 'models/b', weight: 5 }],
+      created: Date.parse('2026-01-02T03:04:05Z') / 1000,
+    });
+  });
+
+  it.each([
+    [{ spec: { targets: [{ pool: 'a' }] } }, 'spec.model is required'],
+    [{ spec: { model: 'm', targets: [] } }, 'spec.targets needs at least one pool'],
+    [{ spec: { model: 'm', targets: [{ weight: 1 }] } }, 'spec.targets[0].pool is required'],
+    [{ spec: { model: 'm', targets: [{ pool: 'a', weight: -1 }] } }, 'spec.targets[0].weight'],
+    [{ spec: { model: 'm', aliases: [3], targets: [{ pool: 'a' }] } }, 'spec.aliases'],
+  ])('reports %j as unusable: %s', (obj, problem) => {
+    expect(parseModelDeployment({ metadata: meta, ...obj }).problem).toContain(problem);
+  });
+});
