@@ -2,15 +2,17 @@
  * The Kubernetes API as modelgate uses it: informers for the three watched kinds, status writes for
  * the two CRDs, and Leases. The only module that talks to @kubernetes/client-node's clients.
  */
+import { setTimeout as delay } from 'node:timers/promises';
 import {
   ApiException,
   CoordinationV1Api,
   CustomObjectsApi,
   DiscoveryV1Api,
   KubeConfig,
-  makeInformer,
+  ListWatch,
   PatchStrategy,
   setHeaderOptions,
+  Watch,
   type Informer,
   type KubernetesListObject,
   type KubernetesObject,
@@ -112,7 +114,11 @@ export function createKubeApi(kubeconfigPath: string | undefined): KubeApi {
 
   return {
     informer(kind, namespace) {
-      return makeInformer(kc, path(kind, namespace), list(kind, namespace), kind === 'endpointslices' ? SERVICE_NAME_LABEL : undefined);
+      // What makeInformer builds, plus an unref'd reconnect delay: client-node's stop() does not cancel
+      // a pending delay, and its default timer would hold the process open for up to 30 s.
+      return new ListWatch(path(kind, namespace), new Watch(kc), list(kind, namespace), false, kind === 'endpointslices' ? SERVICE_NAME_LABEL : undefined, undefined, {
+        delayFn: (ms) => delay(ms, undefined, { ref: false }),
+      });
     },
     async patchStatus(kind, namespace, name, status) {
       await custom.patchNamespacedCustomObjectStatus({ group: CRD_GROUP, version: CRD_VERSION, namespace, plural: kind, name, body: { status } }, mergePatch);

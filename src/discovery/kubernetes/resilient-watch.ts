@@ -8,6 +8,10 @@
  *   one once it has synced, so an object whose DELETE event was lost (a "ghost") cannot outlive one
  *   resync interval;
  * - while the API server is unreachable, the last synced cache keeps serving and the state says so.
+ *
+ * client-node quirks this relies on: `start()` resolves (never rejects) on these failures, after the
+ * `error` event; `stop()` itself emits an `error`; and a stopped informer may still open one more watch
+ * after a pending reconnect delay, so events count only from the informer that is active.
  */
 import { type Scheduler } from '../../core/clock.js';
 
@@ -102,6 +106,8 @@ export class ResilientWatch<T> {
     informer.on('update', onObject('update'));
     informer.on('delete', onObject('delete'));
     informer.on('error', (err?: unknown) => {
+      // client-node also reports its own stop() as an error: ignore whatever comes after we stop
+      if (this.stopped) return;
       if (this.active === informer) this.runningFailed(err);
       else startError ??= { err };
     });

@@ -28,7 +28,7 @@ describe('poolEndpoints', () => {
     ['ready and terminating (publishNotReadyAddresses)', { ready: true, serving: true, terminating: true }, 0],
     ['without conditions (the API says: ready)', undefined, 1],
   ])('counts a pod that is %s as routable %i times', (_name, conditions, ready) => {
-    const result = poolEndpoints('p', 'http', [slice([pod('a', '10.0.0.1', conditions as SliceEndpoint['conditions'])])]);
+    const result = poolEndpoints('p', 'http', [slice([pod('a', '10.0.0.1', conditions)])]);
     expect(result.ready).toHaveLength(ready);
     expect(result.total).toBe(1);
   });

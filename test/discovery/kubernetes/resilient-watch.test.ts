@@ -13,7 +13,9 @@ class ScriptedInformer implements InformerLike<string> {
     public objects: string[],
     private readonly outcome: Outcome,
   ) {}
-  on(verb: string, cb: (arg?: never) => void): void {
+  on(verb: 'add' | 'update' | 'delete', cb: (obj: string) => void): void;
+  on(verb: 'error', cb: (err?: unknown) => void): void;
+  on(verb: string, cb: ((obj: string) => void) | ((err?: unknown) => void)): void {
     const list = this.handlers.get(verb) ?? [];
     list.push(cb as (arg?: unknown) => void);
     this.handlers.set(verb, list);
