@@ -1,0 +1,228 @@
+/**
+ * The router in Kubernetes mode against a fake API server speaking the real protocol to the real
+ * client-node, with simulator pods on loopback. Every change is observed through real requests to the
+ * router within BOUND_MS (the resync interval here is 0.5 s; watch events usually land in milliseconds).
+ */
+import { afterEach, describe, expect, it } from '@jest/globals';
+import { type RunningRouter } from '../../../src/main.js';
+import { FakeKubeApi } from '../../helpers/fake-kube-api.js';
+import { rawRequest } from '../../helpers/http.js';
+import { endpointSlice, eventually, modelDeployment, modelPool, only, servedBy, startKubeRouter, startPods, type Pod } from '../../helpers/kube-env.js';
+import { KEY, type TestRouter } from '../../helpers/router.js';
+
+const BOUND_MS = 5000;
+const cleanups: Array<() => Promise<unknown>> = [];
+afterEach(async () => {
+  for (const cleanup of cleanups.splice(0).reverse()) await cleanup();
+});
+
+async function cluster(podNames: string[], options: Parameters<typeof startKubeRouter>[1] = {}): Promise<{ fake: FakeKubeApi; pods: Pod[]; gateway: TestRouter<RunningRouter> }> {
+  const fake = await FakeKubeApi.start();
+  cleanups.push(() => fake.close());
+  const pods = await startPods(podNames);
+  cleanups.push(() => Promise.all(pods.map((p) => p.sim.close())));
+  fake.apply('modelpools', modelPool('llama', 'llama'));
+  fake.apply('modeldeployments', modelDeployment('llama-prod', 'llama-3', ['default'], [{ pool: 'llama' }]));
+  fake.apply('endpointslices', endpointSlice('llama-abc', 'llama', pods.map((pod) => ({ pod }))));
+  const gateway = await startKubeRouter(fake, options);
+  cleanups.splice(2, 0, () => gateway.close()); // close the router before the fake and the pods
+  await eventually(() => readyz(gateway.router), (s) => s === 200, 'the router to become ready', BOUND_MS);
+  return { fake, pods, gateway };
+}
+
+const readyz = (router: RunningRouter): Promise<number> => rawRequest(`${router.adminUrl}/readyz`).then((r) => r.status);
+const served = (router: RunningRouter, model = 'default'): Promise<Map<string, number>> => servedBy(router, model);
+const noFailures = (counts: Map<string, number>): boolean => [...counts.keys()].every((k) => !k.startsWith('status'));
+
+describe('Kubernetes mode: discovery', () => {
+  it('routes a ModelDeployment’s names to the ready pods of its pool’s Service', async () => {
+    const { gateway } = await cluster(['pod-a', 'pod-b']);
+    const counts = await eventually(() => served(gateway.router), (c) => only(c, 'pod-a', 'pod-b'), 'both pods to serve', BOUND_MS);
+    expect(noFailures(counts)).toBe(true);
+    for (const name of ['llama-prod', 'llama-3', 'default']) expect(only(await served(gateway.router, name), 'pod-a', 'pod-b') || (await served(gateway.router, name)).size > 0).toBe(true);
+    const models = await rawRequest(`${gateway.router.apiUrl}/v1/models`, { headers: { authorization: `Bearer ${KEY}` } });
+    expect((JSON.parse(models.body) as { data: Array<{ id: string }> }).data.map((m) => m.id).sort()).toEqual(['default', 'llama-3', 'llama-prod']);
+  });
+
+  it('scales up and down with the EndpointSlice', async () => {
+    const { fake, pods, gateway } = await cluster(['pod-a', 'pod-b']);
+    const [extra] = await startPods(['pod-c'], pods[0]!.port);
+    cleanups.push(() => extra!.sim.close());
+    fake.apply('endpointslices', endpointSlice('llama-abc', 'llama', [...pods, extra!].map((pod) => ({ pod }))));
+    await eventually(() => served(gateway.router), (c) => only(c, 'pod-a', 'pod-b', 'pod-c'), 'the new pod to take traffic', BOUND_MS);
+    fake.apply('endpointslices', endpointSlice('llama-abc', 'llama', [{ pod: extra! }]));
+    await eventually(() => served(gateway.router), (c) => only(c, 'pod-c'), 'removed pods to get no traffic', BOUND_MS);
+  });
+
+  it('stops sending to a pod that goes NotReady, and to one that is terminating', async () => {
+    const { fake, pods, gateway } = await cluster(['pod-a', 'pod-b', 'pod-c']);
+    const [a, b, c] = pods;
+    fake.apply('endpointslices', endpointSlice('llama-abc', 'llama', [{ pod: a! }, { pod: b!, ready: false }, { pod: c!, terminating: true }]));
+    await eventually(() => served(gateway.router), (counts) => only(counts, 'pod-a'), 'only the ready, non-terminating pod to serve', BOUND_MS);
+  });
+
+  it('follows a pod to its new IP', async () => {
+    const { fake, pods, gateway } = await cluster(['pod-a', 'pod-b']);
+    const [moved] = await startPods(['pod-b-moved'], pods[0]!.port);
+    cleanups.push(() => moved!.sim.close());
+    await pods[1]!.sim.close(); // the old address is gone
+    fake.apply('endpointslices', endpointSlice('llama-abc', 'llama', [{ pod: pods[0]! }, { pod: pods[1]!, ip: moved!.ip }]));
+    await eventually(() => served(gateway.router), (c) => only(c, 'pod-a', 'pod-b-moved'), 'traffic to the pod’s new address only', BOUND_MS);
+  });
+
+  it('joins the slices of one Service and ignores a same-named Service in another namespace', async () => {
+    const { fake, pods, gateway } = await cluster(['pod-a', 'pod-b']);
+    fake.apply('endpointslices', endpointSlice('llama-abc', 'llama', [{ pod: pods[0]! }]));
+    fake.apply('endpointslices', endpointSlice('llama-def', 'llama', [{ pod: pods[1]! }]));
+    fake.apply('endpointslices', endpointSlice('llama-xyz', 'llama', [{ pod: pods[1]! }], { namespace: 'elsewhere' }));
+    await eventually(() => served(gateway.router), (c) => only(c, 'pod-a', 'pod-b'), 'both slices to serve', BOUND_MS);
+    fake.remove('endpointslices', 'models', 'llama-def');
+    await eventually(() => served(gateway.router), (c) => only(c, 'pod-a'), 'the other namespace’s slice not to count', BOUND_MS);
+  });
+});
+
+describe('Kubernetes mode: watch failures', () => {
+  it('removes a ghost whose DELETE event was lost, at the next full relist', async () => {
+    const { fake, pods, gateway } = await cluster(['pod-a', 'pod-b']);
+    fake.apply('endpointslices', endpointSlice('llama-abc', 'llama', [{ pod: pods[0]! }]));
+    fake.apply('endpointslices', endpointSlice('llama-def', 'llama', [{ pod: pods[1]! }]));
+    await eventually(() => served(gateway.router), (c) => only(c, 'pod-a', 'pod-b'), 'both pods', BOUND_MS);
+    fake.remove('endpointslices', 'models', 'llama-def', { silent: true });
+    await pods[1]!.sim.close(); // a request routed to the ghost would fail
+    await eventually(() => served(gateway.router), (c) => only(c, 'pod-a'), 'the ghost to be dropped', BOUND_MS);
+  });
+
+  it('relists after 410 Gone and sees what happened meanwhile', async () => {
+    const { fake, pods, gateway } = await cluster(['pod-a', 'pod-b']);
+    fake.setDown(true);
+    fake.apply('endpointslices', endpointSlice('llama-abc', 'llama', [{ pod: pods[1]! }]));
+    fake.compact();
+    fake.setDown(false);
+    await eventually(() => served(gateway.router), (c) => only(c, 'pod-b'), 'the change made during the outage', BOUND_MS);
+  });
+
+  it('restarts a watch that failed with 5xx and carries on', async () => {
+    const { fake, pods, gateway } = await cluster(['pod-a', 'pod-b']);
+    fake.failNext(3, 503, { watch: true });
+    fake.dropWatches();
+    fake.apply('endpointslices', endpointSlice('llama-abc', 'llama', [{ pod: pods[0]! }]));
+    await eventually(() => served(gateway.router), (c) => only(c, 'pod-a'), 'the change after the 5xx', BOUND_MS);
+    await eventually(() => rawRequest(`${gateway.router.adminUrl}/metrics`).then((r) => r.body), (m) => /modelgate_discovery_watch_restarts_total\{kind="endpointslices",namespace="models"\} [1-9]/.test(m), 'the restart to be counted', BOUND_MS);
+  });
+
+  it('keeps serving the last known endpoints while the API server is down, says so, and recovers', async () => {
+    const { fake, pods, gateway } = await cluster(['pod-a', 'pod-b']);
+    fake.setDown(true);
+    const metrics = (): Promise<string> => rawRequest(`${gateway.router.adminUrl}/metrics`).then((r) => r.body);
+    await eventually(metrics, (m) => m.includes('modelgate_discovery_watch_up{kind="endpointslices",namespace="models"} 0'), 'the watch to be reported down', BOUND_MS);
+    const during = await served(gateway.router);
+    expect(only(during, 'pod-a', 'pod-b')).toBe(true);
+    expect(await readyz(gateway.router)).toBe(200);
+    expect(gateway.logs.join('')).toContain('serving the last known state');
+    fake.setDown(false);
+    fake.apply('endpointslices', endpointSlice('llama-abc', 'llama', [{ pod: pods[0]! }]));
+    await eventually(() => served(gateway.router), (c) => only(c, 'pod-a'), 'changes after the outage', BOUND_MS);
+    await eventually(metrics, (m) => m.includes('modelgate_discovery_watch_up{kind="endpointslices",namespace="models"} 1'), 'the watch to be reported up', BOUND_MS);
+  });
+
+  it('works through a slow API server', async () => {
+    const { fake, pods, gateway } = await cluster(['pod-a', 'pod-b']);
+    fake.latencyMs = 150;
+    fake.apply('endpointslices', endpointSlice('llama-abc', 'llama', [{ pod: pods[1]! }]));
+    await eventually(() => served(gateway.router), (c) => only(c, 'pod-b'), 'the change through a slow API', BOUND_MS);
+  });
+});
+
+describe('Kubernetes mode: readiness', () => {
+  it('is not ready until every watch has synced; liveness never depends on the API', async () => {
+    const fake = await FakeKubeApi.start();
+    cleanups.push(() => fake.close());
+    fake.setDown(true);
+    const gateway = await startKubeRouter(fake);
+    cleanups.push(() => gateway.close());
+    const res = await rawRequest(`${gateway.router.adminUrl}/readyz`);
+    expect(res.status).toBe(503);
+    expect(res.body).toContain('has not synced');
+    expect((await rawRequest(`${gateway.router.adminUrl}/livez`)).status).toBe(200);
+    fake.setDown(false);
+    await eventually(() => readyz(gateway.router), (s) => s === 200, 'readiness after the first sync', BOUND_MS);
+  });
+});
+
+describe('Kubernetes mode: live CRD edits', () => {
+  it('picks up an added alias, a changed weight, and a removed pool', async () => {
+    const { fake, pods, gateway } = await cluster(['pod-a', 'pod-b']);
+    fake.apply('endpointslices', endpointSlice('llama-abc', 'llama', [{ pod: pods[0]! }]));
+    fake.apply('endpointslices', endpointSlice('canary-abc', 'canary', [{ pod: pods[1]! }]));
+    fake.apply('modelpools', modelPool('canary', 'canary'));
+    fake.apply('modeldeployments', modelDeployment('llama-prod', 'llama-3', ['default', 'fresh'], [{ pool: 'llama', weight: 100 }, { pool: 'canary', weight: 0 }]));
+    await eventually(() => served(gateway.router, 'fresh'), (c) => only(c, 'pod-a'), 'the new alias, all weight on the first pool', BOUND_MS);
+    fake.apply('modeldeployments', modelDeployment('llama-prod', 'llama-3', ['default', 'fresh'], [{ pool: 'llama', weight: 0 }, { pool: 'canary', weight: 100 }]));
+    await eventually(() => served(gateway.router, 'fresh'), (c) => only(c, 'pod-b'), 'the weight moved to the canary pool', BOUND_MS);
+    fake.remove('modelpools', 'models', 'canary');
+    await eventually(() => served(gateway.router, 'fresh'), (c) => only(c, 'status 503'), '503 once the only weighted pool is gone', BOUND_MS);
+    fake.remove('modeldeployments', 'models', 'llama-prod');
+    await eventually(() => served(gateway.router, 'fresh'), (c) => only(c, 'status 404'), '404 once the deployment is gone', BOUND_MS);
+  });
+});
+
+describe('Kubernetes mode: status and conflicts', () => {
+  it('writes pool and deployment status with observedGeneration, and marks the younger of two conflicting deployments', async () => {
+    const { fake, pods, gateway } = await cluster(['pod-a', 'pod-b']);
+    fake.apply('endpointslices', endpointSlice('llama-abc', 'llama', [{ pod: pods[0]! }, { pod: pods[1]!, ready: false }]));
+    fake.apply('endpointslices', endpointSlice('embed-abc', 'embed', [{ pod: pods[1]! }]));
+    fake.apply('modelpools', modelPool('embed', 'embed'));
+    fake.apply('modeldeployments', modelDeployment('older', 'older-model', ['shared'], [{ pool: 'llama' }], { created: '2026-01-01T00:00:00Z' }));
+    fake.apply('modeldeployments', modelDeployment('younger', 'younger-model', ['shared'], [{ pool: 'embed' }], { created: '2026-06-01T00:00:00Z' }));
+    fake.apply('modeldeployments', modelDeployment('orphan', 'orphan-model', [], [{ pool: 'missing' }]));
+    fake.apply('modeldeployments', modelDeployment('cross-ns', 'cross-model', [], [{ pool: 'llama' }], { namespace: 'other' }));
+
+    type Status = { readyReplicas?: number; replicas?: number; observedGeneration?: number; conditions?: Array<{ type: string; status: string; reason: string }> };
+    const status = (kind: 'modelpools' | 'modeldeployments', name: string, ns = 'models'): Status => (fake.get(kind, ns, name)?.status ?? {});
+    const condition = (s: Status, type: string): string | undefined => s.conditions?.find((c) => c.type === type)?.status;
+
+    await eventually(() => status('modelpools', 'llama'), (s) => s.readyReplicas === 1 && s.replicas === 2, 'pool status 1 of 2 ready', BOUND_MS);
+    const pool = status('modelpools', 'llama');
+    expect(pool.observedGeneration).toBe(fake.get('modelpools', 'models', 'llama')?.metadata.generation);
+    expect(condition(pool, 'Ready')).toBe('True');
+    expect(condition(pool, 'Accepted')).toBe('True');
+
+    await eventually(() => status('modeldeployments', 'younger'), (s) => condition(s, 'Conflicted') === 'True', 'the younger deployment to be Conflicted', BOUND_MS);
+    await eventually(() => status('modeldeployments', 'older'), (s) => condition(s, 'Conflicted') === 'False' && condition(s, 'Accepted') === 'True', 'the older one to keep its names', BOUND_MS);
+    await eventually(() => status('modeldeployments', 'orphan'), (s) => s.conditions?.find((c) => c.type === 'Accepted')?.reason === 'PoolNotFound', 'Accepted=False for a missing pool', BOUND_MS);
+    // the router watches only "models": a deployment elsewhere is not its business
+    expect(status('modeldeployments', 'cross-ns', 'other')).toEqual({});
+    // the contested alias reaches the older deployment (pod-a), the younger keeps its own model name
+    expect(only(await served(gateway.router, 'shared'), 'pod-a')).toBe(true);
+    expect(only(await served(gateway.router, 'younger-model'), 'pod-b')).toBe(true);
+    const writes = fake.statusWrites.length;
+    await new Promise((resolve) => setTimeout(resolve, 1200)); // two resyncs: nothing changed, nothing written
+    expect(fake.statusWrites.length).toBe(writes);
+  });
+
+  it('lets a deployment target only pools in its own namespace (watching all namespaces)', async () => {
+    const { fake, gateway } = await cluster(['pod-a'], { namespaces: [] });
+    fake.apply('modeldeployments', modelDeployment('cross', 'cross-model', [], [{ pool: 'llama' }], { namespace: 'other' }));
+    await eventually(() => fake.get('modeldeployments', 'other', 'cross')?.status as { conditions?: Array<{ type: string; reason: string }> } | undefined, (s) => s?.conditions?.some((c) => c.type === 'Accepted' && c.reason === 'PoolNotFound') ?? false, 'Accepted=False across namespaces', BOUND_MS);
+    expect(only(await served(gateway.router, 'cross-model'), 'status 503')).toBe(true);
+    expect(only(await served(gateway.router, 'default'), 'pod-a')).toBe(true);
+  });
+});
+
+describe('Kubernetes mode: leader election', () => {
+  it('has one replica write status, and another take over when it stops', async () => {
+    const { fake, pods, gateway } = await cluster(['pod-a'], { token: 'router-0', identity: 'router-0' });
+    const second = await startKubeRouter(fake, { token: 'router-1', identity: 'router-1' });
+    cleanups.splice(2, 0, () => second.close());
+    await eventually(() => served(second.router), (c) => only(c, 'pod-a'), 'the second router to route too', BOUND_MS);
+    await eventually(() => fake.statusWrites.length, (n) => n > 0, 'a status write', BOUND_MS);
+    fake.apply('endpointslices', endpointSlice('llama-abc', 'llama', [{ pod: pods[0]!, ready: false }]));
+    await eventually(() => (fake.get('modelpools', 'models', 'llama')?.status as { readyReplicas?: number }).readyReplicas, (n) => n === 0, 'the status update', BOUND_MS);
+    expect(new Set(fake.statusWrites.map((w) => w.token))).toEqual(new Set(['router-0']));
+
+    await gateway.close();
+    fake.apply('endpointslices', endpointSlice('llama-abc', 'llama', [{ pod: pods[0]! }]));
+    await eventually(() => (fake.get('modelpools', 'models', 'llama')?.status as { readyReplicas?: number }).readyReplicas, (n) => n === 1, 'the other replica to write status', BOUND_MS);
+    expect(fake.statusWrites.at(-1)?.token).toBe('router-1');
+  });
+});
