@@ -70,7 +70,9 @@ async function runSim(args: string[]): Promise<void> {
 async function runServe(args: string[]): Promise<void> {
   const { config: file } = flags(args, { config: { type: 'string' } });
   const router = await startRouter(loadConfig(file, process.env));
-  onSignals(() => router.close());
+  onSignals(async () => {
+    await router.shutdown();
+  });
 }
 
 /** `modelgate validate`: the config and its keys file, checked without starting anything. */

@@ -8,7 +8,7 @@ import { type AddressInfo } from 'node:net';
 import { pino, type Logger } from 'pino';
 import { KeyStore } from './auth/key-store.js';
 import { InFlight } from './balancer/in-flight.js';
-import { systemClock, systemScheduler, type Clock } from './core/clock.js';
+import { systemClock, systemScheduler, systemSleep, type Clock } from './core/clock.js';
 import { ConfigError } from './config/load.js';
 import { KubernetesController } from './controller/kubernetes-controller.js';
 import { LeaderElector } from './controller/leader-election.js';
@@ -19,8 +19,14 @@ import { type Deployment, type PoolSpec } from './core/types.js';
 import { type Config } from './config/schema.js';
 import { StaticEndpoints } from './discovery/static.js';
 import { RouterMetrics } from './metrics/metrics.js';
+import { ExchangeRunner } from './proxy/exchange.js';
 import { Forwarder } from './proxy/forwarder.js';
+import { AdmissionQueues } from './resilience/admission.js';
+import { BreakerRegistry } from './resilience/breaker.js';
+import { HealthChecker } from './resilience/health-checker.js';
+import { EndpointPicker } from './resilience/picker.js';
 import { Registry } from './registry/registry.js';
+import { mergeResilience } from './resilience/settings.js';
 import { buildApp } from './server/app.js';
 
 export interface RouterOptions {
@@ -37,6 +43,11 @@ export interface Router {
   admin: Express;
   inFlight: InFlight;
   keys: KeyStore;
+  breakers: BreakerRegistry;
+  /** Fails /readyz and asks every client to close its connection after its response. */
+  beginShutdown(): void;
+  /** Requests received and not yet answered in full. */
+  activeRequests(): number;
   /** Marks the router as stopping (readiness fails) and releases what it holds. */
   close(): Promise<void>;
 }
@@ -45,7 +56,14 @@ export interface RunningRouter extends Router {
   /** e.g. http://127.0.0.1:8080 */
   apiUrl: string;
   adminUrl: string;
+  /** Stops at once, cutting open connections. */
   close(): Promise<void>;
+  /**
+   * The SIGTERM path: fail /readyz, keep accepting for `server.shutdownDelayMs` (while endpoints
+   * controllers take the pod out of Services), then refuse new connections and give in-flight
+   * requests and streams up to `server.gracePeriodMs` to finish before cutting what is left.
+   */
+  shutdown(): Promise<{ cut: number }>;
 }
 
 export function createLogger(level: Config['log']['level']): Logger {
@@ -78,6 +96,7 @@ function poolsOf(config: Config): PoolSpec[] {
     engine: p.engine,
     servedModelName: p.servedModelName,
     capabilities: p.capabilities,
+    resilience: mergeResilience(config.resilience, p.resilience),
     ...(p.backendKey ? { backendKey: p.backendKey } : {}),
   }));
 }
@@ -88,11 +107,12 @@ function deploymentsOf(config: Config, created: number): Deployment[] {
 
 function staticDiscovery(config: Config, created: number): DiscoveryWiring {
   const endpoints = new StaticEndpoints(config.pools);
-  const registry = new Registry(poolsOf(config), deploymentsOf(config, created));
+  const pools = poolsOf(config);
+  const registry = new Registry(pools, deploymentsOf(config, created));
   return {
     endpoints,
     catalog: () => registry,
-    poolNames: () => config.pools.map((p) => p.name),
+    pools: () => pools,
     notReadyReasons: () => (endpoints.hasSynced() ? [] : ['discovery has not synced']),
     watches: () => [],
     isLeader: () => false,
@@ -112,6 +132,7 @@ function kubernetesDiscovery(config: Config, logger: Logger, metrics: () => Rout
   const wasUp = new Map<string, boolean>();
   const discovery = new KubernetesDiscovery(api, {
     namespaces: d.namespaces,
+    resilience: config.resilience,
     resyncIntervalMs: d.resyncIntervalMs,
     backoff: d.restartBackoffMs,
     scheduler: systemScheduler,
@@ -153,7 +174,7 @@ function kubernetesDiscovery(config: Config, logger: Logger, metrics: () => Rout
   return {
     endpoints: discovery,
     catalog: () => controller.catalog(),
-    poolNames: () => discovery.state().pools.map((p) => p.key),
+    pools: () => discovery.state().pools.flatMap((p) => (p.spec ? [p.spec] : [])),
     notReadyReasons: () =>
       discovery
         .watchStates()
@@ -185,7 +206,7 @@ export async function createRouter(config: Config, options: RouterOptions = {}):
   const metrics = new RouterMetrics(
     {
       inFlight: () => [...inFlight.byEndpoint()],
-      readyEndpoints: () => discovery.poolNames().map((pool) => ({ pool, count: discovery.endpoints.snapshot(pool).length })),
+      readyEndpoints: () => discovery.pools().map((pool) => ({ pool: pool.name, count: discovery.endpoints.snapshot(pool.name).length })),
       ...(config.discovery.mode === 'kubernetes' ? { watches: () => discovery.watches(), leader: () => discovery.isLeader() } : {}),
     },
     { processMetrics: options.processMetrics ?? true },
@@ -199,14 +220,38 @@ export async function createRouter(config: Config, options: RouterOptions = {}):
   });
   await keys.load();
   const agent = new http.Agent({ keepAlive: true, maxSockets: Infinity, maxFreeSockets: 1024, scheduling: 'lifo' });
+  const breakers = new BreakerRegistry((pool, endpoint, state) => {
+    logger[state === 'open' ? 'warn' : 'info']({ pool, endpoint, state }, `circuit breaker ${state}`);
+  });
+  const admission = new AdmissionQueues(systemScheduler, () => clock.now(), {
+    onDequeued: (pool, ms, result) => metrics.recordQueueWait(pool, ms / 1000, result),
+    onRejected: (pool, reason) => metrics.recordRejected(pool, reason),
+  });
+  const health = new HealthChecker({
+    endpoints: discovery.endpoints,
+    pools: () => discovery.pools(),
+    scheduler: systemScheduler,
+    now: () => clock.now(),
+    onChange: (pool, endpoint, healthy) => logger[healthy ? 'info' : 'warn']({ pool, endpoint }, healthy ? 'health check passes again: endpoint back in rotation' : 'health check failing: endpoint ejected'),
+  });
+  const picker = new EndpointPicker({ endpoints: discovery.endpoints, inFlight, breakers, health, admission, random });
+  const exchange = new ExchangeRunner({
+    forwarder: new Forwarder(agent, clock),
+    picker,
+    clock,
+    sleep: systemSleep,
+    random,
+    events: { onAttempt: (pool, endpoint, outcome) => metrics.recordAttempt(pool, endpoint, outcome), onRetry: (pool, reason) => metrics.recordRetry(pool, reason) },
+  });
+  metrics.observeResilience({ breakers: () => breakers.states(), queues: () => admission.depths() });
   let stopping = false;
-  const { api, admin } = buildApp({
+  const app = buildApp({
     maxBodyBytes: config.server.maxBodyBytes,
+    maxJsonDepth: config.server.maxJsonDepth,
     keys,
     catalog: () => discovery.catalog(),
     endpoints: discovery.endpoints,
-    inFlight,
-    forwarder: new Forwarder(agent),
+    exchange,
     metrics,
     logger,
     clock,
@@ -214,17 +259,30 @@ export async function createRouter(config: Config, options: RouterOptions = {}):
     random,
   });
   discovery.start();
+  health.start();
   keys.watch(config.auth.reloadIntervalMs);
+  // Breakers of endpoints that are gone (pods replaced) are dropped with their timers.
+  const pruner = setInterval(() => breakers.retain(new Set(discovery.pools().flatMap((p) => discovery.endpoints.snapshot(p.name).map((e) => e.id)))), 60_000);
+  pruner.unref();
   return {
-    api,
-    admin,
+    api: app.api,
+    admin: app.admin,
     inFlight,
     keys,
+    breakers,
     logger,
+    beginShutdown() {
+      stopping = true;
+      app.closeConnections();
+    },
+    activeRequests: () => app.activeRequests(),
     async close() {
       stopping = true;
+      clearInterval(pruner);
       keys.close();
+      health.stop();
       await discovery.stop();
+      breakers.shutdown();
       agent.destroy();
     },
   };
@@ -233,7 +291,20 @@ export async function createRouter(config: Config, options: RouterOptions = {}):
 /** Builds a router and starts its API and admin servers. */
 export async function startRouter(config: Config, options: RouterOptions = {}): Promise<RunningRouter> {
   const router = await createRouter(config, options);
-  const apiServer = http.createServer({ noDelay: true, keepAlive: true }, router.api);
+  // Slowloris guards: a client gets headersTimeoutMs to send its headers and requestTimeoutMs for its
+  // whole request. Node enforces both only when it checks, every connectionsCheckingInterval (30 s by
+  // default), so the check runs at least as often as the headers timeout.
+  const apiServer = http.createServer(
+    {
+      noDelay: true,
+      keepAlive: true,
+      headersTimeout: config.server.headersTimeoutMs,
+      requestTimeout: config.server.requestTimeoutMs,
+      keepAliveTimeout: config.server.keepAliveTimeoutMs,
+      connectionsCheckingInterval: Math.min(1_000, config.server.headersTimeoutMs),
+    },
+    router.api,
+  );
   const adminServer = http.createServer(router.admin);
   try {
     const apiUrl = await listen(apiServer, config.server.port, config.server.host);
@@ -245,7 +316,25 @@ export async function startRouter(config: Config, options: RouterOptions = {}): 
       adminUrl,
       async close() {
         await router.close();
+        apiServer.closeAllConnections();
         await Promise.all([closeServer(apiServer), closeServer(adminServer)]);
+      },
+      async shutdown() {
+        const { shutdownDelayMs, gracePeriodMs } = config.server;
+        router.beginShutdown();
+        router.logger.info({ shutdownDelayMs, gracePeriodMs }, 'shutting down: readiness failed, draining');
+        await systemSleep(shutdownDelayMs);
+        const closed = closeServer(apiServer); // no new connections; idle keep-alive ones close now
+        const deadline = Date.now() + gracePeriodMs;
+        while (router.activeRequests() > 0 && Date.now() < deadline) await systemSleep(20);
+        const cut = router.activeRequests();
+        if (cut > 0) router.logger.warn({ cut }, 'grace period over: cutting the requests still open');
+        apiServer.closeAllConnections();
+        await closed;
+        await router.close();
+        await closeServer(adminServer);
+        router.logger.info({ cut }, 'shut down');
+        return { cut };
       },
     };
   } catch (err) {

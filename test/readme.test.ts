@@ -4,6 +4,7 @@ import { readFileSync } from 'node:fs';
 import { configSchema } from '../src/config/schema.js';
 import { ERROR_CODES } from '../src/core/errors.js';
 import { SIM_FLAGS } from '../src/sim/options.js';
+import { RESILIENCE_DEFAULTS, resilienceOverridesSchema } from '../src/resilience/settings.js';
 
 const readme = readFileSync(new URL('../README.md', import.meta.url), 'utf8');
 const kebab = (key: string): string => key.replace(/[A-Z]/g, (c) => '-' + c.toLowerCase());
@@ -28,7 +29,8 @@ describe('README', () => {
     const walk = (schema: { properties?: Record<string, unknown>; items?: unknown }, prefix: string): void => {
       for (const [name, child] of Object.entries(schema.properties ?? {})) {
         const sub = child as { properties?: Record<string, unknown>; items?: { properties?: Record<string, unknown> } };
-        if (sub.properties) walk(sub, `${prefix}${name}.`);
+        if (child === resilienceOverridesSchema) paths.push(`${prefix}${name}`); // its fields have their own table
+        else if (sub.properties) walk(sub, `${prefix}${name}.`);
         else if (sub.items?.properties && prefix === '') walk(sub.items, `${prefix}${name}[].`);
         else paths.push(`${prefix}${name}`);
       }
@@ -36,6 +38,20 @@ describe('README', () => {
     walk(configSchema, '');
     expect(paths.length).toBeGreaterThan(15);
     for (const path of paths) expect(table).toContain(`\`${path}\``);
+  });
+
+  it('lists every resilience default with the value in RESILIENCE_DEFAULTS', () => {
+    const table = readme.split('<!-- resilience-defaults:start -->')[1]?.split('<!-- resilience-defaults:end -->')[0] ?? '';
+    const leaves: Array<[string, unknown]> = [];
+    const walk = (value: object, prefix: string): void => {
+      for (const [k, v] of Object.entries(value)) {
+        if (typeof v === 'object' && v !== null) walk(v as object, `${prefix}${k}.`);
+        else leaves.push([`${prefix}${k}`, v]);
+      }
+    };
+    walk(RESILIENCE_DEFAULTS, '');
+    expect(leaves.length).toBeGreaterThan(15);
+    for (const [path, value] of leaves) expect(table).toContain(`| \`${path}\` | \`${String(value)}\` |`);
   });
 
   it('lists every error code the router can answer with', () => {

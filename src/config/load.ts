@@ -8,6 +8,7 @@ import { hostname } from 'node:os';
 import { dirname, resolve } from 'node:path';
 import { parseDocument } from 'yaml';
 import { describeSchemaErrors, type SchemaError } from '../core/schema-errors.js';
+import { mergeResilience, RESILIENCE_DEFAULTS, type ResilienceOverrides } from '../resilience/settings.js';
 import { configSchema, type Config, type EndpointConfig } from './schema.js';
 
 export class ConfigError extends Error {
@@ -89,10 +90,14 @@ export function buildConfig(data: unknown, baseDir: string, env: NodeJS.ProcessE
     throw new ConfigError(described.slice(0, 3).map((d) => d.message).join('; ') || 'invalid config');
   }
   const config = copy as Config;
+  config.resilience = mergeResilience(RESILIENCE_DEFAULTS, (copy as { resilience?: ResilienceOverrides }).resilience);
   for (const pool of config.pools) {
     pool.endpoints = (pool.endpoints as Array<string | Partial<EndpointConfig>>).map((ep) => (typeof ep === 'string' ? { url: ep, weight: 1 } : { url: ep.url ?? '', weight: ep.weight ?? 1 }));
   }
   crossCheck(config);
+  if (config.server.headersTimeoutMs > config.server.requestTimeoutMs) {
+    throw new ConfigError('must not exceed server.requestTimeoutMs', 'server.headersTimeoutMs');
+  }
   const discovery = config.discovery;
   if (discovery.mode === 'kubernetes' && (config.pools.length > 0 || config.deployments.length > 0)) {
     throw new ConfigError('in kubernetes mode pools and deployments come from ModelPool and ModelDeployment objects; remove them from the config', config.pools.length > 0 ? 'pools' : 'deployments');

@@ -3,6 +3,7 @@
  * the README quotes them, and unknown fields are errors (`additionalProperties: false`).
  */
 import { CAPABILITIES, ENGINES, type Capability, type Engine } from '../core/types.js';
+import { resilienceOverridesSchema, type ResilienceOverrides, type ResilienceSettings } from '../resilience/settings.js';
 
 export const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
 export type LogLevel = (typeof LOG_LEVELS)[number];
@@ -21,6 +22,8 @@ export interface PoolConfig {
   /** File holding the key sent upstream; read at load into {@link PoolConfig.backendKey}. */
   backendKeyFile?: string;
   backendKey?: string;
+  /** This pool's overrides of the config-wide `resilience` block. */
+  resilience?: ResilienceOverrides;
 }
 
 export interface DeploymentConfig {
@@ -45,12 +48,31 @@ export interface DiscoveryConfig {
   identity: string;
 }
 
+export interface ServerConfig {
+  host: string;
+  port: number;
+  maxBodyBytes: number;
+  /** Deepest JSON nesting accepted in a request body. */
+  maxJsonDepth: number;
+  /** Slowloris guards: time to receive the headers, and the whole request. */
+  headersTimeoutMs: number;
+  requestTimeoutMs: number;
+  /** Idle keep-alive connections are closed after this (longer than a load balancer's idle timeout). */
+  keepAliveTimeoutMs: number;
+  /** On SIGTERM: time between failing /readyz and refusing new connections. */
+  shutdownDelayMs: number;
+  /** On SIGTERM: time in-flight requests and streams get to finish before they are cut. */
+  gracePeriodMs: number;
+}
+
 export interface Config {
-  server: { host: string; port: number; maxBodyBytes: number };
+  server: ServerConfig;
   admin: { host: string; port: number };
   log: { level: LogLevel };
   auth: { keysFile: string; reloadIntervalMs: number };
   discovery: DiscoveryConfig;
+  /** Resilience for every pool (RESILIENCE_DEFAULTS, overridden by the config's `resilience` block). */
+  resilience: ResilienceSettings;
   pools: PoolConfig[];
   deployments: DeploymentConfig[];
 }
@@ -71,6 +93,12 @@ export const configSchema = {
         host: { type: 'string', default: '0.0.0.0' },
         port: { ...port, default: 8080 },
         maxBodyBytes: { type: 'integer', minimum: 1024, default: 10 * 1024 * 1024 },
+        maxJsonDepth: { type: 'integer', minimum: 4, maximum: 1000, default: 64 },
+        headersTimeoutMs: { type: 'integer', minimum: 100, default: 15_000 },
+        requestTimeoutMs: { type: 'integer', minimum: 100, default: 60_000 },
+        keepAliveTimeoutMs: { type: 'integer', minimum: 100, default: 65_000 },
+        shutdownDelayMs: { type: 'integer', minimum: 0, default: 5_000 },
+        gracePeriodMs: { type: 'integer', minimum: 0, default: 30_000 },
       },
     },
     admin: {
@@ -127,6 +155,7 @@ export const configSchema = {
         identity: { type: 'string', minLength: 1 },
       },
     },
+    resilience: resilienceOverridesSchema,
     pools: {
       type: 'array',
       default: [],
@@ -156,6 +185,7 @@ export const configSchema = {
             },
           },
           backendKeyFile: { type: 'string', minLength: 1 },
+          resilience: resilienceOverridesSchema,
         },
       },
     },

@@ -15,9 +15,12 @@ export const ERROR_CODES = {
   METHOD_NOT_ALLOWED: { status: 405, type: 'invalid_request_error' },
   REQUEST_TOO_LARGE: { status: 413, type: 'invalid_request_error' },
   UNSUPPORTED_MEDIA_TYPE: { status: 415, type: 'invalid_request_error' },
+  QUEUE_FULL: { status: 429, type: 'rate_limit_error' },
+  QUEUE_TIMEOUT: { status: 429, type: 'rate_limit_error' },
   UPSTREAM_CONNECTION_FAILED: { status: 502, type: 'server_error' },
   UPSTREAM_AUTH_FAILED: { status: 502, type: 'server_error' },
   NO_READY_REPLICA: { status: 503, type: 'server_error' },
+  UPSTREAM_TIMEOUT: { status: 504, type: 'server_error' },
   INTERNAL_ERROR: { status: 500, type: 'server_error' },
 } as const satisfies Record<string, { status: number; type: string }>;
 

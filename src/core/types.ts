@@ -6,6 +6,53 @@ export type Capability = 'chat' | 'embeddings';
 export const ENGINES: readonly Engine[] = ['vllm', 'sglang', 'tgi', 'tei', 'llamacpp', 'openai'];
 export const CAPABILITIES: readonly Capability[] = ['chat', 'embeddings'];
 
+/** A pool's timeouts, retries, breaker, admission and health checks (defaults: resilience/settings.ts). */
+export interface ResilienceSettings {
+  timeouts: {
+    /** TCP connect to the engine. */
+    connectMs: number;
+    /** Request sent → first byte of the response body (a stuck prefill). Bounds a whole non-streamed generation. */
+    firstByteMs: number;
+    /** Longest silence between two chunks of a response once it started. */
+    idleMs: number;
+    /** Whole exchange, all attempts included. */
+    totalMs: number;
+  };
+  retries: {
+    /** Extra attempts after the first; 0 disables retries. */
+    maxRetries: number;
+    initialBackoffMs: number;
+    maxBackoffMs: number;
+    /** An engine asking (Retry-After) for longer than this is not retried: its answer goes to the client. */
+    maxRetryAfterMs: number;
+  };
+  breaker: {
+    /** Consecutive failures (connection errors, 5xx, timeouts) that open an endpoint's breaker. */
+    failureThreshold: number;
+    /** How long an open breaker rejects before letting one probe request through. */
+    cooldownMs: number;
+    /** Successes after the probe before a single failure stops re-opening it at once. */
+    closeAfterSuccesses: number;
+  };
+  /** Requests at once per replica; 0 means no limit (and no queue). */
+  maxConcurrencyPerReplica: number;
+  queue: {
+    /** Requests that may wait for a free replica; beyond that 429. */
+    maxSize: number;
+    /** Longest wait in the queue before 429. */
+    timeoutMs: number;
+  };
+  healthCheck: {
+    enabled: boolean;
+    /** Defaults to the engine's health path (`/health` for vLLM, SGLang, TGI, TEI and llama.cpp). */
+    path?: string;
+    intervalMs: number;
+    timeoutMs: number;
+    unhealthyThreshold: number;
+    healthyThreshold: number;
+  };
+}
+
 /** A group of interchangeable replicas serving one model. */
 export interface PoolSpec {
   name: string;
@@ -15,6 +62,8 @@ export interface PoolSpec {
   capabilities: readonly Capability[];
   /** Sent upstream as `Authorization: Bearer …` instead of the client's key. */
   backendKey?: string;
+  /** Timeouts, retries, breaker, admission and health checks, fully resolved. */
+  resilience: ResilienceSettings;
 }
 
 /** One replica that can take traffic right now. */

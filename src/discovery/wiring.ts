@@ -1,12 +1,12 @@
 /** What the composition root needs from either discovery mode. */
-import { type EndpointSource } from '../core/types.js';
+import { type EndpointSource, type PoolSpec } from '../core/types.js';
 import { type ModelCatalog } from '../registry/registry.js';
 
 export interface DiscoveryWiring {
   endpoints: EndpointSource;
   catalog(): ModelCatalog;
-  /** Names of every pool, for the ready-endpoints gauge. */
-  poolNames(): string[];
+  /** Every usable pool (health checks, breaker pruning, the ready-endpoints gauge). */
+  pools(): readonly PoolSpec[];
   /** Why the router is not ready yet; empty when discovery has synced. */
   notReadyReasons(): string[];
   /** Health of each watch (Kubernetes mode; empty otherwise). */

@@ -29,6 +29,10 @@ export class RouterMetrics {
   private readonly discoveryEvents: Counter<'kind' | 'type'>;
   private readonly watchRestarts: Counter<'kind' | 'namespace'>;
   private readonly statusWrites: Counter<'kind' | 'result'>;
+  private readonly attempts: Counter<'pool' | 'endpoint' | 'outcome'>;
+  private readonly retries: Counter<'pool' | 'reason'>;
+  private readonly queueWait: Histogram<'pool' | 'result'>;
+  private readonly rejected: Counter<'pool' | 'reason'>;
 
   constructor(sources: MetricSources, options: { processMetrics?: boolean } = {}) {
     const registers = [this.registry];
@@ -89,6 +93,31 @@ export class RouterMetrics {
       labelNames: ['kind', 'result'],
       registers,
     });
+    this.attempts = new Counter({
+      name: 'modelgate_upstream_attempts_total',
+      help: 'Attempts to forward a request to an endpoint, by outcome (committed, upstream_<status>, connect, reset, first_byte_timeout, …).',
+      labelNames: ['pool', 'endpoint', 'outcome'],
+      registers,
+    });
+    this.retries = new Counter({
+      name: 'modelgate_retries_total',
+      help: 'Requests retried on another endpoint, by the reason the attempt before failed.',
+      labelNames: ['pool', 'reason'],
+      registers,
+    });
+    this.queueWait = new Histogram({
+      name: 'modelgate_queue_wait_seconds',
+      help: 'Time requests waited in a pool\'s admission queue, by how the wait ended (admitted, timeout, abandoned).',
+      labelNames: ['pool', 'result'],
+      buckets: [0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60],
+      registers,
+    });
+    this.rejected = new Counter({
+      name: 'modelgate_rejected_requests_total',
+      help: 'Requests turned away by admission control, by reason (queue_full, queue_timeout).',
+      labelNames: ['pool', 'reason'],
+      registers,
+    });
     if (sources.watches) {
       const watches = sources.watches.bind(sources);
       new Gauge({
@@ -141,6 +170,51 @@ export class RouterMetrics {
 
   recordWatchRestart(kind: string, namespace: string): void {
     this.watchRestarts.inc({ kind, namespace });
+  }
+
+  recordAttempt(pool: string, endpoint: string, outcome: string): void {
+    this.attempts.inc({ pool, endpoint, outcome });
+  }
+
+  recordRetry(pool: string, reason: string): void {
+    this.retries.inc({ pool, reason });
+  }
+
+  recordQueueWait(pool: string, seconds: number, result: string): void {
+    this.queueWait.observe({ pool, result }, seconds);
+  }
+
+  recordRejected(pool: string, reason: string): void {
+    this.rejected.inc({ pool, reason });
+  }
+
+  /** Gauges read from the resilience layer at scrape time (registered once). */
+  observeResilience(sources: {
+    breakers: () => Iterable<{ pool: string; endpoint: string; state: 'closed' | 'open' | 'half-open' }>;
+    queues: () => Iterable<{ pool: string; depth: number }>;
+  }): void {
+    const registers = [this.registry];
+    const code = { closed: 0, 'half-open': 1, open: 2 } as const;
+    new Gauge({
+      name: 'modelgate_breaker_state',
+      help: 'Circuit breaker of each endpoint: 0 closed, 1 half-open, 2 open.',
+      labelNames: ['pool', 'endpoint'],
+      registers,
+      collect() {
+        this.reset();
+        for (const b of sources.breakers()) this.set({ pool: b.pool, endpoint: b.endpoint }, code[b.state]);
+      },
+    });
+    new Gauge({
+      name: 'modelgate_queue_depth',
+      help: 'Requests waiting in each pool\'s admission queue.',
+      labelNames: ['pool'],
+      registers,
+      collect() {
+        this.reset();
+        for (const q of sources.queues()) this.set({ pool: q.pool }, q.depth);
+      },
+    });
   }
 
   recordStatusWrite(kind: string, ok: boolean): void {

@@ -1,70 +1,95 @@
 /**
- * Forwards one exchange to one endpoint. http-proxy-middleware carries the request leg (target per
- * exchange, keep-alive agent, header copy, the client's disconnect aborting the upstream request);
- * the response leg is ours (`selfHandleResponse`): 2xx bodies and SSE streams pass through chunk by
- * chunk as they arrive, with backpressure; non-2xx bodies are normalised into the OpenAI envelope.
+ * One attempt to forward a request to one endpoint. http-proxy-middleware carries the request leg
+ * (target per attempt, keep-alive agent, header copy, the client's disconnect aborting the upstream
+ * request); the response leg is ours (`selfHandleResponse`):
+ *
+ * - nothing reaches the client until the engine sends the first byte of its response body: until then
+ *   the attempt can still fail cleanly (connection error, reset, timeout, an error status) and the
+ *   caller may retry it elsewhere. vLLM sends a stream's 200 and headers before the prefill, so the
+ *   headers alone commit nothing;
+ * - from the first byte on, the response is relayed chunk by chunk as it arrives, with backpressure;
+ *   if the engine breaks, stalls past the idle timeout or the deadline passes, a stream ends with a
+ *   final `data: {"error": …}` event and `data: [DONE]`, so a cut answer never looks finished;
+ * - non-2xx answers are read (bounded) and returned normalised, for the caller to retry or pass on.
  */
 import { type Agent, type ClientRequest, type IncomingMessage, type ServerResponse } from 'node:http';
 import { createProxyMiddleware, type RequestHandler } from 'http-proxy-middleware';
-import { RouterError, toErrorResponse, type ErrorEnvelope } from '../core/errors.js';
+import { systemScheduler, type Clock, type Scheduler } from '../core/clock.js';
+import { type ErrorEnvelope } from '../core/errors.js';
 import { type Endpoint } from '../core/types.js';
 import { clientResponseHeaders, retryHeaders } from './headers.js';
-import { MAX_ERROR_BODY_BYTES, normaliseUpstreamError } from './upstream-errors.js';
+import { SseTap, type SseEvent } from './sse-tap.js';
+import { MAX_ERROR_BODY_BYTES, normaliseUpstreamError, type NormalisedError } from './upstream-errors.js';
 
-export interface Exchange {
+export interface AttemptSpec {
   endpoint: Endpoint;
-  /** The body to send upstream. */
   body: Buffer;
   requestId: string;
-  /** Called once, when the client's response has closed (finished or not). */
-  onClose: (outcome: ExchangeOutcome) => void;
+  timeouts: { connectMs: number; firstByteMs: number; idleMs: number };
+  /** Monotonic ms (the injected clock) by which the whole exchange must have ended. */
+  deadline: number;
+  /** Sees each SSE event of a committed stream as it passes (token accounting). */
+  onEvent?: (event: SseEvent) => void;
 }
 
-export interface ExchangeOutcome {
-  /** Status the engine answered with, if it answered. */
-  upstreamStatus: number | undefined;
-  /** Status the client got (0 if nothing was sent). */
-  status: number;
-  /** The client's response did not finish: the client left, or the stream broke. */
-  incomplete: boolean;
-  /** Why the exchange failed, as an error code, if it did. */
-  failure: string | undefined;
-  /** Body bytes relayed from the engine. */
-  bytes: number;
+export type FailureReason = 'connect' | 'connect_timeout' | 'reset' | 'first_byte_timeout' | 'deadline';
+export type StreamEnd = 'complete' | 'client_gone' | 'upstream_broken' | 'idle_timeout' | 'deadline';
+
+export type AttemptResult =
+  /** The first byte went to the client; `done` settles when the response has ended. */
+  | { kind: 'committed'; status: number; done: Promise<{ end: StreamEnd; bytes: number }> }
+  /** The engine answered with an error status (body read, nothing sent yet). */
+  | { kind: 'upstream_error'; status: number; error: NormalisedError; headers: Record<string, string>; retryAfterMs: number | undefined }
+  /** No usable answer (nothing sent yet). */
+  | { kind: 'failed'; reason: FailureReason; detail: string }
+  | { kind: 'client_gone' };
+
+interface Attempt {
+  spec: AttemptSpec;
+  /** A fresh URL per attempt, so http-proxy's error events can be told apart by their target. */
+  target: URL;
+  settled: boolean;
+  resolve: (result: AttemptResult) => void;
+  proxyReq?: ClientRequest;
+  timer?: unknown;
 }
 
-type Phase = 'connecting' | 'responding' | 'failed';
+const streamError = (code: string, message: string): string =>
+  `data: ${JSON.stringify({ error: { message, type: 'server_error', param: null, code } } satisfies ErrorEnvelope)}\n\ndata: [DONE]\n\n`;
 
-interface State {
-  exchange: Exchange;
-  phase: Phase;
-  upstreamStatus: number | undefined;
-  failure: string | undefined;
-  bytes: number;
-}
-
-const STREAM_BROKEN = JSON.stringify({
-  error: { message: 'The model server closed the stream before it finished.', type: 'server_error', param: null, code: 'upstream_stream_broken' },
-} satisfies ErrorEnvelope);
-
-function writeJson(res: ServerResponse, status: number, body: unknown, headers: Record<string, string>): void {
-  if (res.headersSent || res.destroyed) return;
-  const text = JSON.stringify(body);
-  res.writeHead(status, { ...headers, 'content-type': 'application/json', 'content-length': Buffer.byteLength(text) });
-  res.end(text);
-}
+const END_MESSAGES: Record<Exclude<StreamEnd, 'complete' | 'client_gone'>, [string, string]> = {
+  upstream_broken: ['upstream_stream_broken', 'The model server closed the stream before it finished.'],
+  idle_timeout: ['upstream_timeout', 'The model server stopped sending for longer than the idle timeout.'],
+  deadline: ['upstream_timeout', 'The request ran past its total timeout.'],
+};
 
 function isEventStream(contentType: string | undefined): boolean {
   return contentType?.toLowerCase().startsWith('text/event-stream') ?? false;
 }
 
+/** Retry-After (seconds or HTTP date) or retry-after-ms, in ms. */
+export function retryAfterMs(headers: IncomingMessage['headers'], now = Date.now()): number | undefined {
+  const ms = Number(headers['retry-after-ms']);
+  if (headers['retry-after-ms'] !== undefined && Number.isFinite(ms) && ms >= 0) return ms;
+  const raw = headers['retry-after'];
+  if (typeof raw !== 'string') return undefined;
+  const seconds = Number(raw);
+  if (raw.trim() !== '' && Number.isFinite(seconds) && seconds >= 0) return seconds * 1000;
+  const date = Date.parse(raw);
+  return Number.isFinite(date) ? Math.max(0, date - now) : undefined;
+}
+
 export class Forwarder {
-  private readonly states = new WeakMap<IncomingMessage, State>();
+  private readonly attempts = new WeakMap<IncomingMessage, Attempt>();
   private readonly proxy: RequestHandler;
 
-  constructor(agent: Agent) {
+  constructor(
+    agent: Agent,
+    private readonly clock: Clock,
+    private readonly scheduler: Scheduler = systemScheduler,
+  ) {
     this.proxy = createProxyMiddleware({
-      router: (req) => this.state(req).exchange.endpoint.url,
+      router: (req) => this.current(req).target,
       changeOrigin: true,
       xfwd: true,
       selfHandleResponse: true,
@@ -72,110 +97,205 @@ export class Forwarder {
       ejectPlugins: true,
       plugins: [
         (server) => {
-          server.on('proxyReq', (proxyReq, req) => this.writeBody(proxyReq, req));
-          server.on('proxyRes', (proxyRes, req, res) => this.relay(proxyRes, req, res));
-          server.on('error', (err, req, res) => {
-            if (req && res && 'writeHead' in res) this.connectFailed(err, req, res);
+          server.on('proxyReq', (proxyReq, req) => this.started(proxyReq, req));
+          server.on('proxyRes', (proxyRes, req, res) => this.responded(proxyRes, req, res));
+          server.on('error', (err, req, _res, target) => {
+            if (req) this.errored(err, req, target);
           });
-          // The client left and the upstream request was torn down with it: nothing to answer.
-          server.on('econnreset', () => undefined);
+          // The client left and the upstream request was torn down with it.
+          server.on('econnreset', (_err, req) => this.settle(this.attempts.get(req), { kind: 'client_gone' }));
         },
       ],
     });
   }
 
-  /** Starts the exchange. The request headers must already be prepared for the upstream. */
-  forward(req: IncomingMessage, res: ServerResponse, exchange: Exchange): void {
-    const state: State = { exchange, phase: 'connecting', upstreamStatus: undefined, failure: undefined, bytes: 0 };
-    this.states.set(req, state);
-    res.once('close', () =>
-      exchange.onClose({
-        upstreamStatus: state.upstreamStatus,
-        status: res.headersSent ? res.statusCode : 0,
-        incomplete: !res.writableFinished,
-        failure: state.failure,
-        bytes: state.bytes,
-      }),
-    );
-    void this.proxy(req, res, (err) => {
-      if (err) this.connectFailed(err as Error, req, res);
+  /** Runs one attempt. The request headers must already be prepared for the upstream. */
+  attempt(req: IncomingMessage, res: ServerResponse, spec: AttemptSpec): Promise<AttemptResult> {
+    if (res.destroyed || res.writableEnded) return Promise.resolve({ kind: 'client_gone' });
+    return new Promise<AttemptResult>((resolve) => {
+      const attempt: Attempt = { spec, target: new URL(spec.endpoint.url), settled: false, resolve };
+      this.attempts.set(req, attempt);
+      const onClose = (): void => this.fail(attempt, { kind: 'client_gone' });
+      res.once('close', onClose);
+      attempt.resolve = (result) => {
+        res.off('close', onClose);
+        resolve(result);
+      };
+      this.arm(attempt, Math.min(spec.timeouts.firstByteMs, spec.deadline - this.clock.now()), () => this.firstByteTimeout(attempt));
+      void this.proxy(req, res, (err) => {
+        if (err) this.fail(attempt, { kind: 'failed', reason: 'connect', detail: (err as Error).message });
+      });
     });
   }
 
-  private state(req: IncomingMessage): State {
-    const state = this.states.get(req);
-    if (!state) throw new Error('forwarder: request has no exchange');
-    return state;
+  private current(req: IncomingMessage): Attempt {
+    const attempt = this.attempts.get(req);
+    if (!attempt) throw new Error('forwarder: request has no attempt');
+    return attempt;
   }
 
-  private writeBody(proxyReq: ClientRequest, req: IncomingMessage): void {
-    const { body } = this.state(req).exchange;
-    proxyReq.setHeader('content-length', body.length);
-    proxyReq.write(body);
+  private firstByteTimeout(attempt: Attempt): void {
+    const deadline = this.clock.now() >= attempt.spec.deadline;
+    this.fail(attempt, { kind: 'failed', reason: deadline ? 'deadline' : 'first_byte_timeout', detail: deadline ? 'total timeout' : `no response within ${attempt.spec.timeouts.firstByteMs} ms` });
   }
 
-  private connectFailed(err: Error, req: IncomingMessage, res: ServerResponse): void {
-    const state = this.states.get(req);
-    if (!state || state.phase !== 'connecting') return;
-    state.phase = 'failed';
-    state.failure = 'upstream_connection_failed';
+  /** Settles the attempt (once) and tears its upstream request down. */
+  private fail(attempt: Attempt, result: AttemptResult): void {
+    if (attempt.settled) return;
+    attempt.proxyReq?.destroy();
+    this.settle(attempt, result);
+  }
+
+  private settle(attempt: Attempt | undefined, result: AttemptResult): void {
+    if (!attempt || attempt.settled) return;
+    attempt.settled = true;
+    this.disarm(attempt);
+    attempt.resolve(result);
+  }
+
+  private arm(attempt: Attempt, ms: number, onTimeout: () => void): void {
+    this.disarm(attempt);
+    attempt.timer = this.scheduler.setTimeout(onTimeout, Math.max(0, ms));
+  }
+
+  private disarm(attempt: Attempt): void {
+    if (attempt.timer !== undefined) this.scheduler.clearTimeout(attempt.timer);
+    attempt.timer = undefined;
+  }
+
+  private started(proxyReq: ClientRequest, req: IncomingMessage): void {
+    const attempt = this.attempts.get(req);
+    if (!attempt || attempt.settled) {
+      proxyReq.destroy();
+      return;
+    }
+    attempt.proxyReq = proxyReq;
+    const socket = proxyReq.socket;
+    if (socket?.connecting) {
+      const timer = this.scheduler.setTimeout(() => this.fail(attempt, { kind: 'failed', reason: 'connect_timeout', detail: `no connection within ${attempt.spec.timeouts.connectMs} ms` }), attempt.spec.timeouts.connectMs);
+      socket.once('connect', () => this.scheduler.clearTimeout(timer));
+      socket.once('close', () => this.scheduler.clearTimeout(timer));
+    }
+    proxyReq.setHeader('content-length', attempt.spec.body.length);
+    proxyReq.write(attempt.spec.body);
+  }
+
+  private errored(err: Error, req: IncomingMessage, target: unknown): void {
+    const attempt = this.attempts.get(req);
+    // A late error of an earlier attempt (torn down on purpose) carries that attempt's target.
+    if (!attempt || attempt.settled || (target !== undefined && target !== attempt.target)) return;
     const code = (err as NodeJS.ErrnoException).code;
-    const failure = new RouterError('UPSTREAM_CONNECTION_FAILED', `The model server could not be reached${code ? ` (${code})` : ''}.`, { cause: err });
-    const { status, headers, body } = toErrorResponse(failure);
-    writeJson(res, status, body, headers);
+    const reused = attempt.proxyReq?.reusedSocket === true;
+    const reason: FailureReason = code === 'ECONNREFUSED' || code === 'EHOSTUNREACH' || code === 'ENOTFOUND' ? 'connect' : 'reset';
+    this.settle(attempt, { kind: 'failed', reason, detail: `${code ?? err.message}${reused ? ' on a reused connection' : ''}` });
   }
 
-  private relay(proxyRes: IncomingMessage, req: IncomingMessage, res: ServerResponse): void {
-    const state = this.state(req);
-    state.phase = 'responding';
-    const status = proxyRes.statusCode ?? 502;
-    state.upstreamStatus = status;
-    if (res.destroyed || res.writableEnded) {
+  private responded(proxyRes: IncomingMessage, req: IncomingMessage, res: ServerResponse): void {
+    const attempt = this.attempts.get(req);
+    if (!attempt || attempt.settled) {
       proxyRes.destroy();
       return;
     }
-    if (status < 200 || status >= 300) {
-      this.relayError(proxyRes, status, state, res);
-      return;
-    }
-    res.writeHead(status, clientResponseHeaders(proxyRes.headers, state.exchange.requestId));
+    const ours = new Set<(...args: never[]) => void>();
+    const on = (event: string, listener: (...args: never[]) => void): void => {
+      ours.add(listener);
+      proxyRes.on(event, listener as (...args: unknown[]) => void);
+    };
+    // http-proxy adds, right after this handler, listeners that destroy the client response when the
+    // engine's response closes early. That would forbid a retry (and the final SSE error event): this
+    // attempt owns the upstream response, so they are taken off before any event can fire.
+    queueMicrotask(() => {
+      for (const event of ['close', 'error']) for (const l of proxyRes.listeners(event)) if (!ours.has(l as never)) proxyRes.off(event, l as (...args: unknown[]) => void);
+    });
+    on('error', () => undefined); // 'close' below decides
+    const status = proxyRes.statusCode ?? 502;
+    if (status < 200 || status >= 300) this.readError(attempt, proxyRes, status, on);
+    else this.relay(attempt, proxyRes, res, status, on);
+  }
+
+  private readError(attempt: Attempt, proxyRes: IncomingMessage, status: number, on: (event: string, l: (...args: never[]) => void) => void): void {
+    const chunks: Buffer[] = [];
+    let size = 0;
+    this.arm(attempt, Math.min(attempt.spec.timeouts.idleMs, attempt.spec.deadline - this.clock.now()), () => this.fail(attempt, { kind: 'failed', reason: 'reset', detail: 'error body stalled' }));
+    on('data', ((chunk: Buffer) => {
+      if (size >= MAX_ERROR_BODY_BYTES) return;
+      chunks.push(chunk);
+      size += chunk.length;
+    }));
+    on('end', () => {
+      this.settle(attempt, {
+        kind: 'upstream_error',
+        status,
+        error: normaliseUpstreamError(status, Buffer.concat(chunks).subarray(0, MAX_ERROR_BODY_BYTES)),
+        headers: retryHeaders(proxyRes.headers),
+        retryAfterMs: retryAfterMs(proxyRes.headers),
+      });
+    });
+    on('close', () => {
+      if (!proxyRes.complete) this.settle(attempt, { kind: 'failed', reason: 'reset', detail: 'the connection closed while the error body was read' });
+    });
+  }
+
+  private relay(attempt: Attempt, proxyRes: IncomingMessage, res: ServerResponse, status: number, on: (event: string, l: (...args: never[]) => void) => void): void {
+    const { spec } = attempt;
     const stream = isEventStream(proxyRes.headers['content-type']);
-    if (stream) res.flushHeaders();
-    proxyRes.on('data', (chunk: Buffer) => {
-      state.bytes += chunk.length;
+    const tap = stream ? new SseTap() : undefined;
+    let bytes = 0;
+    let committed = false;
+    let finish: (end: StreamEnd) => void = () => undefined;
+    const done = new Promise<{ end: StreamEnd; bytes: number }>((resolve) => {
+      let ended = false;
+      finish = (end) => {
+        if (ended) return;
+        ended = true;
+        this.disarm(attempt);
+        resolve({ end, bytes });
+      };
+    });
+    const idle = (): void =>
+      this.arm(attempt, Math.min(spec.timeouts.idleMs, spec.deadline - this.clock.now()), () => {
+        endBroken(this.clock.now() >= spec.deadline ? 'deadline' : 'idle_timeout');
+        proxyRes.destroy();
+      });
+    const endBroken = (end: Exclude<StreamEnd, 'complete' | 'client_gone'>): void => {
+      if (!res.writableEnded && !res.destroyed) {
+        if (stream && tap) {
+          const [code, message] = END_MESSAGES[end];
+          res.end(tap.separator() + streamError(code, message));
+        } else res.destroy(); // a JSON body cut short must not look complete
+      }
+      finish(end);
+    };
+    const commit = (): void => {
+      committed = true;
+      res.writeHead(status, clientResponseHeaders(proxyRes.headers, spec.requestId));
+      this.settle(attempt, { kind: 'committed', status, done });
+      res.once('close', () => {
+        if (!res.writableFinished) {
+          proxyRes.destroy();
+          finish('client_gone');
+        }
+      });
+    };
+    on('data', ((chunk: Buffer) => {
+      if (!committed) commit();
+      bytes += chunk.length;
+      if (tap) for (const event of tap.push(chunk)) spec.onEvent?.(event);
+      idle();
       if (!res.write(chunk)) {
         proxyRes.pause();
         res.once('drain', () => proxyRes.resume());
       }
-    });
-    proxyRes.on('end', () => {
+    }));
+    on('end', () => {
+      if (!committed) commit(); // an empty 2xx body
       if (!res.writableEnded) res.end();
+      finish('complete');
     });
-    // Registered before http-proxy's own listener, which destroys the client response: a broken
-    // stream first gets a final error event, so the client can tell it from a finished answer.
-    proxyRes.once('error', () => {
-      state.failure = 'upstream_stream_broken';
-      if (stream && !res.writableEnded && !res.destroyed) res.end(`data: ${STREAM_BROKEN}\n\ndata: [DONE]\n\n`);
-    });
-  }
-
-  private relayError(proxyRes: IncomingMessage, status: number, state: State, res: ServerResponse): void {
-    const chunks: Buffer[] = [];
-    let size = 0;
-    proxyRes.on('data', (chunk: Buffer) => {
-      if (size >= MAX_ERROR_BODY_BYTES) return;
-      chunks.push(chunk);
-      size += chunk.length;
-    });
-    proxyRes.once('end', () => {
-      const normalised = normaliseUpstreamError(status, Buffer.concat(chunks).subarray(0, MAX_ERROR_BODY_BYTES));
-      state.failure = normalised.envelope.error.code ?? `upstream_${status}`;
-      writeJson(res, normalised.status, normalised.envelope, { ...retryHeaders(proxyRes.headers), 'x-request-id': state.exchange.requestId });
-    });
-    proxyRes.once('error', () => {
-      state.failure = 'upstream_connection_failed';
-      const { status: code, headers, body } = toErrorResponse(new RouterError('UPSTREAM_CONNECTION_FAILED', 'The model server failed while answering.'));
-      writeJson(res, code, body, headers);
+    on('close', () => {
+      if (proxyRes.complete) return;
+      if (!committed) this.settle(attempt, { kind: 'failed', reason: 'reset', detail: 'the connection closed before the first byte' });
+      else endBroken('upstream_broken');
     });
   }
 }

@@ -7,14 +7,14 @@ import express, { type NextFunction, type Request, type Response } from 'express
 import { type Logger } from 'pino';
 import { bearerToken, mayUse, type Principal } from '../auth/key-store.js';
 import { type InferenceKind, validateRequest } from '../api/validate.js';
-import { type InFlight } from '../balancer/in-flight.js';
-import { pickLeastOutstanding, pickWeighted } from '../balancer/least-outstanding.js';
+import { pickWeighted } from '../balancer/least-outstanding.js';
 import { type Clock } from '../core/clock.js';
 import { RouterError, toErrorResponse } from '../core/errors.js';
 import { type Deployment, type EndpointSource, type PoolSpec } from '../core/types.js';
 import { type RouterMetrics, type Route } from '../metrics/metrics.js';
-import { type Forwarder } from '../proxy/forwarder.js';
+import { type ExchangeRunner } from '../proxy/exchange.js';
 import { prepareUpstreamHeaders } from '../proxy/headers.js';
+import { jsonDepthExceeds } from '../api/json-depth.js';
 import { upstreamBody } from '../proxy/body-patch.js';
 import { type ModelCatalog } from '../registry/registry.js';
 import { contextOf, requestIdOf, setContext, type RequestContext } from './context.js';
@@ -28,11 +28,11 @@ export type ReadinessCheck = () => string[];
 
 export interface AppDeps {
   maxBodyBytes: number;
+  maxJsonDepth: number;
   keys: Authenticator;
   catalog: () => ModelCatalog;
   endpoints: EndpointSource;
-  inFlight: InFlight;
-  forwarder: Forwarder;
+  exchange: ExchangeRunner;
   metrics: RouterMetrics;
   logger: Logger;
   clock: Clock;
@@ -55,39 +55,51 @@ function sendError(res: Response, err: unknown): void {
   res.end(text);
 }
 
-/** Errors raised by express's body reader, in our codes. */
-function bodyReaderError(err: { type?: string; status?: number; message?: string }): RouterError | undefined {
-  switch (err.type) {
-    case 'entity.too.large':
-      return new RouterError('REQUEST_TOO_LARGE', 'The request body is larger than this router accepts.');
-    case 'encoding.unsupported':
-    case 'charset.unsupported':
-      return new RouterError('UNSUPPORTED_MEDIA_TYPE', err.message ?? 'Unsupported body encoding.');
-    case 'request.size.invalid':
-    case 'request.aborted':
-      return new RouterError('INVALID_REQUEST', 'The request body ended before its declared length.');
-    default:
-      return undefined;
+/** Errors raised by express's body reader (http-errors with a 4xx status), in our codes. */
+function bodyReaderError(err: { type?: string; status?: number; message?: string; code?: string }): RouterError | undefined {
+  if (err.type === 'entity.too.large' || err.status === 413) return new RouterError('REQUEST_TOO_LARGE', 'The request body is larger than this router accepts.');
+  if (err.type === 'encoding.unsupported' || err.type === 'charset.unsupported' || err.status === 415) {
+    return new RouterError('UNSUPPORTED_MEDIA_TYPE', err.message ?? 'Unsupported body encoding.');
   }
+  if (err.code?.startsWith('Z_')) return new RouterError('INVALID_REQUEST', `The request body could not be decompressed (${err.message ?? err.code}).`);
+  if (typeof err.status === 'number' && err.status >= 400 && err.status < 500) {
+    return new RouterError('INVALID_REQUEST', err.type === 'request.aborted' || err.type === 'request.size.invalid' ? 'The request body ended before its declared length.' : 'The request body could not be read.');
+  }
+  return undefined;
 }
 
 function supports(pool: PoolSpec, kind: InferenceKind): boolean {
   return pool.capabilities.includes(kind);
 }
 
-export function buildApp(deps: AppDeps): { api: express.Express; admin: express.Express } {
+export interface BuiltApp {
+  api: express.Express;
+  admin: express.Express;
+  /** Requests the API app has received and not yet finished answering. */
+  activeRequests(): number;
+  /** From now on every response asks the client to close its connection (used while draining). */
+  closeConnections(): void;
+}
+
+export function buildApp(deps: AppDeps): BuiltApp {
   const random = deps.random ?? Math.random;
   const retryAfter = deps.noReplicaRetryAfterSeconds ?? 2;
+  let active = 0;
+  let draining = false;
   const api = express();
   api.disable('x-powered-by');
   api.set('etag', false);
 
   api.use((req: Request, res: Response, next: NextFunction) => {
-    const ctx: RequestContext = { requestId: requestIdOf(req), started: deps.clock.now(), route: ROUTE_LABELS[req.path] ?? 'other', closed: false };
+    const ctx: RequestContext = { requestId: requestIdOf(req), started: deps.clock.now(), route: ROUTE_LABELS[req.path] ?? 'other', closed: false, abort: new AbortController() };
     setContext(res, ctx);
     res.setHeader('x-request-id', ctx.requestId);
+    if (draining) res.setHeader('connection', 'close');
+    active += 1;
     res.once('close', () => {
+      active -= 1;
       ctx.closed = true;
+      if (!res.writableFinished) ctx.abort.abort();
       const incomplete = !res.writableFinished;
       const status = res.headersSent ? res.statusCode : 499; // 499: the client left before an answer
       const ms = deps.clock.now() - ctx.started;
@@ -104,6 +116,7 @@ export function buildApp(deps: AppDeps): { api: express.Express; admin: express.
           pool: ctx.pool,
           endpoint: ctx.endpoint,
           upstreamStatus: ctx.upstreamStatus,
+          attempts: ctx.attempts,
           failure: ctx.failure,
           incomplete: incomplete || undefined,
         },
@@ -131,10 +144,13 @@ export function buildApp(deps: AppDeps): { api: express.Express; admin: express.
 
   const readBody = express.raw({ type: () => true, limit: deps.maxBodyBytes });
 
-  const inference = (kind: InferenceKind) => (req: Request, res: Response): void => {
+  const inference = (kind: InferenceKind) => (req: Request, res: Response): Promise<void> | undefined => {
     const ctx = contextOf(res);
     const raw = req.body as Buffer;
     const text = raw.toString('utf8');
+    if (jsonDepthExceeds(text, deps.maxJsonDepth)) {
+      throw new RouterError('INVALID_REQUEST', `The request body nests JSON deeper than ${deps.maxJsonDepth} levels.`);
+    }
     let parsed: unknown;
     try {
       parsed = JSON.parse(text);
@@ -154,22 +170,16 @@ export function buildApp(deps: AppDeps): { api: express.Express; admin: express.
     const pool = choosePool(catalog, deployment, kind, body.model);
     ctx.pool = pool.name;
     if (ctx.closed) return; // the client left while the body was read
-    const endpoint = pickLeastOutstanding(deps.endpoints.snapshot(pool.name), (ep) => deps.inFlight.count(ep.id), random);
-    if (!endpoint) throw new RouterError('NO_READY_REPLICA', `The model \`${body.model}\` has no ready replica right now; retry shortly.`, { retryAfterSeconds: retryAfter });
-    ctx.endpoint = endpoint.id;
-    const release = deps.inFlight.acquire(endpoint.id, endpoint.pool);
     const patched = upstreamBody(text, pool.servedModelName, body.model);
     prepareUpstreamHeaders(req.headers, ctx.requestId, pool.backendKey);
-    deps.forwarder.forward(req, res, {
-      endpoint,
-      body: patched === text ? raw : Buffer.from(patched, 'utf8'),
-      requestId: ctx.requestId,
-      onClose: (outcome) => {
-        release();
-        ctx.upstreamStatus = outcome.upstreamStatus;
-        ctx.failure ??= outcome.failure;
-      },
-    });
+    return deps.exchange
+      .run(req, res, { pool, body: patched === text ? raw : Buffer.from(patched, 'utf8'), requestId: ctx.requestId, signal: ctx.abort.signal })
+      .then((report) => {
+        ctx.endpoint = report.endpoint;
+        ctx.upstreamStatus = report.upstreamStatus;
+        ctx.attempts = report.attempts.length > 1 ? report.attempts : undefined;
+        ctx.failure ??= report.failure;
+      });
   };
 
   /** A pool of the deployment that serves `kind` and has a ready endpoint, chosen by target weight. */
@@ -210,7 +220,7 @@ export function buildApp(deps: AppDeps): { api: express.Express; admin: express.
     throw new RouterError('ROUTE_NOT_FOUND', `Unknown route ${req.method} ${req.path}. modelgate serves POST /v1/chat/completions, POST /v1/embeddings and GET /v1/models.`);
   });
   api.use((err: unknown, _req: Request, res: Response, _next: NextFunction) => {
-    const fromBody = typeof err === 'object' && err !== null ? bodyReaderError(err) : undefined;
+    const fromBody = !(err instanceof RouterError) && typeof err === 'object' && err !== null ? bodyReaderError(err) : undefined;
     if (!(err instanceof RouterError) && !fromBody) deps.logger.error({ err, requestId: contextOf(res)?.requestId }, 'unexpected error');
     sendError(res, fromBody ?? err);
   });
@@ -229,5 +239,12 @@ export function buildApp(deps: AppDeps): { api: express.Express; admin: express.
     res.setHeader('content-type', deps.metrics.contentType);
     res.end(await deps.metrics.metrics());
   });
-  return { api, admin };
+  return {
+    api,
+    admin,
+    activeRequests: () => active,
+    closeConnections: () => {
+      draining = true;
+    },
+  };
 }

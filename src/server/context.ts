@@ -3,6 +3,7 @@ import { randomUUID } from 'node:crypto';
 import { type Request, type Response } from 'express';
 import { type Principal } from '../auth/key-store.js';
 import { type Route } from '../metrics/metrics.js';
+import { type AttemptRecord } from '../proxy/exchange.js';
 
 export interface RequestContext {
   requestId: string;
@@ -16,6 +17,10 @@ export interface RequestContext {
   endpoint?: string;
   upstreamStatus?: number;
   failure?: string;
+  /** Every attempt, when there was more than one. */
+  attempts?: AttemptRecord[];
+  /** Aborts when the client leaves before its response finished. */
+  abort: AbortController;
 }
 
 const SAFE_REQUEST_ID = /^[\w.:@-]{1,128}$/;

@@ -3,6 +3,7 @@ import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { buildConfig, ConfigError, loadConfig, parseYaml } from '../../src/config/load.js';
+import { RESILIENCE_DEFAULTS } from '../../src/resilience/settings.js';
 
 const minimal = { auth: { keysFile: 'keys.yaml' } };
 const pools = [{ name: 'p', servedModelName: 'm', endpoints: ['http://127.0.0.1:9001', { url: 'http://127.0.0.1:9002', weight: 3 }] }];
@@ -20,7 +21,18 @@ function error(data: unknown): string {
 describe('buildConfig', () => {
   it('fills the defaults of the contract (API 8080, admin 9090, static discovery)', () => {
     const config = buildConfig(minimal, '/etc/modelgate');
-    expect(config.server).toEqual({ host: '0.0.0.0', port: 8080, maxBodyBytes: 10 * 1024 * 1024 });
+    expect(config.server).toEqual({
+      host: '0.0.0.0',
+      port: 8080,
+      maxBodyBytes: 10 * 1024 * 1024,
+      maxJsonDepth: 64,
+      headersTimeoutMs: 15_000,
+      requestTimeoutMs: 60_000,
+      keepAliveTimeoutMs: 65_000,
+      shutdownDelayMs: 5_000,
+      gracePeriodMs: 30_000,
+    });
+    expect(config.resilience).toEqual(RESILIENCE_DEFAULTS);
     expect(config.admin).toEqual({ host: '0.0.0.0', port: 9090 });
     expect(config.discovery.mode).toBe('static');
     expect(config.log.level).toBe('info');
@@ -66,6 +78,23 @@ describe('buildConfig', () => {
       'deployments[1].aliases[0]: "m" already names deployment "a"',
     ],
     [{ ...minimal, pools: [{ name: 'p', servedModelName: 'm', backendKeyFile: '/nonexistent/key' }] }, 'pools[0].backendKeyFile: cannot read /nonexistent/key: ENOENT'],
+  ])('rejects %j: %s', (data, message) => {
+    expect(error(data)).toContain(message);
+  });
+});
+
+describe('resilience settings', () => {
+  it('apply the config-wide block over the defaults, and a pool’s own block over that', () => {
+    const config = buildConfig({ ...minimal, resilience: { timeouts: { firstByteMs: 1000 }, maxConcurrencyPerReplica: 4 }, pools: [{ ...pools[0], resilience: { timeouts: { idleMs: 50 } } }] }, '/x');
+    expect(config.resilience.timeouts).toEqual({ ...RESILIENCE_DEFAULTS.timeouts, firstByteMs: 1000 });
+    expect(config.resilience.maxConcurrencyPerReplica).toBe(4);
+    expect(config.pools[0]?.resilience).toEqual({ timeouts: { idleMs: 50 } });
+  });
+
+  it.each([
+    [{ ...minimal, resilience: { retries: { maxRetries: 50 } } }, 'resilience.retries.maxRetries must be <= 10'],
+    [{ ...minimal, resilience: { timeout: {} } }, 'resilience.timeout is not a known field'],
+    [{ ...minimal, server: { headersTimeoutMs: 70_000 } }, 'server.headersTimeoutMs: must not exceed server.requestTimeoutMs'],
   ])('rejects %j: %s', (data, message) => {
     expect(error(data)).toContain(message);
   });

@@ -88,7 +88,7 @@ const CRDS = {
       { name: 'Replicas', type: 'integer', jsonPath: '.status.replicas' },
       { name: 'Age', type: 'date', jsonPath: '.metadata.creationTimestamp' },
     ],
-    spec: ['capabilities', 'engine', 'servedModelName', 'service'],
+    spec: ['capabilities', 'engine', 'resilience', 'servedModelName', 'service'],
     status: ['conditions', 'observedGeneration', 'readyReplicas', 'replicas'],
   },
   ModelDeployment: {

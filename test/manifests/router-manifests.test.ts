@@ -45,3 +45,17 @@ describe('manifests/router', () => {
     expect(container.env.map((e) => e.name)).toEqual(['POD_NAME', 'POD_NAMESPACE']);
   });
 });
+
+describe('ModelPool CRD and the config', () => {
+  it('offer the same resilience fields, with the same types', async () => {
+    const { resilienceOverridesSchema } = await import('../../src/resilience/settings.js');
+    const crd = parse(readFileSync(new URL('../../manifests/crds/modelgate.io_modelpools.yaml', import.meta.url), 'utf8')) as {
+      spec: { versions: Array<{ schema: { openAPIV3Schema: { properties: { spec: { properties: Record<string, unknown> } } } } }> };
+    };
+    const fromCrd = crd.spec.versions[0]!.schema.openAPIV3Schema.properties.spec.properties.resilience;
+    type Node = { type?: string; properties?: Record<string, Node> };
+    const shape = (node: Node): unknown => (node.properties ? Object.fromEntries(Object.entries(node.properties).map(([k, v]) => [k, shape(v)]).sort(([a], [b]) => String(a).localeCompare(String(b)))) : node.type);
+    expect(fromCrd).toBeDefined();
+    expect(shape(fromCrd as Node)).toEqual(shape(resilienceOverridesSchema));
+  });
+});

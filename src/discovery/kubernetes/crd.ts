@@ -4,7 +4,8 @@
  * before a schema change, or by a client that skipped validation) and applies the schema's defaults.
  * A pool is keyed `namespace/name`; a deployment's targets name pools in its own namespace.
  */
-import { CAPABILITIES, ENGINES, type Capability, type Deployment, type Engine, type PoolSpec } from '../../core/types.js';
+import { CAPABILITIES, ENGINES, type Capability, type Deployment, type Engine, type PoolSpec, type ResilienceSettings } from '../../core/types.js';
+import { mergeResilience, type ResilienceOverrides } from '../../resilience/settings.js';
 
 export interface ObjectMeta {
   name?: string;
@@ -55,7 +56,28 @@ function createdSeconds(obj: CustomObject): number {
   return Number.isFinite(ms) ? Math.floor(ms / 1000) : 0;
 }
 
-export function parseModelPool(obj: CustomObject): ParsedPool {
+/** A `spec.resilience` whose every field has the type of the same field in `defaults`. */
+function checkOverrides(value: unknown, defaults: object, path: string): string | undefined {
+  if (!isObject(value)) return `${path} must be an object`;
+  for (const [key, v] of Object.entries(value)) {
+    const expected = (defaults as Record<string, unknown>)[key];
+    if (key === 'path' && path.endsWith('healthCheck')) {
+      if (typeof v !== 'string' || !v.startsWith('/')) return `${path}.path must start with /`;
+      continue;
+    }
+    if (expected === undefined) return `${path}.${key} is not a known field`;
+    if (isObject(expected)) {
+      const problem = checkOverrides(v, expected, `${path}.${key}`);
+      if (problem) return problem;
+    } else if (typeof v !== typeof expected || (typeof v === 'number' && (!Number.isFinite(v) || v < 0))) {
+      return `${path}.${key} must be a ${typeof expected === 'number' ? 'number ≥ 0' : typeof expected}`;
+    }
+  }
+  return undefined;
+}
+
+/** Parses a ModelPool; `defaults` is the router's resilience (its config), which `spec.resilience` overrides. */
+export function parseModelPool(obj: CustomObject, defaults: ResilienceSettings): ParsedPool {
   const id = identity(obj);
   const spec = obj.spec;
   if (!isObject(spec)) return { ...id, problem: 'spec is missing' };
@@ -72,9 +94,19 @@ export function parseModelPool(obj: CustomObject): ParsedPool {
   if (!Array.isArray(capabilities) || capabilities.length === 0 || !capabilities.every((c) => CAPABILITIES.includes(c as Capability))) {
     return { ...id, problem: `spec.capabilities must be a non-empty list of ${CAPABILITIES.join(', ')}` };
   }
+  if (spec.resilience !== undefined) {
+    const problem = checkOverrides(spec.resilience, defaults, 'spec.resilience');
+    if (problem) return { ...id, problem };
+  }
   return {
     ...id,
-    spec: { name: id.key, engine: engine as Engine, servedModelName: spec.servedModelName, capabilities: [...new Set(capabilities as Capability[])] },
+    spec: {
+      name: id.key,
+      engine: engine as Engine,
+      servedModelName: spec.servedModelName,
+      capabilities: [...new Set(capabilities as Capability[])],
+      resilience: mergeResilience(defaults, spec.resilience as ResilienceOverrides | undefined),
+    },
     service: { name: service.name, port: port as string | number | undefined },
   };
 }

@@ -1,3 +1,4 @@
+import { RESILIENCE_DEFAULTS } from '../../../src/resilience/settings.js';
 import { describe, expect, it } from '@jest/globals';
 import { parseModelDeployment, parseModelPool } from '../../../src/discovery/kubernetes/crd.js';
 
@@ -5,13 +6,13 @@ const meta = { namespace: 'models', name: 'llama', generation: 3, creationTimest
 
 describe('parseModelPool', () => {
   it('applies the schema defaults and keys the pool by namespace/name', () => {
-    const pool = parseModelPool({ metadata: meta, spec: { service: { name: 'llama-svc', port: 'http' }, servedModelName: 'meta/llama' } });
+    const pool = parseModelPool({ metadata: meta, spec: { service: { name: 'llama-svc', port: 'http' }, servedModelName: 'meta/llama' } }, RESILIENCE_DEFAULTS);
     expect(pool).toEqual({
       key: 'models/llama',
       namespace: 'models',
       name: 'llama',
       generation: 3,
-      spec: { name: 'models/llama', engine: 'vllm', servedModelName: 'meta/llama', capabilities: ['chat'] },
+      spec: { name: 'models/llama', engine: 'vllm', servedModelName: 'meta/llama', capabilities: ['chat'], resilience: RESILIENCE_DEFAULTS },
       service: { name: 'llama-svc', port: 'http' },
     });
   });
@@ -23,10 +24,21 @@ describe('parseModelPool', () => {
     [{ spec: { service: { name: 's' } } }, 'spec.servedModelName is required'],
     [{ spec: { service: { name: 's' }, servedModelName: 'm', engine: 'triton' } }, 'spec.engine'],
     [{ spec: { service: { name: 's' }, servedModelName: 'm', capabilities: [] } }, 'spec.capabilities'],
+    [{ spec: { service: { name: 's' }, servedModelName: 'm', resilience: { timeouts: { firstByteMs: 'soon' } } } }, 'spec.resilience.timeouts.firstByteMs must be a number'],
+    [{ spec: { service: { name: 's' }, servedModelName: 'm', resilience: { retry: {} } } }, 'spec.resilience.retry is not a known field'],
   ])('reports %j as unusable: %s', (obj, problem) => {
-    const parsed = parseModelPool({ metadata: meta, ...obj });
+    const parsed = parseModelPool({ metadata: meta, ...obj }, RESILIENCE_DEFAULTS);
     expect(parsed.problem).toContain(problem);
     expect(parsed.spec).toBeUndefined();
+  });
+});
+
+describe('parseModelPool resilience', () => {
+  it('applies spec.resilience over the router’s defaults, field by field', () => {
+    const pool = parseModelPool({ metadata: meta, spec: { service: { name: 's' }, servedModelName: 'm', resilience: { timeouts: { firstByteMs: 5000 }, maxConcurrencyPerReplica: 8, healthCheck: { enabled: true, path: '/ping' } } } }, RESILIENCE_DEFAULTS);
+    expect(pool.spec?.resilience.timeouts).toEqual({ ...RESILIENCE_DEFAULTS.timeouts, firstByteMs: 5000 });
+    expect(pool.spec?.resilience.maxConcurrencyPerReplica).toBe(8);
+    expect(pool.spec?.resilience.healthCheck).toEqual({ ...RESILIENCE_DEFAULTS.healthCheck, enabled: true, path: '/ping' });
   });
 });
 

@@ -1,0 +1,192 @@
+/**
+ * One client request, start to end: pick an endpoint, attempt, and — only while nothing has reached
+ * the client — retry on another endpoint after a connection error, a reset, a timeout before the
+ * first byte, or a 429/502/503/504 from the engine. At most `retries.maxRetries` extra attempts, with
+ * jittered backoff, honouring the engine's Retry-After up to `retries.maxRetryAfterMs`, all within
+ * `timeouts.totalMs`. Each attempt's outcome also moves the endpoint's circuit breaker.
+ */
+import { type IncomingMessage, type ServerResponse } from 'node:http';
+import { isAbortError, type Clock, type Sleep } from '../core/clock.js';
+import { RouterError, toErrorResponse } from '../core/errors.js';
+import { type PoolSpec } from '../core/types.js';
+import { type AttemptOutcome } from '../resilience/breaker.js';
+import { type EndpointPicker } from '../resilience/picker.js';
+import { type AttemptResult, type Forwarder, type StreamEnd } from './forwarder.js';
+import { type SseEvent } from './sse-tap.js';
+
+const RETRYABLE_STATUS = new Set([429, 502, 503, 504]);
+
+export interface AttemptRecord {
+  endpoint: string;
+  /** committed, upstream_<status>, a failure reason, or client_gone. */
+  outcome: string;
+  ms: number;
+}
+
+/** What the exchange did, for the access log and metrics. */
+export interface ExchangeReport {
+  attempts: AttemptRecord[];
+  /** Last endpoint tried. */
+  endpoint?: string;
+  upstreamStatus?: number;
+  /** Why the exchange did not end well, as an error code. */
+  failure?: string;
+  /** How a committed response ended. */
+  end?: StreamEnd;
+}
+
+export interface ExchangeEvents {
+  onAttempt?: (pool: string, endpoint: string, outcome: string) => void;
+  onRetry?: (pool: string, reason: string) => void;
+}
+
+export interface ExchangeDeps {
+  forwarder: Forwarder;
+  picker: EndpointPicker;
+  clock: Clock;
+  sleep: Sleep;
+  random: () => number;
+  events?: ExchangeEvents;
+}
+
+export interface ExchangePlan {
+  pool: PoolSpec;
+  body: Buffer;
+  requestId: string;
+  /** Aborts when the client leaves. */
+  signal: AbortSignal;
+  onEvent?: (event: SseEvent) => void;
+}
+
+function writeJson(res: ServerResponse, status: number, body: unknown, headers: Record<string, string>): void {
+  if (res.headersSent || res.destroyed) return;
+  const text = JSON.stringify(body);
+  res.writeHead(status, { ...headers, 'content-type': 'application/json', 'content-length': Buffer.byteLength(text) });
+  res.end(text);
+}
+
+function breakerOutcome(result: AttemptResult): AttemptOutcome {
+  switch (result.kind) {
+    case 'committed':
+      return 'success';
+    case 'upstream_error':
+      if (result.status === 429 || result.status === 503) return 'backpressure';
+      return result.status >= 500 ? 'failure' : 'success';
+    case 'failed':
+      return 'failure';
+    case 'client_gone':
+      return 'backpressure'; // says nothing about the endpoint
+  }
+}
+
+function outcomeName(result: AttemptResult): string {
+  switch (result.kind) {
+    case 'committed':
+      return 'committed';
+    case 'upstream_error':
+      return `upstream_${result.status}`;
+    case 'failed':
+      return result.reason;
+    case 'client_gone':
+      return 'client_gone';
+  }
+}
+
+function failureError(result: Extract<AttemptResult, { kind: 'failed' }>): RouterError {
+  const timedOut = result.reason === 'first_byte_timeout' || result.reason === 'connect_timeout' || result.reason === 'deadline';
+  return timedOut
+    ? new RouterError('UPSTREAM_TIMEOUT', `The model server did not answer in time (${result.detail}).`)
+    : new RouterError('UPSTREAM_CONNECTION_FAILED', `The model server could not be reached or dropped the connection (${result.detail}).`);
+}
+
+/** Backoff before retry `n` (0-based): doubling from the initial delay, capped, "equal jitter". */
+export function retryDelay(n: number, retries: PoolSpec['resilience']['retries'], random: () => number): number {
+  const ceiling = Math.min(retries.maxBackoffMs, retries.initialBackoffMs * 2 ** n);
+  return ceiling / 2 + random() * (ceiling / 2);
+}
+
+export class ExchangeRunner {
+  constructor(private readonly deps: ExchangeDeps) {}
+
+  async run(req: IncomingMessage, res: ServerResponse, plan: ExchangePlan): Promise<ExchangeReport> {
+    const { forwarder, picker, clock } = this.deps;
+    const settings = plan.pool.resilience;
+    const deadline = clock.now() + settings.timeouts.totalMs;
+    const tried = new Set<string>();
+    const report: ExchangeReport = { attempts: [] };
+    for (let n = 0; ; n++) {
+      let picked;
+      try {
+        picked = await picker.pick(plan.pool, tried, plan.signal);
+      } catch (err) {
+        if (isAbortError(err)) return { ...report, failure: 'client_gone' };
+        return this.fail(res, report, err);
+      }
+      const { endpoint } = picked;
+      tried.add(endpoint.id);
+      report.endpoint = endpoint.id;
+      const started = clock.now();
+      const result = await forwarder.attempt(req, res, {
+        endpoint,
+        body: plan.body,
+        requestId: plan.requestId,
+        timeouts: settings.timeouts,
+        deadline,
+        ...(plan.onEvent ? { onEvent: plan.onEvent } : {}),
+      });
+      picked.ticket.settle(breakerOutcome(result));
+      const outcome = outcomeName(result);
+      report.attempts.push({ endpoint: endpoint.id, outcome, ms: Math.round(clock.now() - started) });
+      this.deps.events?.onAttempt?.(plan.pool.name, endpoint.id, outcome);
+
+      if (result.kind === 'committed') {
+        report.upstreamStatus = result.status;
+        const { end } = await result.done;
+        picked.release();
+        report.end = end;
+        if (end === 'upstream_broken' || end === 'idle_timeout') {
+          this.deps.picker.recordStreamFailure(plan.pool, endpoint.id);
+          report.failure = end === 'upstream_broken' ? 'upstream_stream_broken' : 'upstream_timeout';
+        } else if (end === 'deadline') report.failure = 'upstream_timeout';
+        return report;
+      }
+      picked.release();
+      if (result.kind === 'client_gone') return { ...report, failure: 'client_gone' };
+      if (result.kind === 'upstream_error') report.upstreamStatus = result.status;
+
+      const retryable = result.kind === 'failed' || RETRYABLE_STATUS.has(result.status);
+      const wait = this.retryWait(n, result, settings.retries);
+      if (!retryable || wait === undefined || clock.now() + wait >= deadline || plan.signal.aborted) {
+        return result.kind === 'upstream_error' ? this.passOn(res, report, result) : this.fail(res, report, failureError(result));
+      }
+      this.deps.events?.onRetry?.(plan.pool.name, result.kind === 'failed' ? result.reason : `upstream_${result.status}`);
+      try {
+        if (wait > 0) await this.deps.sleep(wait, plan.signal);
+      } catch {
+        return { ...report, failure: 'client_gone' };
+      }
+    }
+  }
+
+  /** ms to wait before the next attempt, or undefined when no retry may follow. */
+  private retryWait(n: number, result: AttemptResult, retries: PoolSpec['resilience']['retries']): number | undefined {
+    if (n >= retries.maxRetries) return undefined;
+    const backoff = retryDelay(n, retries, this.deps.random);
+    const asked = result.kind === 'upstream_error' ? result.retryAfterMs : undefined;
+    if (asked === undefined) return backoff;
+    return asked > retries.maxRetryAfterMs ? undefined : Math.max(backoff, asked);
+  }
+
+  /** Passes an engine's error answer on (status kept, body in the OpenAI envelope). */
+  private passOn(res: ServerResponse, report: ExchangeReport, result: Extract<AttemptResult, { kind: 'upstream_error' }>): ExchangeReport {
+    writeJson(res, result.error.status, result.error.envelope, result.headers);
+    return { ...report, failure: result.error.envelope.error.code ?? `upstream_${result.status}` };
+  }
+
+  /** Answers with the router's own error. */
+  private fail(res: ServerResponse, report: ExchangeReport, err: unknown): ExchangeReport {
+    const { status, headers, body } = toErrorResponse(err);
+    writeJson(res, status, body, headers);
+    return { ...report, failure: body.error.code ?? 'error' };
+  }
+}

@@ -1,0 +1,128 @@
+/**
+ * Optional active health checks: every endpoint of a pool with `healthCheck.enabled` is probed with a
+ * GET on the engine's health path. `unhealthyThreshold` failures in a row eject it from balancing;
+ * `healthyThreshold` successes bring it back. This catches a replica that Kubernetes calls Ready but
+ * that cannot serve (the breaker, passive, catches the ones failing real requests).
+ */
+import http from 'node:http';
+import { type Scheduler } from '../core/clock.js';
+import { type EndpointSource, type PoolSpec } from '../core/types.js';
+import { HEALTH_PATHS } from './settings.js';
+
+export type Probe = (url: URL, timeoutMs: number) => Promise<boolean>;
+
+/** 2xx within the timeout is healthy; anything else, including no answer, is not. */
+export const httpProbe: Probe = (url, timeoutMs) =>
+  new Promise((resolve) => {
+    const req = http.get(url, { agent: false, timeout: timeoutMs }, (res) => {
+      res.resume();
+      resolve((res.statusCode ?? 0) >= 200 && (res.statusCode ?? 0) < 300);
+    });
+    req.on('timeout', () => req.destroy());
+    req.on('error', () => resolve(false));
+  });
+
+interface State {
+  healthy: boolean;
+  failures: number;
+  successes: number;
+}
+
+export interface HealthCheckerDeps {
+  endpoints: EndpointSource;
+  pools: () => readonly PoolSpec[];
+  scheduler: Scheduler;
+  now: () => number;
+  probe?: Probe;
+  onChange?: (pool: string, endpoint: string, healthy: boolean) => void;
+}
+
+/** Probes at most this many endpoints at once, so one slow replica never holds the others up. */
+const CONCURRENCY = 8;
+
+export class HealthChecker {
+  private readonly states = new Map<string, State>();
+  private readonly lastRun = new Map<string, number>();
+  private timer: unknown;
+  private running = false;
+  private stopped = true;
+
+  constructor(private readonly deps: HealthCheckerDeps) {}
+
+  isHealthy(endpointId: string): boolean {
+    return this.states.get(endpointId)?.healthy ?? true;
+  }
+
+  start(): void {
+    this.stopped = false;
+    this.schedule(0);
+  }
+
+  stop(): void {
+    this.stopped = true;
+    if (this.timer !== undefined) this.deps.scheduler.clearTimeout(this.timer);
+  }
+
+  /** One round: probes the endpoints of every enabled pool whose interval has passed. */
+  async runOnce(): Promise<void> {
+    const now = this.deps.now();
+    const due = this.deps.pools().filter((p) => p.resilience.healthCheck.enabled && (p.resilience.healthCheck.path ?? HEALTH_PATHS[p.engine]) !== undefined && now - (this.lastRun.get(p.name) ?? -Infinity) >= p.resilience.healthCheck.intervalMs);
+    const jobs: Array<() => Promise<void>> = [];
+    const live = new Set<string>();
+    for (const pool of this.deps.pools()) for (const ep of this.deps.endpoints.snapshot(pool.name)) live.add(ep.id);
+    for (const pool of due) {
+      this.lastRun.set(pool.name, now);
+      const check = pool.resilience.healthCheck;
+      const path = check.path ?? HEALTH_PATHS[pool.engine] ?? '/health';
+      for (const ep of this.deps.endpoints.snapshot(pool.name)) {
+        jobs.push(async () => this.record(pool, ep.id, await (this.deps.probe ?? httpProbe)(new URL(path, ep.url), check.timeoutMs)));
+      }
+    }
+    for (const id of this.states.keys()) if (!live.has(id)) this.states.delete(id);
+    let next = 0;
+    await Promise.all(Array.from({ length: Math.min(CONCURRENCY, jobs.length) }, async () => {
+      while (next < jobs.length) await (jobs[next++] as () => Promise<void>)();
+    }));
+  }
+
+  private record(pool: PoolSpec, endpoint: string, ok: boolean): void {
+    const check = pool.resilience.healthCheck;
+    const state = this.states.get(endpoint) ?? { healthy: true, failures: 0, successes: 0 };
+    this.states.set(endpoint, state);
+    if (ok) {
+      state.failures = 0;
+      state.successes += 1;
+      if (!state.healthy && state.successes >= check.healthyThreshold) {
+        state.healthy = true;
+        this.deps.onChange?.(pool.name, endpoint, true);
+      }
+    } else {
+      state.successes = 0;
+      state.failures += 1;
+      if (state.healthy && state.failures >= check.unhealthyThreshold) {
+        state.healthy = false;
+        this.deps.onChange?.(pool.name, endpoint, false);
+      }
+    }
+  }
+
+  private schedule(ms: number): void {
+    if (this.stopped) return;
+    this.timer = this.deps.scheduler.setTimeout(() => {
+      if (this.running) return this.schedule(100);
+      this.running = true;
+      this.runOnce()
+        .catch(() => undefined)
+        .finally(() => {
+          this.running = false;
+          this.schedule(this.tickMs());
+        });
+    }, ms);
+  }
+
+  /** Ticks as often as the most frequent enabled pool needs (at least every 100 ms, at most every 5 s). */
+  private tickMs(): number {
+    const intervals = this.deps.pools().filter((p) => p.resilience.healthCheck.enabled).map((p) => p.resilience.healthCheck.intervalMs);
+    return Math.max(100, Math.min(5_000, ...intervals));
+  }
+}

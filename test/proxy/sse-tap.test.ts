@@ -1,0 +1,46 @@
+import { describe, expect, it } from '@jest/globals';
+import fc from 'fast-check';
+import { SseTap, type SseEvent } from '../../src/proxy/sse-tap.js';
+
+const collect = (chunks: string[]): { events: SseEvent[]; tap: SseTap } => {
+  const tap = new SseTap();
+  const events = chunks.flatMap((c) => tap.push(c));
+  return { events, tap };
+};
+
+describe('SseTap', () => {
+  it('reads data events, joins multi-line data, skips comments and keeps event names', () => {
+    const { events, tap } = collect(['data: {"a":1}\n\n: keep-alive\n\ndata: line1\ndata: line2\r\n\r\nevent: error\ndata:x\n\ndata: [DONE]\n\n']);
+    expect(events).toEqual([{ data: '{"a":1}' }, { data: 'line1\nline2' }, { event: 'error', data: 'x' }, { data: '[DONE]' }]);
+    expect(tap.atBoundary).toBe(true);
+  });
+
+  it('knows when the relayed bytes stop inside an event, and what separator an extra event needs', () => {
+    expect(collect(['data: {"a"']).tap.separator()).toBe('\n\n');
+    expect(collect(['data: {"a":1}\n']).tap.separator()).toBe('\n');
+    expect(collect(['data: {"a":1}\n\n']).tap.separator()).toBe('');
+  });
+
+  it('yields the same events however the stream is cut into chunks (property)', () => {
+    const payload = fc.stringMatching(/^[^\r\n]{0,20}$/);
+    const event = fc.array(payload, { minLength: 1, maxLength: 3 });
+    fc.assert(
+      fc.property(fc.array(event, { maxLength: 8 }), fc.constantFrom('\n', '\r\n'), fc.array(fc.nat(), { maxLength: 20 }), (events, eol, cuts) => {
+        const text = events.map((lines) => lines.map((l) => `data: ${l}${eol}`).join('') + eol).join('');
+        const points = [...new Set(cuts.map((c) => c % (text.length + 1)))].sort((a, b) => a - b);
+        const chunks: string[] = [];
+        let last = 0;
+        for (const p of [...points, text.length]) {
+          chunks.push(text.slice(last, p));
+          last = p;
+        }
+        const whole = collect([text]);
+        const cut = collect(chunks);
+        expect(cut.events).toEqual(whole.events);
+        expect(cut.events).toEqual(events.map((lines) => ({ data: lines.join('\n') })));
+        expect(cut.tap.atBoundary).toBe(true);
+      }),
+      { numRuns: 300 },
+    );
+  });
+});

@@ -1,0 +1,100 @@
+/**
+ * Hostile and broken input against a listening router: each gets its 4xx (or the connection is
+ * closed by the HTTP layer), nothing reaches the engine, the process keeps serving, and repeating the
+ * sweep does not grow the heap.
+ */
+import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import { randomBytes } from 'node:crypto';
+import net from 'node:net';
+import { type RunningRouter } from '../../src/main.js';
+import { rawRequest } from '../helpers/http.js';
+import { chatSetup, KEY, startTestRouter, type TestRouter } from '../helpers/router.js';
+import { startUpstream, type RecordingUpstream } from '../helpers/upstream.js';
+
+let upstream: RecordingUpstream;
+let g: TestRouter<RunningRouter>;
+
+beforeAll(async () => {
+  upstream = await startUpstream();
+  g = await startTestRouter({ ...chatSetup([upstream.url]), server: { maxBodyBytes: 64 * 1024, headersTimeoutMs: 300, requestTimeoutMs: 600, maxJsonDepth: 32 } });
+});
+afterAll(async () => {
+  await g.close();
+  await upstream.close();
+});
+
+const auth = { authorization: `Bearer ${KEY}` };
+const post = (body: string | Buffer, headers: Record<string, string> = { 'content-type': 'application/json' }): Promise<{ status: number; code?: string }> =>
+  rawRequest(`${g.router.apiUrl}/v1/chat/completions`, { method: 'POST', headers: { ...auth, ...headers }, body: body as string }).then((r) => ({
+    status: r.status,
+    code: r.body.startsWith('{') ? (JSON.parse(r.body) as { error?: { code?: string } }).error?.code : undefined,
+  }));
+
+/** Raw bytes on a fresh connection; resolves with what came back before the server closed it. */
+function rawSocket(payload: string | Buffer, { holdMs = 0 } = {}): Promise<string> {
+  const { port } = new URL(g.router.apiUrl);
+  return new Promise((resolve) => {
+    const socket = net.connect(Number(port), '127.0.0.1');
+    let received = '';
+    socket.on('data', (d) => (received += d.toString('latin1')));
+    socket.on('close', () => resolve(received));
+    socket.on('error', () => undefined);
+    socket.write(payload);
+    if (holdMs === 0) socket.end();
+  });
+}
+
+const cases: Array<[string, () => Promise<{ status: number; code?: string }>, number, string | undefined]> = [
+  ['truncated JSON', () => post('{"model":"llm","messages":[{"role":'), 400, 'invalid_json'],
+  ['trailing garbage', () => post('{"model":"llm","messages":[]} xx'), 400, 'invalid_json'],
+  ['NaN and single quotes', () => post("{'model': NaN}"), 400, 'invalid_json'],
+  ['an empty body', () => post(''), 400, 'invalid_json'],
+  ['binary garbage declared as JSON', () => post(randomBytes(2048)), 400, undefined], // invalid_json, or too deep if its bytes hold many '['
+  ['a number body', () => post('42'), 400, 'invalid_request'],
+  ['wrong types everywhere', () => post(JSON.stringify({ model: 7, messages: 'x', stream: 'yes', n: 'two', stop: { a: 1 } })), 400, 'invalid_request'],
+  ['30 000 nested arrays', () => post(`{"model":"llm","messages":${'['.repeat(30_000)}}`), 400, 'invalid_request'],
+  ['deep objects in a known field', () => post(`{"model":"llm","messages":[{"role":"user","content":"x"}],"metadata":${'{"a":'.repeat(40)}1${'}'.repeat(40)}}`), 400, 'invalid_request'],
+  ['a body over the limit', () => post(JSON.stringify({ model: 'llm', messages: [{ role: 'user', content: 'x'.repeat(100_000) }] })), 413, 'request_too_large'],
+  ['text/plain', () => post('{}', { 'content-type': 'text/plain' }), 415, 'unsupported_media_type'],
+  ['multipart', () => post('--b\r\n\r\n--b--', { 'content-type': 'multipart/form-data; boundary=b' }), 415, 'unsupported_media_type'],
+  ['no content type', () => rawSocket(`POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${KEY}\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}`).then((r) => ({ status: Number(r.slice(9, 12)), code: /"code":"(\w+)"/.exec(r)?.[1] })), 415, 'unsupported_media_type'],
+  ['a gzip body that is not gzip', () => post('not gzip', { 'content-type': 'application/json', 'content-encoding': 'gzip' }), 400, 'invalid_request'],
+  ['an unsupported content encoding', () => post('{}', { 'content-type': 'application/json', 'content-encoding': 'br2' }), 415, 'unsupported_media_type'],
+];
+
+describe('bad input sweep', () => {
+  it.each(cases)('answers %s with its 4xx and sends nothing upstream', async (_name, send, status, code) => {
+    const before = upstream.requests.length;
+    const res = await send();
+    expect(res.status).toBe(status);
+    if (code) expect(res.code).toBe(code);
+    expect(upstream.requests.length).toBe(before);
+  });
+
+  it('answers oversized headers with 431 and garbage request lines with 400, and keeps serving', async () => {
+    expect(await rawSocket(`GET /v1/models HTTP/1.1\r\nHost: x\r\nX-Big: ${'a'.repeat(20_000)}\r\n\r\n`)).toMatch(/^HTTP\/1\.1 431/);
+    expect(await rawSocket('\x00\x01\x02 garbage \r\n\r\n')).toMatch(/^HTTP\/1\.1 400/);
+    expect(await rawSocket(`GET /v1/models HTTP/1.1\r\nHost: x\r\n${Array.from({ length: 3000 }, (_, i) => `X-H${i}: v`).join('\r\n')}\r\n\r\n`)).toMatch(/^HTTP\/1\.1 (200|401|431)/);
+    expect((await rawRequest(`${g.router.apiUrl}/v1/models`, { headers: auth })).status).toBe(200);
+  });
+
+  it('closes a connection that sends its headers too slowly (slowloris)', async () => {
+    const started = Date.now();
+    const answer = await rawSocket('POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nX-Slow: ', { holdMs: 5000 });
+    expect(Date.now() - started).toBeLessThan(4000);
+    expect(answer === '' || answer.startsWith('HTTP/1.1 408')).toBe(true);
+  });
+
+  it('keeps its heap flat over repeated sweeps, and still serves', async () => {
+    const sweep = async (): Promise<void> => {
+      for (const [, send] of cases) await send();
+    };
+    for (let i = 0; i < 5; i++) await sweep(); // warm-up: JIT, caches, pools
+    const before = process.memoryUsage().heapUsed;
+    for (let i = 0; i < 30; i++) await sweep();
+    const grownMb = (process.memoryUsage().heapUsed - before) / 1024 / 1024;
+    expect(grownMb).toBeLessThan(40);
+    const ok = await rawRequest(`${g.router.apiUrl}/v1/chat/completions`, { headers: auth, body: { model: 'llm', messages: [{ role: 'user', content: 'hi' }] } });
+    expect(ok.status).toBe(200);
+  });
+});

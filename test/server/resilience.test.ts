@@ -1,0 +1,238 @@
+/**
+ * Resilience over real sockets: simulator replicas with injected faults behind a router, and the
+ * client's view of each failure. Timeouts are scaled down (hundreds of ms) to keep the suite fast.
+ */
+import { afterEach, describe, expect, it } from '@jest/globals';
+import { type RunningRouter } from '../../src/main.js';
+import { type SimOptions } from '../../src/sim/options.js';
+import { type SimServer } from '../../src/sim/server.js';
+import { contentTimes, rawRequest, sseData, type RawRequest, type RawResponse } from '../helpers/http.js';
+import { KEY, startTestRouter, type TestRouter } from '../helpers/router.js';
+import { startTestSim, waitFor } from '../helpers/sim.js';
+
+const cleanups: Array<() => Promise<unknown>> = [];
+afterEach(async () => {
+  for (const cleanup of cleanups.splice(0).reverse()) await cleanup();
+});
+
+async function sims(count: number, overrides: Partial<SimOptions> = {}): Promise<SimServer[]> {
+  const started = await Promise.all(Array.from({ length: count }, (_, i) => startTestSim({ model: ['served/llm'], name: `r${i}`, ...overrides })));
+  cleanups.push(() => Promise.all(started.map((s) => s.close())));
+  return started;
+}
+
+async function gateway(endpoints: string[], resilience: object): Promise<TestRouter<RunningRouter>> {
+  const g = await startTestRouter({
+    pools: [{ name: 'llm', servedModelName: 'served/llm', endpoints, resilience }],
+    deployments: [{ id: 'llm', model: 'llm', targets: [{ pool: 'llm' }] }],
+  });
+  cleanups.push(() => g.close());
+  return g;
+}
+
+const fast = { retries: { initialBackoffMs: 5, maxBackoffMs: 20 }, breaker: { failureThreshold: 2, cooldownMs: 60_000 } };
+
+function chat(g: TestRouter<RunningRouter>, body: object = {}, extra: RawRequest = {}): Promise<RawResponse> {
+  return rawRequest(`${g.router.apiUrl}/v1/chat/completions`, {
+    ...extra,
+    headers: { authorization: `Bearer ${KEY}`, ...extra.headers },
+    body: { model: 'llm', messages: [{ role: 'user', content: 'hi' }], max_tokens: 4, ...body },
+  });
+}
+
+async function metrics(g: TestRouter<RunningRouter>): Promise<string> {
+  return (await rawRequest(`${g.router.adminUrl}/metrics`)).body;
+}
+
+function metricSum(text: string, name: string, labels: Record<string, string> = {}): number {
+  let sum = 0;
+  for (const line of text.split('\n')) {
+    if (!line.startsWith(name + '{')) continue;
+    if (!Object.entries(labels).every(([k, v]) => line.includes(`${k}="${v}"`))) continue;
+    sum += Number(line.slice(line.lastIndexOf(' ') + 1));
+  }
+  return sum;
+}
+
+const breakerOf = (g: TestRouter<RunningRouter>, url: string): string | undefined => [...g.router.breakers.states()].find((b) => b.endpoint === url)?.state;
+
+describe('retries before the first byte', () => {
+  it('retries a refused connection on another replica and opens the dead replica’s breaker', async () => {
+    const [live] = await sims(1);
+    const dead = await startTestSim({ model: ['served/llm'] });
+    const deadUrl = dead.url;
+    await dead.close();
+    const g = await gateway([deadUrl, live!.url], fast);
+    for (let i = 0; i < 8; i++) expect((await chat(g)).status).toBe(200);
+    expect(breakerOf(g, deadUrl)).toBe('open');
+    const m = await metrics(g);
+    expect(metricSum(m, 'modelgate_upstream_attempts_total', { outcome: 'connect' })).toBe(2); // then the breaker keeps it out
+    expect(metricSum(m, 'modelgate_retries_total', { reason: 'connect' })).toBe(2);
+    expect(metricSum(m, 'modelgate_breaker_state', { endpoint: deadUrl })).toBe(2);
+  });
+
+  it('retries 503 and 429 from an engine elsewhere, honouring a short Retry-After', async () => {
+    const [busy, ok] = await sims(2);
+    busy!.configure({ fault: 'status=503,retry-after=0' });
+    const g = await gateway([busy!.url, ok!.url], fast);
+    for (let i = 0; i < 6; i++) {
+      const res = await chat(g);
+      expect(res.status).toBe(200);
+      expect(res.headers['x-sim-replica']).toBe('r1');
+    }
+    expect(breakerOf(g, busy!.url)).toBe('closed'); // backpressure is not failure
+    busy!.configure({ fault: 'status=429' });
+    expect((await chat(g)).status).toBe(200);
+  });
+
+  it('passes on a 429 whose Retry-After is longer than retries.maxRetryAfterMs, with the header', async () => {
+    const [a, b] = await sims(2, { fault: 'status=429,retry-after=30' });
+    const g = await gateway([a!.url, b!.url], fast);
+    const res = await chat(g);
+    expect(res.status).toBe(429);
+    expect(res.headers['retry-after']).toBe('30');
+    expect(metricSum(await metrics(g), 'modelgate_upstream_attempts_total')).toBe(1);
+  });
+
+  it('stops after retries.maxRetries and answers with the engine’s last error', async () => {
+    const replicas = await sims(4, { fault: 'status=502' });
+    const g = await gateway(replicas.map((s) => s.url), { ...fast, retries: { maxRetries: 2, initialBackoffMs: 1, maxBackoffMs: 2 } });
+    const res = await chat(g);
+    expect(res.status).toBe(502);
+    expect(JSON.parse(res.body)).toMatchObject({ error: { type: 'InternalServerError' } });
+    expect(metricSum(await metrics(g), 'modelgate_upstream_attempts_total')).toBe(3);
+  });
+
+  it('never retries an error the request caused, and never counts it against the replica', async () => {
+    const [a, b] = await sims(2);
+    const g = await gateway([a!.url, b!.url], fast);
+    for (let i = 0; i < 5; i++) expect((await chat(g, { max_tokens: 100_000 })).status).toBe(400);
+    expect(metricSum(await metrics(g), 'modelgate_upstream_attempts_total')).toBe(5);
+    expect([breakerOf(g, a!.url), breakerOf(g, b!.url)].every((s) => s === undefined || s === 'closed')).toBe(true);
+  });
+
+  it('does not retry a 500', async () => {
+    const [a, b] = await sims(2, { fault: 'status=500' });
+    const g = await gateway([a!.url, b!.url], fast);
+    expect((await chat(g)).status).toBe(500);
+    expect(metricSum(await metrics(g), 'modelgate_upstream_attempts_total')).toBe(1);
+  });
+});
+
+describe('timeouts', () => {
+  it('gives up on a hung replica after the first-byte timeout, retries elsewhere, and opens its breaker', async () => {
+    const [hung] = await sims(1, { fault: 'hang' });
+    const [ok] = await sims(1);
+    const g = await gateway([hung!.url, ok!.url], { ...fast, timeouts: { firstByteMs: 150 } });
+    for (let i = 0; i < 6; i++) {
+      const res = await chat(g, { stream: i % 2 === 1 });
+      expect(res.status).toBe(200);
+      expect(sseData(res.body).length > 0 || res.body.includes('chat.completion')).toBe(true);
+    }
+    expect(breakerOf(g, hung!.url)).toBe('open');
+    expect(metricSum(await metrics(g), 'modelgate_upstream_attempts_total', { outcome: 'first_byte_timeout' })).toBe(2);
+  });
+
+  it('does not treat a stream’s early headers as its first byte: a stuck prefill is retried', async () => {
+    const [stuck, ok] = await sims(2);
+    stuck!.configure({ fault: 'slow-start=5000' }); // 200 and headers at once, no data
+    const g = await gateway([stuck!.url, ok!.url], { ...fast, timeouts: { firstByteMs: 200 } });
+    for (let i = 0; i < 3; i++) {
+      const res = await chat(g, { stream: true });
+      expect(res.status).toBe(200);
+      expect(res.headers['x-sim-replica']).toBe('r1');
+      expect(sseData(res.body).at(-1)).toBe('[DONE]');
+    }
+  });
+
+  it('ends a stream that goes silent past the idle timeout with an SSE error event', async () => {
+    const [a] = await sims(1, { fault: 'stall-after=2' });
+    const g = await gateway([a!.url], { ...fast, timeouts: { idleMs: 200 } });
+    const res = await chat(g, { stream: true, max_tokens: 50, ignore_eos: true });
+    expect(res.status).toBe(200);
+    const events = sseData(res.body);
+    expect(events.at(-1)).toBe('[DONE]');
+    expect(JSON.parse(events.at(-2)!)).toEqual({ error: { message: expect.stringContaining('idle timeout'), type: 'server_error', param: null, code: 'upstream_timeout' } });
+    expect(contentTimes(res)).toHaveLength(2);
+    await waitFor(() => a!.engine.numRunning === 0, 'the stalled generation to be aborted');
+  });
+
+  it('ends a stream at the total timeout, and answers 504 when nothing came before it', async () => {
+    const [a] = await sims(1, { itlMs: 50 });
+    const g = await gateway([a!.url], { ...fast, timeouts: { totalMs: 400 } });
+    const stream = await chat(g, { stream: true, max_tokens: 200, ignore_eos: true });
+    expect(JSON.parse(sseData(stream.body).at(-2)!)).toMatchObject({ error: { code: 'upstream_timeout' } });
+    a!.configure({ fault: 'slow-start=3000' });
+    const whole = await chat(g);
+    expect(whole.status).toBe(504);
+    expect(JSON.parse(whole.body)).toMatchObject({ error: { code: 'upstream_timeout', type: 'server_error' } });
+  });
+});
+
+describe('admission control', () => {
+  it('queues beyond maxConcurrencyPerReplica, turns away the overflow with 429 and Retry-After, and answers everyone', async () => {
+    const [a] = await sims(1, { itlMs: 20 });
+    const g = await gateway([a!.url], { ...fast, maxConcurrencyPerReplica: 2, queue: { maxSize: 3, timeoutMs: 5000 } });
+    const results = await Promise.all(Array.from({ length: 8 }, () => chat(g, { max_tokens: 10, ignore_eos: true })));
+    const statuses = results.map((r) => r.status).sort();
+    expect(statuses).toEqual([200, 200, 200, 200, 200, 429, 429, 429]);
+    for (const r of results.filter((x) => x.status === 429)) {
+      expect(r.headers['retry-after']).toBe('1');
+      expect(JSON.parse(r.body)).toMatchObject({ error: { code: 'queue_full', type: 'rate_limit_error' } });
+    }
+    expect(a!.engine.stats.finished.length + a!.engine.stats.finished.stop).toBe(5);
+    const m = await metrics(g);
+    expect(metricSum(m, 'modelgate_rejected_requests_total', { reason: 'queue_full' })).toBe(3);
+    expect(metricSum(m, 'modelgate_queue_wait_seconds_count', { result: 'admitted' })).toBe(3);
+  });
+
+  it('answers 429 queue_timeout when no slot frees in time', async () => {
+    const [a] = await sims(1, { itlMs: 50 });
+    const g = await gateway([a!.url], { ...fast, maxConcurrencyPerReplica: 1, queue: { maxSize: 5, timeoutMs: 100 } });
+    const [first, second] = await Promise.all([chat(g, { max_tokens: 20, ignore_eos: true }), chat(g, { max_tokens: 20, ignore_eos: true })]);
+    expect([first.status, second.status].sort()).toEqual([200, 429]);
+    expect(JSON.parse([first, second].find((r) => r.status === 429)!.body)).toMatchObject({ error: { code: 'queue_timeout' } });
+  });
+
+  it('takes a queued client that leaves out of the queue, so it never reaches a replica', async () => {
+    const [a] = await sims(1, { itlMs: 20 });
+    const g = await gateway([a!.url], { ...fast, maxConcurrencyPerReplica: 1, queue: { maxSize: 5, timeoutMs: 5000 } });
+    const running = chat(g, { max_tokens: 15, ignore_eos: true });
+    await waitFor(() => a!.engine.numRunning === 1, 'the first request to run');
+    const leaving = chat(g, {}, { abortAfterMs: 50 });
+    await waitFor(async () => metricSum(await metrics(g), 'modelgate_queue_depth') === 1, 'the second to queue');
+    expect((await leaving).error?.code).toBe('CLIENT_ABORT');
+    await waitFor(async () => metricSum(await metrics(g), 'modelgate_queue_depth') === 0, 'the queue to empty');
+    expect((await running).status).toBe(200);
+    expect(a!.engine.stats.promptTokens).toBeGreaterThan(0);
+    expect(a!.engine.stats.finished.length + a!.engine.stats.finished.stop).toBe(1);
+    expect(metricSum(await metrics(g), 'modelgate_queue_wait_seconds_count', { result: 'abandoned' })).toBe(1);
+  });
+});
+
+describe('active health checks', () => {
+  it('eject a replica that is up but failing its health check, and bring it back when healthy', async () => {
+    const [a, b] = await sims(2);
+    const g = await gateway([a!.url, b!.url], { healthCheck: { enabled: true, intervalMs: 100, unhealthyThreshold: 1, healthyThreshold: 1 } });
+    const replicasOf = async (n: number): Promise<Set<string>> => new Set(await Promise.all(Array.from({ length: n }, async () => String((await chat(g)).headers['x-sim-replica']))));
+    a!.configure({ unhealthy: true });
+    await waitFor(async () => [...(await replicasOf(8))].join() === 'r1', 'the unhealthy replica to be ejected');
+    a!.configure({ unhealthy: false });
+    await waitFor(async () => (await replicasOf(12)).has('r0'), 'the replica to come back');
+  });
+});
+
+describe('breaker recovery', () => {
+  it('half-opens after the cool-down and closes when the replica answers again', async () => {
+    const [a, b] = await sims(2);
+    const g = await gateway([a!.url, b!.url], { ...fast, breaker: { failureThreshold: 2, cooldownMs: 300, closeAfterSuccesses: 1 } });
+    a!.configure({ fault: 'status=502' });
+    for (let i = 0; i < 6; i++) expect((await chat(g)).status).toBe(200);
+    expect(breakerOf(g, a!.url)).toBe('open');
+    a!.configure({ fault: '' });
+    await waitFor(async () => {
+      await chat(g);
+      return breakerOf(g, a!.url) === 'closed';
+    }, 'the breaker to close after a successful probe');
+  });
+});

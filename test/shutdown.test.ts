@@ -1,0 +1,87 @@
+/**
+ * SIGTERM to a real `modelgate serve` process (the built dist/, which `npm test` builds first) during
+ * 50 open streams: readiness fails first, every stream finishes, new connections are refused after
+ * the shutdown delay, and the process exits 0.
+ */
+import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import { spawn, type ChildProcess } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { createInterface } from 'node:readline';
+import { type SimServer } from '../src/sim/server.js';
+import { rawRequest, sseData, type RawResponse } from './helpers/http.js';
+import { startTestSim, waitFor } from './helpers/sim.js';
+
+const cli = new URL('../dist/cli.js', import.meta.url).pathname;
+let sims: SimServer[];
+let dir: string;
+
+beforeAll(async () => {
+  if (!existsSync(cli)) throw new Error('dist/cli.js is missing: run `npm run build` (npm test does it first)');
+  sims = await Promise.all([0, 1].map((i) => startTestSim({ model: ['served/llm'], name: `r${i}`, itlMs: 25, maxNumSeqs: 64 })));
+  dir = await mkdtemp(join(tmpdir(), 'modelgate-shutdown-'));
+  await writeFile(join(dir, 'keys.yaml'), '- name: t\n  key: sk-shutdown-test\n');
+  await writeFile(
+    join(dir, 'modelgate.yaml'),
+    JSON.stringify({
+      server: { host: '127.0.0.1', port: 0, shutdownDelayMs: 400, gracePeriodMs: 20000 },
+      admin: { host: '127.0.0.1', port: 0 },
+      auth: { keysFile: 'keys.yaml' },
+      pools: [{ name: 'llm', servedModelName: 'served/llm', endpoints: sims.map((s) => s.url) }],
+      deployments: [{ id: 'llm', model: 'llm', targets: [{ pool: 'llm' }] }],
+    }),
+  );
+});
+afterAll(async () => {
+  await Promise.all(sims.map((s) => s.close()));
+  await rm(dir, { recursive: true, force: true });
+});
+
+function start(): Promise<{ child: ChildProcess; api: string; admin: string; exit: Promise<number | null> }> {
+  const child = spawn(process.execPath, [cli, 'serve', '--config', join(dir, 'modelgate.yaml')], { stdio: ['ignore', 'pipe', 'inherit'] });
+  const exit = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
+  return new Promise((resolve, reject) => {
+    const lines = createInterface(child.stdout);
+    lines.on('line', (line) => {
+      const entry = JSON.parse(line) as { msg?: string; api?: string; admin?: string };
+      if (entry.msg === 'modelgate listening') resolve({ child, api: entry.api!, admin: entry.admin!, exit });
+    });
+    void exit.then((code) => reject(new Error(`modelgate exited early with ${code}`)));
+  });
+}
+
+describe('SIGTERM', () => {
+  it('drains 50 open streams: readiness fails first, all streams finish, then the process exits 0', async () => {
+    const { child, api, admin, exit } = await start();
+    expect((await rawRequest(`${admin}/readyz`)).status).toBe(200);
+    const firstTokens = new Set<number>();
+    const streams: Array<Promise<RawResponse & { finishedAt: number }>> = [];
+    for (let i = 0; i < 50; i++) {
+      streams.push(
+        rawRequest(`${api}/v1/chat/completions`, {
+          headers: { authorization: 'Bearer sk-shutdown-test' },
+          body: { model: 'llm', messages: [{ role: 'user', content: 'hi' }], stream: true, max_tokens: 60, ignore_eos: true },
+          onChunk: (_d, all) => void (all.includes('"content":" ') && firstTokens.add(i)),
+        }).then((res) => ({ ...res, finishedAt: Date.now() })),
+      );
+    }
+    await waitFor(() => firstTokens.size === 50, 'all 50 streams to be under way');
+    child.kill('SIGTERM');
+    const signalledAt = Date.now();
+    await waitFor(async () => (await rawRequest(`${admin}/readyz`).catch(() => ({ status: 0 }))).status === 503, 'readiness to fail');
+    const notReadyAt = Date.now();
+
+    const results = await Promise.all(streams);
+    for (const res of results) {
+      expect(res.status).toBe(200);
+      expect(sseData(res.body).at(-1)).toBe('[DONE]');
+      expect(res.body).not.toContain('"error"');
+    }
+    expect(notReadyAt).toBeLessThan(Math.min(...results.map((r) => r.finishedAt)));
+    expect(notReadyAt - signalledAt).toBeLessThan(1000);
+    await expect(rawRequest(`${api}/v1/models`)).rejects.toMatchObject({ code: 'ECONNREFUSED' });
+    expect(await exit).toBe(0);
+  });
+});
