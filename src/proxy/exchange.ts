@@ -112,6 +112,9 @@ export class ExchangeRunner {
     const { forwarder, picker, clock } = this.deps;
     const settings = plan.pool.resilience;
     const deadline = clock.now() + settings.timeouts.totalMs;
+    // http-proxy adds a few 'close'/'error' listeners to the client response per attempt: bounded by
+    // the retry cap, so the limit is sized to it rather than left to warn.
+    res.setMaxListeners(Math.max(res.getMaxListeners(), 8 + 4 * (settings.retries.maxRetries + 1)));
     const tried = new Set<string>();
     const report: ExchangeReport = { attempts: [] };
     for (let n = 0; ; n++) {
