@@ -207,6 +207,14 @@ export async function createRouter(config: Config, options: RouterOptions = {}):
     {
       inFlight: () => [...inFlight.byEndpoint()],
       readyEndpoints: () => discovery.pools().map((pool) => ({ pool: pool.name, count: discovery.endpoints.snapshot(pool.name).length })),
+      deploymentReadyEndpoints: () => {
+        const catalog = discovery.catalog();
+        return catalog.deployments().map((d) => ({
+          deployment: d.id,
+          count: d.targets.filter((t) => t.weight > 0 && catalog.pool(t.pool)).reduce((n, t) => n + discovery.endpoints.snapshot(t.pool).length, 0),
+        }));
+      },
+      queueLimits: () => discovery.pools().filter((p) => p.resilience.maxConcurrencyPerReplica > 0).map((p) => ({ pool: p.name, limit: p.resilience.queue.maxSize })),
       ...(config.discovery.mode === 'kubernetes' ? { watches: () => discovery.watches(), leader: () => discovery.isLeader() } : {}),
     },
     { processMetrics: options.processMetrics ?? true },

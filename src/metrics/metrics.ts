@@ -10,6 +10,10 @@ export interface MetricSources {
   inFlight(): Iterable<{ pool: string; endpoint: string; count: number }>;
   /** Routable endpoints per pool. */
   readyEndpoints(): Iterable<{ pool: string; count: number }>;
+  /** Routable endpoints per deployment, over the pools it targets with a weight above 0. */
+  deploymentReadyEndpoints(): Iterable<{ deployment: string; count: number }>;
+  /** Admission queue size of each pool that has a concurrency limit. */
+  queueLimits(): Iterable<{ pool: string; limit: number }>;
   /** Kubernetes mode: every watch (kind × namespace) and its health. */
   watches?(): Iterable<{ kind: string; namespace: string; up: boolean; lastSyncAt: number | undefined }>;
   /** Kubernetes mode: whether this replica holds the status-writer lease. */
@@ -20,12 +24,26 @@ export type Route = 'chat' | 'embeddings' | 'models' | 'other';
 
 /** Seconds; from a few ms (an embedding) to several minutes (a long generation). */
 const DURATION_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600];
+/** Time to first token: 10 ms (a cached prefix) to 60 s (a long prompt on a busy engine). */
+const TTFT_BUCKETS = [0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 0.75, 1, 2.5, 5, 10, 20, 30, 60];
+/** Inter-token latency: 10 ms (a small model) upward; a long gap means a stall. */
+const ITL_BUCKETS = [0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1, 2.5, 10, 60];
+
+export interface TrafficLabels {
+  deployment: string;
+  pool: string;
+}
 
 export class RouterMetrics {
   readonly registry = new Registry();
   private readonly requests: Counter<'route' | 'deployment' | 'pool' | 'code'>;
   private readonly duration: Histogram<'route' | 'deployment' | 'pool'>;
   private readonly keyReloads: Counter<'result'>;
+  private readonly ttft: Histogram<'deployment' | 'pool'>;
+  private readonly itl: Histogram<'deployment' | 'pool'>;
+  private readonly promptTokens: Counter<'deployment' | 'pool'>;
+  private readonly completionTokens: Counter<'deployment' | 'pool'>;
+  private readonly streamEnds: Counter<'deployment' | 'pool' | 'end'>;
   private readonly discoveryEvents: Counter<'kind' | 'type'>;
   private readonly watchRestarts: Counter<'kind' | 'namespace'>;
   private readonly statusWrites: Counter<'kind' | 'result'>;
@@ -48,6 +66,58 @@ export class RouterMetrics {
       labelNames: ['route', 'deployment', 'pool'],
       buckets: DURATION_BUCKETS,
       registers,
+    });
+    this.ttft = new Histogram({
+      name: 'modelgate_time_to_first_token_seconds',
+      help: 'Streams: from the request sent to the engine to the first event carrying content.',
+      labelNames: ['deployment', 'pool'],
+      buckets: TTFT_BUCKETS,
+      registers,
+    });
+    this.itl = new Histogram({
+      name: 'modelgate_inter_token_latency_seconds',
+      help: 'Streams: time between consecutive content events.',
+      labelNames: ['deployment', 'pool'],
+      buckets: ITL_BUCKETS,
+      registers,
+    });
+    this.promptTokens = new Counter({
+      name: 'modelgate_prompt_tokens_total',
+      help: 'Prompt tokens, from the usage the engines report.',
+      labelNames: ['deployment', 'pool'],
+      registers,
+    });
+    this.completionTokens = new Counter({
+      name: 'modelgate_completion_tokens_total',
+      help: 'Completion tokens, from the usage the engines report.',
+      labelNames: ['deployment', 'pool'],
+      registers,
+    });
+    this.streamEnds = new Counter({
+      name: 'modelgate_response_ends_total',
+      help: 'How responses that had started ended: complete, client_gone, upstream_broken, idle_timeout, deadline.',
+      labelNames: ['deployment', 'pool', 'end'],
+      registers,
+    });
+    new Gauge({
+      name: 'modelgate_deployment_ready_endpoints',
+      help: 'Routable endpoints across the pools each deployment targets.',
+      labelNames: ['deployment'],
+      registers,
+      collect() {
+        this.reset();
+        for (const d of sources.deploymentReadyEndpoints()) this.set({ deployment: d.deployment }, d.count);
+      },
+    });
+    new Gauge({
+      name: 'modelgate_queue_limit',
+      help: 'Admission queue size of each pool with a concurrency limit (queue.maxSize).',
+      labelNames: ['pool'],
+      registers,
+      collect() {
+        this.reset();
+        for (const q of sources.queueLimits()) this.set({ pool: q.pool }, q.limit);
+      },
     });
     this.keyReloads = new Counter({
       name: 'modelgate_keys_reloads_total',
@@ -158,6 +228,23 @@ export class RouterMetrics {
   recordRequest(route: Route, deployment: string, pool: string, code: number, seconds: number): void {
     this.requests.inc({ route, deployment, pool, code: String(code) });
     if (route === 'chat' || route === 'embeddings') this.duration.observe({ route, deployment, pool }, seconds);
+  }
+
+  recordTimeToFirstToken(labels: TrafficLabels, seconds: number): void {
+    this.ttft.observe(labels, seconds);
+  }
+
+  recordInterToken(labels: TrafficLabels, seconds: number): void {
+    this.itl.observe(labels, seconds);
+  }
+
+  recordTokens(labels: TrafficLabels, prompt: number, completion: number): void {
+    this.promptTokens.inc(labels, prompt);
+    if (completion > 0) this.completionTokens.inc(labels, completion);
+  }
+
+  recordResponseEnd(labels: TrafficLabels, end: string): void {
+    this.streamEnds.inc({ ...labels, end });
   }
 
   recordKeysReload(ok: boolean): void {

@@ -127,17 +127,19 @@ export function objectMemberTexts(text: string, member: Member): Map<string, str
 
 /**
  * The upstream body of an inference request: `extra_body` merged into the top level (its keys win)
- * and removed, then `model` set to `servedModelName`. A body needing neither change is returned as is.
+ * and removed, then `model` set to `servedModelName`, then `overrides` (raw JSON values) applied. A
+ * body needing none of this is returned as is.
  */
-export function upstreamBody(text: string, servedModelName: string, currentModel: string): string {
+export function upstreamBody(text: string, servedModelName: string, currentModel: string, overrides?: ReadonlyMap<string, string>): string {
   const open = skipWs(text, 0);
   const { members } = scanMembers(text, open);
   const extra = members.filter((m) => m.key === 'extra_body');
-  if (extra.length === 0 && currentModel === servedModelName) return text;
+  if (extra.length === 0 && currentModel === servedModelName && !overrides?.size) return text;
   const set = new Map<string, string>();
   const last = extra.at(-1);
   if (last) for (const [key, value] of objectMemberTexts(text, last)) set.set(key, value);
   set.set('model', JSON.stringify(servedModelName));
   set.delete('extra_body');
+  for (const [key, value] of overrides ?? []) set.set(key, value);
   return patchTopLevel(text, { set, remove: new Set(['extra_body']) });
 }

@@ -12,7 +12,7 @@ import { type PoolSpec } from '../core/types.js';
 import { type AttemptOutcome } from '../resilience/breaker.js';
 import { type EndpointPicker } from '../resilience/picker.js';
 import { type AttemptResult, type Forwarder, type StreamEnd } from './forwarder.js';
-import { type SseEvent } from './sse-tap.js';
+import { ResponseMeter, type TokenUsage } from './usage.js';
 
 const RETRYABLE_STATUS = new Set([429, 502, 503, 504]);
 
@@ -33,6 +33,12 @@ export interface ExchangeReport {
   failure?: string;
   /** How a committed response ended. */
   end?: StreamEnd;
+  /** Token counts from the engine's usage, when it reported them. */
+  usage?: TokenUsage;
+  /** ms from the committed attempt's request to its first content event (streams). */
+  ttftMs?: number;
+  /** Body bytes relayed from the engine. */
+  bytes?: number;
 }
 
 export interface ExchangeEvents {
@@ -55,7 +61,10 @@ export interface ExchangePlan {
   requestId: string;
   /** Aborts when the client leaves. */
   signal: AbortSignal;
-  onEvent?: (event: SseEvent) => void;
+  /** The router asked the engine for stream usage the client did not ask for (see Forwarder). */
+  stripUsageChunk?: boolean;
+  /** Each inter-token gap of a committed stream, in ms. */
+  onInterToken?: (ms: number) => void;
 }
 
 function writeJson(res: ServerResponse, status: number, body: unknown, headers: Record<string, string>): void {
@@ -129,13 +138,15 @@ export class ExchangeRunner {
       tried.add(endpoint.id);
       report.endpoint = endpoint.id;
       const started = clock.now();
+      const meter = new ResponseMeter(clock, started, plan.onInterToken);
       const result = await forwarder.attempt(req, res, {
         endpoint,
         body: plan.body,
         requestId: plan.requestId,
         timeouts: settings.timeouts,
         deadline,
-        ...(plan.onEvent ? { onEvent: plan.onEvent } : {}),
+        observe: { event: (e) => meter.onEvent(e), body: (c) => meter.onBody(c), bodyEnd: () => meter.onBodyEnd() },
+        stripUsageChunk: plan.stripUsageChunk ?? false,
       });
       picked.ticket.settle(breakerOutcome(result));
       const outcome = outcomeName(result);
@@ -144,13 +155,17 @@ export class ExchangeRunner {
 
       if (result.kind === 'committed') {
         report.upstreamStatus = result.status;
-        const { end } = await result.done;
+        const { end, bytes } = await result.done;
         picked.release();
         report.end = end;
+        report.bytes = bytes;
+        if (meter.usage) report.usage = meter.usage;
+        if (meter.ttftMs !== undefined) report.ttftMs = meter.ttftMs;
         if (end === 'upstream_broken' || end === 'idle_timeout') {
           this.deps.picker.recordStreamFailure(plan.pool, endpoint.id);
           report.failure = end === 'upstream_broken' ? 'upstream_stream_broken' : 'upstream_timeout';
         } else if (end === 'deadline') report.failure = 'upstream_timeout';
+        else if (end === 'client_gone') report.failure = 'client_gone';
         return report;
       }
       picked.release();

@@ -19,6 +19,7 @@ import { type ErrorEnvelope } from '../core/errors.js';
 import { type Endpoint } from '../core/types.js';
 import { clientResponseHeaders, retryHeaders } from './headers.js';
 import { SseTap, type SseEvent } from './sse-tap.js';
+import { isUsageChunk } from './usage.js';
 import { MAX_ERROR_BODY_BYTES, normaliseUpstreamError, type NormalisedError } from './upstream-errors.js';
 
 export interface AttemptSpec {
@@ -28,8 +29,19 @@ export interface AttemptSpec {
   timeouts: { connectMs: number; firstByteMs: number; idleMs: number };
   /** Monotonic ms (the injected clock) by which the whole exchange must have ended. */
   deadline: number;
-  /** Sees each SSE event of a committed stream as it passes (token accounting). */
-  onEvent?: (event: SseEvent) => void;
+  /** Sees the response as it passes (token accounting, time to first token). */
+  observe?: ResponseObserver;
+  /**
+   * The router asked the engine for usage the client did not ask for: drop the usage-only chunk from
+   * what the client gets. Only then are stream bytes written per complete event.
+   */
+  stripUsageChunk?: boolean;
+}
+
+export interface ResponseObserver {
+  event(event: SseEvent): void;
+  body(chunk: Buffer): void;
+  bodyEnd(): void;
 }
 
 export type FailureReason = 'connect' | 'connect_timeout' | 'reset' | 'first_byte_timeout' | 'deadline';
@@ -261,7 +273,8 @@ export class Forwarder {
       if (!res.writableEnded && !res.destroyed) {
         if (stream && tap) {
           const [code, message] = END_MESSAGES[end];
-          res.end(tap.separator() + streamError(code, message));
+          // when stripping, only whole events were written: the client is on a boundary
+          res.end((spec.stripUsageChunk ? '' : tap.separator()) + streamError(code, message));
         } else res.destroy(); // a JSON body cut short must not look complete
       }
       finish(end);
@@ -277,18 +290,40 @@ export class Forwarder {
         }
       });
     };
-    on('data', ((chunk: Buffer) => {
-      if (!committed) commit();
-      bytes += chunk.length;
-      if (tap) for (const event of tap.push(chunk)) spec.onEvent?.(event);
-      idle();
-      if (!res.write(chunk)) {
+    const write = (data: Buffer | string): void => {
+      if (!res.write(data)) {
         proxyRes.pause();
         res.once('drain', () => proxyRes.resume());
       }
+    };
+    on('data', ((chunk: Buffer) => {
+      if (!committed) commit();
+      bytes += chunk.length;
+      idle();
+      if (!tap) {
+        spec.observe?.body(chunk);
+        write(chunk);
+        return;
+      }
+      const segments = tap.segments(chunk);
+      for (const segment of segments) if (segment.event) spec.observe?.event(segment.event);
+      if (!spec.stripUsageChunk) {
+        write(chunk); // byte for byte, as it came
+        return;
+      }
+      const kept = segments
+        .filter((seg) => !(seg.event && isUsageChunk(seg.event)))
+        .map((seg) => seg.raw)
+        .join('');
+      if (kept !== '') write(kept);
     }));
     on('end', () => {
       if (!committed) commit(); // an empty 2xx body
+      if (tap && spec.stripUsageChunk) {
+        const rest = tap.rest(); // a last event without its blank line (some llama.cpp builds)
+        if (rest !== '') write(rest);
+      }
+      if (!tap) spec.observe?.bodyEnd();
       if (!res.writableEnded) res.end();
       finish('complete');
     });

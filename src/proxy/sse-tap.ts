@@ -1,9 +1,11 @@
 /**
- * Reads a Server-Sent Events stream as it passes, without holding it up: the bytes are relayed as they
- * arrive; the tap only remembers the incomplete tail of the current event. It reports whole events
- * (their `data` joined per the SSE rules) and whether the relayed bytes end on an event boundary, so a
- * final error event can be appended without corrupting a half-sent one.
+ * Reads a Server-Sent Events stream as it passes, without holding it up: the caller relays bytes as
+ * they arrive, and the tap keeps only the incomplete tail of the current event. It reports whole
+ * events (their `data` joined per the SSE rules, and their exact raw text), and whether the relayed
+ * bytes end on an event boundary, so a final error event can be appended without corrupting a
+ * half-sent one. Text is decoded with a StringDecoder, so a character split across chunks is whole.
  */
+import { StringDecoder } from 'node:string_decoder';
 
 export interface SseEvent {
   /** `data:` lines joined with "\n" (one leading space after the colon stripped). */
@@ -12,27 +14,47 @@ export interface SseEvent {
   event?: string;
 }
 
+/** A stretch of the stream: one complete event block with its blank line, or a comment-only block. */
+export interface SseSegment {
+  raw: string;
+  event: SseEvent | undefined;
+}
+
+const BOUNDARY = /\r\n\r\n|\n\n|\r\r/;
+
 export class SseTap {
+  private readonly decoder = new StringDecoder('utf8');
   private pending = '';
   /** The relayed bytes end exactly after a blank line (or nothing was relayed). */
   atBoundary = true;
 
   /** Feeds a chunk of the stream; returns the events it completed. */
   push(chunk: Buffer | string): SseEvent[] {
-    const text = typeof chunk === 'string' ? chunk : chunk.toString('utf8');
+    return this.segments(chunk).flatMap((s) => (s.event ? [s.event] : []));
+  }
+
+  /** Feeds a chunk; returns the complete blocks it finished, raw text included. */
+  segments(chunk: Buffer | string): SseSegment[] {
+    const text = typeof chunk === 'string' ? chunk : this.decoder.write(chunk);
     if (text.length === 0) return [];
     this.pending += text;
-    const events: SseEvent[] = [];
+    const out: SseSegment[] = [];
     for (;;) {
-      const match = /\r\n\r\n|\n\n|\r\r/.exec(this.pending);
+      const match = BOUNDARY.exec(this.pending);
       if (!match) break;
-      const block = this.pending.slice(0, match.index);
-      this.pending = this.pending.slice(match.index + match[0].length);
-      const event = parseBlock(block);
-      if (event) events.push(event);
+      const end = match.index + match[0].length;
+      out.push({ raw: this.pending.slice(0, end), event: parseBlock(this.pending.slice(0, match.index)) });
+      this.pending = this.pending.slice(end);
     }
     this.atBoundary = this.pending.length === 0;
-    return events;
+    return out;
+  }
+
+  /** The incomplete tail (for a stream that ends without a final blank line). */
+  rest(): string {
+    const tail = this.pending + this.decoder.end();
+    this.pending = '';
+    return tail;
   }
 
   /** What to write before an extra event so that it starts on a boundary. */

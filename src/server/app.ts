@@ -6,7 +6,7 @@
 import express, { type NextFunction, type Request, type Response } from 'express';
 import { type Logger } from 'pino';
 import { bearerToken, mayUse, type Principal } from '../auth/key-store.js';
-import { type InferenceKind, validateRequest } from '../api/validate.js';
+import { type InferenceKind, type ValidRequest, validateRequest } from '../api/validate.js';
 import { pickWeighted } from '../balancer/least-outstanding.js';
 import { type Clock } from '../core/clock.js';
 import { RouterError, toErrorResponse } from '../core/errors.js';
@@ -68,6 +68,21 @@ function bodyReaderError(err: { type?: string; status?: number; message?: string
   return undefined;
 }
 
+/**
+ * For a streamed chat request whose client did not ask for usage: the `stream_options` that asks the
+ * engine for it anyway (so tokens are counted). The usage chunk is then removed from what the client
+ * gets. `extra_body` is honoured, as the engine would see it.
+ */
+function streamUsageOverride(body: ValidRequest): Map<string, string> | undefined {
+  const extra = body.extra_body ?? undefined;
+  const stream = extra && 'stream' in extra ? extra.stream : body.stream;
+  if (stream !== true) return undefined;
+  const options = extra && 'stream_options' in extra ? extra.stream_options : body.stream_options;
+  const current = typeof options === 'object' && options !== null && !Array.isArray(options) ? (options as Record<string, unknown>) : {};
+  if (current.include_usage === true) return undefined;
+  return new Map([['stream_options', JSON.stringify({ ...current, include_usage: true })]]);
+}
+
 function supports(pool: PoolSpec, kind: InferenceKind): boolean {
   return pool.capabilities.includes(kind);
 }
@@ -97,34 +112,47 @@ export function buildApp(deps: AppDeps): BuiltApp {
     if (draining) res.setHeader('connection', 'close');
     active += 1;
     res.once('close', () => {
-      active -= 1;
+      const closedAt = deps.clock.now();
       ctx.closed = true;
       if (!res.writableFinished) ctx.abort.abort();
-      const incomplete = !res.writableFinished;
-      const status = res.headersSent ? res.statusCode : 499; // 499: the client left before an answer
-      const ms = deps.clock.now() - ctx.started;
-      deps.metrics.recordRequest(ctx.route, ctx.deployment ?? '', ctx.pool ?? '', status, ms / 1000);
-      deps.logger.info(
-        {
-          requestId: ctx.requestId,
-          key: ctx.principal?.name,
-          method: req.method,
-          path: req.path,
-          status,
-          durationMs: Math.round(ms * 10) / 10,
-          deployment: ctx.deployment,
-          pool: ctx.pool,
-          endpoint: ctx.endpoint,
-          upstreamStatus: ctx.upstreamStatus,
-          attempts: ctx.attempts,
-          failure: ctx.failure,
-          incomplete: incomplete || undefined,
-        },
-        'request',
-      );
+      // The exchange's report (endpoint, attempts, tokens, TTFT) lands just after the response closes.
+      void (ctx.exchange ?? Promise.resolve()).finally(() => {
+        active -= 1;
+        record(req, res, ctx, closedAt);
+      });
     });
     next();
   });
+
+  /** One access-log line and the request metrics, once the response has closed and the exchange reported. */
+  function record(req: Request, res: Response, ctx: RequestContext, closedAt: number): void {
+    const incomplete = !res.writableFinished;
+    const status = res.headersSent ? res.statusCode : 499; // 499: the client left before an answer
+    const ms = closedAt - ctx.started;
+    deps.metrics.recordRequest(ctx.route, ctx.deployment ?? '', ctx.pool ?? '', status, ms / 1000);
+    deps.logger.info(
+      {
+        requestId: ctx.requestId,
+        key: ctx.principal?.name,
+        method: req.method,
+        path: req.path,
+        status,
+        durationMs: Math.round(ms * 10) / 10,
+        deployment: ctx.deployment,
+        pool: ctx.pool,
+        endpoint: ctx.endpoint,
+        upstreamStatus: ctx.upstreamStatus,
+        attempts: ctx.attempts,
+        ttftMs: ctx.ttftMs === undefined ? undefined : Math.round(ctx.ttftMs * 10) / 10,
+        promptTokens: ctx.usage?.promptTokens,
+        completionTokens: ctx.usage?.completionTokens,
+        bytes: ctx.bytes,
+        failure: ctx.failure,
+        incomplete: incomplete || undefined,
+      },
+      'request',
+    );
+  }
 
   const authenticate = (req: Request, res: Response, next: NextFunction): void => {
     const key = bearerToken(req.headers.authorization);
@@ -170,16 +198,32 @@ export function buildApp(deps: AppDeps): BuiltApp {
     const pool = choosePool(catalog, deployment, kind, body.model);
     ctx.pool = pool.name;
     if (ctx.closed) return; // the client left while the body was read
-    const patched = upstreamBody(text, pool.servedModelName, body.model);
+    const usage = kind === 'chat' ? streamUsageOverride(body) : undefined;
+    const patched = upstreamBody(text, pool.servedModelName, body.model, usage);
     prepareUpstreamHeaders(req.headers, ctx.requestId, pool.backendKey);
-    return deps.exchange
-      .run(req, res, { pool, body: patched === text ? raw : Buffer.from(patched, 'utf8'), requestId: ctx.requestId, signal: ctx.abort.signal })
+    const labels = { deployment: deployment.id, pool: pool.name };
+    ctx.exchange = deps.exchange
+      .run(req, res, {
+        pool,
+        body: patched === text ? raw : Buffer.from(patched, 'utf8'),
+        requestId: ctx.requestId,
+        signal: ctx.abort.signal,
+        stripUsageChunk: usage !== undefined,
+        onInterToken: (ms) => deps.metrics.recordInterToken(labels, ms / 1000),
+      })
       .then((report) => {
         ctx.endpoint = report.endpoint;
         ctx.upstreamStatus = report.upstreamStatus;
         ctx.attempts = report.attempts.length > 1 ? report.attempts : undefined;
         ctx.failure ??= report.failure;
+        ctx.ttftMs = report.ttftMs;
+        ctx.usage = report.usage;
+        ctx.bytes = report.bytes;
+        if (report.end) deps.metrics.recordResponseEnd(labels, report.end);
+        if (report.ttftMs !== undefined) deps.metrics.recordTimeToFirstToken(labels, report.ttftMs / 1000);
+        if (report.usage) deps.metrics.recordTokens(labels, report.usage.promptTokens, report.usage.completionTokens);
       });
+    return ctx.exchange;
   };
 
   /** A pool of the deployment that serves `kind` and has a ready endpoint, chosen by target weight. */

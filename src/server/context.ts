@@ -4,6 +4,7 @@ import { type Request, type Response } from 'express';
 import { type Principal } from '../auth/key-store.js';
 import { type Route } from '../metrics/metrics.js';
 import { type AttemptRecord } from '../proxy/exchange.js';
+import { type TokenUsage } from '../proxy/usage.js';
 
 export interface RequestContext {
   requestId: string;
@@ -17,10 +18,17 @@ export interface RequestContext {
   endpoint?: string;
   upstreamStatus?: number;
   failure?: string;
+  /** Streams: ms from the request sent upstream to the first content event. */
+  ttftMs?: number;
+  usage?: TokenUsage;
+  /** Body bytes relayed from the engine. */
+  bytes?: number;
   /** Every attempt, when there was more than one. */
   attempts?: AttemptRecord[];
   /** Aborts when the client leaves before its response finished. */
   abort: AbortController;
+  /** Settles when the forwarded exchange has filled in its report. */
+  exchange?: Promise<void>;
 }
 
 const SAFE_REQUEST_ID = /^[\w.:@-]{1,128}$/;
