@@ -3,18 +3,16 @@
  * address and one shared port (as pods behind one Service are), EndpointSlice / ModelPool /
  * ModelDeployment builders for the fake API server, and a router pointed at it by kubeconfig.
  */
-import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { mkdtemp, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { Writable } from 'node:stream';
-import { pino, type Logger } from 'pino';
 import { buildConfig } from '../../src/config/load.js';
 import { startRouter, type RunningRouter } from '../../src/main.js';
 import { defaultSimOptions } from '../../src/sim/options.js';
 import { startSim, type SimServer } from '../../src/sim/server.js';
 import { type FakeKubeApi, type FakeObject } from './fake-kube-api.js';
 import { rawRequest } from './http.js';
-import { KEY, type TestRouter } from './router.js';
+import { captureLogs, KEY, testRouter, type TestRouter } from './router.js';
 
 export interface Pod {
   name: string;
@@ -105,18 +103,8 @@ export async function startKubeRouter(fake: FakeKubeApi, options: KubeRouterOpti
     },
     dir,
   );
-  const logs: string[] = [];
-  const logger: Logger = pino({ level: 'info' }, new Writable({ write: (chunk: Buffer, _e, done) => (logs.push(chunk.toString('utf8')), done()) }));
-  const router = await startRouter(config, { logger, processMetrics: false });
-  return {
-    router,
-    logs,
-    keysFile: join(dir, 'keys.yaml'),
-    async close() {
-      await router.close();
-      await rm(dir, { recursive: true, force: true });
-    },
-  };
+  const { logs, logger } = captureLogs();
+  return testRouter(await startRouter(config, { logger, processMetrics: false }), dir, logs);
 }
 
 /** Sends `count` chat requests for `model`; counts answers by replica name (or `status N` when not 200). */

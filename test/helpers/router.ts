@@ -38,6 +38,11 @@ async function prepare(options: TestRouterOptions): Promise<{ dir: string; confi
     },
     dir,
   );
+  return { dir, config, ...captureLogs() };
+}
+
+/** A pino logger at info whose lines are kept in `logs`. */
+export function captureLogs(): { logs: string[]; logger: Logger } {
   const logs: string[] = [];
   const sink = new Writable({
     write(chunk: Buffer, _enc, done) {
@@ -45,38 +50,32 @@ async function prepare(options: TestRouterOptions): Promise<{ dir: string; confi
       done();
     },
   });
-  const logger: Logger = pino({ level: 'info' }, sink);
-  return { dir, config, logs, logger };
+  return { logs, logger: pino({ level: 'info' }, sink) };
+}
+
+/** Wraps a router with its captured logs and a close() that also removes its temp dir. */
+export function testRouter<R extends { close(): Promise<void> }>(router: R, dir: string, logs: string[]): TestRouter<R> {
+  return {
+    router,
+    logs,
+    keysFile: join(dir, 'keys.yaml'),
+    async close() {
+      await router.close();
+      await rm(dir, { recursive: true, force: true });
+    },
+  };
 }
 
 /** A router not listening: use it with supertest. */
 export async function buildTestRouter(options: TestRouterOptions): Promise<TestRouter<Router>> {
   const { dir, config, logs, logger } = await prepare(options);
-  const router = await createRouter(config, { logger, processMetrics: false, ...(options.random ? { random: options.random } : {}) });
-  return {
-    router,
-    logs,
-    keysFile: join(dir, 'keys.yaml'),
-    async close() {
-      await router.close();
-      await rm(dir, { recursive: true, force: true });
-    },
-  };
+  return testRouter(await createRouter(config, { logger, processMetrics: false, ...(options.random ? { random: options.random } : {}) }), dir, logs);
 }
 
 /** A router listening on 127.0.0.1 (API and admin on free ports). */
 export async function startTestRouter(options: TestRouterOptions): Promise<TestRouter<RunningRouter>> {
   const { dir, config, logs, logger } = await prepare(options);
-  const router = await startRouter(config, { logger, processMetrics: false, ...(options.random ? { random: options.random } : {}) });
-  return {
-    router,
-    logs,
-    keysFile: join(dir, 'keys.yaml'),
-    async close() {
-      await router.close();
-      await rm(dir, { recursive: true, force: true });
-    },
-  };
+  return testRouter(await startRouter(config, { logger, processMetrics: false, ...(options.random ? { random: options.random } : {}) }), dir, logs);
 }
 
 /** One chat pool and deployment in front of `endpoints`. */
