@@ -1,0 +1,206 @@
+/**
+ * Balancing quality: four simulator replicas, two of them twice as slow, fed open-loop Poisson
+ * arrivals of streamed requests with long-tailed prompt and output lengths at 70%, 85% and 95% of
+ * the fleet's measured capacity. Policies, each on the same arrivals and the same request lengths:
+ * random (HAProxy `random(1)`, what a Kubernetes Service's kube-proxy does), round robin, HAProxy
+ * `leastconn`, and modelgate. Writes bench/results/balance.{md,svg}.
+ */
+import { load } from './lib/loadgen.js';
+import { BENCH_KEY, startHaproxy, startModelgate, startSim, type Proc } from './lib/procs.js';
+import { logNormal, mulberry32 } from './lib/random.js';
+import { barChart, machine, percentile, SMOKE, stack, table, tools, write } from './lib/report.js';
+
+const MODEL = 'bench-model';
+const LOADS = SMOKE ? [0.85] : [0.7, 0.85, 0.95];
+const WARMUP_MS = SMOKE ? 300 : 5_000;
+const WINDOW_MS = SMOKE ? 1_000 : 40_000;
+const CALIBRATE_MS = SMOKE ? 500 : 8_000;
+const MAX_NUM_SEQS = 8;
+const FAST = ['--ttft-ms', '10', '--prefill-ms-per-token', '0.05', '--itl-ms', '4'];
+const SLOW = ['--ttft-ms', '20', '--prefill-ms-per-token', '0.1', '--itl-ms', '8'];
+const REPLICAS: Array<{ name: string; args: string[] }> = [
+  { name: 'fast-0', args: FAST },
+  { name: 'fast-1', args: FAST },
+  { name: 'slow-0', args: SLOW },
+  { name: 'slow-1', args: SLOW },
+];
+
+/** Long-tailed request mix: log-normal prompt (median 256 tokens) and output (median 48 tokens) lengths. */
+function bodies(tag: string, count: number): string[] {
+  const random = mulberry32(42);
+  return Array.from({ length: count }, (_, i) => {
+    const promptWords = Math.min(3000, Math.max(8, Math.round(logNormal(random, 256, 0.9))));
+    const output = Math.min(512, Math.max(1, Math.round(logNormal(random, 48, 0.9))));
+    // a unique first word per run keeps one policy from reusing another's prefix cache
+    const content = `${tag}-${i} ` + 'lorem ipsum dolor sit amet '.repeat(Math.ceil(promptWords / 5)).split(' ').slice(0, promptWords).join(' ');
+    return JSON.stringify({ model: MODEL, messages: [{ role: 'user', content }], max_tokens: output, ignore_eos: true, stream: true });
+  });
+}
+
+interface Policy {
+  name: string;
+  start(upstreams: string[]): Promise<Proc>;
+  headers: Record<string, string>;
+}
+
+const POLICIES: Policy[] = [
+  { name: 'random', start: (up) => startHaproxy(up, 'random'), headers: {} },
+  { name: 'round robin', start: (up) => startHaproxy(up, 'roundrobin'), headers: {} },
+  { name: 'haproxy leastconn', start: (up) => startHaproxy(up, 'leastconn'), headers: {} },
+  { name: 'modelgate', start: (up) => startModelgate(up, MODEL), headers: { authorization: `Bearer ${BENCH_KEY}` } },
+];
+
+interface Cell {
+  policy: string;
+  load: number;
+  rate: number;
+  ttft: { p50: number; p99: number };
+  e2e: { p50: number; p99: number };
+  rps: number;
+  errors: number;
+  share: Record<string, number>;
+}
+
+/** Capacity of one replica: closed loop with its batch full, on the same request mix. */
+async function capacity(replica: Proc, mix: string[]): Promise<number> {
+  const result = await load({ url: `${replica.url}/v1/chat/completions`, headers: {}, bodies: mix, mode: 'closed', concurrency: MAX_NUM_SEQS, warmupMs: WARMUP_MS / 2, durationMs: CALIBRATE_MS });
+  return result.samples.filter((s) => s.status === 200).length / (CALIBRATE_MS / 1000);
+}
+
+async function main(): Promise<void> {
+  const sims = await Promise.all(REPLICAS.map((r) => startSim(r.name, ['--model', MODEL, '--max-num-seqs', String(MAX_NUM_SEQS), '--max-waiting', '100000', ...r.args])));
+  const cells: Cell[] = [];
+  const perReplica: Array<{ name: string; rps: number }> = [];
+  let fleet = 0;
+  try {
+    for (const [i, sim] of sims.entries()) {
+      const rps = await capacity(sim, bodies(`calibrate${i}`, 500));
+      perReplica.push({ name: sim.name, rps });
+      fleet += rps;
+      console.error(`balance: ${sim.name} capacity ${rps.toFixed(1)} req/s`);
+    }
+    let run = 0;
+    for (const level of LOADS) {
+      for (const policy of POLICIES) {
+        const rate = level * fleet;
+        const proxy = await policy.start(sims.map((s) => s.url));
+        try {
+          const result = await load({
+            url: `${proxy.url}/v1/chat/completions`,
+            headers: policy.headers,
+            bodies: bodies(`run${run++}`, 4000),
+            mode: 'open',
+            rate,
+            arrivals: 'poisson',
+            seed: Math.round(level * 1000),
+            warmupMs: WARMUP_MS,
+            durationMs: WINDOW_MS,
+            drainMs: 120_000,
+          });
+          const ok = result.samples.filter((s) => s.status === 200 && s.ttfbMs >= 0);
+          const ttft = ok.map((s) => s.ttfbMs).sort((a, b) => a - b);
+          const e2e = ok.map((s) => s.ttlbMs).sort((a, b) => a - b);
+          const share: Record<string, number> = {};
+          for (const s of ok) share[s.replica] = (share[s.replica] ?? 0) + 1 / ok.length;
+          cells.push({
+            policy: policy.name,
+            load: level,
+            rate,
+            ttft: { p50: percentile(ttft, 0.5), p99: percentile(ttft, 0.99) },
+            e2e: { p50: percentile(e2e, 0.5), p99: percentile(e2e, 0.99) },
+            rps: (ok.length * 1000) / result.windowMs,
+            errors: result.samples.length - ok.length,
+            share,
+          });
+          console.error(`balance: ${Math.round(level * 100)}% ${policy.name}: TTFT p99 ${percentile(ttft, 0.99).toFixed(0)} ms`);
+        } finally {
+          await proxy.stop();
+        }
+      }
+    }
+  } finally {
+    await Promise.all(sims.map((s) => s.stop()));
+  }
+  report(cells, perReplica, fleet);
+}
+
+function report(cells: Cell[], perReplica: Array<{ name: string; rps: number }>, fleet: number): void {
+  const f = (v: number): string => (Number.isFinite(v) ? v.toFixed(v < 10 ? 1 : 0) : 'n/a');
+  const cell = (policy: string, level: number): Cell | undefined => cells.find((c) => c.policy === policy && c.load === level);
+  const lines: string[] = [
+    '# Balancing quality',
+    '',
+    `Four simulator replicas (\`modelgate sim\`, ${MAX_NUM_SEQS} sequences per batch): two fast (\`${FAST.join(' ')}\`) and two twice as`,
+    `slow (\`${SLOW.join(' ')}\`). Streamed requests, log-normal prompt (median 256 tokens) and output (median 48 tokens)`,
+    'lengths, arriving as a Poisson process (open loop, same seed and same lengths for every policy) at a share of the',
+    "fleet's capacity, itself measured in this run (each replica alone, closed loop with its batch full, same request mix).",
+    'Random is HAProxy `balance random(1)` (uniform, like kube-proxy behind a Service); round robin and least connections',
+    `are HAProxy too. TTFT = time to the first SSE event; E2E = time to the last byte. Windows of ${WINDOW_MS / 1000} s after ${WARMUP_MS / 1000} s of warm-up.`,
+    ...(SMOKE ? ['**Smoke run: numbers are meaningless.**'] : []),
+    '',
+    ...machine(),
+    ...tools(),
+    `- capacity: ${perReplica.map((r) => `${r.name} ${r.rps.toFixed(1)}`).join(', ')} → fleet ${fleet.toFixed(1)} requests/s`,
+    '',
+    '## Results',
+    '',
+    table(
+      ['load', 'policy', 'offered req/s', 'TTFT p50 ms', 'TTFT p99 ms', 'E2E p50 ms', 'E2E p99 ms', 'throughput req/s', 'share fast-0/fast-1/slow-0/slow-1', 'errors'],
+      cells.map((c) => [
+        `${Math.round(c.load * 100)}%`,
+        c.policy,
+        c.rate.toFixed(1),
+        f(c.ttft.p50),
+        f(c.ttft.p99),
+        f(c.e2e.p50),
+        f(c.e2e.p99),
+        c.rps.toFixed(1),
+        REPLICAS.map((r) => `${Math.round((c.share[r.name] ?? 0) * 100)}%`).join(' / '),
+        c.errors,
+      ]),
+    ),
+    '',
+    '## modelgate against each policy (p99 TTFT ratio, lower is better)',
+    '',
+    table(
+      ['load', ...POLICIES.filter((p) => p.name !== 'modelgate').map((p) => `vs ${p.name}`)],
+      LOADS.map((level) => [
+        `${Math.round(level * 100)}%`,
+        ...POLICIES.filter((p) => p.name !== 'modelgate').map((p) => {
+          const mine = cell('modelgate', level);
+          const theirs = cell(p.name, level);
+          return mine && theirs ? `${(mine.ttft.p99 / theirs.ttft.p99).toFixed(2)}×` : 'n/a';
+        }),
+      ]),
+    ),
+    '',
+  ];
+  const mg = cell('modelgate', 0.85);
+  const rr = cell('round robin', 0.85);
+  const rnd = cell('random', 0.85);
+  const lc = cell('haproxy leastconn', 0.85);
+  if (mg && rr && rnd && lc) {
+    const verdict = (ok: boolean): string => (ok ? 'met' : '**missed**');
+    lines.push(
+      '## Targets (85% load)',
+      '',
+      table(
+        ['target', 'measured', 'verdict'],
+        [
+          ['p99 TTFT ≤ 0.5× round robin', `${(mg.ttft.p99 / rr.ttft.p99).toFixed(2)}×`, verdict(mg.ttft.p99 <= 0.5 * rr.ttft.p99)],
+          ['p99 TTFT ≤ random', `${(mg.ttft.p99 / rnd.ttft.p99).toFixed(2)}×`, verdict(mg.ttft.p99 <= rnd.ttft.p99)],
+          ['p99 TTFT ≤ 1.1× HAProxy leastconn', `${(mg.ttft.p99 / lc.ttft.p99).toFixed(2)}×`, verdict(mg.ttft.p99 <= 1.1 * lc.ttft.p99)],
+        ],
+      ),
+      '',
+    );
+  }
+  const byLoad = (pick: (c: Cell) => number) =>
+    LOADS.map((level) => ({ label: `${Math.round(level * 100)}% load`, values: POLICIES.map((p) => ({ name: p.name, value: cell(p.name, level) ? pick(cell(p.name, level)!) : 0 })) }));
+  const svg = stack([barChart('p99 time to first token (ms, lower is better)', 'ms', byLoad((c) => c.ttft.p99)), barChart('p99 end-to-end latency (ms, lower is better)', 'ms', byLoad((c) => c.e2e.p99))]);
+  const out = write('balance', lines.join('\n'), svg);
+  console.log(lines.join('\n'));
+  console.error(`balance: wrote ${out.md} and ${out.svg}`);
+}
+
+await main();

@@ -1,0 +1,148 @@
+/**
+ * The load generator, run as its own process (forked) so that it never shares an event loop with
+ * what it measures. Closed loop (N requests always in flight: max throughput) or open loop (arrivals
+ * at a fixed rate or a Poisson process, independent of how fast answers come: latency at an offered
+ * load). Records per request: time to first body byte (for an engine stream, the first SSE event,
+ * i.e. time to first token), time to last byte, status, SSE events and the `x-sim-replica` header.
+ * Latencies are measured from the moment the request was scheduled, so a slow target cannot hide
+ * its queueing (no coordinated omission).
+ */
+import { fork } from 'node:child_process';
+import http from 'node:http';
+import { fileURLToPath } from 'node:url';
+import { mulberry32 } from './random.js';
+
+export interface LoadJob {
+  url: string;
+  headers: Record<string, string>;
+  /** Request bodies, used in order (round and round). */
+  bodies: string[];
+  mode: 'closed' | 'open';
+  /** Closed loop: requests in flight. */
+  concurrency?: number;
+  /** Open loop: requests per second. */
+  rate?: number;
+  arrivals?: 'fixed' | 'poisson';
+  seed?: number;
+  warmupMs: number;
+  durationMs: number;
+  /** Longest time to wait for stragglers after the last arrival. */
+  drainMs?: number;
+}
+
+export interface Sample {
+  /** When it was scheduled, ms after the measured window opened. */
+  at: number;
+  status: number;
+  ttfbMs: number;
+  ttlbMs: number;
+  events: number;
+  replica: string;
+  error?: string;
+}
+
+export interface LoadResult {
+  samples: Sample[];
+  /** Length of the measured window (ms). */
+  windowMs: number;
+  /** Largest delay between an arrival's schedule and its send (open loop): the generator's own lag. */
+  maxSendLagMs: number;
+}
+
+function countEvents(tail: string, chunk: string): number {
+  const text = tail + chunk;
+  let n = 0;
+  for (let i = text.indexOf('data:'); i !== -1; i = text.indexOf('data:', i + 5)) if (i >= tail.length - 4) n++;
+  return n;
+}
+
+async function run(job: LoadJob): Promise<LoadResult> {
+  const agent = new http.Agent({ keepAlive: true, maxSockets: Infinity, maxFreeSockets: 100_000 });
+  const target = new URL(job.url);
+  const samples: Sample[] = [];
+  const t0 = performance.now();
+  const windowStart = t0 + job.warmupMs;
+  const windowEnd = windowStart + job.durationMs;
+  let next = 0;
+  let maxSendLagMs = 0;
+
+  const once = (scheduledAt: number): Promise<void> =>
+    new Promise((resolve) => {
+      const body = job.bodies[next++ % job.bodies.length]!;
+      maxSendLagMs = Math.max(maxSendLagMs, performance.now() - scheduledAt);
+      const record = (s: Omit<Sample, 'at'>): void => {
+        if (scheduledAt >= windowStart && scheduledAt < windowEnd) samples.push({ at: scheduledAt - windowStart, ...s });
+        resolve();
+      };
+      const req = http.request(
+        { agent, host: target.hostname, port: target.port, path: target.pathname, method: 'POST', headers: { ...job.headers, 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) } },
+        (res) => {
+          let ttfb = -1;
+          let events = 0;
+          let tail = '';
+          res.setEncoding('utf8');
+          res.on('data', (chunk: string) => {
+            if (ttfb < 0) ttfb = performance.now() - scheduledAt;
+            events += countEvents(tail, chunk);
+            tail = chunk.slice(-4);
+          });
+          res.on('end', () => record({ status: res.statusCode ?? 0, ttfbMs: ttfb, ttlbMs: performance.now() - scheduledAt, events, replica: String(res.headers['x-sim-replica'] ?? '') }));
+          res.on('error', (err) => record({ status: res.statusCode ?? 0, ttfbMs: ttfb, ttlbMs: performance.now() - scheduledAt, events, replica: '', error: err.message }));
+        },
+      );
+      req.on('error', (err) => record({ status: 0, ttfbMs: -1, ttlbMs: performance.now() - scheduledAt, events: 0, replica: '', error: err.message }));
+      req.end(body);
+    });
+
+  if (job.mode === 'closed') {
+    const loop = async (): Promise<void> => {
+      while (performance.now() < windowEnd) await once(performance.now());
+    };
+    await Promise.all(Array.from({ length: job.concurrency ?? 1 }, loop));
+  } else {
+    const rate = job.rate ?? 1;
+    const random = mulberry32(job.seed ?? 1);
+    const gap = (): number => (job.arrivals === 'poisson' ? -Math.log(1 - random()) : 1) * (1000 / rate);
+    const inflight = new Set<Promise<void>>();
+    let at = t0;
+    while (at < windowEnd) {
+      const now = performance.now();
+      while (at <= now && at < windowEnd) {
+        const p = once(at);
+        inflight.add(p);
+        void p.then(() => inflight.delete(p));
+        at += gap();
+      }
+      // a timer is 1 ms at best; sleep only when the next arrival is that far away
+      await new Promise((r) => (at - performance.now() > 1.5 ? setTimeout(r, Math.max(0, at - performance.now() - 1)) : setImmediate(r)));
+    }
+    let timer: NodeJS.Timeout | undefined;
+    await Promise.race([Promise.all(inflight), new Promise((r) => (timer = setTimeout(r, job.drainMs ?? 60_000)))]);
+    clearTimeout(timer);
+  }
+  agent.destroy();
+  return { samples, windowMs: job.durationMs, maxSendLagMs };
+}
+
+/** Runs a job in a fresh load-generator process. */
+export function load(job: LoadJob): Promise<LoadResult> {
+  return new Promise((resolve, reject) => {
+    const child = fork(fileURLToPath(import.meta.url), ['--loadgen-worker'], { serialization: 'advanced', stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
+    child.once('message', (msg: LoadResult | { error: string }) => {
+      if ('error' in msg) reject(new Error(msg.error));
+      else resolve(msg);
+      child.disconnect();
+    });
+    child.once('exit', (code) => code !== 0 && reject(new Error(`load generator exited with ${code}`)));
+    child.send(job);
+  });
+}
+
+if (process.argv.includes('--loadgen-worker')) {
+  process.once('message', (job: LoadJob) => {
+    run(job).then(
+      (result) => process.send?.(result),
+      (err: Error) => process.send?.({ error: err.message }),
+    );
+  });
+}

@@ -1,0 +1,205 @@
+/**
+ * Processes a benchmark runs: simulator replicas, modelgate, nginx, HAProxy and Portkey, each as its
+ * own OS process on 127.0.0.1, with their CPU time and peak RSS read from /proc.
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import net from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { createInterface } from 'node:readline';
+
+const ROOT = new URL('../../', import.meta.url).pathname.replace('/.bench/', '/');
+const CLI = join(ROOT, 'dist/cli.js');
+export const BENCH_KEY = 'sk-bench-0123456789';
+
+export interface Proc {
+  name: string;
+  url: string;
+  pid: number;
+  stop(): Promise<void>;
+}
+
+export function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = net.createServer();
+    server.listen(0, '127.0.0.1', () => {
+      const { port } = server.address() as net.AddressInfo;
+      server.close(() => resolve(port));
+    });
+    server.on('error', reject);
+  });
+}
+
+function stopper(child: ChildProcess, cleanup?: () => void): () => Promise<void> {
+  return () =>
+    new Promise((resolve) => {
+      if (child.exitCode !== null || child.signalCode !== null) {
+        cleanup?.();
+        return resolve();
+      }
+      child.once('exit', () => {
+        cleanup?.();
+        resolve();
+      });
+      child.kill('SIGTERM');
+      setTimeout(() => child.kill('SIGKILL'), 3000).unref();
+    });
+}
+
+/** Waits until something accepts TCP connections on 127.0.0.1:port. */
+async function waitForPort(port: number, child: ChildProcess, name: string, timeoutMs = 15000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    if (child.exitCode !== null) throw new Error(`${name} exited with ${child.exitCode}`);
+    const ok = await new Promise<boolean>((resolve) => {
+      const s = net.connect(port, '127.0.0.1', () => (s.destroy(), resolve(true)));
+      s.on('error', () => resolve(false));
+    });
+    if (ok) return;
+    if (Date.now() > deadline) throw new Error(`${name} did not listen on ${port}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+export async function startSim(name: string, args: string[]): Promise<Proc> {
+  const port = await freePort();
+  const child = spawn(process.execPath, [CLI, 'sim', '--port', String(port), '--name', name, ...args], { stdio: ['ignore', 'ignore', 'inherit'] });
+  await waitForPort(port, child, name);
+  return { name, url: `http://127.0.0.1:${port}`, pid: child.pid!, stop: stopper(child) };
+}
+
+export async function startModelgate(upstreams: string[], servedModel: string, extra: object = {}): Promise<Proc & { adminUrl: string }> {
+  const dir = mkdtempSync(join(tmpdir(), 'mg-bench-'));
+  const [port, admin] = [await freePort(), await freePort()];
+  writeFileSync(join(dir, 'keys.yaml'), `- name: bench\n  key: ${BENCH_KEY}\n`);
+  writeFileSync(
+    join(dir, 'config.json'),
+    JSON.stringify({
+      server: { host: '127.0.0.1', port, shutdownDelayMs: 0, gracePeriodMs: 1000 },
+      admin: { host: '127.0.0.1', port: admin },
+      log: { level: 'warn' },
+      auth: { keysFile: 'keys.yaml' },
+      pools: [{ name: 'bench', servedModelName: servedModel, endpoints: upstreams, ...extra }],
+      deployments: [{ id: 'bench', model: servedModel, targets: [{ pool: 'bench' }] }],
+    }),
+  );
+  const child = spawn(process.execPath, [CLI, 'serve', '--config', join(dir, 'config.json')], { stdio: ['ignore', 'ignore', 'inherit'] });
+  await waitForPort(port, child, 'modelgate');
+  return { name: 'modelgate', url: `http://127.0.0.1:${port}`, adminUrl: `http://127.0.0.1:${admin}`, pid: child.pid!, stop: stopper(child, () => rmSync(dir, { recursive: true, force: true })) };
+}
+
+export async function startNginx(upstreams: string[]): Promise<Proc> {
+  const dir = mkdtempSync(join(tmpdir(), 'nginx-bench-'));
+  const port = await freePort();
+  const servers = upstreams.map((u) => `    server ${new URL(u).host};`).join('\n');
+  writeFileSync(
+    join(dir, 'nginx.conf'),
+    `worker_processes 1;
+daemon off;
+pid ${dir}/nginx.pid;
+error_log ${dir}/error.log warn;
+events { worker_connections 20000; }
+http {
+  access_log off;
+  client_body_temp_path ${dir}/body; proxy_temp_path ${dir}/proxy;
+  fastcgi_temp_path ${dir}/fcgi; uwsgi_temp_path ${dir}/uwsgi; scgi_temp_path ${dir}/scgi;
+  upstream up {
+    least_conn;
+${servers}
+    keepalive 512;
+  }
+  server {
+    listen 127.0.0.1:${port};
+    location / {
+      proxy_pass http://up;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      proxy_buffering off;
+      proxy_request_buffering off;
+      proxy_read_timeout 600s;
+    }
+  }
+}
+`,
+  );
+  const child = spawn('nginx', ['-p', dir, '-c', join(dir, 'nginx.conf')], { stdio: ['ignore', 'ignore', 'inherit'] });
+  await waitForPort(port, child, 'nginx');
+  return { name: 'nginx', url: `http://127.0.0.1:${port}`, pid: child.pid!, stop: stopper(child, () => rmSync(dir, { recursive: true, force: true })) };
+}
+
+export async function startHaproxy(upstreams: string[], balance: 'leastconn' | 'roundrobin' | 'random'): Promise<Proc> {
+  const dir = mkdtempSync(join(tmpdir(), 'haproxy-bench-'));
+  const port = await freePort();
+  const servers = upstreams.map((u, i) => `  server s${i} ${new URL(u).host}`).join('\n');
+  writeFileSync(
+    join(dir, 'haproxy.cfg'),
+    `global
+  nbthread 1
+  maxconn 9000
+defaults
+  mode http
+  timeout connect 5s
+  timeout client 600s
+  timeout server 600s
+frontend fe
+  bind 127.0.0.1:${port}
+  default_backend be
+backend be
+  balance ${balance === 'random' ? 'random(1)' : balance}
+  http-reuse always
+${servers}
+`,
+  );
+  const child = spawn('haproxy', ['-db', '-f', join(dir, 'haproxy.cfg')], { stdio: ['ignore', 'ignore', 'inherit'] });
+  await waitForPort(port, child, 'haproxy');
+  return { name: `haproxy ${balance}`, url: `http://127.0.0.1:${port}`, pid: child.pid!, stop: stopper(child, () => rmSync(dir, { recursive: true, force: true })) };
+}
+
+/* `random(1)`: one uniform draw, like kube-proxy; HAProxy's plain `random` draws two and takes the less loaded. */
+
+/** Portkey's gateway (pinned in bench/portkey). It binds every interface: run benchmarks in a private network namespace. */
+export async function startPortkey(): Promise<Proc> {
+  const port = await freePort();
+  const entry = join(ROOT, 'bench/portkey/node_modules/@portkey-ai/gateway/build/start-server.js');
+  const child = spawn(process.execPath, [entry, `--port=${port}`, '--headless'], { stdio: ['ignore', 'ignore', 'inherit'], env: { ...process.env, NODE_ENV: 'production' } });
+  await waitForPort(port, child, 'portkey');
+  return { name: 'portkey', url: `http://127.0.0.1:${port}`, pid: child.pid!, stop: stopper(child) };
+}
+
+/** Pids of `pid` and all its descendants (nginx's worker, for instance). */
+function tree(pid: number): number[] {
+  const children = new Map<number, number[]>();
+  for (const entry of readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      const stat = readFileSync(`/proc/${entry}/stat`, 'utf8');
+      const ppid = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
+      children.set(ppid, [...(children.get(ppid) ?? []), Number(entry)]);
+    } catch {
+      // gone meanwhile
+    }
+  }
+  const out = [pid];
+  for (let i = 0; i < out.length; i++) out.push(...(children.get(out[i]!) ?? []));
+  return out;
+}
+
+/** CPU seconds used so far and peak RSS (MiB) of a process and its children. */
+export function usage(pid: number): { cpuSeconds: number; peakRssMiB: number } {
+  let ticks = 0;
+  let rss = 0;
+  for (const p of tree(pid)) {
+    try {
+      const stat = readFileSync(`/proc/${p}/stat`, 'utf8').slice(readFileSync(`/proc/${p}/stat`, 'utf8').lastIndexOf(')') + 2).split(' ');
+      ticks += Number(stat[11]) + Number(stat[12]);
+      const hwm = /VmHWM:\s+(\d+) kB/.exec(readFileSync(`/proc/${p}/status`, 'utf8'));
+      rss += Number(hwm?.[1] ?? 0) / 1024;
+    } catch {
+      // gone meanwhile
+    }
+  }
+  return { cpuSeconds: ticks / 100, peakRssMiB: rss };
+}
+
+export { createInterface };

@@ -1,0 +1,213 @@
+/**
+ * Proxy overhead: one zero-latency simulator reached directly, through modelgate, nginx (least_conn),
+ * HAProxy (leastconn) and Portkey's gateway, in the same run. Per target: max requests/s at fixed
+ * concurrency and latency at a fixed offered rate, non-streamed and streamed, plus the proxy's CPU
+ * time per request and peak RSS. Writes bench/results/overhead.{md,svg}.
+ */
+import { existsSync } from 'node:fs';
+import { load, type LoadJob } from './lib/loadgen.js';
+import { BENCH_KEY, startHaproxy, startModelgate, startNginx, startPortkey, startSim, usage, type Proc } from './lib/procs.js';
+import { barChart, machine, SMOKE, stack, summarize, table, tools, write, type Summary } from './lib/report.js';
+
+const MODEL = 'bench-model';
+const WARMUP_MS = SMOKE ? 200 : 2_000;
+const WINDOW_MS = SMOKE ? 500 : 10_000;
+const CONCURRENCY = 32;
+const RATE = 500;
+const STREAM_RATE = 200;
+const body = (stream: boolean): string =>
+  JSON.stringify({ model: MODEL, messages: [{ role: 'user', content: 'Write a haiku about load balancers.' }], max_tokens: 16, ignore_eos: true, ...(stream ? { stream: true } : {}) });
+
+interface Target {
+  name: string;
+  start(upstream: string): Promise<Proc | undefined>;
+  url(proc: Proc | undefined, upstream: string): string;
+  headers(upstream: string): Record<string, string>;
+  available(): boolean;
+}
+
+const hasCommand = (cmd: string): boolean => process.env.PATH!.split(':').some((dir) => existsSync(`${dir}/${cmd}`));
+const PORTKEY = new URL('../../bench/portkey/node_modules/@portkey-ai/gateway/build/start-server.js', import.meta.url).pathname.replace('/.bench/bench/', '/bench/');
+
+const TARGETS: Target[] = [
+  { name: 'direct', start: () => Promise.resolve(undefined), url: (_, up) => `${up}/v1/chat/completions`, headers: () => ({}), available: () => true },
+  {
+    name: 'modelgate',
+    start: (up) => startModelgate([up], MODEL),
+    url: (p) => `${p!.url}/v1/chat/completions`,
+    headers: () => ({ authorization: `Bearer ${BENCH_KEY}` }),
+    available: () => true,
+  },
+  { name: 'nginx least_conn', start: (up) => startNginx([up]), url: (p) => `${p!.url}/v1/chat/completions`, headers: () => ({}), available: () => hasCommand('nginx') },
+  { name: 'haproxy leastconn', start: (up) => startHaproxy([up], 'leastconn'), url: (p) => `${p!.url}/v1/chat/completions`, headers: () => ({}), available: () => hasCommand('haproxy') },
+  {
+    name: 'portkey',
+    start: () => startPortkey(),
+    url: (p) => `${p!.url}/v1/chat/completions`,
+    // Portkey's load-balance config, sent per request as its docs describe
+    headers: (up) => ({
+      'x-portkey-config': JSON.stringify({ strategy: { mode: 'loadbalance' }, targets: [{ provider: 'openai', custom_host: `${up}/v1`, api_key: 'unused', weight: 1 }] }),
+    }),
+    available: () => existsSync(PORTKEY),
+  },
+];
+
+interface Row {
+  name: string;
+  throughput: Summary;
+  latency: Summary;
+  streamThroughput: Summary;
+  streamLatency: Summary;
+  cpuMsPerRequest: number;
+  peakRssMiB: number;
+  maxSendLagMs: number;
+}
+
+async function measure(target: Target, upstream: string): Promise<Row> {
+  const proc = await target.start(upstream);
+  try {
+    const base = { url: target.url(proc, upstream), headers: target.headers(upstream), warmupMs: WARMUP_MS, durationMs: WINDOW_MS };
+    const cpu0 = proc ? usage(proc.pid).cpuSeconds : 0;
+    let requests = 0;
+    let lag = 0;
+    const phase = async (job: Omit<LoadJob, 'url' | 'headers' | 'warmupMs' | 'durationMs'>): Promise<Summary> => {
+      const result = await load({ ...base, ...job });
+      requests += result.samples.length;
+      lag = Math.max(lag, result.maxSendLagMs);
+      return summarize(result.samples, result.windowMs);
+    };
+    const throughput = await phase({ bodies: [body(false)], mode: 'closed', concurrency: CONCURRENCY });
+    const latency = await phase({ bodies: [body(false)], mode: 'open', rate: RATE, arrivals: 'fixed' });
+    const streamThroughput = await phase({ bodies: [body(true)], mode: 'closed', concurrency: CONCURRENCY });
+    const streamLatency = await phase({ bodies: [body(true)], mode: 'open', rate: STREAM_RATE, arrivals: 'fixed' });
+    const use = proc ? usage(proc.pid) : { cpuSeconds: 0, peakRssMiB: 0 };
+    // the windows' share of CPU is what we can attribute; warm-ups add a little to every proxy alike
+    return { name: target.name, throughput, latency, streamThroughput, streamLatency, cpuMsPerRequest: requests ? ((use.cpuSeconds - cpu0) * 1000) / requests : 0, peakRssMiB: use.peakRssMiB, maxSendLagMs: lag };
+  } finally {
+    await proc?.stop();
+  }
+}
+
+const ms = (v: number): string => (Number.isFinite(v) ? v.toFixed(2) : 'n/a');
+const ratio = (a: number, b: number): string => (b > 0 && Number.isFinite(a / b) ? `${(a / b).toFixed(2)}×` : 'n/a');
+
+async function main(): Promise<void> {
+  const sim = await startSim('upstream', ['--model', MODEL, '--ttft-ms', '0', '--itl-ms', '0', '--prefill-ms-per-token', '0', '--max-num-seqs', '1000', '--max-waiting', '100000']);
+  const rows: Row[] = [];
+  const skipped: string[] = [];
+  try {
+    for (const target of TARGETS) {
+      if (!target.available()) {
+        skipped.push(target.name);
+        console.error(`overhead: ${target.name} not installed (run bench/setup.sh), skipped`);
+        continue;
+      }
+      console.error(`overhead: ${target.name}…`);
+      rows.push(await measure(target, sim.url));
+    }
+  } finally {
+    await sim.stop();
+  }
+  const direct = rows[0]!;
+  const by = (name: string): Row | undefined => rows.find((r) => r.name === name);
+  const added = (r: Row, pick: (r: Row) => number): number => pick(r) - pick(direct);
+
+  const lines: string[] = [
+    '# Proxy overhead',
+    '',
+    'One zero-latency simulator (`modelgate sim --ttft-ms 0 --itl-ms 0 --prefill-ms-per-token 0`, 16 output tokens) reached',
+    'directly and through each proxy, in this one run. Load generator: a separate Node process (`bench/lib/loadgen.ts`),',
+    'keep-alive connections, latency measured from the scheduled send time. nginx runs one worker, HAProxy one thread,',
+    'modelgate and Portkey one Node process each: every proxy gets one core, like the router would per replica of its Deployment.',
+    `Throughput: closed loop, ${CONCURRENCY} requests in flight. Latency: open loop at ${RATE} requests/s (non-streamed) and`,
+    `${STREAM_RATE} streams/s (streamed). Windows of ${WINDOW_MS / 1000} s after ${WARMUP_MS / 1000} s of warm-up.${SMOKE ? ' **Smoke run: numbers are meaningless.**' : ''}`,
+    '',
+    ...machine(),
+    ...tools(),
+    '- Portkey gateway 1.15.2 (`bench/portkey`, @hono/node-server 1.13.5)',
+    ...(skipped.length ? [`- not installed, skipped: ${skipped.join(', ')}`] : []),
+    '',
+    '## Non-streamed chat completion',
+    '',
+    table(
+      ['target', 'max req/s', 'p50 ms', 'p99 ms', 'added p50 ms', 'added p99 ms', 'proxy CPU ms/req', 'proxy peak RSS MiB', 'errors'],
+      rows.map((r) => [
+        r.name,
+        r.throughput.rps,
+        ms(r.latency.ttlb.p50),
+        ms(r.latency.ttlb.p99),
+        r === direct ? '—' : ms(added(r, (x) => x.latency.ttlb.p50)),
+        r === direct ? '—' : ms(added(r, (x) => x.latency.ttlb.p99)),
+        r === direct ? '—' : r.cpuMsPerRequest.toFixed(3),
+        r === direct ? '—' : r.peakRssMiB,
+        r.throughput.errors + r.latency.errors,
+      ]),
+    ),
+    '',
+    '## Streamed chat completion (SSE, 18 events per stream)',
+    '',
+    table(
+      ['target', 'max streams/s', 'events/s', 'TTFB p50 ms', 'TTFB p99 ms', 'added TTFB p50 ms', 'added TTFB p99 ms', 'TTLB p50 ms', 'TTLB p99 ms', 'errors'],
+      rows.map((r) => [
+        r.name,
+        r.streamThroughput.rps,
+        Math.round(r.streamThroughput.eventsPerSecond),
+        ms(r.streamLatency.ttfb.p50),
+        ms(r.streamLatency.ttfb.p99),
+        r === direct ? '—' : ms(added(r, (x) => x.streamLatency.ttfb.p50)),
+        r === direct ? '—' : ms(added(r, (x) => x.streamLatency.ttfb.p99)),
+        ms(r.streamLatency.ttlb.p50),
+        ms(r.streamLatency.ttlb.p99),
+        r.streamThroughput.errors + r.streamLatency.errors,
+      ]),
+    ),
+    '',
+  ];
+  const mg = by('modelgate');
+  const hap = by('haproxy leastconn');
+  const pk = by('portkey');
+  if (mg) {
+    const latencyFigures = (r: Row): number[] => [r.latency.ttlb.p50, r.latency.ttlb.p99, r.streamLatency.ttfb.p50, r.streamLatency.ttfb.p99, r.streamLatency.ttlb.p50, r.streamLatency.ttlb.p99];
+    const check = (ok: boolean | undefined): string => (ok === undefined ? 'not measured' : ok ? 'met' : '**missed**');
+    lines.push(
+      '## Targets',
+      '',
+      table(
+        ['target', 'measured', 'verdict'],
+        [
+          ['added latency p50 ≤ 1 ms at 500 req/s', `${ms(added(mg, (x) => x.latency.ttlb.p50))} ms`, check(added(mg, (x) => x.latency.ttlb.p50) <= 1)],
+          ['added latency p99 ≤ 3 ms at 500 req/s', `${ms(added(mg, (x) => x.latency.ttlb.p99))} ms`, check(added(mg, (x) => x.latency.ttlb.p99) <= 3)],
+          ['added stream TTFB p50 ≤ 1 ms', `${ms(added(mg, (x) => x.streamLatency.ttfb.p50))} ms`, check(added(mg, (x) => x.streamLatency.ttfb.p50) <= 1)],
+          ['lower than Portkey on every latency figure', pk ? latencyFigures(mg).map((v, i) => `${ms(v)} vs ${ms(latencyFigures(pk)[i]!)}`).join('; ') : 'n/a', check(pk && latencyFigures(mg).every((v, i) => v < latencyFigures(pk)[i]!))],
+          ['throughput ≥ 40% of HAProxy', hap ? ratio(mg.throughput.rps, hap.throughput.rps) : 'n/a', check(hap && mg.throughput.rps >= 0.4 * hap.throughput.rps)],
+          ['throughput ≥ 2× Portkey', pk ? ratio(mg.throughput.rps, pk.throughput.rps) : 'n/a', check(pk && mg.throughput.rps >= 2 * pk.throughput.rps)],
+          ['stream throughput vs HAProxy / Portkey', `${hap ? ratio(mg.streamThroughput.rps, hap.streamThroughput.rps) : 'n/a'} / ${pk ? ratio(mg.streamThroughput.rps, pk.streamThroughput.rps) : 'n/a'}`, 'reported'],
+        ],
+      ),
+      '',
+    );
+  }
+  lines.push(`Largest send lag of the load generator in any phase: ${ms(Math.max(...rows.map((r) => r.maxSendLagMs)))} ms.`, '');
+
+  const svg = stack([
+    barChart(
+      'Added latency over direct (ms, lower is better)',
+      'ms',
+      [
+        { label: 'p50 @500/s', pick: (r: Row) => added(r, (x) => x.latency.ttlb.p50) },
+        { label: 'p99 @500/s', pick: (r: Row) => added(r, (x) => x.latency.ttlb.p99) },
+        { label: 'TTFB p50', pick: (r: Row) => added(r, (x) => x.streamLatency.ttfb.p50) },
+        { label: 'TTFB p99', pick: (r: Row) => added(r, (x) => x.streamLatency.ttfb.p99) },
+      ].map((g) => ({ label: g.label, values: rows.filter((r) => r !== direct).map((r) => ({ name: r.name, value: Math.max(0, g.pick(r)) })) })),
+    ),
+    barChart('Max throughput (requests/s, higher is better)', 'req/s', [
+      { label: 'non-streamed', values: rows.map((r) => ({ name: r.name, value: r.throughput.rps })) },
+      { label: 'streamed', values: rows.map((r) => ({ name: r.name, value: r.streamThroughput.rps })) },
+    ]),
+  ]);
+  const out = write('overhead', lines.join('\n'), svg);
+  console.log(lines.join('\n'));
+  console.error(`overhead: wrote ${out.md} and ${out.svg}`);
+}
+
+await main();
