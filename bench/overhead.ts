@@ -48,7 +48,7 @@ const TARGETS: Target[] = [
     headers: (up) => ({
       'x-portkey-config': JSON.stringify({ strategy: { mode: 'loadbalance' }, targets: [{ provider: 'openai', custom_host: `${up}/v1`, api_key: 'unused', weight: 1 }] }),
     }),
-    available: () => existsSync(PORTKEY),
+    available: () => existsSync(PORTKEY) && process.env.BENCH_NO_PORTKEY !== '1',
   },
 ];
 
