@@ -1,5 +1,5 @@
 /**
- * Scale: (1) the cost of one pick (breakers, health, per-replica limit, power of two choices,
+ * Scale: (1) the cost of one pick (breakers, health, per-replica limit, least outstanding,
  * admission) and the memory the router holds per endpoint, at 10, 100 and 1,000 endpoints, in
  * process with the router's own classes; (2) thousands of concurrent open streams through one router
  * process: its RSS and event-loop lag (prom-client's `nodejs_eventloop_lag_p99_seconds`, scraped
@@ -159,8 +159,8 @@ async function main(): Promise<void> {
     '',
     '## Cost of a pick as endpoints grow',
     '',
-    'One pick = filter the pool snapshot by health and breaker, skip endpoints at their concurrency limit, power of two',
-    'choices on outstanding requests, take a breaker ticket and an in-flight slot, then settle and release them: the',
+    'One pick = filter the pool snapshot by health and breaker, skip endpoints at their concurrency limit, least',
+    'outstanding requests per unit of weight, take a breaker ticket and an in-flight slot, then settle and release them: the',
     "router's own classes in one process, 0–15 requests already outstanding on each endpoint. Memory: heap held per endpoint",
     '(snapshot entry, breaker, in-flight counter) after a warm-up.',
     '',

@@ -127,7 +127,7 @@ async function run(job: LoadJob): Promise<LoadResult> {
 /** Runs a job in a fresh load-generator process. */
 export function load(job: LoadJob): Promise<LoadResult> {
   return new Promise((resolve, reject) => {
-    const child = fork(fileURLToPath(import.meta.url), ['--loadgen-worker'], { serialization: 'advanced', stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
+    const child = fork(fileURLToPath(import.meta.url), ['--loadgen-worker'], { execArgv: ['--max-semi-space-size=4'], serialization: 'advanced', stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
     child.once('message', (msg: LoadResult | { error: string }) => {
       if ('error' in msg) reject(new Error(msg.error));
       else resolve(msg);

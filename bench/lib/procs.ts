@@ -12,6 +12,7 @@ import { createInterface } from 'node:readline';
 const ROOT = new URL('../../', import.meta.url).pathname.replace('/.bench/', '/');
 const CLI = join(ROOT, 'dist/cli.js');
 export const BENCH_KEY = 'sk-bench-0123456789';
+export const ROUTER_NODE_FLAGS = ['--max-semi-space-size=4'];
 
 export interface Proc {
   name: string;
@@ -69,7 +70,7 @@ export async function startSim(name: string, args: string[]): Promise<Proc> {
   return { name, url: `http://127.0.0.1:${port}`, pid: child.pid!, stop: stopper(child) };
 }
 
-export async function startModelgate(upstreams: string[], servedModel: string, extra: object = {}): Promise<Proc & { adminUrl: string }> {
+export async function startModelgate(upstreams: string[], servedModel: string, extra: object = {}, nodeFlags: string[] = []): Promise<Proc & { adminUrl: string }> {
   const dir = mkdtempSync(join(tmpdir(), 'mg-bench-'));
   const [port, admin] = [await freePort(), await freePort()];
   writeFileSync(join(dir, 'keys.yaml'), `- name: bench\n  key: ${BENCH_KEY}\n`);
@@ -84,7 +85,8 @@ export async function startModelgate(upstreams: string[], servedModel: string, e
       deployments: [{ id: 'bench', model: servedModel, targets: [{ pool: 'bench' }] }],
     }),
   );
-  const child = spawn(process.execPath, [CLI, 'serve', '--config', join(dir, 'config.json')], { stdio: ['ignore', 'ignore', 'inherit'] });
+  // the image's ENTRYPOINT flags (Dockerfile), so the benchmark measures what ships
+  const child = spawn(process.execPath, [...ROUTER_NODE_FLAGS, ...nodeFlags, CLI, 'serve', '--config', join(dir, 'config.json')], { stdio: ['ignore', 'ignore', 'inherit'] });
   await waitForPort(port, child, 'modelgate');
   return { name: 'modelgate', url: `http://127.0.0.1:${port}`, adminUrl: `http://127.0.0.1:${admin}`, pid: child.pid!, stop: stopper(child, () => rmSync(dir, { recursive: true, force: true })) };
 }

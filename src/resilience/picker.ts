@@ -1,8 +1,8 @@
 /**
  * Chooses the endpoint for one attempt: the pool's snapshot, minus endpoints failing active health
  * checks and endpoints whose breaker rejects, minus endpoints already tried by this request (unless
- * nothing else is left), minus endpoints at `maxConcurrencyPerReplica`; then least outstanding
- * requests by power of two choices. When every usable endpoint is full, the request waits in the
+ * nothing else is left), minus endpoints at `maxConcurrencyPerReplica`; then the least outstanding
+ * requests per unit of weight. When every usable endpoint is full, the request waits in the
  * pool's admission queue.
  */
 import { pickLeastOutstanding } from '../balancer/least-outstanding.js';

@@ -17,6 +17,7 @@ import { prepareUpstreamHeaders } from '../proxy/headers.js';
 import { jsonDepthExceeds } from '../api/json-depth.js';
 import { upstreamBody } from '../proxy/body-patch.js';
 import { type ModelCatalog } from '../registry/registry.js';
+import { bodyReader, bodyTooLarge, bodyTruncated } from './body.js';
 import { contextOf, requestIdOf, setContext, type RequestContext } from './context.js';
 
 export interface Authenticator {
@@ -57,13 +58,13 @@ function sendError(res: Response, err: unknown): void {
 
 /** Errors raised by express's body reader (http-errors with a 4xx status), in our codes. */
 function bodyReaderError(err: { type?: string; status?: number; message?: string; code?: string }): RouterError | undefined {
-  if (err.type === 'entity.too.large' || err.status === 413) return new RouterError('REQUEST_TOO_LARGE', 'The request body is larger than this router accepts.');
+  if (err.type === 'entity.too.large' || err.status === 413) return bodyTooLarge();
   if (err.type === 'encoding.unsupported' || err.type === 'charset.unsupported' || err.status === 415) {
     return new RouterError('UNSUPPORTED_MEDIA_TYPE', err.message ?? 'Unsupported body encoding.');
   }
   if (err.code?.startsWith('Z_')) return new RouterError('INVALID_REQUEST', `The request body could not be decompressed (${err.message ?? err.code}).`);
   if (typeof err.status === 'number' && err.status >= 400 && err.status < 500) {
-    return new RouterError('INVALID_REQUEST', err.type === 'request.aborted' || err.type === 'request.size.invalid' ? 'The request body ended before its declared length.' : 'The request body could not be read.');
+    return err.type === 'request.aborted' || err.type === 'request.size.invalid' ? bodyTruncated() : new RouterError('INVALID_REQUEST', 'The request body could not be read.');
   }
   return undefined;
 }
@@ -170,7 +171,7 @@ export function buildApp(deps: AppDeps): BuiltApp {
     next();
   };
 
-  const readBody = express.raw({ type: () => true, limit: deps.maxBodyBytes });
+  const readBody = bodyReader(deps.maxBodyBytes);
 
   const inference = (kind: InferenceKind) => (req: Request, res: Response): Promise<void> | undefined => {
     const ctx = contextOf(res);

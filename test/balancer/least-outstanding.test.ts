@@ -16,12 +16,12 @@ describe('pickLeastOutstanding', () => {
   it.each([
     ['no candidates', [], {}, [0.1], undefined],
     ['a single candidate, however loaded', [ep('a')], { a: 99 }, [0.1], 'a'],
-    ['the less loaded of the two drawn', [ep('a'), ep('b')], { a: 3, b: 1 }, [0.1, 0.9], 'b'],
-    ['the less loaded, whichever is drawn first', [ep('a'), ep('b')], { a: 1, b: 3 }, [0.9, 0.1], 'a'],
-    ['on a tie, the first drawn (a)', [ep('a'), ep('b')], {}, [0.1, 0.9], 'a'],
-    ['on a tie, the first drawn (b)', [ep('a'), ep('b')], {}, [0.9, 0.1], 'b'],
-    ['load per unit of weight: 4 on weight 4 beats 2 on weight 1', [ep('a', 4), ep('b', 1)], { a: 4, b: 2 }, [0.1, 0.5], 'a'],
-    ['only the two drawn: an idle third replica is not seen', [ep('a'), ep('b'), ep('c')], { a: 2, b: 5, c: 0 }, [0.1, 0.4], 'a'],
+    ['the least loaded', [ep('a'), ep('b')], { a: 3, b: 1 }, [0.1], 'b'],
+    ['the least loaded of many, wherever it sits', [ep('a'), ep('b'), ep('c'), ep('d')], { a: 2, b: 5, c: 0, d: 1 }, [0.1], 'c'],
+    ['on a tie, by the draw (keeps the first)', [ep('a'), ep('b')], {}, [0.9], 'a'],
+    ['on a tie, by the draw (takes the second)', [ep('a'), ep('b')], {}, [0.1], 'b'],
+    ['only among the tied: the busier one is never drawn', [ep('a'), ep('b'), ep('c')], { a: 1, b: 0, c: 0 }, [0.9], 'b'],
+    ['load per unit of weight: 4 on weight 4 beats 2 on weight 1', [ep('a', 4), ep('b', 1)], { a: 4, b: 2 }, [0.1], 'a'],
   ])('picks %s', (_name, candidates, loads, random, expected) => {
     const load = loads as Record<string, number>;
     const picked = pickLeastOutstanding(candidates, (e) => load[e.id] ?? 0, replay(...random));
@@ -40,9 +40,15 @@ describe('pickLeastOutstanding', () => {
     for (const c of candidates) expect(Math.abs((counts[c.id] ?? 0) / 20000 - c.weight / total)).toBeLessThan(0.015);
   });
 
-  it('never picks the busiest replica when there are two', () => {
+  it('always picks a replica with the fewest outstanding requests per unit of weight', () => {
     const rng = createRng(3);
-    for (let i = 0; i < 1000; i++) expect(pickLeastOutstanding([ep('a'), ep('b')], (e) => (e.id === 'a' ? 5 : 1), rng)?.id).toBe('b');
+    for (let i = 0; i < 1000; i++) {
+      const candidates = Array.from({ length: 1 + Math.floor(rng() * 12) }, (_, j) => ep(`e${j}`, 1 + Math.floor(rng() * 3)));
+      const load = new Map(candidates.map((c) => [c.id, Math.floor(rng() * 6)]));
+      const per = (c: Endpoint): number => load.get(c.id)! / c.weight;
+      const picked = pickLeastOutstanding(candidates, (c) => load.get(c.id)!, rng)!;
+      expect(per(picked)).toBe(Math.min(...candidates.map(per)));
+    }
   });
 });
 

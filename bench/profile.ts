@@ -1,0 +1,102 @@
+/**
+ * Where a router's CPU goes: modelgate under the overhead benchmark's closed-loop load
+ * (non-streamed, 32 in flight, zero-latency simulator) with `--cpu-prof`, summarised as the
+ * functions with the most self time and the share of samples under each module (inclusive).
+ * Writes bench/results/profile.{md,svg}; the raw .cpuprofile (open it in Chrome DevTools or
+ * speedscope for a flame graph) is left in .bench/profile/.
+ */
+import { mkdirSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { join } from 'node:path';
+import { load } from './lib/loadgen.js';
+import { BENCH_KEY, startModelgate, startSim } from './lib/procs.js';
+import { barChart, machine, SMOKE, table, write } from './lib/report.js';
+
+interface ProfileNode {
+  id: number;
+  callFrame: { functionName: string; url: string; lineNumber: number };
+  children?: number[];
+}
+interface Profile {
+  nodes: ProfileNode[];
+  samples: number[];
+}
+
+const DIR = new URL('../profile/', import.meta.url).pathname; // .bench/profile/
+const short = (url: string): string => url.replace(/.*node_modules\//, '').replace(/.*\/dist\//, 'dist/').replace(/^node:/, 'node:');
+const moduleOf = (url: string): string | undefined => {
+  const dep = /node_modules\/((?:@[^/]+\/)?[^/]+)\//.exec(url)?.[1];
+  if (dep && dep !== 'node') return dep;
+  const own = /\/dist\/([^/]+)\//.exec(url)?.[1];
+  return own ? `modelgate ${own}/` : undefined;
+};
+
+function analyse(profile: Profile): { total: number; self: Array<[string, number]>; modules: Array<[string, number]> } {
+  const byId = new Map(profile.nodes.map((n) => [n.id, n]));
+  const parent = new Map<number, number>();
+  for (const n of profile.nodes) for (const c of n.children ?? []) parent.set(c, n.id);
+  const hits = new Map<number, number>();
+  for (const s of profile.samples) hits.set(s, (hits.get(s) ?? 0) + 1);
+  const self = new Map<string, number>();
+  const modules = new Map<string, number>();
+  for (const [id, count] of hits) {
+    const frame = byId.get(id)!.callFrame;
+    const key = `${frame.functionName || '(anonymous)'} ${frame.url ? `${short(frame.url)}:${frame.lineNumber + 1}` : ''}`.trim();
+    self.set(key, (self.get(key) ?? 0) + count);
+    const seen = new Set<string>();
+    for (let cur: number | undefined = id; cur !== undefined; cur = parent.get(cur)) {
+      const mod = moduleOf(byId.get(cur)!.callFrame.url);
+      if (mod && !seen.has(mod)) {
+        seen.add(mod);
+        modules.set(mod, (modules.get(mod) ?? 0) + count);
+      }
+    }
+  }
+  const sorted = (m: Map<string, number>): Array<[string, number]> => [...m].sort((a, b) => b[1] - a[1]);
+  return { total: profile.samples.length, self: sorted(self), modules: sorted(modules) };
+}
+
+async function main(): Promise<void> {
+  rmSync(DIR, { recursive: true, force: true });
+  mkdirSync(DIR, { recursive: true });
+  const sim = await startSim('upstream', ['--model', 'bench-model', '--ttft-ms', '0', '--itl-ms', '0', '--prefill-ms-per-token', '0', '--max-num-seqs', '1000', '--max-waiting', '100000']);
+  const router = await startModelgate([sim.url], 'bench-model', {}, ['--cpu-prof', `--cpu-prof-dir=${DIR}`]);
+  const windowMs = SMOKE ? 1000 : 10_000;
+  let rps: number;
+  try {
+    const body = JSON.stringify({ model: 'bench-model', messages: [{ role: 'user', content: 'Write a haiku about load balancers.' }], max_tokens: 16, ignore_eos: true });
+    const result = await load({ url: `${router.url}/v1/chat/completions`, headers: { authorization: `Bearer ${BENCH_KEY}` }, bodies: [body], mode: 'closed', concurrency: 32, warmupMs: SMOKE ? 200 : 2000, durationMs: windowMs });
+    rps = (result.samples.filter((s) => s.status === 200).length * 1000) / windowMs;
+  } finally {
+    await router.stop(); // the profile is written as the process exits
+    await sim.stop();
+  }
+  const file = readdirSync(DIR).find((f) => f.endsWith('.cpuprofile'));
+  if (!file) throw new Error('no .cpuprofile written');
+  const { total, self, modules } = analyse(JSON.parse(readFileSync(join(DIR, file), 'utf8')) as Profile);
+  const pct = (n: number): string => `${((100 * n) / total).toFixed(1)}%`;
+  const lines = [
+    '# Where modelgate spends its CPU',
+    '',
+    `modelgate under closed-loop load (32 in flight, non-streamed, zero-latency simulator; ${Math.round(rps)} requests/s here), profiled`,
+    'with `--cpu-prof` for the whole run (start-up and warm-up included). Self time by function, and the share of samples with',
+    'each module on the stack (a sample counts once per module; the kernel time of socket writes shows as `writev`, idle time',
+    `as \`(idle)\`). The raw profile is in \`.bench/profile/${file}\`.${SMOKE ? ' **Smoke run.**' : ''}`,
+    '',
+    ...machine(),
+    '',
+    '## By module (inclusive)',
+    '',
+    table(['module', 'samples'], modules.slice(0, 20).map(([m, n]) => [m, pct(n)])),
+    '',
+    '## Top functions (self)',
+    '',
+    table(['function', 'samples'], self.slice(0, 25).map(([f, n]) => [`\`${f}\``, pct(n)])),
+    '',
+  ];
+  const svg = barChart('modelgate CPU by module (% of samples, inclusive)', '%', modules.slice(0, 12).map(([m, n]) => ({ label: m.replace('modelgate ', 'mg:').slice(0, 14), values: [{ name: 'share of samples', value: (100 * n) / total }] })));
+  const out = write('profile', lines.join('\n'), svg);
+  console.log(lines.join('\n'));
+  console.error(`profile: wrote ${out.md} and ${out.svg}`);
+}
+
+await main();
