@@ -72,7 +72,7 @@ async function measure(target: Target, upstream: string): Promise<Row> {
     let lag = 0;
     const phase = async (job: Omit<LoadJob, 'url' | 'headers' | 'warmupMs' | 'durationMs'>): Promise<Summary> => {
       const result = await load({ ...base, ...job });
-      requests += result.samples.length;
+      requests += result.finished;
       lag = Math.max(lag, result.maxSendLagMs);
       return summarize(result.samples, result.windowMs);
     };
@@ -81,7 +81,7 @@ async function measure(target: Target, upstream: string): Promise<Row> {
     const streamThroughput = await phase({ bodies: [body(true)], mode: 'closed', concurrency: CONCURRENCY });
     const streamLatency = await phase({ bodies: [body(true)], mode: 'open', rate: STREAM_RATE, arrivals: 'fixed' });
     const use = proc ? usage(proc.pid) : { cpuSeconds: 0, peakRssMiB: 0 };
-    // the windows' share of CPU is what we can attribute; warm-ups add a little to every proxy alike
+    // CPU over every phase, warm-ups included, per request finished in them
     return { name: target.name, throughput, latency, streamThroughput, streamLatency, cpuMsPerRequest: requests ? ((use.cpuSeconds - cpu0) * 1000) / requests : 0, peakRssMiB: use.peakRssMiB, maxSendLagMs: lag };
   } finally {
     await proc?.stop();

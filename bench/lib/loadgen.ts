@@ -47,6 +47,8 @@ export interface LoadResult {
   windowMs: number;
   /** Largest delay between an arrival's schedule and its send (open loop): the generator's own lag. */
   maxSendLagMs: number;
+  /** Requests finished in all, warm-up included (for CPU per request). */
+  finished: number;
 }
 
 function countEvents(tail: string, chunk: string): number {
@@ -65,12 +67,14 @@ async function run(job: LoadJob): Promise<LoadResult> {
   const windowEnd = windowStart + job.durationMs;
   let next = 0;
   let maxSendLagMs = 0;
+  let finished = 0;
 
   const once = (scheduledAt: number): Promise<void> =>
     new Promise((resolve) => {
       const body = job.bodies[next++ % job.bodies.length]!;
       maxSendLagMs = Math.max(maxSendLagMs, performance.now() - scheduledAt);
       const record = (s: Omit<Sample, 'at'>): void => {
+        finished++;
         if (scheduledAt >= windowStart && scheduledAt < windowEnd) samples.push({ at: scheduledAt - windowStart, ...s });
         resolve();
       };
@@ -121,7 +125,7 @@ async function run(job: LoadJob): Promise<LoadResult> {
     clearTimeout(timer);
   }
   agent.destroy();
-  return { samples, windowMs: job.durationMs, maxSendLagMs };
+  return { samples, windowMs: job.durationMs, maxSendLagMs, finished };
 }
 
 /** Runs a job in a fresh load-generator process. */

@@ -7,7 +7,6 @@ import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'n
 import net from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { createInterface } from 'node:readline';
 
 const ROOT = new URL('../../', import.meta.url).pathname.replace('/.bench/', '/');
 const CLI = join(ROOT, 'dist/cli.js');
@@ -193,7 +192,9 @@ export function usage(pid: number): { cpuSeconds: number; peakRssMiB: number } {
   let rss = 0;
   for (const p of tree(pid)) {
     try {
-      const stat = readFileSync(`/proc/${p}/stat`, 'utf8').slice(readFileSync(`/proc/${p}/stat`, 'utf8').lastIndexOf(')') + 2).split(' ');
+      const raw = readFileSync(`/proc/${p}/stat`, 'utf8');
+      // fields after "(comm)": state is [0], utime [11], stime [12]
+      const stat = raw.slice(raw.lastIndexOf(')') + 2).split(' ');
       ticks += Number(stat[11]) + Number(stat[12]);
       const hwm = /VmHWM:\s+(\d+) kB/.exec(readFileSync(`/proc/${p}/status`, 'utf8'));
       rss += Number(hwm?.[1] ?? 0) / 1024;
@@ -204,4 +205,3 @@ export function usage(pid: number): { cpuSeconds: number; peakRssMiB: number } {
   return { cpuSeconds: ticks / 100, peakRssMiB: rss };
 }
 
-export { createInterface };
