@@ -8,7 +8,7 @@
 import { load } from './lib/loadgen.js';
 import { BENCH_KEY, startHaproxy, startModelgate, startSim, type Proc } from './lib/procs.js';
 import { logNormal, mulberry32 } from './lib/random.js';
-import { barChart, machine, percentile, SMOKE, stack, table, tools, write } from './lib/report.js';
+import { barChart, machine, SMOKE, stack, summarize, table, tools, write } from './lib/report.js';
 
 const MODEL = 'bench-model';
 const LOADS = SMOKE ? [0.85] : [0.7, 0.85, 0.95];
@@ -97,22 +97,12 @@ async function main(): Promise<void> {
             durationMs: WINDOW_MS,
             drainMs: 120_000,
           });
+          const summary = summarize(result.samples, result.windowMs);
           const ok = result.samples.filter((s) => s.status === 200 && s.ttfbMs >= 0);
-          const ttft = ok.map((s) => s.ttfbMs).sort((a, b) => a - b);
-          const e2e = ok.map((s) => s.ttlbMs).sort((a, b) => a - b);
           const share: Record<string, number> = {};
           for (const s of ok) share[s.replica] = (share[s.replica] ?? 0) + 1 / ok.length;
-          cells.push({
-            policy: policy.name,
-            load: level,
-            rate,
-            ttft: { p50: percentile(ttft, 0.5), p99: percentile(ttft, 0.99) },
-            e2e: { p50: percentile(e2e, 0.5), p99: percentile(e2e, 0.99) },
-            rps: (ok.length * 1000) / result.windowMs,
-            errors: result.samples.length - ok.length,
-            share,
-          });
-          console.error(`balance: ${Math.round(level * 100)}% ${policy.name}: TTFT p99 ${percentile(ttft, 0.99).toFixed(0)} ms`);
+          cells.push({ policy: policy.name, load: level, rate, ttft: summary.ttfb, e2e: summary.ttlb, rps: summary.rps, errors: summary.errors, share });
+          console.error(`balance: ${Math.round(level * 100)}% ${policy.name}: TTFT p99 ${summary.ttfb.p99.toFixed(0)} ms`);
         } finally {
           await proxy.stop();
         }
