@@ -7,23 +7,19 @@ import { beforeAll, describe, expect, it } from '@jest/globals';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { parse } from 'yaml';
-import { A_KEY, CHART_DIR, NAMESPACE, ofKind, only, render, template, type K8sObject, type SetValues } from '../helpers/helm.js';
+import { A_KEY, CHART_DIR, NAMESPACE, ofKind, only, render, type K8sObject, type SetValues, Variants } from '../helpers/helm.js';
 
 type Obj = Record<string, unknown>;
 const SELECTOR = { 'app.kubernetes.io/name': 'modelgate', 'app.kubernetes.io/instance': 'modelgate' };
 const OPTIONAL = ['NetworkPolicy', 'ServiceMonitor', 'PrometheusRule', 'Ingress', 'HTTPRoute', 'ModelPool', 'ModelDeployment', 'HorizontalPodAutoscaler'];
 const specOf = (o: K8sObject): Obj => o.spec as Obj;
 
-let r: Record<string, K8sObject[]> = {};
-const get = (name: string): K8sObject[] => {
-  const objects = r[name];
-  if (!objects) throw new Error(`variant ${name} was not rendered`);
-  return objects;
-};
+const variants = new Variants();
+const get = (name: string): K8sObject[] => variants.get(name);
 
 beforeAll(async () => {
   const pool = { service: { name: 'llama-8b', port: 'http' }, servedModelName: 'meta-llama/Llama-3.1-8B-Instruct' };
-  const variants: Record<string, [string[], SetValues]> = {
+  const matrix: Record<string, [string[], SetValues]> = {
     base: [[], {}],
     full: [['ci/full-values.yaml'], {}],
     netpol: [[], { 'networkPolicy.enabled': true }],
@@ -40,8 +36,7 @@ beforeAll(async () => {
       },
     ],
   };
-  const entries = await Promise.all(Object.entries(variants).map(async ([name, [files, set]]) => [name, await template(files, files.length > 0 ? set : { 'auth.keys': [A_KEY], ...set })] as const));
-  r = Object.fromEntries(entries);
+  await variants.render(Object.fromEntries(Object.entries(matrix).map(([name, [files, set]]) => [name, [files, files.length > 0 ? set : { 'auth.keys': [A_KEY], ...set }]])));
 });
 
 describe('chart optional objects', () => {

@@ -8,7 +8,7 @@ import { beforeAll, describe, expect, it } from '@jest/globals';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { parse } from 'yaml';
-import { A_KEY, NAMESPACE, ofKind, only, render, REPO_ROOT, routerConfigText, template, type K8sObject, type SetValues } from '../helpers/helm.js';
+import { A_KEY, NAMESPACE, ofKind, only, render, REPO_ROOT, routerConfigText, type K8sObject, type SetValues, Variants } from '../helpers/helm.js';
 
 interface Rule {
   apiGroups: string[];
@@ -29,15 +29,11 @@ const where = (o: K8sObject): string => `${o.kind} ${o.metadata.namespace ?? '(c
 const discovery = (objects: K8sObject[]): { namespaces: string[]; leaderElection: { enabled: boolean; leaseName: string } } =>
   (parse(routerConfigText(objects)) as { discovery: { namespaces: string[]; leaderElection: { enabled: boolean; leaseName: string } } }).discovery;
 
-let r: Record<string, K8sObject[]> = {};
-const get = (name: string): K8sObject[] => {
-  const objects = r[name];
-  if (!objects) throw new Error(`variant ${name} was not rendered`);
-  return objects;
-};
+const variants = new Variants();
+const get = (name: string): K8sObject[] => variants.get(name);
 
 beforeAll(async () => {
-  const variants: Record<string, SetValues> = {
+  const matrix: Record<string, SetValues> = {
     base: {},
     all: { 'watch.allNamespaces': true },
     two: { 'watch.namespaces': ['models', 'embeddings'] },
@@ -46,8 +42,7 @@ beforeAll(async () => {
     noRbac: { 'rbac.create': false },
     ownSa: { 'serviceAccount.create': false, 'serviceAccount.name': 'router' },
   };
-  const entries = await Promise.all(Object.entries(variants).map(async ([name, set]) => [name, await template([], { 'auth.keys': [A_KEY], ...set })] as const));
-  r = Object.fromEntries(entries);
+  await variants.render(Object.fromEntries(Object.entries(matrix).map(([name, set]) => [name, [[], { 'auth.keys': [A_KEY], ...set }]])));
 });
 
 describe('chart RBAC', () => {

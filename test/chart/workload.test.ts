@@ -10,7 +10,7 @@ import type { IContainer } from 'kubernetes-models/v1/Container';
 import type { IPodSpec } from 'kubernetes-models/v1/PodSpec';
 import { parse } from 'yaml';
 import { parseKeysFile } from '../../src/config/keys-file.js';
-import { A_KEY, keysFileText, ofKind, only, render, routerConfigText, template, type K8sObject, type SetValues } from '../helpers/helm.js';
+import { A_KEY, keysFileText, ofKind, only, render, routerConfigText, type K8sObject, type SetValues, Variants } from '../helpers/helm.js';
 import { schemaErrors } from '../helpers/k8s-schemas.js';
 
 const KEYS: SetValues = { 'auth.keys': [A_KEY] };
@@ -37,21 +37,11 @@ const containerOf = (objects: K8sObject[]): IContainer => {
 const configOf = (objects: K8sObject[]): RouterConfig => parse(routerConfigText(objects)) as RouterConfig;
 const checksumOf = (objects: K8sObject[]): string | undefined => deploymentOf(objects).spec?.template.metadata?.annotations?.['checksum/config'];
 
-/** Renders every variant at once (helm runs in parallel), keyed by name. */
-async function renderAll(variants: Record<string, SetValues>): Promise<Record<string, K8sObject[]>> {
-  const entries = await Promise.all(Object.entries(variants).map(async ([name, set]) => [name, await template([], { ...KEYS, ...set })] as const));
-  return Object.fromEntries(entries);
-}
-
-let r: Record<string, K8sObject[]> = {};
-const get = (name: string): K8sObject[] => {
-  const objects = r[name];
-  if (!objects) throw new Error(`variant ${name} was not rendered`);
-  return objects;
-};
+const variants = new Variants();
+const get = (name: string): K8sObject[] => variants.get(name);
 
 beforeAll(async () => {
-  r = await renderAll({
+  const matrix: Record<string, SetValues> = {
     base: {},
     debug: { 'config.logLevel': 'debug' },
     otherKeys: { 'auth.keys': [{ name: 'team-b', keySha256: 'a'.repeat(64), models: ['llama-8b-prod'] }, A_KEY] },
@@ -65,7 +55,8 @@ beforeAll(async () => {
     extras: { extraEnv: [{ name: 'NODE_OPTIONS', value: '--max-old-space-size=384' }], image: { repository: 'registry.example.com/modelgate', tag: '1.2.3', pullPolicy: 'Always' }, replicaCount: 4 },
     ports: { service: { port: 80, adminPort: 9100 } },
     longName: { nameOverride: 'n'.repeat(60) },
-  });
+  };
+  await variants.render(Object.fromEntries(Object.entries(matrix).map(([name, set]) => [name, [[], { ...KEYS, ...set }]])));
 });
 
 describe('chart Deployment: the pod', () => {

@@ -113,3 +113,22 @@ export function keysFileText(objects: K8sObject[]): string | undefined {
   if (data === undefined) throw new Error('the Secret has no keys.yaml');
   return Buffer.from(data, 'base64').toString('utf8');
 }
+
+/**
+ * Chart renders made together in a `beforeAll` (helm runs in parallel) and read by name in the tests.
+ * Each variant is its values files and `--set` values.
+ */
+export class Variants {
+  private rendered: Record<string, K8sObject[]> = {};
+
+  async render(variants: Record<string, [string[], SetValues]>): Promise<void> {
+    const entries = await Promise.all(Object.entries(variants).map(async ([name, [files, set]]) => [name, await template(files, set)] as const));
+    this.rendered = Object.fromEntries(entries);
+  }
+
+  get(name: string): K8sObject[] {
+    const objects = this.rendered[name];
+    if (!objects) throw new Error(`variant ${name} was not rendered`);
+    return objects;
+  }
+}

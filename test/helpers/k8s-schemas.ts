@@ -94,7 +94,8 @@ export function loadCrds(): Crd[] {
   });
 }
 
-function newAjv(): Ajv {
+/** ajv with the formats Kubernetes schemas use (int32, int64, date-time). */
+export function newAjv(): Ajv {
   const ajv = new Ajv({ strict: false, allErrors: true });
   ajv.addFormat('int32', { type: 'number', validate: (n: number) => Number.isInteger(n) && n >= -(2 ** 31) && n < 2 ** 31 });
   ajv.addFormat('int64', { type: 'number', validate: (n: number) => Number.isSafeInteger(n) });

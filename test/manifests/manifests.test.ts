@@ -7,8 +7,9 @@ import { describe, expect, it } from '@jest/globals';
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { join, relative } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { Ajv, type ValidateFunction } from 'ajv';
+import { type ValidateFunction } from 'ajv';
 import { parseAllDocuments } from 'yaml';
+import { crdToJsonSchema, newAjv } from '../helpers/k8s-schemas.js';
 
 type Obj = Record<string, unknown>;
 
@@ -188,40 +189,8 @@ function defaulted(schema: Obj, path: string): Array<[Obj, string]> {
   return [...here, ...children(schema, path).flatMap(([child, childPath]) => defaulted(child, childPath))];
 }
 
-/**
- * The CRD schema as plain JSON Schema for ajv: `x-kubernetes-int-or-string` becomes
- * `anyOf: [integer, string]`, other `x-kubernetes-*` keys go, and every object with properties gets
- * `additionalProperties: false`, as kubectl's default strict field validation rejects unknown
- * fields (the API server alone would prune them).
- */
-function toJsonSchema(schema: Obj): Obj {
-  const out: Obj = {};
-  for (const [key, value] of Object.entries(schema)) {
-    if (key === 'x-kubernetes-int-or-string') {
-      if (value === true) out.anyOf = [{ type: 'integer' }, { type: 'string' }];
-    } else if (key.startsWith('x-kubernetes-')) {
-      continue;
-    } else if (key === 'properties') {
-      out.properties = Object.fromEntries(Object.entries(obj(value, 'properties')).map(([k, v]) => [k, toJsonSchema(obj(v, k))]));
-    } else if (key === 'items') {
-      out.items = toJsonSchema(obj(value, 'items'));
-    } else {
-      out[key] = value;
-    }
-  }
-  if (out.properties !== undefined && out.additionalProperties === undefined) out.additionalProperties = false;
-  return out;
-}
-
-function newAjv(): Ajv {
-  const ajv = new Ajv({ strict: false, allErrors: true });
-  ajv.addFormat('int32', { type: 'number', validate: (n: number) => Number.isInteger(n) && n >= -(2 ** 31) && n < 2 ** 31 });
-  ajv.addFormat('int64', { type: 'number', validate: (n: number) => Number.isSafeInteger(n) });
-  ajv.addFormat('date-time', /^\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})$/);
-  return ajv;
-}
 const ajv = newAjv();
-const validators = new Map<CrdKind, ValidateFunction>(CRD_KINDS.map((kind) => [kind, ajv.compile(toJsonSchema(crdSchema(kind)))]));
+const validators = new Map<CrdKind, ValidateFunction>(CRD_KINDS.map((kind) => [kind, ajv.compile(crdToJsonSchema(crdSchema(kind)))]));
 function validate(kind: CrdKind, value: unknown): string[] {
   const check = validators.get(kind) as ValidateFunction;
   return check(value) ? [] : (check.errors ?? []).map((e) => `${e.instancePath || '/'} ${e.message ?? ''}`);
@@ -312,7 +281,7 @@ describe.each(CRD_KINDS)('manifests: the %s CRD', (kind) => {
     const nodes = defaulted(crdSchema(kind), '');
     expect(nodes.length).toBeGreaterThan(0);
     for (const [node, path] of nodes) {
-      const check = newAjv().compile(toJsonSchema(node));
+      const check = newAjv().compile(crdToJsonSchema(node));
       expect({ path, valid: check(node.default), errors: check.errors ?? null }).toEqual({ path, valid: true, errors: null });
     }
   });
