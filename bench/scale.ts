@@ -14,6 +14,7 @@ import { AdmissionQueues } from '../src/resilience/admission.js';
 import { BreakerRegistry } from '../src/resilience/breaker.js';
 import { EndpointPicker } from '../src/resilience/picker.js';
 import { RESILIENCE_DEFAULTS } from '../src/resilience/settings.js';
+import { ROUTING_DEFAULTS } from '../src/balancer/settings.js';
 import { load } from './lib/loadgen.js';
 import { BENCH_KEY, startModelgate, startSim, usage } from './lib/procs.js';
 import { mulberry32 } from './lib/random.js';
@@ -36,7 +37,7 @@ interface PickRow {
 async function pickCost(size: number): Promise<PickRow> {
   gc();
   const before = process.memoryUsage().heapUsed;
-  const pool: PoolSpec = { name: 'p', engine: 'vllm', servedModelName: 'm', capabilities: ['chat'], resilience: RESILIENCE_DEFAULTS };
+  const pool: PoolSpec = { name: 'p', engine: 'vllm', servedModelName: 'm', capabilities: ['chat'], resilience: RESILIENCE_DEFAULTS, routing: ROUTING_DEFAULTS };
   const endpoints: Endpoint[] = Array.from({ length: size }, (_, i) => ({ id: `ns/pod-${i}`, pool: 'p', url: new URL(`http://10.0.${i >> 8}.${i & 255}:8000`), weight: 1 }));
   const inFlight = new InFlight();
   const random = mulberry32(7);

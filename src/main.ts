@@ -27,6 +27,7 @@ import { HealthChecker } from './resilience/health-checker.js';
 import { EndpointPicker } from './resilience/picker.js';
 import { Registry } from './registry/registry.js';
 import { mergeResilience } from './resilience/settings.js';
+import { mergeRouting } from './balancer/settings.js';
 import { buildApp } from './server/app.js';
 
 export interface RouterOptions {
@@ -97,12 +98,13 @@ function poolsOf(config: Config): PoolSpec[] {
     servedModelName: p.servedModelName,
     capabilities: p.capabilities,
     resilience: mergeResilience(config.resilience, p.resilience),
+    routing: mergeRouting(config.routing, p.routing),
     ...(p.backendKey ? { backendKey: p.backendKey } : {}),
   }));
 }
 
 function deploymentsOf(config: Config, created: number): Deployment[] {
-  return config.deployments.map((d) => ({ id: d.id, model: d.model, aliases: d.aliases, targets: d.targets, created }));
+  return config.deployments.map((d) => ({ id: d.id, model: d.model, aliases: d.aliases, targets: d.targets, fallbacks: d.fallbacks, created }));
 }
 
 function staticDiscovery(config: Config, created: number): DiscoveryWiring {
@@ -133,6 +135,7 @@ function kubernetesDiscovery(config: Config, logger: Logger, metrics: () => Rout
   const discovery = new KubernetesDiscovery(api, {
     namespaces: d.namespaces,
     resilience: config.resilience,
+    routing: config.routing,
     resyncIntervalMs: d.resyncIntervalMs,
     backoff: d.restartBackoffMs,
     scheduler: systemScheduler,

@@ -5,6 +5,7 @@ import { configSchema } from '../src/config/schema.js';
 import { ERROR_CODES } from '../src/core/errors.js';
 import { SIM_FLAGS } from '../src/sim/options.js';
 import { RESILIENCE_DEFAULTS, resilienceOverridesSchema } from '../src/resilience/settings.js';
+import { routingOverridesSchema } from '../src/balancer/settings.js';
 
 const readme = readFileSync(new URL('../README.md', import.meta.url), 'utf8');
 const kebab = (key: string): string => key.replace(/[A-Z]/g, (c) => '-' + c.toLowerCase());
@@ -29,7 +30,7 @@ describe('README', () => {
     const walk = (schema: { properties?: Record<string, unknown>; items?: unknown }, prefix: string): void => {
       for (const [name, child] of Object.entries(schema.properties ?? {})) {
         const sub = child as { properties?: Record<string, unknown>; items?: { properties?: Record<string, unknown> } };
-        if (child === resilienceOverridesSchema) paths.push(`${prefix}${name}`); // its fields have their own table
+        if (child === resilienceOverridesSchema || child === routingOverridesSchema) paths.push(`${prefix}${name}`); // its fields have their own table
         else if (sub.properties) walk(sub, `${prefix}${name}.`);
         else if (sub.items?.properties && prefix === '') walk(sub.items, `${prefix}${name}[].`);
         else paths.push(`${prefix}${name}`);

@@ -7,13 +7,15 @@
 import { createHash, timingSafeEqual } from 'node:crypto';
 import { unwatchFile, watchFile, type Stats } from 'node:fs';
 import { readKeysFile, type KeyEntry } from '../config/keys-file.js';
-import { type Deployment } from '../core/types.js';
+import { type Deployment, type Priority } from '../core/types.js';
 
 /** The caller, once authenticated. */
 export interface Principal {
   name: string;
   /** undefined: every model. */
   models: ReadonlySet<string> | undefined;
+  /** The class of this key's requests (a header may lower it, never raise it). */
+  priority: Priority;
 }
 
 interface StoredKey {
@@ -35,6 +37,7 @@ function toStored(entries: readonly KeyEntry[]): StoredKey[] {
     principal: {
       name: entry.name,
       models: !entry.models || entry.models.includes('*') ? undefined : new Set(entry.models),
+      priority: entry.priority ?? 'standard',
     },
   }));
 }

@@ -1,5 +1,6 @@
-/** The API keys file: a YAML list of `{name, key | keySha256, models?}`. */
+/** The API keys file: a YAML list of `{name, key | keySha256, models?, priority?}`. */
 import { Ajv } from 'ajv';
+import { PRIORITIES, type Priority } from '../core/types.js';
 import { readFile } from 'node:fs/promises';
 import { describeSchemaErrors, type SchemaError } from '../core/schema-errors.js';
 import { ConfigError, parseYaml } from './load.js';
@@ -13,6 +14,8 @@ export interface KeyEntry {
   keySha256?: string;
   /** Deployment IDs, model names or aliases this key may call; absent or `*` means all. */
   models?: string[];
+  /** The class of this key's requests under saturation; `standard` when absent. */
+  priority?: Priority;
 }
 
 const ajv = new Ajv({ allErrors: true, verbose: true, strict: true });
@@ -27,6 +30,7 @@ const validateKeys = ajv.compile({
       key: { type: 'string', minLength: 8 },
       keySha256: { type: 'string', pattern: '^[0-9a-fA-F]{64}$' },
       models: { type: 'array', items: { type: 'string', minLength: 1 } },
+      priority: { enum: PRIORITIES },
     },
   },
 });

@@ -8,6 +8,7 @@ import { hostname } from 'node:os';
 import { dirname, resolve } from 'node:path';
 import { parseDocument } from 'yaml';
 import { describeSchemaErrors, type SchemaError } from '../core/schema-errors.js';
+import { mergeRouting, normalizeScorers, ROUTING_DEFAULTS, type RoutingOverrides } from '../balancer/settings.js';
 import { mergeResilience, RESILIENCE_DEFAULTS, type ResilienceOverrides } from '../resilience/settings.js';
 import { configSchema, type Config, type EndpointConfig } from './schema.js';
 
@@ -75,6 +76,24 @@ function crossCheck(config: Config): void {
     });
     if (dep.targets.every((t) => t.weight === 0)) throw new ConfigError('at least one target needs a weight above 0', `deployments[${i}].targets`);
   });
+  const ids = new Set(config.deployments.map((d) => d.id));
+  config.deployments.forEach((dep, i) => {
+    dep.fallbacks.forEach((f, j) => {
+      if (f === dep.id) throw new ConfigError('a deployment cannot be its own fallback', `deployments[${i}].fallbacks[${j}]`);
+      if (!ids.has(f)) throw new ConfigError(`deployment "${f}" is not defined under deployments`, `deployments[${i}].fallbacks[${j}]`);
+    });
+  });
+}
+
+/** A routing block's scorer list with weights filled in and each scorer named once. */
+function normalizeRouting(routing: RoutingOverrides | undefined, field: string): RoutingOverrides | undefined {
+  if (!routing?.scorers) return routing;
+  const seen = new Set<string>();
+  routing.scorers.forEach((s, i) => {
+    if (seen.has(s.name)) throw new ConfigError(`scorer "${s.name}" is listed twice`, `${field}.scorers[${i}]`);
+    seen.add(s.name);
+  });
+  return { ...routing, scorers: normalizeScorers(routing.scorers) };
 }
 
 /**
@@ -91,6 +110,10 @@ export function buildConfig(data: unknown, baseDir: string, env: NodeJS.ProcessE
   }
   const config = copy as Config;
   config.resilience = mergeResilience(RESILIENCE_DEFAULTS, (copy as { resilience?: ResilienceOverrides }).resilience);
+  config.routing = mergeRouting(ROUTING_DEFAULTS, normalizeRouting((copy as { routing?: RoutingOverrides }).routing, 'routing'));
+  config.pools.forEach((pool, i) => {
+    pool.routing = normalizeRouting(pool.routing, `pools[${i}].routing`);
+  });
   for (const pool of config.pools) {
     pool.endpoints = (pool.endpoints as Array<string | Partial<EndpointConfig>>).map((ep) => (typeof ep === 'string' ? { url: ep, weight: 1 } : { url: ep.url ?? '', weight: ep.weight ?? 1 }));
   }

@@ -3,6 +3,8 @@
  * the README quotes them, and unknown fields are errors (`additionalProperties: false`).
  */
 import { CAPABILITIES, ENGINES, type Capability, type Engine } from '../core/types.js';
+import { routingOverridesSchema, type RoutingOverrides } from '../balancer/settings.js';
+import { type RoutingSettings } from '../core/types.js';
 import { resilienceOverridesSchema, type ResilienceOverrides, type ResilienceSettings } from '../resilience/settings.js';
 
 export const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
@@ -24,6 +26,8 @@ export interface PoolConfig {
   backendKey?: string;
   /** This pool's overrides of the config-wide `resilience` block. */
   resilience?: ResilienceOverrides;
+  /** This pool's overrides of the config-wide `routing` block. */
+  routing?: RoutingOverrides;
 }
 
 export interface DeploymentConfig {
@@ -31,6 +35,8 @@ export interface DeploymentConfig {
   model: string;
   aliases: string[];
   targets: Array<{ pool: string; weight: number }>;
+  /** Deployment IDs tried in order when this one has no replica that can take the request. */
+  fallbacks: string[];
 }
 
 export interface DiscoveryConfig {
@@ -73,6 +79,10 @@ export interface Config {
   discovery: DiscoveryConfig;
   /** Resilience for every pool (RESILIENCE_DEFAULTS, overridden by the config's `resilience` block). */
   resilience: ResilienceSettings;
+  /** Routing for every pool (ROUTING_DEFAULTS, overridden by the config's `routing` block). */
+  routing: RoutingSettings;
+  /** The request header that may lower a request's priority class below its key's. */
+  priority: { header: string };
   pools: PoolConfig[];
   deployments: DeploymentConfig[];
 }
@@ -156,6 +166,13 @@ export const configSchema = {
       },
     },
     resilience: resilienceOverridesSchema,
+    routing: routingOverridesSchema,
+    priority: {
+      type: 'object',
+      additionalProperties: false,
+      default: {},
+      properties: { header: { type: 'string', pattern: '^[A-Za-z0-9!#$%&\'*+.^_`|~-]+$', default: 'x-modelgate-priority' } },
+    },
     pools: {
       type: 'array',
       default: [],
@@ -186,6 +203,7 @@ export const configSchema = {
           },
           backendKeyFile: { type: 'string', minLength: 1 },
           resilience: resilienceOverridesSchema,
+          routing: routingOverridesSchema,
         },
       },
     },
@@ -210,6 +228,7 @@ export const configSchema = {
               properties: { pool: name, weight: { type: 'number', minimum: 0, default: 100 } },
             },
           },
+          fallbacks: { type: 'array', items: name, uniqueItems: true, default: [] },
         },
       },
     },

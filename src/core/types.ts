@@ -53,6 +53,48 @@ export interface ResilienceSettings {
   };
 }
 
+/** The scorers a pool's scheduling profile can combine (see balancer/scorers.ts). */
+export type ScorerName = 'outstanding' | 'queue' | 'kv-cache' | 'prefix' | 'session';
+export const SCORER_NAMES: readonly ScorerName[] = ['outstanding', 'queue', 'kv-cache', 'prefix', 'session'];
+
+/** Request classes, most important first. */
+export type Priority = 'critical' | 'standard' | 'sheddable';
+export const PRIORITIES: readonly Priority[] = ['critical', 'standard', 'sheddable'];
+
+/** How a pool picks a replica (defaults: balancer/settings.ts). */
+export interface RoutingSettings {
+  /** The scheduling profile: each scorer gives every candidate a score in [0,1]; the highest weighted sum wins. */
+  scorers: ReadonlyArray<{ name: ScorerName; weight: number }>;
+  /** Scraping each replica's own Prometheus metrics (queue, running, KV-cache use). */
+  engineMetrics: {
+    enabled: boolean;
+    /** Defaults to `/metrics`. */
+    path?: string;
+    intervalMs: number;
+    timeoutMs: number;
+    /** A sample older than this is ignored, never trusted. */
+    staleAfterMs: number;
+  };
+  prefix: {
+    /** Characters per hashed prompt block (about 4 characters per token). */
+    blockChars: number;
+    /** Blocks of a prompt that are hashed and matched; the rest of a longer prompt is ignored. */
+    maxBlocks: number;
+    /** Block hashes remembered per replica (LRU). */
+    capacityPerEndpoint: number;
+    /** A prefix match stops counting on a replica with more than this many outstanding requests (per unit of weight) above the least-loaded candidate. */
+    maxLoadGap: number;
+  };
+  session: {
+    /** Request header whose value pins a conversation to a replica. */
+    header: string;
+    /** Bounded load: a session's replica is skipped while it holds more than loadFactor × the mean load. */
+    loadFactor: number;
+  };
+  /** When engine metrics call a replica saturated; a pool whose fresh replicas all are sheds sheddable requests. */
+  saturation: { queueDepth: number; kvCacheUsage: number };
+}
+
 /** A group of interchangeable replicas serving one model. */
 export interface PoolSpec {
   name: string;
@@ -64,6 +106,8 @@ export interface PoolSpec {
   backendKey?: string;
   /** Timeouts, retries, breaker, admission and health checks, fully resolved. */
   resilience: ResilienceSettings;
+  /** Scheduling profile, engine metrics, prefix and session affinity, fully resolved. */
+  routing: RoutingSettings;
 }
 
 /** One replica that can take traffic right now. */
@@ -88,6 +132,8 @@ export interface Deployment {
   model: string;
   aliases: readonly string[];
   targets: readonly DeploymentTarget[];
+  /** Deployment IDs tried in order when none of this deployment's pools can take the request (before its first byte). */
+  fallbacks: readonly string[];
   /** Unix seconds, shown as `created` in /v1/models. */
   created: number;
 }

@@ -19,7 +19,7 @@ async function withKeys(yaml: string, run: (store: KeyStore, file: string) => Pr
   }
 }
 
-const deployment: Deployment = { id: 'llama-prod', model: 'llama', aliases: ['default'], targets: [], created: 0 };
+const deployment: Deployment = { id: 'llama-prod', model: 'llama', aliases: ['default'], targets: [], fallbacks: [], created: 0 };
 
 describe('KeyStore', () => {
   it('authenticates plain and pre-hashed keys, and nothing else', async () => {
@@ -62,6 +62,6 @@ describe('mayUse', () => {
     [new Set(['default']), true],
     [new Set(['other']), false],
   ])('with models %p → %p', (models, allowed) => {
-    expect(mayUse({ name: 'k', models }, deployment)).toBe(allowed);
+    expect(mayUse({ name: 'k', models, priority: 'standard' }, deployment)).toBe(allowed);
   });
 });

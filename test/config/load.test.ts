@@ -49,7 +49,7 @@ describe('buildConfig', () => {
       capabilities: ['chat'],
       endpoints: [{ url: 'http://127.0.0.1:9001', weight: 1 }, { url: 'http://127.0.0.1:9002', weight: 3 }],
     });
-    expect(config.deployments[0]).toEqual({ id: 'd', model: 'm', aliases: [], targets: [{ pool: 'p', weight: 100 }] });
+    expect(config.deployments[0]).toEqual({ id: 'd', model: 'm', aliases: [], targets: [{ pool: 'p', weight: 100 }], fallbacks: [] });
   });
 
   it('returns a frozen config', () => {

@@ -1,4 +1,5 @@
 import { RESILIENCE_DEFAULTS } from '../../src/resilience/settings.js';
+import { ROUTING_DEFAULTS } from '../../src/balancer/settings.js';
 import { describe, expect, it } from '@jest/globals';
 import { canonical, deploymentStatus, poolStatus } from '../../src/controller/status.js';
 import { type Deployment } from '../../src/core/types.js';
@@ -11,13 +12,13 @@ const t1 = new Date('2026-11-21T10:05:00Z');
 function pool(ready: number, replicas: number, status?: unknown, problem?: string): PoolView {
   return {
     key: 'models/llama', namespace: 'models', name: 'llama', generation: 4, replicas, readyReplicas: ready,
-    ...(problem ? { problem } : { spec: { name: 'models/llama', engine: 'vllm', servedModelName: 'm', capabilities: ['chat'], resilience: RESILIENCE_DEFAULTS }, service: { name: 'llama-svc', port: 'http' } }),
+    ...(problem ? { problem } : { spec: { name: 'models/llama', engine: 'vllm', servedModelName: 'm', capabilities: ['chat'], resilience: RESILIENCE_DEFAULTS, routing: ROUTING_DEFAULTS }, service: { name: 'llama-svc', port: 'http' } }),
     object: { metadata: { namespace: 'models', name: 'llama', generation: 4 }, status },
   };
 }
 
 function deployment(name: string, created: number, model: string, aliases: string[], pools: string[]): DeploymentView {
-  const dep: Deployment = { id: name, model, aliases, targets: pools.map((p) => ({ pool: `models/${p}`, weight: 100 })), created };
+  const dep: Deployment = { id: name, model, aliases, targets: pools.map((p) => ({ pool: `models/${p}`, weight: 100 })), fallbacks: [], created };
   return { key: `models/${name}`, namespace: 'models', name, generation: 2, deployment: dep, object: { metadata: { namespace: 'models', name, generation: 2 } } };
 }
 
@@ -51,7 +52,7 @@ describe('poolStatus', () => {
 });
 
 describe('deploymentStatus', () => {
-  const pools = [{ name: 'models/llama', engine: 'vllm' as const, servedModelName: 'm', capabilities: ['chat' as const], resilience: RESILIENCE_DEFAULTS }];
+  const pools = [{ name: 'models/llama', engine: 'vllm' as const, servedModelName: 'm', capabilities: ['chat' as const], resilience: RESILIENCE_DEFAULTS, routing: ROUTING_DEFAULTS }];
 
   it('accepts a deployment whose pools exist and that keeps all its names', () => {
     const view = deployment('llama-prod', 100, 'llama', ['default'], ['llama']);

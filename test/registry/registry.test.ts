@@ -1,10 +1,11 @@
 import { RESILIENCE_DEFAULTS } from '../../src/resilience/settings.js';
+import { ROUTING_DEFAULTS } from '../../src/balancer/settings.js';
 import { describe, expect, it } from '@jest/globals';
 import { type Deployment, type PoolSpec } from '../../src/core/types.js';
 import { Registry } from '../../src/registry/registry.js';
 
-const pool: PoolSpec = { name: 'p', engine: 'vllm', servedModelName: 'm', capabilities: ['chat'], resilience: RESILIENCE_DEFAULTS };
-const dep = (id: string, model: string, aliases: string[] = [], created = 0): Deployment => ({ id, model, aliases, targets: [{ pool: 'p', weight: 1 }], created });
+const pool: PoolSpec = { name: 'p', engine: 'vllm', servedModelName: 'm', capabilities: ['chat'], resilience: RESILIENCE_DEFAULTS, routing: ROUTING_DEFAULTS };
+const dep = (id: string, model: string, aliases: string[] = [], created = 0): Deployment => ({ id, model, aliases, targets: [{ pool: 'p', weight: 1 }], fallbacks: [], created });
 
 describe('Registry', () => {
   it('resolves a deployment ID before an alias before a model name', () => {

@@ -4,8 +4,12 @@
  * before a schema change, or by a client that skipped validation) and applies the schema's defaults.
  * A pool is keyed `namespace/name`; a deployment's targets name pools in its own namespace.
  */
-import { CAPABILITIES, ENGINES, type Capability, type Deployment, type Engine, type PoolSpec, type ResilienceSettings } from '../../core/types.js';
+import { Ajv } from 'ajv';
+import { mergeRouting, normalizeScorers, ROUTING_DEFAULTS, routingOverridesSchema, type RoutingOverrides } from '../../balancer/settings.js';
+import { CAPABILITIES, ENGINES, type Capability, type Deployment, type Engine, type PoolSpec, type ResilienceSettings, type RoutingSettings } from '../../core/types.js';
 import { mergeResilience, type ResilienceOverrides } from '../../resilience/settings.js';
+
+const checkRouting = new Ajv({ allErrors: false, strict: true }).compile(routingOverridesSchema);
 
 export interface ObjectMeta {
   name?: string;
@@ -76,8 +80,21 @@ function checkOverrides(value: unknown, defaults: object, path: string): string 
   return undefined;
 }
 
-/** Parses a ModelPool; `defaults` is the router's resilience (its config), which `spec.resilience` overrides. */
-export function parseModelPool(obj: CustomObject, defaults: ResilienceSettings): ParsedPool {
+/** A `spec.routing` the schema accepts, with each scorer named once; else why not. */
+function routingProblem(value: unknown): string | undefined {
+  if (!checkRouting(value)) {
+    const [first] = checkRouting.errors ?? [];
+    return `spec.routing${first?.instancePath.replaceAll('/', '.') ?? ''} ${first?.message ?? 'is invalid'}`;
+  }
+  const names = ((value as RoutingOverrides).scorers ?? []).map((s) => s.name);
+  return new Set(names).size === names.length ? undefined : 'spec.routing.scorers names a scorer twice';
+}
+
+/**
+ * Parses a ModelPool; `defaults` is the router's resilience (its config), which `spec.resilience`
+ * overrides, and `routingDefaults` its routing, which `spec.routing` overrides.
+ */
+export function parseModelPool(obj: CustomObject, defaults: ResilienceSettings, routingDefaults: RoutingSettings = ROUTING_DEFAULTS): ParsedPool {
   const id = identity(obj);
   const spec = obj.spec;
   if (!isObject(spec)) return { ...id, problem: 'spec is missing' };
@@ -98,6 +115,11 @@ export function parseModelPool(obj: CustomObject, defaults: ResilienceSettings):
     const problem = checkOverrides(spec.resilience, defaults, 'spec.resilience');
     if (problem) return { ...id, problem };
   }
+  if (spec.routing !== undefined) {
+    const problem = routingProblem(spec.routing);
+    if (problem) return { ...id, problem };
+  }
+  const routing = spec.routing as RoutingOverrides | undefined;
   return {
     ...id,
     spec: {
@@ -106,6 +128,7 @@ export function parseModelPool(obj: CustomObject, defaults: ResilienceSettings):
       servedModelName: spec.servedModelName,
       capabilities: [...new Set(capabilities as Capability[])],
       resilience: mergeResilience(defaults, spec.resilience as ResilienceOverrides | undefined),
+      routing: mergeRouting(routingDefaults, routing?.scorers ? { ...routing, scorers: normalizeScorers(routing.scorers) } : routing),
     },
     service: { name: service.name, port: port as string | number | undefined },
   };
@@ -127,5 +150,8 @@ export function parseModelDeployment(obj: CustomObject): ParsedDeployment {
     if (typeof weight !== 'number' || !Number.isFinite(weight) || weight < 0) return { ...id, problem: `spec.targets[${i}].weight must be a number ≥ 0` };
     parsed.push({ pool: `${id.namespace}/${t.pool}`, weight });
   }
-  return { ...id, deployment: { id: id.name, model: spec.model, aliases: [...new Set(aliases)], targets: parsed, created: createdSeconds(obj) } };
+  const fallbacks = spec.fallbacks ?? [];
+  if (!Array.isArray(fallbacks) || !fallbacks.every(nonEmpty)) return { ...id, problem: 'spec.fallbacks must be a list of ModelDeployment names' };
+  if (fallbacks.includes(id.name)) return { ...id, problem: 'spec.fallbacks must not name the deployment itself' };
+  return { ...id, deployment: { id: id.name, model: spec.model, aliases: [...new Set(aliases)], targets: parsed, fallbacks: [...new Set(fallbacks)], created: createdSeconds(obj) } };
 }

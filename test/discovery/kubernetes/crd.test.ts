@@ -1,4 +1,5 @@
 import { RESILIENCE_DEFAULTS } from '../../../src/resilience/settings.js';
+import { ROUTING_DEFAULTS } from '../../../src/balancer/settings.js';
 import { describe, expect, it } from '@jest/globals';
 import { parseModelDeployment, parseModelPool } from '../../../src/discovery/kubernetes/crd.js';
 
@@ -12,7 +13,7 @@ describe('parseModelPool', () => {
       namespace: 'models',
       name: 'llama',
       generation: 3,
-      spec: { name: 'models/llama', engine: 'vllm', servedModelName: 'meta/llama', capabilities: ['chat'], resilience: RESILIENCE_DEFAULTS },
+      spec: { name: 'models/llama', engine: 'vllm', servedModelName: 'meta/llama', capabilities: ['chat'], resilience: RESILIENCE_DEFAULTS, routing: ROUTING_DEFAULTS },
       service: { name: 'llama-svc', port: 'http' },
     });
   });
@@ -50,6 +51,7 @@ describe('parseModelDeployment', () => {
       model: 'llama-3',
       aliases: ['default'],
       targets: [{ pool: 'models/a', weight: 100 }, { pool: 'models/b', weight: 5 }],
+      fallbacks: [],
       created: Date.parse('2026-01-02T03:04:05Z') / 1000,
     });
   });

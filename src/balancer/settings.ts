@@ -1,0 +1,103 @@
+/**
+ * Routing settings of a pool: the scheduling profile, engine-metrics scraping, prefix and session
+ * affinity, and the saturation thresholds. ROUTING_DEFAULTS is the one table of defaults (the config
+ * schema, the CRD and the README quote it). The config's `routing` block overrides it for every pool
+ * and a pool's own `routing` overrides that: `scorers` as a whole list, every other group field by field.
+ */
+import { SCORER_NAMES, type RoutingSettings } from '../core/types.js';
+
+export type { RoutingSettings };
+
+export const ROUTING_DEFAULTS: RoutingSettings = {
+  scorers: [
+    { name: 'outstanding', weight: 2 },
+    { name: 'queue', weight: 1 },
+    { name: 'kv-cache', weight: 1 },
+    { name: 'prefix', weight: 3 },
+    { name: 'session', weight: 10 },
+  ],
+  engineMetrics: { enabled: true, intervalMs: 1_000, timeoutMs: 500, staleAfterMs: 3_000 },
+  prefix: { blockChars: 64, maxBlocks: 256, capacityPerEndpoint: 16_384, maxLoadGap: 4 },
+  session: { header: 'x-session-id', loadFactor: 1.25 },
+  saturation: { queueDepth: 5, kvCacheUsage: 0.8 },
+};
+
+export interface RoutingOverrides {
+  scorers?: RoutingSettings['scorers'];
+  engineMetrics?: Partial<RoutingSettings['engineMetrics']>;
+  prefix?: Partial<RoutingSettings['prefix']>;
+  session?: Partial<RoutingSettings['session']>;
+  saturation?: Partial<RoutingSettings['saturation']>;
+}
+
+/** `base` with `overrides` applied: `scorers` replaced as a list, the other groups field by field. */
+export function mergeRouting(base: RoutingSettings, overrides: RoutingOverrides | undefined): RoutingSettings {
+  if (!overrides) return base;
+  return {
+    scorers: overrides.scorers ?? base.scorers,
+    engineMetrics: { ...base.engineMetrics, ...overrides.engineMetrics },
+    prefix: { ...base.prefix, ...overrides.prefix },
+    session: { ...base.session, ...overrides.session },
+    saturation: { ...base.saturation, ...overrides.saturation },
+  };
+}
+
+/** A JSON Schema for routing overrides (no defaults: they come from ROUTING_DEFAULTS). */
+export const routingOverridesSchema = {
+  type: 'object',
+  additionalProperties: false,
+  properties: {
+    scorers: {
+      type: 'array',
+      minItems: 1,
+      items: {
+        type: 'object',
+        additionalProperties: false,
+        required: ['name'],
+        properties: { name: { enum: SCORER_NAMES }, weight: { type: 'number', minimum: 0, maximum: 1000 } },
+      },
+    },
+    engineMetrics: {
+      type: 'object',
+      additionalProperties: false,
+      properties: {
+        enabled: { type: 'boolean' },
+        path: { type: 'string', pattern: '^/' },
+        intervalMs: { type: 'integer', minimum: 100 },
+        timeoutMs: { type: 'integer', minimum: 10 },
+        staleAfterMs: { type: 'integer', minimum: 100 },
+      },
+    },
+    prefix: {
+      type: 'object',
+      additionalProperties: false,
+      properties: {
+        blockChars: { type: 'integer', minimum: 8, maximum: 4096 },
+        maxBlocks: { type: 'integer', minimum: 1, maximum: 4096 },
+        capacityPerEndpoint: { type: 'integer', minimum: 16, maximum: 10_000_000 },
+        maxLoadGap: { type: 'number', minimum: 0 },
+      },
+    },
+    session: {
+      type: 'object',
+      additionalProperties: false,
+      properties: {
+        header: { type: 'string', pattern: '^[A-Za-z0-9!#$%&\'*+.^_`|~-]+$' },
+        loadFactor: { type: 'number', minimum: 1 },
+      },
+    },
+    saturation: {
+      type: 'object',
+      additionalProperties: false,
+      properties: {
+        queueDepth: { type: 'integer', minimum: 1 },
+        kvCacheUsage: { type: 'number', exclusiveMinimum: 0, maximum: 1 },
+      },
+    },
+  },
+} as const;
+
+/** Scorer weights default to 1 when a list entry leaves them out. */
+export function normalizeScorers(scorers: ReadonlyArray<{ name: RoutingSettings['scorers'][number]['name']; weight?: number }>): RoutingSettings['scorers'] {
+  return scorers.map((s) => ({ name: s.name, weight: s.weight ?? 1 }));
+}
