@@ -138,6 +138,25 @@ export interface Deployment {
   created: number;
 }
 
+/** One replica's own load, as its engine last reported it on `/metrics`. */
+export interface EngineLoad {
+  /** Requests queued in the engine, waiting for a batch slot. */
+  waiting: number;
+  /** Requests in the engine's running batch (0 for engines that report only a queue). */
+  running: number;
+  /** KV-cache use 0..1, when the engine reports it. */
+  kvCacheUsage?: number;
+  /** Clock time (ms) of the sample. */
+  at: number;
+  /** This router's outstanding requests to the replica when the sample was taken. */
+  localAtSample: number;
+}
+
+/** Read side of engine metrics: a replica's fresh load, or undefined (never scraped, failing, or stale). */
+export interface EngineLoadSource {
+  load(endpointId: string): EngineLoad | undefined;
+}
+
 /** Read side of discovery: the current routable endpoints of a pool (an immutable snapshot). */
 export interface EndpointSource {
   snapshot(pool: string): readonly Endpoint[];
