@@ -8,6 +8,7 @@ import { type AddressInfo } from 'node:net';
 import { pino, type Logger } from 'pino';
 import { KeyStore } from './auth/key-store.js';
 import { InFlight } from './balancer/in-flight.js';
+import { PrefixIndex } from './balancer/prefix-index.js';
 import { systemClock, systemScheduler, systemSleep, type Clock } from './core/clock.js';
 import { ConfigError } from './config/load.js';
 import { KubernetesController } from './controller/kubernetes-controller.js';
@@ -24,6 +25,7 @@ import { Forwarder } from './proxy/forwarder.js';
 import { AdmissionQueues } from './resilience/admission.js';
 import { BreakerRegistry } from './resilience/breaker.js';
 import { HealthChecker } from './resilience/health-checker.js';
+import { EngineMetricsScraper } from './engine-metrics/scraper.js';
 import { EndpointPicker } from './resilience/picker.js';
 import { Registry } from './registry/registry.js';
 import { mergeResilience } from './resilience/settings.js';
@@ -245,16 +247,43 @@ export async function createRouter(config: Config, options: RouterOptions = {}):
     now: () => clock.now(),
     onChange: (pool, endpoint, healthy) => logger[healthy ? 'info' : 'warn']({ pool, endpoint }, healthy ? 'health check passes again: endpoint back in rotation' : 'health check failing: endpoint ejected'),
   });
-  const picker = new EndpointPicker({ endpoints: discovery.endpoints, inFlight, breakers, health, admission, random });
+  const prefixIndex = new PrefixIndex();
+  const engineMetrics = new EngineMetricsScraper({
+    endpoints: discovery.endpoints,
+    pools: () => discovery.pools(),
+    scheduler: systemScheduler,
+    now: () => clock.now(),
+    localCount: (endpoint) => inFlight.count(endpoint),
+    onScrape: (pool, _endpoint, result) => metrics.recordEngineScrape(pool, result),
+  });
+  const picker = new EndpointPicker({
+    endpoints: discovery.endpoints,
+    inFlight,
+    breakers,
+    health,
+    admission,
+    engine: engineMetrics,
+    prefixIndex,
+    random,
+    events: {
+      onPicked: (pool, matched, total) => metrics.recordPrefixBlocks(pool, matched, total),
+      onShed: (pool) => metrics.recordRejected(pool, 'shed'),
+    },
+  });
   const exchange = new ExchangeRunner({
     forwarder: new Forwarder(agent, clock),
     picker,
     clock,
     sleep: systemSleep,
     random,
-    events: { onAttempt: (pool, endpoint, outcome) => metrics.recordAttempt(pool, endpoint, outcome), onRetry: (pool, reason) => metrics.recordRetry(pool, reason) },
+    events: {
+      onAttempt: (pool, endpoint, outcome) => metrics.recordAttempt(pool, endpoint, outcome),
+      onRetry: (pool, reason) => metrics.recordRetry(pool, reason),
+      onFallback: (from, to) => metrics.recordFallback(from.deployment, from.pool.name, to.deployment, to.pool.name),
+    },
   });
   metrics.observeResilience({ breakers: () => breakers.states(), queues: () => admission.depths() });
+  metrics.observeRouting({ engine: () => engineMetrics.samples(), prefixBlocks: () => prefixIndex.size() });
   let stopping = false;
   const app = buildApp({
     maxBodyBytes: config.server.maxBodyBytes,
@@ -267,13 +296,19 @@ export async function createRouter(config: Config, options: RouterOptions = {}):
     logger,
     clock,
     readiness: () => [...(stopping ? ['shutting down'] : []), ...discovery.notReadyReasons()],
+    priorityHeader: config.priority.header,
     random,
   });
   discovery.start();
   health.start();
+  engineMetrics.start();
   keys.watch(config.auth.reloadIntervalMs);
-  // Breakers of endpoints that are gone (pods replaced) are dropped with their timers.
-  const pruner = setInterval(() => breakers.retain(new Set(discovery.pools().flatMap((p) => discovery.endpoints.snapshot(p.name).map((e) => e.id)))), 60_000);
+  // Breakers and prefix memory of endpoints that are gone (pods replaced) are dropped.
+  const pruner = setInterval(() => {
+    const live = new Set(discovery.pools().flatMap((p) => discovery.endpoints.snapshot(p.name).map((e) => e.id)));
+    breakers.retain(live);
+    prefixIndex.retain(live);
+  }, 60_000);
   pruner.unref();
   return {
     api: app.api,
@@ -292,6 +327,7 @@ export async function createRouter(config: Config, options: RouterOptions = {}):
       clearInterval(pruner);
       keys.close();
       health.stop();
+      engineMetrics.stop();
       await discovery.stop();
       breakers.shutdown();
       agent.destroy();

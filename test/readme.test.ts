@@ -5,7 +5,7 @@ import { configSchema } from '../src/config/schema.js';
 import { ERROR_CODES } from '../src/core/errors.js';
 import { SIM_FLAGS } from '../src/sim/options.js';
 import { RESILIENCE_DEFAULTS, resilienceOverridesSchema } from '../src/resilience/settings.js';
-import { routingOverridesSchema } from '../src/balancer/settings.js';
+import { ROUTING_DEFAULTS, routingOverridesSchema } from '../src/balancer/settings.js';
 
 const readme = readFileSync(new URL('../README.md', import.meta.url), 'utf8');
 const kebab = (key: string): string => key.replace(/[A-Z]/g, (c) => '-' + c.toLowerCase());
@@ -53,6 +53,16 @@ describe('README', () => {
     walk(RESILIENCE_DEFAULTS, '');
     expect(leaves.length).toBeGreaterThan(15);
     for (const [path, value] of leaves) expect(table).toContain(`| \`${path}\` | \`${String(value)}\` |`);
+  });
+
+  it('lists every routing default with the value in ROUTING_DEFAULTS', () => {
+    const table = readme.split('<!-- routing-defaults:start -->')[1]?.split('<!-- routing-defaults:end -->')[0] ?? '';
+    const profile = ROUTING_DEFAULTS.scorers.map((s) => `\`${s.name}\`×${s.weight}`).join(', ');
+    expect(table).toContain(`| \`scorers\` | ${profile} |`);
+    const { scorers: _profile, ...groups } = ROUTING_DEFAULTS;
+    for (const [group, fields] of Object.entries(groups)) {
+      for (const [field, value] of Object.entries(fields as object)) expect(table).toContain(`| \`${group}.${field}\` | \`${String(value)}\` |`);
+    }
   });
 
   it('lists every error code the router can answer with', () => {

@@ -17,6 +17,7 @@ export const ERROR_CODES = {
   UNSUPPORTED_MEDIA_TYPE: { status: 415, type: 'invalid_request_error' },
   QUEUE_FULL: { status: 429, type: 'rate_limit_error' },
   QUEUE_TIMEOUT: { status: 429, type: 'rate_limit_error' },
+  REQUEST_SHED: { status: 429, type: 'rate_limit_error' },
   UPSTREAM_CONNECTION_FAILED: { status: 502, type: 'server_error' },
   UPSTREAM_AUTH_FAILED: { status: 502, type: 'server_error' },
   NO_READY_REPLICA: { status: 503, type: 'server_error' },

@@ -4,6 +4,7 @@
  * request id). Gauges read live state through the sources given at construction.
  */
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
+import { type EngineLoad } from '../core/types.js';
 
 export interface MetricSources {
   /** Outstanding requests per endpoint. */
@@ -51,6 +52,9 @@ export class RouterMetrics {
   private readonly retries: Counter<'pool' | 'reason'>;
   private readonly queueWait: Histogram<'pool' | 'result'>;
   private readonly rejected: Counter<'pool' | 'reason'>;
+  private readonly prefixBlocks: Counter<'pool' | 'result'>;
+  private readonly fallbacks: Counter<'from_deployment' | 'from_pool' | 'to_deployment' | 'to_pool'>;
+  private readonly engineScrapes: Counter<'pool' | 'result'>;
 
   constructor(sources: MetricSources, options: { processMetrics?: boolean } = {}) {
     const registers = [this.registry];
@@ -184,8 +188,26 @@ export class RouterMetrics {
     });
     this.rejected = new Counter({
       name: 'modelgate_rejected_requests_total',
-      help: 'Requests turned away by admission control, by reason (queue_full, queue_timeout).',
+      help: 'Requests turned away by admission control, by reason (queue_full, queue_timeout, shed).',
       labelNames: ['pool', 'reason'],
+      registers,
+    });
+    this.prefixBlocks = new Counter({
+      name: 'modelgate_prefix_blocks_total',
+      help: 'Prompt blocks of routed chat requests, by whether the chosen replica likely had them cached (hit) or not (miss).',
+      labelNames: ['pool', 'result'],
+      registers,
+    });
+    this.fallbacks = new Counter({
+      name: 'modelgate_fallbacks_total',
+      help: 'Requests that moved on to the next pool of their route because no replica of a pool could take them.',
+      labelNames: ['from_deployment', 'from_pool', 'to_deployment', 'to_pool'],
+      registers,
+    });
+    this.engineScrapes = new Counter({
+      name: 'modelgate_engine_scrapes_total',
+      help: "Scrapes of replicas' engine metrics, by result (ok, error, timeout, unparsable).",
+      labelNames: ['pool', 'result'],
       registers,
     });
     if (sources.watches) {
@@ -273,6 +295,58 @@ export class RouterMetrics {
 
   recordRejected(pool: string, reason: string): void {
     this.rejected.inc({ pool, reason });
+  }
+
+  recordPrefixBlocks(pool: string, matched: number, total: number): void {
+    if (matched > 0) this.prefixBlocks.inc({ pool, result: 'hit' }, matched);
+    if (total > matched) this.prefixBlocks.inc({ pool, result: 'miss' }, total - matched);
+  }
+
+  recordFallback(fromDeployment: string, fromPool: string, toDeployment: string, toPool: string): void {
+    this.fallbacks.inc({ from_deployment: fromDeployment, from_pool: fromPool, to_deployment: toDeployment, to_pool: toPool });
+  }
+
+  recordEngineScrape(pool: string, result: string): void {
+    this.engineScrapes.inc({ pool, result });
+  }
+
+  /** Gauges read from the routing layer at scrape time (registered once). */
+  observeRouting(sources: {
+    engine: () => Iterable<{ pool: string; endpoint: string; load: EngineLoad }>;
+    prefixBlocks: () => number;
+  }): void {
+    const registers = [this.registry];
+    new Gauge({
+      name: 'modelgate_engine_requests',
+      help: 'Requests each replica reports on its own metrics (fresh samples only), by state: waiting or running.',
+      labelNames: ['pool', 'endpoint', 'state'],
+      registers,
+      collect() {
+        this.reset();
+        for (const { pool, endpoint, load } of sources.engine()) {
+          this.set({ pool, endpoint, state: 'waiting' }, load.waiting);
+          this.set({ pool, endpoint, state: 'running' }, load.running);
+        }
+      },
+    });
+    new Gauge({
+      name: 'modelgate_engine_kv_cache_usage_ratio',
+      help: 'KV-cache use each replica reports (0..1; fresh samples only).',
+      labelNames: ['pool', 'endpoint'],
+      registers,
+      collect() {
+        this.reset();
+        for (const { pool, endpoint, load } of sources.engine()) if (load.kvCacheUsage !== undefined) this.set({ pool, endpoint }, load.kvCacheUsage);
+      },
+    });
+    new Gauge({
+      name: 'modelgate_prefix_index_blocks',
+      help: 'Prompt block hashes the prefix-affinity index remembers, over all replicas.',
+      registers,
+      collect() {
+        this.set(sources.prefixBlocks());
+      },
+    });
   }
 
   /** Gauges read from the resilience layer at scrape time (registered once). */

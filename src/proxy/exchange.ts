@@ -4,13 +4,18 @@
  * first byte, or a 429/502/503/504 from the engine. At most `retries.maxRetries` extra attempts, with
  * jittered backoff, honouring the engine's Retry-After up to `retries.maxRetryAfterMs`, all within
  * `timeouts.totalMs`. Each attempt's outcome also moves the endpoint's circuit breaker.
+ *
+ * Fallbacks: the plan's route lists pools in order (the chosen pool, the deployment's other pools,
+ * then its fallback deployments' pools). When a pool has no replica that can take the request (none
+ * ready, or every breaker open) and nothing has reached the client, the next pool is tried.
  */
 import { type IncomingMessage, type ServerResponse } from 'node:http';
 import { isAbortError, type Clock, type Sleep } from '../core/clock.js';
 import { RouterError, toErrorResponse } from '../core/errors.js';
 import { type PoolSpec } from '../core/types.js';
 import { type AttemptOutcome } from '../resilience/breaker.js';
-import { type EndpointPicker } from '../resilience/picker.js';
+import { type EndpointPicker, type PickRequest } from '../resilience/picker.js';
+import { setBackendKey } from './headers.js';
 import { type AttemptResult, type Forwarder, type StreamEnd } from './forwarder.js';
 import { ResponseMeter, type TokenUsage } from './usage.js';
 
@@ -28,6 +33,10 @@ export interface ExchangeReport {
   attempts: AttemptRecord[];
   /** Last endpoint tried. */
   endpoint?: string;
+  /** The pool that answered (or was tried last), when it is not the route's first. */
+  pool?: PoolSpec;
+  /** The fallback deployment used, when the request left its own deployment. */
+  fallback?: string;
   upstreamStatus?: number;
   /** Why the exchange did not end well, as an error code. */
   failure?: string;
@@ -44,6 +53,16 @@ export interface ExchangeReport {
 export interface ExchangeEvents {
   onAttempt?: (pool: string, endpoint: string, outcome: string) => void;
   onRetry?: (pool: string, reason: string) => void;
+  /** The request moved on from `from` (no replica could take it) to `to`. */
+  onFallback?: (from: RouteStep, to: RouteStep) => void;
+}
+
+/** One pool of a request's route, with the body as that pool's engine must see it. */
+export interface RouteStep {
+  pool: PoolSpec;
+  body: Buffer;
+  /** The deployment this pool serves the request for (the requested one, or a fallback). */
+  deployment: string;
 }
 
 export interface ExchangeDeps {
@@ -56,8 +75,10 @@ export interface ExchangeDeps {
 }
 
 export interface ExchangePlan {
-  pool: PoolSpec;
-  body: Buffer;
+  /** Pools in the order they are tried; at least one. */
+  route: readonly RouteStep[];
+  /** Priority, prompt and session of the request, for the scheduler. */
+  request: PickRequest;
   requestId: string;
   /** Aborts when the client leaves. */
   signal: AbortSignal;
@@ -119,19 +140,34 @@ export class ExchangeRunner {
 
   async run(req: IncomingMessage, res: ServerResponse, plan: ExchangePlan): Promise<ExchangeReport> {
     const { forwarder, picker, clock } = this.deps;
-    const settings = plan.pool.resilience;
+    let step = 0;
+    let { pool, body } = plan.route[0] as RouteStep;
+    let settings = pool.resilience;
     const deadline = clock.now() + settings.timeouts.totalMs;
     // http-proxy adds a few 'close'/'error' listeners to the client response per attempt: bounded by
     // the retry cap, so the limit is sized to it rather than left to warn.
     res.setMaxListeners(Math.max(res.getMaxListeners(), 8 + 4 * (settings.retries.maxRetries + 1)));
-    const tried = new Set<string>();
+    let tried = new Set<string>();
     const report: ExchangeReport = { attempts: [] };
     for (let n = 0; ; n++) {
       let picked;
       try {
-        picked = await picker.pick(plan.pool, tried, plan.signal);
+        picked = await picker.pick(pool, tried, plan.signal, plan.request);
       } catch (err) {
         if (isAbortError(err)) return { ...report, failure: 'client_gone' };
+        const next = plan.route[step + 1];
+        if (err instanceof RouterError && err.code === 'NO_READY_REPLICA' && next && !plan.signal.aborted) {
+          this.deps.events?.onFallback?.(plan.route[step] as RouteStep, next);
+          step += 1;
+          ({ pool, body } = next);
+          settings = pool.resilience;
+          setBackendKey(req.headers, pool.backendKey);
+          tried = new Set();
+          report.pool = pool;
+          if (next.deployment !== plan.route[0]?.deployment) report.fallback = next.deployment;
+          n -= 1; // moving on is not a retry
+          continue;
+        }
         return this.fail(res, report, err);
       }
       const { endpoint } = picked;
@@ -141,7 +177,7 @@ export class ExchangeRunner {
       const meter = new ResponseMeter(clock, started, plan.onInterToken);
       const result = await forwarder.attempt(req, res, {
         endpoint,
-        body: plan.body,
+        body,
         requestId: plan.requestId,
         timeouts: settings.timeouts,
         deadline,
@@ -151,7 +187,7 @@ export class ExchangeRunner {
       picked.ticket.settle(breakerOutcome(result));
       const outcome = outcomeName(result);
       report.attempts.push({ endpoint: endpoint.id, outcome, ms: Math.round(clock.now() - started) });
-      this.deps.events?.onAttempt?.(plan.pool.name, endpoint.id, outcome);
+      this.deps.events?.onAttempt?.(pool.name, endpoint.id, outcome);
 
       if (result.kind === 'committed') {
         report.upstreamStatus = result.status;
@@ -162,7 +198,7 @@ export class ExchangeRunner {
         if (meter.usage) report.usage = meter.usage;
         if (meter.ttftMs !== undefined) report.ttftMs = meter.ttftMs;
         if (end === 'upstream_broken' || end === 'idle_timeout') {
-          this.deps.picker.recordStreamFailure(plan.pool, endpoint.id);
+          this.deps.picker.recordStreamFailure(pool, endpoint.id);
           report.failure = end === 'upstream_broken' ? 'upstream_stream_broken' : 'upstream_timeout';
         } else if (end === 'deadline') report.failure = 'upstream_timeout';
         else if (end === 'client_gone') report.failure = 'client_gone';
@@ -177,7 +213,7 @@ export class ExchangeRunner {
       if (!retryable || wait === undefined || clock.now() + wait >= deadline || plan.signal.aborted) {
         return result.kind === 'upstream_error' ? this.passOn(res, report, result) : this.fail(res, report, failureError(result));
       }
-      this.deps.events?.onRetry?.(plan.pool.name, result.kind === 'failed' ? result.reason : `upstream_${result.status}`);
+      this.deps.events?.onRetry?.(pool.name, result.kind === 'failed' ? result.reason : `upstream_${result.status}`);
       try {
         if (wait > 0) await this.deps.sleep(wait, plan.signal);
       } catch {

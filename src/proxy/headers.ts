@@ -20,7 +20,13 @@ export function prepareUpstreamHeaders(headers: IncomingHttpHeaders, requestId: 
     delete headers[name];
   }
   headers['x-request-id'] = requestId;
+  setBackendKey(headers, backendKey);
+}
+
+/** The pool's own key as the upstream's `Authorization`, or none (a fallback pool may have another). */
+export function setBackendKey(headers: IncomingHttpHeaders, backendKey: string | undefined): void {
   if (backendKey) headers.authorization = `Bearer ${backendKey}`;
+  else delete headers.authorization;
 }
 
 /** The upstream response headers a client may see: hop-by-hop ones removed, the request id set. */

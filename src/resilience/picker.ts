@@ -1,15 +1,17 @@
 /**
- * Chooses the endpoint for one attempt: the pool's snapshot, minus endpoints failing active health
- * checks and endpoints whose breaker rejects, minus endpoints already tried by this request (unless
- * nothing else is left), minus endpoints at `maxConcurrencyPerReplica`; then the least outstanding
- * requests per unit of weight. When every usable endpoint is full, the request waits in the
- * pool's admission queue.
+ * Chooses the endpoint for one attempt. Filters: the pool's snapshot, minus endpoints failing active
+ * health checks and endpoints whose breaker rejects, minus endpoints already tried by this request
+ * (unless nothing else is left), minus endpoints at `maxConcurrencyPerReplica`. Then the pool's
+ * scheduling profile scores what is left (balancer/scheduler.ts). When every usable endpoint is full,
+ * the request waits in the pool's admission queue by priority; a sheddable request is turned away
+ * instead, and also whenever the engines report every replica saturated.
  */
-import { pickLeastOutstanding } from '../balancer/least-outstanding.js';
 import { type InFlight } from '../balancer/in-flight.js';
+import { promptBlocks, PrefixIndex } from '../balancer/prefix-index.js';
+import { schedule } from '../balancer/scheduler.js';
 import { RouterError } from '../core/errors.js';
-import { type Endpoint, type EndpointSource, type PoolSpec } from '../core/types.js';
-import { type AdmissionQueues } from './admission.js';
+import { type EngineLoad, type EngineLoadSource, type Endpoint, type EndpointSource, type PoolSpec, type Priority } from '../core/types.js';
+import { shedError, type AdmissionQueues } from './admission.js';
 import { type BreakerRegistry, type BreakerTicket } from './breaker.js';
 
 export interface Picked {
@@ -23,27 +25,63 @@ export interface HealthView {
   isHealthy(endpointId: string): boolean;
 }
 
+/** What the scheduler needs to know about the request, beyond its pool. */
+export interface PickRequest {
+  priority: Priority;
+  /** The rendered prompt (chat), for prefix affinity. */
+  promptText?: string;
+  /** The value of a request header (the pool names its session header), if sent. */
+  header?: (name: string) => string | undefined;
+}
+
+export interface PickEvents {
+  /** A pick landed: how many of the prompt's blocks the chosen replica likely had cached. */
+  onPicked?: (pool: string, prefixMatched: number, prefixTotal: number) => void;
+  /** A sheddable request was turned away because the engines report every replica saturated. */
+  onShed?: (pool: string) => void;
+}
+
 export interface PickerDeps {
   endpoints: EndpointSource;
   inFlight: InFlight;
   breakers: BreakerRegistry;
   health: HealthView;
   admission: AdmissionQueues;
+  /** Engine metrics; without them the engine scorers are neutral. */
+  engine?: EngineLoadSource;
+  prefixIndex?: PrefixIndex;
   random: () => number;
+  events?: PickEvents;
 }
 
+const NO_ENGINE: EngineLoadSource = { load: () => undefined };
+
 export class EndpointPicker {
-  constructor(private readonly deps: PickerDeps) {}
+  /** Prompt blocks per request, per block geometry: a queued request is re-scheduled without re-hashing. */
+  private readonly blocks = new WeakMap<PickRequest, { key: string; hashes: number[] }>();
+
+  private readonly engine: EngineLoadSource;
+  private readonly prefixIndex: PrefixIndex;
+
+  constructor(private readonly deps: PickerDeps) {
+    this.engine = deps.engine ?? NO_ENGINE;
+    this.prefixIndex = deps.prefixIndex ?? new PrefixIndex();
+  }
 
   /**
    * An endpoint for the next attempt at `pool`. Rejects with NO_READY_REPLICA when no endpoint can
-   * take traffic at all, with QUEUE_FULL / QUEUE_TIMEOUT from admission, or with an AbortError.
+   * take traffic at all, with REQUEST_SHED / QUEUE_FULL / QUEUE_TIMEOUT from admission, or with an AbortError.
    */
-  pick(pool: PoolSpec, tried: ReadonlySet<string>, signal?: AbortSignal): Promise<Picked> {
-    if (this.usable(pool).length === 0) {
+  pick(pool: PoolSpec, tried: ReadonlySet<string>, signal?: AbortSignal, request: PickRequest = { priority: 'standard' }): Promise<Picked> {
+    const usable = this.usable(pool);
+    if (usable.length === 0) {
       return Promise.reject(new RouterError('NO_READY_REPLICA', 'No replica of this model can take requests right now (none ready, or all failing); retry shortly.', { retryAfterSeconds: 2 }));
     }
-    return this.deps.admission.admit(pool.name, () => this.take(pool, tried), pool.resilience.queue, signal);
+    if (request.priority === 'sheddable' && this.saturated(pool, usable)) {
+      this.deps.events?.onShed?.(pool.name);
+      return Promise.reject(shedError());
+    }
+    return this.deps.admission.admit(pool.name, () => this.take(pool, tried, request), pool.resilience.queue, signal, request.priority);
   }
 
   /** A committed stream that the engine broke counts against its endpoint's breaker. */
@@ -51,21 +89,68 @@ export class EndpointPicker {
     this.deps.breakers.get(endpointId, pool.name, pool.resilience.breaker).recordFailure();
   }
 
+  /** Every usable replica has a fresh engine sample over the pool's saturation thresholds. */
+  private saturated(pool: PoolSpec, usable: readonly Endpoint[]): boolean {
+    const { queueDepth, kvCacheUsage } = pool.routing.saturation;
+    return usable.every((ep) => {
+      const load = this.engineLoad(pool, ep.id);
+      return load !== undefined && (load.waiting >= queueDepth || (load.kvCacheUsage ?? 0) >= kvCacheUsage);
+    });
+  }
+
+  private engineLoad(pool: PoolSpec, endpointId: string): EngineLoad | undefined {
+    return (pool.routing.engineMetrics.enabled ? this.engine : NO_ENGINE).load(endpointId);
+  }
+
   private usable(pool: PoolSpec): Endpoint[] {
     const { endpoints, health, breakers } = this.deps;
     return endpoints.snapshot(pool.name).filter((ep) => health.isHealthy(ep.id) && breakers.get(ep.id, pool.name, pool.resilience.breaker).available());
   }
 
-  private take(pool: PoolSpec, tried: ReadonlySet<string>): Picked | undefined {
+  /** The request's prompt blocks for this pool's block geometry (empty when the profile does not use them). */
+  private promptBlocksFor(pool: PoolSpec, request: PickRequest): number[] {
+    const usesPrefix = pool.routing.scorers.some((s) => s.name === 'prefix' && s.weight > 0);
+    if (!usesPrefix || request.promptText === undefined) return [];
+    const { blockChars, maxBlocks } = pool.routing.prefix;
+    const key = `${blockChars}/${maxBlocks}`;
+    const memo = this.blocks.get(request);
+    if (memo?.key === key) return memo.hashes;
+    const hashes = promptBlocks(request.promptText, blockChars, maxBlocks);
+    this.blocks.set(request, { key, hashes });
+    return hashes;
+  }
+
+  private sessionKey(pool: PoolSpec, request: PickRequest): string | undefined {
+    const usesSession = pool.routing.scorers.some((s) => s.name === 'session' && s.weight > 0);
+    const value = usesSession ? request.header?.(pool.routing.session.header) : undefined;
+    return value === '' ? undefined : value;
+  }
+
+  private take(pool: PoolSpec, tried: ReadonlySet<string>, request: PickRequest): Picked | undefined {
     const { inFlight, breakers, admission, random } = this.deps;
+    const prefixIndex = this.prefixIndex;
     const usable = this.usable(pool);
     const fresh = usable.filter((ep) => !tried.has(ep.id));
     const limit = pool.resilience.maxConcurrencyPerReplica;
     const candidates = (fresh.length > 0 ? fresh : usable).filter((ep) => limit === 0 || inFlight.count(ep.id) < limit * ep.weight);
-    const endpoint = pickLeastOutstanding(candidates, (ep) => inFlight.count(ep.id), random);
-    if (!endpoint) return undefined;
+    const blocks = this.promptBlocksFor(pool, request);
+    const prefixMatched = blocks.length === 0 ? undefined : candidates.map((ep) => prefixIndex.match(ep.id, blocks));
+    const decision = schedule(
+      candidates,
+      candidates.map((ep) => inFlight.count(ep.id)),
+      candidates.map((ep) => this.engineLoad(pool, ep.id)),
+      { prefixMatched, prefixTotal: blocks.length, sessionKey: this.sessionKey(pool, request) },
+      pool.routing,
+      random,
+    );
+    if (!decision) return undefined;
+    const { endpoint } = decision;
     const ticket = breakers.get(endpoint.id, pool.name, pool.resilience.breaker).begin();
     if (!ticket) return undefined; // its half-open probe slot was just taken
+    if (blocks.length > 0) {
+      prefixIndex.record(endpoint.id, blocks, pool.routing.prefix.capacityPerEndpoint);
+      this.deps.events?.onPicked?.(pool.name, prefixMatched?.[decision.index] ?? 0, blocks.length);
+    }
     const releaseSlot = inFlight.acquire(endpoint.id, pool.name);
     let released = false;
     return {

@@ -10,9 +10,10 @@ import { type InferenceKind, type ValidRequest, validateRequest } from '../api/v
 import { pickWeighted } from '../balancer/least-outstanding.js';
 import { type Clock } from '../core/clock.js';
 import { RouterError, toErrorResponse } from '../core/errors.js';
-import { type Deployment, type EndpointSource, type PoolSpec } from '../core/types.js';
+import { chatPromptText } from '../api/prompt-text.js';
+import { PRIORITIES, type Deployment, type EndpointSource, type PoolSpec, type Priority } from '../core/types.js';
 import { type RouterMetrics, type Route } from '../metrics/metrics.js';
-import { type ExchangeRunner } from '../proxy/exchange.js';
+import { type ExchangeRunner, type RouteStep } from '../proxy/exchange.js';
 import { prepareUpstreamHeaders } from '../proxy/headers.js';
 import { jsonDepthExceeds } from '../api/json-depth.js';
 import { upstreamBody } from '../proxy/body-patch.js';
@@ -38,6 +39,8 @@ export interface AppDeps {
   logger: Logger;
   clock: Clock;
   readiness: ReadinessCheck;
+  /** The header that may lower a request's priority class (config `priority.header`). */
+  priorityHeader?: string;
   /** Seconds a client should wait when a model has no ready replica. */
   noReplicaRetryAfterSeconds?: number;
   random?: () => number;
@@ -88,6 +91,16 @@ function supports(pool: PoolSpec, kind: InferenceKind): boolean {
   return pool.capabilities.includes(kind);
 }
 
+/** The request's class: its key's, or lower when the priority header asks for lower (never higher). */
+function requestPriority(keyPriority: Priority, header: string | string[] | undefined, headerName: string): Priority {
+  if (header === undefined) return keyPriority;
+  const asked = (Array.isArray(header) ? header[0] : header)?.trim().toLowerCase() ?? '';
+  if (!(PRIORITIES as readonly string[]).includes(asked)) {
+    throw new RouterError('INVALID_REQUEST', `The ${headerName} header must be one of ${PRIORITIES.join(', ')} (got "${asked.slice(0, 40)}").`, { param: headerName });
+  }
+  return PRIORITIES.indexOf(asked as Priority) > PRIORITIES.indexOf(keyPriority) ? (asked as Priority) : keyPriority;
+}
+
 export interface BuiltApp {
   api: express.Express;
   admin: express.Express;
@@ -100,6 +113,7 @@ export interface BuiltApp {
 export function buildApp(deps: AppDeps): BuiltApp {
   const random = deps.random ?? Math.random;
   const retryAfter = deps.noReplicaRetryAfterSeconds ?? 2;
+  const priorityHeader = (deps.priorityHeader ?? 'x-modelgate-priority').toLowerCase();
   let active = 0;
   let draining = false;
   const api = express();
@@ -141,6 +155,8 @@ export function buildApp(deps: AppDeps): BuiltApp {
         durationMs: Math.round(ms * 10) / 10,
         deployment: ctx.deployment,
         pool: ctx.pool,
+        fallback: ctx.fallback,
+        priority: ctx.priority === 'standard' ? undefined : ctx.priority,
         endpoint: ctx.endpoint,
         upstreamStatus: ctx.upstreamStatus,
         attempts: ctx.attempts,
@@ -196,23 +212,42 @@ export function buildApp(deps: AppDeps): BuiltApp {
     if (!mayUse(ctx.principal as Principal, deployment)) {
       throw new RouterError('MODEL_NOT_ALLOWED', `Your API key may not use the model \`${body.model}\`.`, { param: 'model' });
     }
-    const pool = choosePool(catalog, deployment, kind, body.model);
-    ctx.pool = pool.name;
+    const priority = requestPriority((ctx.principal as Principal).priority, req.headers[priorityHeader], priorityHeader);
+    ctx.priority = priority;
+    const pools = routeOf(catalog, deployment, kind, body.model);
+    const first = pools[0] as { pool: PoolSpec; deployment: string };
+    ctx.pool = first.pool.name;
     if (ctx.closed) return; // the client left while the body was read
     const usage = kind === 'chat' ? streamUsageOverride(body) : undefined;
-    const patched = upstreamBody(text, pool.servedModelName, body.model, usage);
-    prepareUpstreamHeaders(req.headers, ctx.requestId, pool.backendKey);
-    const labels = { deployment: deployment.id, pool: pool.name };
+    const route: RouteStep[] = pools.map((step) => {
+      const patched = upstreamBody(text, step.pool.servedModelName, body.model, usage);
+      return { ...step, body: patched === text ? raw : Buffer.from(patched, 'utf8') };
+    });
+    prepareUpstreamHeaders(req.headers, ctx.requestId, first.pool.backendKey);
+    let labels = { deployment: deployment.id, pool: first.pool.name };
+    const headers = req.headers;
     ctx.exchange = deps.exchange
       .run(req, res, {
-        pool,
-        body: patched === text ? raw : Buffer.from(patched, 'utf8'),
+        route,
+        request: {
+          priority,
+          ...(kind === 'chat' ? { promptText: chatPromptText(body) } : {}),
+          header: (name) => {
+            const value = headers[name.toLowerCase()];
+            return Array.isArray(value) ? value[0] : value;
+          },
+        },
         requestId: ctx.requestId,
         signal: ctx.abort.signal,
         stripUsageChunk: usage !== undefined,
         onInterToken: (ms) => deps.metrics.recordInterToken(labels, ms / 1000),
       })
       .then((report) => {
+        if (report.pool) {
+          ctx.pool = report.pool.name;
+          labels = { deployment: deployment.id, pool: report.pool.name };
+        }
+        ctx.fallback = report.fallback;
         ctx.endpoint = report.endpoint;
         ctx.upstreamStatus = report.upstreamStatus;
         ctx.attempts = report.attempts.length > 1 ? report.attempts : undefined;
@@ -227,22 +262,40 @@ export function buildApp(deps: AppDeps): BuiltApp {
     return ctx.exchange;
   };
 
-  /** A pool of the deployment that serves `kind` and has a ready endpoint, chosen by target weight. */
-  function choosePool(catalog: ModelCatalog, deployment: Deployment, kind: InferenceKind, asked: string): PoolSpec {
+  /** The deployment's pools that serve `kind` and have a ready endpoint: one chosen by target weight first, then the rest by weight. */
+  function poolsOf(catalog: ModelCatalog, deployment: Deployment, kind: InferenceKind): { wrongKind: boolean; ready: PoolSpec[] } {
     const known = deployment.targets
       .map((target) => ({ weight: target.weight, pool: catalog.pool(target.pool) }))
       .filter((t): t is { weight: number; pool: PoolSpec } => t.pool !== undefined);
     const capable = known.filter((t) => supports(t.pool, kind));
-    if (known.length > 0 && capable.length === 0) {
+    const ready = capable.filter((t) => t.weight > 0 && deps.endpoints.snapshot(t.pool.name).length > 0);
+    const chosen = pickWeighted(ready, random);
+    const rest = ready.filter((t) => t !== chosen).sort((a, b) => b.weight - a.weight);
+    return { wrongKind: known.length > 0 && capable.length === 0, ready: [...(chosen ? [chosen] : []), ...rest].map((t) => t.pool) };
+  }
+
+  /**
+   * The pools a request may go to, in order: the deployment's own (see poolsOf), then each fallback
+   * deployment's. A fallback is part of the deployment's definition, so the key's model list is not
+   * consulted for it; fallbacks of a fallback are not followed.
+   */
+  function routeOf(catalog: ModelCatalog, deployment: Deployment, kind: InferenceKind, asked: string): Array<{ pool: PoolSpec; deployment: string }> {
+    const own = poolsOf(catalog, deployment, kind);
+    if (own.wrongKind) {
       const serves = kind === 'chat' ? 'embeddings' : 'chat completions';
       throw new RouterError('MODEL_CAPABILITY_MISMATCH', `The model \`${asked}\` does not serve ${kind === 'chat' ? 'chat completions' : 'embeddings'}; it serves ${serves}.`, { param: 'model' });
     }
+    const route = own.ready.map((pool) => ({ pool, deployment: deployment.id }));
+    for (const id of deployment.fallbacks) {
+      const fallback = catalog.resolve(id);
+      if (!fallback || fallback.id !== id || fallback === deployment) continue;
+      for (const pool of poolsOf(catalog, fallback, kind).ready) if (!route.some((r) => r.pool === pool)) route.push({ pool, deployment: fallback.id });
+    }
     // No target pool exists (yet, or any more), or none has a ready replica: both are "try later".
-    const chosen = pickWeighted(capable.filter((t) => deps.endpoints.snapshot(t.pool.name).length > 0), random);
-    if (!chosen) {
+    if (route.length === 0) {
       throw new RouterError('NO_READY_REPLICA', `The model \`${asked}\` has no ready replica right now; retry shortly.`, { retryAfterSeconds: retryAfter });
     }
-    return chosen.pool;
+    return route;
   }
 
   api.post('/v1/chat/completions', authenticate, requireJson, readBody, inference('chat'));

@@ -2,6 +2,7 @@
 import { randomUUID } from 'node:crypto';
 import { type Request, type Response } from 'express';
 import { type Principal } from '../auth/key-store.js';
+import { type Priority } from '../core/types.js';
 import { type Route } from '../metrics/metrics.js';
 import { type AttemptRecord } from '../proxy/exchange.js';
 import { type TokenUsage } from '../proxy/usage.js';
@@ -15,6 +16,9 @@ export interface RequestContext {
   principal?: Principal;
   deployment?: string;
   pool?: string;
+  /** The fallback deployment that served the request, if any. */
+  fallback?: string;
+  priority?: Priority;
   endpoint?: string;
   upstreamStatus?: number;
   failure?: string;

@@ -15,22 +15,7 @@ export function createRng(seed: number): Rng {
   };
 }
 
-/**
- * A 53-bit string hash (two 32-bit multiplicative lanes). 53 bits keep collisions negligible for
- * the few thousand prefix blocks a simulated KV cache holds, and the result is a plain number.
- */
-export function hash53(text: string, seed = 0): number {
-  let h1 = 0xdeadbeef ^ seed;
-  let h2 = 0x41c6ce57 ^ seed;
-  for (let i = 0; i < text.length; i++) {
-    const c = text.charCodeAt(i);
-    h1 = Math.imul(h1 ^ c, 2654435761);
-    h2 = Math.imul(h2 ^ c, 1597334677);
-  }
-  h1 = Math.imul(h1 ^ (h1 >>> 16), 2246822507) ^ Math.imul(h2 ^ (h2 >>> 13), 3266489909);
-  h2 = Math.imul(h2 ^ (h2 >>> 16), 2246822507) ^ Math.imul(h1 ^ (h1 >>> 13), 3266489909);
-  return 4294967296 * (2097151 & h2) + (h1 >>> 0);
-}
+export { hash53 } from '../core/hash.js';
 
 /** A standard normal sample (Box–Muller). */
 export function gaussian(rng: Rng): number {

@@ -7,6 +7,8 @@ import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { parse } from 'yaml';
 import { configSchema } from '../../src/config/schema.js';
+import { routingOverridesSchema } from '../../src/balancer/settings.js';
+import { PRIORITIES } from '../../src/core/types.js';
 import { resilienceOverridesSchema } from '../../src/resilience/settings.js';
 import { A_KEY, CHART_DIR, helm, NAMESPACE, RELEASE, REPO_ROOT, type HelmResult } from '../helpers/helm.js';
 import { crdToJsonSchema, loadCrds } from '../helpers/k8s-schemas.js';
@@ -72,8 +74,20 @@ describe('charts/modelgate values.schema.json', () => {
     expect(open).toEqual([]);
   });
 
-  it("accepts in config.resilience exactly what the router's resilience block accepts", () => {
+  it("accepts in config.resilience and config.routing exactly what the router's resilience and routing blocks accept", () => {
     expect(withoutDescriptions(node(valuesSchema, 'config', 'resilience'))).toEqual(withoutDescriptions(resilienceOverridesSchema));
+    expect(withoutDescriptions(node(valuesSchema, 'config', 'routing'))).toEqual(withoutDescriptions(routingOverridesSchema));
+  });
+
+  it("accepts in config.priority the router's priority block, without its default (values.yaml holds it)", () => {
+    const { default: _default, ...header } = node(configSchema, 'priority', 'header');
+    expect(withoutDescriptions(node(valuesSchema, 'config', 'priority'))).toEqual({ type: 'object', additionalProperties: false, properties: { header } });
+    expect((parse(read('values.yaml')) as { config: { priority: unknown } }).config.priority).toEqual({ header: _default });
+  });
+
+  it('accepts in auth.keys[].priority exactly the classes of the keys file', () => {
+    const keys = node(valuesSchema, 'auth', 'keys').items as Obj;
+    expect(withoutDescriptions(node(keys, 'priority'))).toEqual({ type: 'string', enum: [...PRIORITIES] });
   });
 
   it('accepts in config.server the router\'s server fields except those the chart sets (host, port, drain), with the same bounds', () => {

@@ -8,11 +8,13 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { parse } from 'yaml';
 import { A_KEY, CHART_DIR, NAMESPACE, ofKind, only, render, type K8sObject, type SetValues, Variants } from '../helpers/helm.js';
+import { schemaErrors } from '../helpers/k8s-schemas.js';
 
 type Obj = Record<string, unknown>;
 const SELECTOR = { 'app.kubernetes.io/name': 'modelgate', 'app.kubernetes.io/instance': 'modelgate' };
 const OPTIONAL = ['NetworkPolicy', 'ServiceMonitor', 'PrometheusRule', 'Ingress', 'HTTPRoute', 'ModelPool', 'ModelDeployment', 'HorizontalPodAutoscaler'];
 const specOf = (o: K8sObject): Obj => o.spec as Obj;
+const POOL_ROUTING = { scorers: [{ name: 'prefix', weight: 3 }, { name: 'outstanding', weight: 2 }], session: { header: 'x-conversation-id' } };
 
 const variants = new Variants();
 const get = (name: string): K8sObject[] => variants.get(name);
@@ -31,8 +33,11 @@ beforeAll(async () => {
       [],
       {
         'watch.namespaces': [NAMESPACE, 'models'],
-        modelPools: [{ name: 'llama-8b', spec: pool }, { name: 'llama-8b', namespace: 'models', spec: { ...pool, engine: 'vllm', capabilities: ['chat'] } }],
-        modelDeployments: [{ name: 'llama-8b-prod', labels: { tier: 'prod' }, spec: { model: 'llama-3.1-8b-instruct', aliases: ['default'], targets: [{ pool: 'llama-8b', weight: 100 }] } }],
+        modelPools: [{ name: 'llama-8b', spec: pool }, { name: 'llama-8b', namespace: 'models', spec: { ...pool, engine: 'vllm', capabilities: ['chat'], routing: POOL_ROUTING } }],
+        modelDeployments: [
+          { name: 'llama-8b-prod', labels: { tier: 'prod' }, spec: { model: 'llama-3.1-8b-instruct', aliases: ['default'], targets: [{ pool: 'llama-8b', weight: 100 }] } },
+          { name: 'llama-8b-next', spec: { model: 'llama-3.1-8b-instruct-next', targets: [{ pool: 'llama-8b' }], fallbacks: ['llama-8b-prod'] } },
+        ],
       },
     ],
   };
@@ -155,9 +160,16 @@ describe('chart ModelPools and ModelDeployments', () => {
       ['modelgate.io/v1alpha1', 'models', 'llama-8b'],
     ]);
     expect(pools[0]?.spec).toEqual({ service: { name: 'llama-8b', port: 'http' }, servedModelName: 'meta-llama/Llama-3.1-8B-Instruct' });
-    const deployment = only(get('models'), 'ModelDeployment');
+    const deployment = only(get('models'), 'ModelDeployment', 'llama-8b-prod');
     expect(deployment.metadata).toMatchObject({ name: 'llama-8b-prod', namespace: NAMESPACE, labels: expect.objectContaining({ tier: 'prod' }) });
     expect(deployment.spec).toEqual({ model: 'llama-3.1-8b-instruct', aliases: ['default'], targets: [{ pool: 'llama-8b', weight: 100 }] });
+  });
+
+  it('passes spec.routing and spec.fallbacks through unchanged, as objects the CRD schemas accept', () => {
+    const objects = [...ofKind(get('models'), 'ModelPool'), ...ofKind(get('models'), 'ModelDeployment')];
+    expect(objects.flatMap((o) => schemaErrors(o))).toEqual([]);
+    expect(ofKind(get('models'), 'ModelPool').map((p) => specOf(p).routing)).toEqual([undefined, POOL_ROUTING]);
+    expect(specOf(only(get('models'), 'ModelDeployment', 'llama-8b-next')).fallbacks).toEqual(['llama-8b-prod']);
   });
 
   it('refuses an object in a namespace the router does not watch', async () => {

@@ -1,19 +1,27 @@
 /**
  * The router's Deployment as the chart renders it: locked-down pods, probes on the admin port, a
- * drain whose pieces add up, a config checksum that rolls pods on config changes only, the keys
- * Secret (or an existing one), autoscaling, the PodDisruptionBudget, and a values schema that
- * rejects typos.
+ * drain whose pieces add up, a config checksum that rolls pods on config changes only, the routing
+ * and priority blocks of its config, the keys Secret (or an existing one), autoscaling, the
+ * PodDisruptionBudget, and a values schema that rejects typos.
  */
 import { beforeAll, describe, expect, it } from '@jest/globals';
 import type { IDeployment } from 'kubernetes-models/apps/v1/Deployment';
 import type { IContainer } from 'kubernetes-models/v1/Container';
 import type { IPodSpec } from 'kubernetes-models/v1/PodSpec';
 import { parse } from 'yaml';
+import { ROUTING_DEFAULTS } from '../../src/balancer/settings.js';
 import { parseKeysFile } from '../../src/config/keys-file.js';
+import { buildConfig } from '../../src/config/load.js';
 import { A_KEY, keysFileText, ofKind, only, render, routerConfigText, type K8sObject, type SetValues, Variants } from '../helpers/helm.js';
 import { schemaErrors } from '../helpers/k8s-schemas.js';
 
 const KEYS: SetValues = { 'auth.keys': [A_KEY] };
+const ROUTING = {
+  scorers: [{ name: 'prefix', weight: 3 }, { name: 'outstanding', weight: 2 }, { name: 'session' }],
+  engineMetrics: { path: '/engine/metrics', intervalMs: 2000 },
+  session: { header: 'x-conversation-id' },
+  saturation: { kvCacheUsage: 0.9 },
+};
 const SELECTOR = { 'app.kubernetes.io/name': 'modelgate', 'app.kubernetes.io/instance': 'modelgate' };
 
 interface RouterConfig {
@@ -21,6 +29,9 @@ interface RouterConfig {
   admin: { port: number };
   log: { level: string };
   auth: { keysFile: string; reloadIntervalMs: number };
+  resilience?: unknown;
+  routing?: unknown;
+  priority?: { header: string };
 }
 
 const deploymentOf = (objects: K8sObject[]): IDeployment => only(objects, 'Deployment') as unknown as IDeployment;
@@ -55,6 +66,8 @@ beforeAll(async () => {
     extras: { extraEnv: [{ name: 'NODE_OPTIONS', value: '--max-old-space-size=384' }], image: { repository: 'registry.example.com/modelgate', tag: '1.2.3', pullPolicy: 'Always' }, replicaCount: 4 },
     ports: { service: { port: 80, adminPort: 9100 } },
     longName: { nameOverride: 'n'.repeat(60) },
+    routing: { 'config.routing': ROUTING, 'config.priority.header': 'x-llm-priority' },
+    priorityKeys: { 'auth.keys': [{ ...A_KEY, priority: 'critical' }, { name: 'batch', key: 'sk-batch-0123456789', priority: 'sheddable' }] },
   };
   await variants.render(Object.fromEntries(Object.entries(matrix).map(([name, set]) => [name, [[], { ...KEYS, ...set }]])));
 });
@@ -166,6 +179,34 @@ describe('chart Deployment: config checksum', () => {
   });
 });
 
+describe('chart router config: routing and priority', () => {
+  it('has no routing block by default (the router keeps its defaults) and the default priority header', () => {
+    const config = configOf(get('base'));
+    expect(config.routing).toBeUndefined();
+    expect(config.resilience).toBeUndefined();
+    expect(config.priority).toEqual({ header: 'x-modelgate-priority' });
+  });
+
+  it("renders config.routing as the config's routing block, unchanged, and config.priority.header", () => {
+    const config = configOf(get('routing'));
+    expect(config.routing).toEqual(ROUTING);
+    expect(config.priority).toEqual({ header: 'x-llm-priority' });
+    expect(checksumOf(get('routing'))).not.toBe(checksumOf(get('base')));
+  });
+
+  it('hands the router a routing block it merges over ROUTING_DEFAULTS: the scorer list replaced, weights defaulting to 1, other groups field by field', () => {
+    const config = buildConfig(parse(routerConfigText(get('routing'))) as unknown, '/etc/modelgate/config', { POD_NAME: 'x', POD_NAMESPACE: 'ns' });
+    expect(config.routing).toEqual({
+      scorers: [{ name: 'prefix', weight: 3 }, { name: 'outstanding', weight: 2 }, { name: 'session', weight: 1 }],
+      engineMetrics: { ...ROUTING_DEFAULTS.engineMetrics, path: '/engine/metrics', intervalMs: 2000 },
+      prefix: ROUTING_DEFAULTS.prefix,
+      session: { ...ROUTING_DEFAULTS.session, header: 'x-conversation-id' },
+      saturation: { ...ROUTING_DEFAULTS.saturation, kvCacheUsage: 0.9 },
+    });
+    expect(config.priority).toEqual({ header: 'x-llm-priority' });
+  });
+});
+
 describe('chart API keys', () => {
   it('renders auth.keys into a Secret with keys.yaml in the keys-file format, mounted as a directory', () => {
     const secret = only(get('otherKeys'), 'Secret');
@@ -176,6 +217,14 @@ describe('chart API keys', () => {
     const mount = containerOf(get('otherKeys')).volumeMounts?.find((m) => m.name === 'keys');
     expect(mount).toEqual({ name: 'keys', mountPath: '/etc/modelgate/keys', readOnly: true });
     expect(configOf(get('otherKeys')).auth.keysFile).toBe(`${mount?.mountPath}/keys.yaml`);
+  });
+
+  it("renders each key's priority into keys.yaml, and none for a key without one", () => {
+    expect(parseKeysFile(keysFileText(get('priorityKeys')) ?? '', 'keys.yaml')).toEqual([
+      { ...A_KEY, priority: 'critical' },
+      { name: 'batch', key: 'sk-batch-0123456789', priority: 'sheddable' },
+    ]);
+    expect(parseKeysFile(keysFileText(get('base')) ?? '', 'keys.yaml')).toEqual([A_KEY]);
   });
 
   it('with auth.existingSecret renders no Secret and mounts that one', () => {
@@ -248,7 +297,31 @@ describe('chart values schema', () => {
     ['retries above 10', { 'config.resilience.retries.maxRetries': 11 }, 'maximum'],
     ['a ModelPool spec with an unknown field', { modelPools: [{ name: 'p', spec: { service: { name: 's' }, servedModelName: 'm', servedModel: 'x' } }] }, "additional properties 'servedModel' not allowed"],
     ['an HTTPRoute without parentRefs', { 'httpRoute.enabled': true }, 'minItems'],
+    ['an unknown scorer', { 'config.routing.scorers': [{ name: 'random' }] }, "value must be one of 'outstanding', 'queue', 'kv-cache', 'prefix', 'session'"],
+    ['an empty scorer list', { 'config.routing.scorers': [] }, 'minItems'],
+    ['a scorer weight above 1000', { 'config.routing.scorers': [{ name: 'queue', weight: 1001 }] }, 'maximum'],
+    ['a misspelt routing group', { 'config.routing.sesion': { header: 'x-s' } }, "additional properties 'sesion' not allowed"],
+    ['a KV-cache saturation of 0', { 'config.routing.saturation.kvCacheUsage': 0 }, 'exclusiveMinimum'],
+    ['a metrics path without a slash', { 'config.routing.engineMetrics.path': 'metrics' }, "does not match pattern '^/'"],
+    ['a priority header with a space', { 'config.priority.header': 'x priority' }, 'does not match pattern'],
+    ['an unknown key priority', { 'auth.keys': [{ ...A_KEY, priority: 'urgent' }] }, "value must be one of 'critical', 'standard', 'sheddable'"],
+    ['a ModelPool scorer that does not exist', { modelPools: [{ name: 'p', spec: { service: { name: 's' }, servedModelName: 'm', routing: { scorers: [{ name: 'lru' }] } } }] }, 'value must be one of'],
+    ['a ModelDeployment fallback with capitals', { modelDeployments: [{ name: 'd', spec: { model: 'm', targets: [{ pool: 'p' }], fallbacks: ['Other'] } }] }, 'does not match pattern'],
   ] as const)('rejects %s', async (_what, set, message) => {
+    const result = await render([], { ...KEYS, ...set });
+    expect(result.code).not.toBe(0);
+    expect(result.stderr).toContain(message);
+  });
+
+  it.each([
+    ['config.routing lists a scorer twice', { 'config.routing.scorers': [{ name: 'prefix' }, { name: 'prefix', weight: 2 }] }, 'config.routing.scorers: the scorer "prefix" is listed twice'],
+    [
+      'a ModelPool lists a scorer twice',
+      { modelPools: [{ name: 'p', spec: { service: { name: 's' }, servedModelName: 'm', routing: { scorers: [{ name: 'queue' }, { name: 'queue' }] } } }] },
+      'modelPools "p": spec.routing.scorers: the scorer "queue" is listed twice',
+    ],
+    ['a ModelDeployment is its own fallback', { modelDeployments: [{ name: 'd', spec: { model: 'm', targets: [{ pool: 'p' }], fallbacks: ['e', 'd'] } }] }, 'modelDeployments "d": spec.fallbacks names the deployment itself'],
+  ] as const)('fails the render, saying what to fix, when %s (the schema cannot say it)', async (_what, set, message) => {
     const result = await render([], { ...KEYS, ...set });
     expect(result.code).not.toBe(0);
     expect(result.stderr).toContain(message);

@@ -28,16 +28,24 @@ export const replyWith = (status: number, body: string, headers: Record<string, 
 export interface RecordingUpstream {
   url: string;
   requests: Recorded[];
+  /** GET /metrics requests (the router's engine-metrics scrapes), answered 404 and not recorded. */
+  scrapes: number;
   reply: Reply;
   close(): Promise<void>;
 }
 
 export async function startUpstream(reply: Reply = okChat): Promise<RecordingUpstream> {
-  const state: RecordingUpstream = { url: '', requests: [], reply, close: () => Promise.resolve() };
+  const state: RecordingUpstream = { url: '', requests: [], scrapes: 0, reply, close: () => Promise.resolve() };
   const server = http.createServer((req, res) => {
     const chunks: Buffer[] = [];
     req.on('data', (c: Buffer) => chunks.push(c));
     req.on('end', () => {
+      // The router scrapes every replica's engine metrics; this upstream is no engine and has none.
+      if (req.method === 'GET' && req.url === '/metrics') {
+        state.scrapes += 1;
+        res.writeHead(404).end();
+        return;
+      }
       const recorded: Recorded = { method: req.method ?? '', url: req.url ?? '', headers: req.headers, body: Buffer.concat(chunks).toString('utf8') };
       state.requests.push(recorded);
       state.reply(recorded, res);

@@ -76,6 +76,8 @@ interface Column {
   name: string;
   type: string;
   jsonPath: string;
+  /** 1 and above: shown only with -o wide. */
+  priority?: number;
 }
 
 const CRDS = {
@@ -89,7 +91,7 @@ const CRDS = {
       { name: 'Replicas', type: 'integer', jsonPath: '.status.replicas' },
       { name: 'Age', type: 'date', jsonPath: '.metadata.creationTimestamp' },
     ],
-    spec: ['capabilities', 'engine', 'resilience', 'servedModelName', 'service'],
+    spec: ['capabilities', 'engine', 'resilience', 'routing', 'servedModelName', 'service'],
     status: ['conditions', 'observedGeneration', 'readyReplicas', 'replicas'],
   },
   ModelDeployment: {
@@ -100,10 +102,12 @@ const CRDS = {
       { name: 'Aliases', type: 'string', jsonPath: '.spec.aliases' },
       // Not .spec.targets[*].pool: the API server prints only the first result of a column's JSONPath.
       { name: 'Targets', type: 'string', jsonPath: '.spec.targets' },
+      // A list, so the whole of it for the same reason; wide output only, to keep the default narrow.
+      { name: 'Fallbacks', type: 'string', jsonPath: '.spec.fallbacks', priority: 1 },
       { name: 'Accepted', type: 'string', jsonPath: '.status.conditions[?(@.type=="Accepted")].status' },
       { name: 'Age', type: 'date', jsonPath: '.metadata.creationTimestamp' },
     ],
-    spec: ['aliases', 'model', 'targets'],
+    spec: ['aliases', 'fallbacks', 'model', 'targets'],
     status: ['conditions', 'observedGeneration'],
   },
 } as const;
@@ -262,7 +266,7 @@ describe.each(CRD_KINDS)('manifests: the %s CRD', (kind) => {
   it('has the printer columns', () => {
     const columns = list(crdVersion(kind).additionalPrinterColumns, 'additionalPrinterColumns').map((c): Column => {
       const col = obj(c, 'column');
-      return { name: str(col.name, 'name'), type: str(col.type, 'type'), jsonPath: str(col.jsonPath, 'jsonPath') };
+      return { name: str(col.name, 'name'), type: str(col.type, 'type'), jsonPath: str(col.jsonPath, 'jsonPath'), ...(col.priority === undefined ? {} : { priority: Number(col.priority) }) };
     });
     expect(columns).toEqual(expected.columns);
   });
@@ -327,11 +331,11 @@ describe('manifests: the CRD schemas accept the examples and reject broken objec
   });
 
   interface PoolObject {
-    spec: { service: { name: string; port?: unknown }; engine?: unknown; servedModelName?: unknown; capabilities?: unknown; servedModel?: unknown };
+    spec: { service: { name: string; port?: unknown }; engine?: unknown; servedModelName?: unknown; capabilities?: unknown; servedModel?: unknown; routing?: Obj };
     status?: unknown;
   }
   interface DeploymentObject {
-    spec: { model?: unknown; aliases?: unknown; targets: Array<{ pool?: unknown; weight?: unknown }> };
+    spec: { model?: unknown; aliases?: unknown; targets: Array<{ pool?: unknown; weight?: unknown }>; fallbacks?: unknown };
   }
   const pool = (): PoolObject => example('ModelPool', 'llama-8b') as unknown as PoolObject;
   const deployment = (): DeploymentObject => example('ModelDeployment', 'llama-8b-prod') as unknown as DeploymentObject;
@@ -351,6 +355,20 @@ describe('manifests: the CRD schemas accept the examples and reject broken objec
     ['a negative readyReplicas', (p) => (p.status = { readyReplicas: -1 }), 'must be >= 0'],
     ['a condition without reason', (p) => (p.status = { conditions: [{ type: 'Ready', status: 'True', message: '', lastTransitionTime: '2025-01-01T00:00:00Z' }] }), "must have required property 'reason'"],
     ['a condition status yes', (p) => (p.status = { conditions: [{ type: 'Ready', status: 'yes', reason: 'R', message: '', lastTransitionTime: '2025-01-01T00:00:00Z' }] }), 'must be equal to one of the allowed values'],
+    ['an unknown scorer', (p) => (p.spec.routing = { scorers: [{ name: 'random' }] }), 'must be equal to one of the allowed values'],
+    ['an empty scorer list', (p) => (p.spec.routing = { scorers: [] }), 'must NOT have fewer than 1 items'],
+    ['a scorer without name', (p) => (p.spec.routing = { scorers: [{ weight: 2 }] }), "must have required property 'name'"],
+    ['a scorer weight of 1001', (p) => (p.spec.routing = { scorers: [{ name: 'queue', weight: 1001 }] }), 'must be <= 1000'],
+    ['a negative scorer weight', (p) => (p.spec.routing = { scorers: [{ name: 'queue', weight: -1 }] }), 'must be >= 0'],
+    ['a misspelt routing group (sesion)', (p) => (p.spec.routing = { sesion: { header: 'x-s' } }), 'must NOT have additional properties'],
+    ['a metrics path without a slash', (p) => (p.spec.routing = { engineMetrics: { path: 'metrics' } }), 'must match pattern'],
+    ['a scrape interval as a string', (p) => (p.spec.routing = { engineMetrics: { intervalMs: '1s' } }), 'must be integer'],
+    ['a scrape timeout under 10 ms', (p) => (p.spec.routing = { engineMetrics: { timeoutMs: 5 } }), 'must be >= 10'],
+    ['blocks of 4 characters', (p) => (p.spec.routing = { prefix: { blockChars: 4 } }), 'must be >= 8'],
+    ['a session header with a space', (p) => (p.spec.routing = { session: { header: 'x session' } }), 'must match pattern'],
+    ['a session load factor under 1', (p) => (p.spec.routing = { session: { loadFactor: 0.5 } }), 'must be >= 1'],
+    ['a KV-cache saturation above 1', (p) => (p.spec.routing = { saturation: { kvCacheUsage: 1.5 } }), 'must be <= 1'],
+    ['a queue depth of 0', (p) => (p.spec.routing = { saturation: { queueDepth: 0 } }), 'must be >= 1'],
   ];
   it.each(poolCases)('rejects a ModelPool with %s', (_name, mutate, message) => {
     const p = pool();
@@ -363,6 +381,18 @@ describe('manifests: the CRD schemas accept the examples and reject broken objec
     ['no port', (p) => delete p.spec.service.port],
     ['no engine and no capabilities (defaults)', (p) => { delete p.spec.engine; delete p.spec.capabilities; }],
     ['both capabilities', (p) => (p.spec.capabilities = ['chat', 'embeddings'])],
+    ['scorers without weights', (p) => (p.spec.routing = { scorers: [{ name: 'prefix' }, { name: 'outstanding' }] })],
+    [
+      'every routing field',
+      (p) =>
+        (p.spec.routing = {
+          scorers: [{ name: 'outstanding', weight: 0 }, { name: 'queue', weight: 1.5 }, { name: 'kv-cache', weight: 1000 }, { name: 'prefix' }, { name: 'session', weight: 10 }],
+          engineMetrics: { enabled: false, path: '/metrics', intervalMs: 100, timeoutMs: 10, staleAfterMs: 100 },
+          prefix: { blockChars: 4096, maxBlocks: 1, capacityPerEndpoint: 10_000_000, maxLoadGap: 0.5 },
+          session: { header: 'X-Conversation-Id', loadFactor: 1 },
+          saturation: { queueDepth: 1, kvCacheUsage: 1 },
+        }),
+    ],
   ];
   it.each(poolOk)('accepts a ModelPool with %s', (_name, mutate) => {
     const p = pool();
@@ -380,6 +410,11 @@ describe('manifests: the CRD schemas accept the examples and reject broken objec
     ['a model with a space', (d) => (d.spec.model = 'llama 8b'), 'must match pattern'],
     ['an empty alias', (d) => (d.spec.aliases = ['']), 'must NOT have fewer than 1 characters'],
     ['a pool name with capitals', (d) => (d.spec.targets = [{ pool: 'Llama' }]), 'must match pattern'],
+    ['fallbacks that are not a list', (d) => (d.spec.fallbacks = 'llama-8b-next'), 'must be array'],
+    ['an empty fallback', (d) => (d.spec.fallbacks = ['']), 'must NOT have fewer than 1 characters'],
+    ['a fallback with capitals', (d) => (d.spec.fallbacks = ['Llama']), 'must match pattern'],
+    ['a fallback that is not a name', (d) => (d.spec.fallbacks = [{ name: 'llama-8b-next' }]), 'must be string'],
+    ['17 fallbacks', (d) => (d.spec.fallbacks = Array.from({ length: 17 }, (_, i) => `d${i}`)), 'must NOT have more than 16 items'],
   ];
   it.each(deploymentCases)('rejects a ModelDeployment with %s', (_name, mutate, message) => {
     const d = deployment();
@@ -394,6 +429,34 @@ describe('manifests: the CRD schemas accept the examples and reject broken objec
       d.spec.targets = targets;
       expect(validate('ModelDeployment', d)).toEqual([]);
     }
+  });
+
+  it('accepts a ModelDeployment with fallbacks (a name listed twice, which the router counts once), and without any', () => {
+    const d = deployment();
+    d.spec.fallbacks = ['llama-8b-spot', 'llama-70b.prod', 'llama-8b-spot'];
+    expect(validate('ModelDeployment', d)).toEqual([]);
+    delete d.spec.fallbacks;
+    expect(validate('ModelDeployment', d)).toEqual([]);
+  });
+
+  // What plain OpenAPI cannot say, CEL rules say to the API server (the ajv check here skips them).
+  it('refuses, with CEL rules, a KV-cache saturation of 0 and a ModelDeployment that is its own fallback', () => {
+    const pool = obj(obj(obj(crdSchema('ModelPool').properties, 'properties').spec, 'spec').properties, 'spec.properties');
+    const saturation = obj(obj(obj(pool.routing, 'routing').properties, 'routing.properties').saturation, 'saturation');
+    expect(obj(obj(saturation.properties, 'saturation.properties').kvCacheUsage, 'kvCacheUsage')['x-kubernetes-validations']).toEqual([
+      { rule: 'self > 0.0', message: expect.stringContaining('must be above 0') },
+    ]);
+    expect(crdSchema('ModelDeployment')['x-kubernetes-validations']).toEqual([
+      { rule: '!has(self.spec.fallbacks) || !(self.metadata.name in self.spec.fallbacks)', message: 'spec.fallbacks must not name the ModelDeployment itself' },
+    ]);
+  });
+
+  it('keys the scorer list by name (the API server refuses a scorer listed twice) and keeps fallbacks as one ordered list', () => {
+    const pool = obj(obj(obj(crdSchema('ModelPool').properties, 'properties').spec, 'spec').properties, 'spec.properties');
+    const scorers = obj(obj(obj(pool.routing, 'routing').properties, 'routing.properties').scorers, 'scorers');
+    expect([scorers['x-kubernetes-list-type'], scorers['x-kubernetes-list-map-keys']]).toEqual(['map', ['name']]);
+    const dep = obj(obj(obj(crdSchema('ModelDeployment').properties, 'properties').spec, 'spec').properties, 'spec.properties');
+    expect(obj(dep.fallbacks, 'fallbacks')['x-kubernetes-list-type']).toBe('atomic');
   });
 
   it('rejects an object without spec', () => {
@@ -503,7 +566,7 @@ describe('manifests: examples', () => {
   it('has the ModelPools and ModelDeployments the README names', () => {
     const names = (kind: string): string[] => [...new Set(examples.filter((m) => m.value.kind === kind).map(nameOf))].sort();
     expect(names('ModelPool')).toEqual(['bge-small', 'llama-8b', 'llama-8b-canary']);
-    expect(names('ModelDeployment')).toEqual(['bge-small', 'llama-8b-prod']);
+    expect(names('ModelDeployment')).toEqual(['bge-small', 'llama-8b-next', 'llama-8b-prod']);
     const prod = examples.filter((m) => m.value.kind === 'ModelDeployment' && nameOf(m) === 'llama-8b-prod');
     expect(prod.map((m) => [m.file, specOf(m).targets])).toEqual([
       ['examples/canary.yaml', [{ pool: 'llama-8b', weight: 90 }, { pool: 'llama-8b-canary', weight: 10 }]],
@@ -519,6 +582,31 @@ describe('manifests: examples', () => {
         expect({ deployment: nameOf(d), pool: poolName, found }).toEqual({ deployment: nameOf(d), pool: poolName, found: true });
       }
     }
+  });
+
+  it('points every ModelDeployment fallback at another ModelDeployment in the same namespace, and has one', () => {
+    const withFallbacks = ofKind('ModelDeployment', 'examples').filter((d) => specOf(d).fallbacks !== undefined);
+    expect(withFallbacks.map((d) => [d.file, nameOf(d), specOf(d).fallbacks])).toEqual([['examples/canary.yaml', 'llama-8b-next', ['llama-8b-prod']]]);
+    for (const d of withFallbacks) {
+      for (const fallback of strings(specOf(d).fallbacks, 'fallbacks')) {
+        const found = inNamespace('ModelDeployment', namespaceOf(d)).some((other) => nameOf(other) === fallback);
+        expect({ deployment: nameOf(d), fallback, found, itself: fallback === nameOf(d) }).toEqual({ deployment: nameOf(d), fallback, found: true, itself: false });
+      }
+    }
+  });
+
+  it('gives a ModelPool a routing profile: prefix and outstanding scorers, and session affinity on its own header', () => {
+    const withRouting = ofKind('ModelPool', 'examples').filter((p) => specOf(p).routing !== undefined);
+    expect(withRouting.map((p) => [p.file, nameOf(p), specOf(p).routing])).toEqual([
+      [
+        'examples/vllm-llama.yaml',
+        'llama-8b',
+        {
+          scorers: [{ name: 'prefix', weight: 3 }, { name: 'outstanding', weight: 2 }, { name: 'session', weight: 10 }],
+          session: { header: 'x-conversation-id' },
+        },
+      ],
+    ]);
   });
 
   it("points every ModelPool at a Service of its namespace that selects a Deployment's pods, on a port that exists", () => {

@@ -105,6 +105,15 @@ to set.
 {{- end }}
 {{- $_ := set $names .name true }}
 {{- end }}
+{{- include "modelgate.validateScorers" (dict "where" "config.routing.scorers" "routing" .Values.config.routing) }}
+{{- range .Values.modelPools }}
+{{- include "modelgate.validateScorers" (dict "where" (printf "modelPools %q: spec.routing.scorers" .name) "routing" .spec.routing) }}
+{{- end }}
+{{- range .Values.modelDeployments }}
+{{- if has .name (.spec.fallbacks | default list) }}
+{{- fail (printf "modelDeployments %q: spec.fallbacks names the deployment itself; list other ModelDeployments of its namespace" .name) }}
+{{- end }}
+{{- end }}
 {{- if and .Values.watch.allNamespaces .Values.watch.namespaces }}
 {{- fail "watch: set watch.allNamespaces or watch.namespaces, not both" }}
 {{- end }}
@@ -122,8 +131,23 @@ to set.
 {{- end }}
 
 {{/*
+Fails when a routing block's scorers list names a scorer twice (the router and the ModelPool CRD refuse
+it; the schema cannot say it). Takes a dict: where (for the message) and routing (the block, or nil).
+*/}}
+{{- define "modelgate.validateScorers" -}}
+{{- $seen := dict }}
+{{- range (.routing | default dict).scorers }}
+{{- if hasKey $seen .name }}
+{{- fail (printf "%s: the scorer %q is listed twice; list each scorer once with its weight" $.where .name) }}
+{{- end }}
+{{- $_ := set $seen .name true }}
+{{- end }}
+{{- end }}
+
+{{/*
 The router's config file (modelgate.yaml) in Kubernetes mode. server.host/port and admin.port come
-from `service`, server.shutdownDelayMs/gracePeriodMs from `drain`, everything else from `config`.
+from `service`, server.shutdownDelayMs/gracePeriodMs from `drain`, everything else from `config`
+(resilience and routing only when set, so an empty block keeps the router's defaults).
 */}}
 {{- define "modelgate.config" -}}
 {{- $c := .Values.config }}
@@ -138,6 +162,12 @@ from `service`, server.shutdownDelayMs/gracePeriodMs from `drain`, everything el
 {{- $config := dict "server" $server "admin" (dict "host" "0.0.0.0" "port" .Values.service.adminPort) "log" (dict "level" $c.logLevel) "auth" (dict "keysFile" "/etc/modelgate/keys/keys.yaml" "reloadIntervalMs" .Values.auth.reloadIntervalMs) "discovery" $discovery }}
 {{- with $c.resilience }}
 {{- $_ := set $config "resilience" . }}
+{{- end }}
+{{- with $c.routing }}
+{{- $_ := set $config "routing" . }}
+{{- end }}
+{{- with $c.priority }}
+{{- $_ := set $config "priority" . }}
 {{- end }}
 {{- toYaml $config }}
 {{- end }}
@@ -160,7 +190,7 @@ The subjects of every RoleBinding and ClusterRoleBinding: the router's ServiceAc
 {{- end }}
 
 {{/*
-The API keys file (README "API keys file"): a YAML list of {name, key | keySha256, models}.
+The API keys file (README "API keys file"): a YAML list of {name, key | keySha256, models, priority}.
 */}}
 {{- define "modelgate.keysFile" -}}
 {{- range .Values.auth.keys }}
@@ -173,6 +203,9 @@ The API keys file (README "API keys file"): a YAML list of {name, key | keySha25
   {{- end }}
   {{- if hasKey . "models" }}
   models: {{ .models | toJson }}
+  {{- end }}
+  {{- if hasKey . "priority" }}
+  priority: {{ .priority | toJson }}
   {{- end }}
 {{- end }}
 {{- end }}

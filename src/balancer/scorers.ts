@@ -1,0 +1,113 @@
+/**
+ * The scorers a scheduling profile combines. Each gives every candidate a score in [0,1] (higher is
+ * better); the scheduler adds them up by weight. A load signal is scored min–max over the candidates
+ * ((max − x)/(max − min); 1 for all when they are equal), so it only ranks candidates against each
+ * other. A replica without a fresh engine sample gets the mean score of those with one (neutral):
+ * stale figures are ignored, never trusted. Pure.
+ */
+import { type EngineLoad, type Endpoint, type RoutingSettings, type ScorerName } from '../core/types.js';
+import { sessionTarget } from './session-affinity.js';
+
+/** What the scorers see of one pick. Arrays are indexed like `candidates`. */
+export interface ScoringInput {
+  candidates: readonly Endpoint[];
+  /** This router's outstanding requests per candidate (exact, not per weight). */
+  local: readonly number[];
+  /** Each candidate's fresh engine sample, or undefined. */
+  engine: ReadonlyArray<EngineLoad | undefined>;
+  /** Best load estimate per unit of weight: see {@link estimatedLoads}. */
+  load: readonly number[];
+  /** Leading prompt blocks each candidate likely holds in its KV cache. */
+  prefixMatched: readonly number[];
+  /** Blocks of this request's prompt (0: nothing to match). */
+  prefixTotal: number;
+  /** The request's session key, if it sent one. */
+  sessionKey: string | undefined;
+  settings: RoutingSettings;
+}
+
+export type Scorer = (input: ScoringInput) => Float64Array;
+
+/**
+ * Per candidate, per unit of weight: this router's outstanding requests, or — when the engine's sample
+ * is fresh and says more — what the engine reported (from every router), moved by this router's own
+ * sends and completions since the sample. One router alone sees the same number either way.
+ */
+export function estimatedLoads(candidates: readonly Endpoint[], local: readonly number[], engine: ReadonlyArray<EngineLoad | undefined>): number[] {
+  return candidates.map((ep, i) => {
+    const mine = local[i] ?? 0;
+    const sample = engine[i];
+    const reported = sample ? sample.waiting + sample.running + mine - sample.localAtSample : 0;
+    return Math.max(mine, reported) / ep.weight;
+  });
+}
+
+/** min–max score of "lower is better" values; undefined values get the mean of the others' scores. */
+export function minMaxLowerIsBetter(values: ReadonlyArray<number | undefined>): Float64Array {
+  const out = new Float64Array(values.length);
+  let min = Infinity;
+  let max = -Infinity;
+  for (const v of values) {
+    if (v === undefined) continue;
+    if (v < min) min = v;
+    if (v > max) max = v;
+  }
+  if (min === Infinity) return out.fill(1);
+  let sum = 0;
+  let known = 0;
+  values.forEach((v, i) => {
+    if (v === undefined) return;
+    out[i] = max === min ? 1 : (max - v) / (max - min);
+    sum += out[i];
+    known++;
+  });
+  const neutral = sum / known;
+  values.forEach((v, i) => {
+    if (v === undefined) out[i] = neutral;
+  });
+  return out;
+}
+
+/** Fewest outstanding requests from this router, per unit of weight. */
+const outstanding: Scorer = ({ candidates, local }) => minMaxLowerIsBetter(candidates.map((ep, i) => (local[i] ?? 0) / ep.weight));
+
+/** Fewest requests queued and running as the engines report them (so other routers' traffic counts). */
+const queue: Scorer = ({ engine, load }) => minMaxLowerIsBetter(engine.map((sample, i) => (sample ? load[i] : undefined)));
+
+/** Most free KV cache, as the engines report it. */
+const kvCache: Scorer = ({ engine }) => {
+  const usage = engine.map((sample) => sample?.kvCacheUsage);
+  const out = new Float64Array(usage.length);
+  const known = usage.filter((u): u is number => u !== undefined);
+  const neutral = known.length === 0 ? 1 : known.reduce((a, u) => a + (1 - Math.min(1, u)), 0) / known.length;
+  usage.forEach((u, i) => {
+    out[i] = u === undefined ? neutral : 1 - Math.min(1, Math.max(0, u));
+  });
+  return out;
+};
+
+/**
+ * Longest share of the prompt already in a replica's cache — except on a replica more than
+ * `prefix.maxLoadGap` requests (per unit of weight) busier than the least-loaded candidate: there the
+ * match counts for nothing, so a popular prompt spills to a quieter replica (which then holds it too).
+ */
+const prefix: Scorer = ({ load, prefixMatched, prefixTotal, settings }) => {
+  const out = new Float64Array(load.length);
+  if (prefixTotal === 0) return out;
+  const least = Math.min(...load);
+  prefixMatched.forEach((matched, i) => {
+    out[i] = (load[i] as number) - least > settings.prefix.maxLoadGap ? 0 : matched / prefixTotal;
+  });
+  return out;
+};
+
+/** 1 for the replica a session key maps to (rendezvous hashing with bounded load), 0 elsewhere. */
+const session: Scorer = ({ candidates, load, sessionKey, settings }) => {
+  const out = new Float64Array(candidates.length);
+  if (sessionKey === undefined) return out;
+  const target = sessionTarget(candidates, sessionKey, (i) => load[i] as number, settings.session.loadFactor);
+  if (target >= 0) out[target] = 1;
+  return out;
+};
+
+export const SCORERS: Record<ScorerName, Scorer> = { outstanding, queue, 'kv-cache': kvCache, prefix, session };

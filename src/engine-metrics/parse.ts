@@ -1,0 +1,103 @@
+/**
+ * A scanner for the Prometheus text exposition format that reports only the samples of a few wanted
+ * metric names. An engine's `/metrics` is tens of kilobytes of histograms we don't need, scraped every
+ * second per replica, so unwanted lines are skipped without allocating: names are matched in place,
+ * and only the value of a wanted sample is sliced out.
+ */
+
+const SPACE = 0x20;
+const TAB = 0x09;
+const CR = 0x0d;
+const HASH = 0x23;
+const OPEN_BRACE = 0x7b;
+const CLOSE_BRACE = 0x7d;
+const QUOTE = 0x22;
+const BACKSLASH = 0x5c;
+
+/**
+ * Calls `onSample(i, value)` for every sample of `names[i]` in `text`, one call per series (label set).
+ * Comment and `#` lines, timestamps and malformed lines are skipped; never throws. `NaN`, `+Inf` and
+ * `-Inf` are reported as such: what they mean is the caller's decision.
+ */
+export function scanSamples(text: string, names: readonly string[], onSample: (nameIndex: number, value: number) => void): void {
+  let start = 0;
+  while (start < text.length) {
+    let end = text.indexOf('\n', start);
+    if (end < 0) end = text.length;
+    scanLine(text, start, end, names, onSample);
+    start = end + 1;
+  }
+}
+
+function scanLine(text: string, start: number, end: number, names: readonly string[], onSample: (nameIndex: number, value: number) => void): void {
+  let pos = skipBlanks(text, start, end);
+  if (pos >= end || text.charCodeAt(pos) === HASH) return;
+  const index = matchName(text, pos, end, names);
+  if (index < 0) return;
+  pos = skipBlanks(text, pos + (names[index] as string).length, end);
+  if (text.charCodeAt(pos) === OPEN_BRACE) {
+    pos = skipLabels(text, pos + 1, end);
+    if (pos < 0) return;
+  }
+  pos = skipBlanks(text, pos, end);
+  let valueEnd = pos;
+  while (valueEnd < end && !isBlank(text.charCodeAt(valueEnd))) valueEnd++;
+  const value = parseValue(text.slice(pos, valueEnd));
+  if (value !== undefined) onSample(index, value);
+}
+
+/** The index of the wanted name the line starts with, followed by `{` or a blank; -1 for none. */
+function matchName(text: string, pos: number, end: number, names: readonly string[]): number {
+  for (let i = 0; i < names.length; i++) {
+    const name = names[i] as string;
+    const after = pos + name.length;
+    if (after >= end || !text.startsWith(name, pos)) continue;
+    const next = text.charCodeAt(after);
+    if (next === OPEN_BRACE || isBlank(next)) return i;
+  }
+  return -1;
+}
+
+/** The position after the `}` closing a label set that opened before `pos`; -1 when unterminated. */
+function skipLabels(text: string, pos: number, end: number): number {
+  let quoted = false;
+  for (; pos < end; pos++) {
+    const c = text.charCodeAt(pos);
+    if (quoted) {
+      if (c === BACKSLASH) pos++;
+      else if (c === QUOTE) quoted = false;
+    } else if (c === QUOTE) quoted = true;
+    else if (c === CLOSE_BRACE) return pos + 1;
+  }
+  return -1;
+}
+
+/** A Go `ParseFloat`-style value: decimal or exponent notation, `NaN`, `±Inf`; undefined when malformed. */
+function parseValue(raw: string): number | undefined {
+  if (raw.length === 0) return undefined;
+  const value = Number(raw);
+  if (!Number.isNaN(value)) return value;
+  switch (raw.toLowerCase()) {
+    case 'nan':
+      return NaN;
+    case 'inf':
+    case '+inf':
+    case 'infinity':
+    case '+infinity':
+      return Infinity;
+    case '-inf':
+    case '-infinity':
+      return -Infinity;
+    default:
+      return undefined;
+  }
+}
+
+function skipBlanks(text: string, pos: number, end: number): number {
+  while (pos < end && isBlank(text.charCodeAt(pos))) pos++;
+  return pos;
+}
+
+function isBlank(c: number): boolean {
+  return c === SPACE || c === TAB || c === CR;
+}

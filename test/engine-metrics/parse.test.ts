@@ -1,0 +1,104 @@
+import { describe, expect, it } from '@jest/globals';
+import { scanSamples } from '../../src/engine-metrics/parse.js';
+
+function scan(text: string, names: readonly string[]): Array<[string, number]> {
+  const out: Array<[string, number]> = [];
+  scanSamples(text, names, (i, value) => out.push([names[i] as string, value]));
+  return out;
+}
+
+describe('scanSamples', () => {
+  const cases: Array<{ name: string; text: string; wanted: string[]; expected: Array<[string, number]> }> = [
+    {
+      name: 'skips HELP, TYPE and other comment lines',
+      text: '# HELP q Queue.\n# TYPE q gauge\n#q 9\n# q 9\nq 1\n',
+      wanted: ['q'],
+      expected: [['q', 1]],
+    },
+    {
+      name: 'reports only the wanted names, one call per series',
+      text: 'a{x="1"} 1\nb 2\na{x="2"} 3\nc 4\n',
+      wanted: ['a'],
+      expected: [
+        ['a', 1],
+        ['a', 3],
+      ],
+    },
+    {
+      name: 'never matches a longer name that starts with a wanted one',
+      text: 'q_total 9\nq_bucket{le="1"} 9\nqq 9\nq{} 2\n',
+      wanted: ['q'],
+      expected: [['q', 2]],
+    },
+    {
+      name: 'matches names with colons',
+      text: 'vllm:num_requests_waiting{engine="0"} 4.0\nvllm:num_requests_waiting_by_reason{reason="x"} 9\n',
+      wanted: ['vllm:num_requests_waiting'],
+      expected: [['vllm:num_requests_waiting', 4]],
+    },
+    {
+      name: 'skips quoted label values holding spaces, braces, commas and escaped quotes',
+      text: 'q{path="/a b}{",note="say \\"hi\\" } 7",bs="c:\\\\"} 2\nq{x="}"} 3\n',
+      wanted: ['q'],
+      expected: [
+        ['q', 2],
+        ['q', 3],
+      ],
+    },
+    {
+      name: 'reads decimal, exponent, NaN and infinite values',
+      text: 'q 1.0\nq 1e3\nq -2.5E-1\nq NaN\nq +Inf\nq -Inf\nq Inf\nq 0\n',
+      wanted: ['q'],
+      expected: [
+        ['q', 1],
+        ['q', 1000],
+        ['q', -0.25],
+        ['q', NaN],
+        ['q', Infinity],
+        ['q', -Infinity],
+        ['q', Infinity],
+        ['q', 0],
+      ],
+    },
+    {
+      name: 'ignores timestamps',
+      text: 'q 3 1712345678000\nq{a="b"} 4 -1\n',
+      wanted: ['q'],
+      expected: [
+        ['q', 3],
+        ['q', 4],
+      ],
+    },
+    {
+      name: 'accepts CRLF, tabs, leading blanks, blanks before the labels, and no final newline',
+      text: 'q\t5\r\n  q{a="1"}   6\r\n\r\nq {a="2"} 7\nq 8',
+      wanted: ['q'],
+      expected: [
+        ['q', 5],
+        ['q', 6],
+        ['q', 7],
+        ['q', 8],
+      ],
+    },
+    {
+      name: 'skips malformed lines without throwing',
+      text: 'q{a="unterminated 3\nq\nq abc\nq{a="1"}\nq 1_000\nq 9\n',
+      wanted: ['q'],
+      expected: [['q', 9]],
+    },
+    {
+      name: 'reports several wanted names by their index',
+      text: 'b 2\na 1\n',
+      wanted: ['a', 'b'],
+      expected: [
+        ['b', 2],
+        ['a', 1],
+      ],
+    },
+    { name: 'handles an empty page', text: '', wanted: ['q'], expected: [] },
+  ];
+
+  it.each(cases)('$name', ({ text, wanted, expected }) => {
+    expect(scan(text, wanted)).toEqual(expected);
+  });
+});
