@@ -5,9 +5,9 @@
  * random (HAProxy `random(1)`, what a Kubernetes Service's kube-proxy does), round robin, HAProxy
  * `leastconn`, and modelgate. Writes bench/results/balance.{md,svg}.
  */
+import { capacity, FAST, MAX_NUM_SEQS, mixBodies, REPLICAS, SLOW, startFleet } from './lib/fleet.js';
 import { load } from './lib/loadgen.js';
-import { BENCH_KEY, startHaproxy, startModelgate, startSim, type Proc } from './lib/procs.js';
-import { logNormal, mulberry32 } from './lib/random.js';
+import { BENCH_KEY, startHaproxy, startModelgate, type Proc } from './lib/procs.js';
 import { barChart, machine, SMOKE, stack, summarize, table, tools, write } from './lib/report.js';
 
 const MODEL = 'bench-model';
@@ -15,27 +15,7 @@ const LOADS = SMOKE ? [0.85] : [0.7, 0.85, 0.95];
 const WARMUP_MS = SMOKE ? 300 : 5_000;
 const WINDOW_MS = SMOKE ? 1_000 : 40_000;
 const CALIBRATE_MS = SMOKE ? 500 : 8_000;
-const MAX_NUM_SEQS = 8;
-const FAST = ['--ttft-ms', '10', '--prefill-ms-per-token', '0.05', '--itl-ms', '4'];
-const SLOW = ['--ttft-ms', '20', '--prefill-ms-per-token', '0.1', '--itl-ms', '8'];
-const REPLICAS: Array<{ name: string; args: string[] }> = [
-  { name: 'fast-0', args: FAST },
-  { name: 'fast-1', args: FAST },
-  { name: 'slow-0', args: SLOW },
-  { name: 'slow-1', args: SLOW },
-];
-
-/** Long-tailed request mix: log-normal prompt (median 256 tokens) and output (median 48 tokens) lengths. */
-function bodies(tag: string, count: number): string[] {
-  const random = mulberry32(42);
-  return Array.from({ length: count }, (_, i) => {
-    const promptWords = Math.min(3000, Math.max(8, Math.round(logNormal(random, 256, 0.9))));
-    const output = Math.min(512, Math.max(1, Math.round(logNormal(random, 48, 0.9))));
-    // a unique first word per run keeps one policy from reusing another's prefix cache
-    const content = `${tag}-${i} ` + 'lorem ipsum dolor sit amet '.repeat(Math.ceil(promptWords / 5)).split(' ').slice(0, promptWords).join(' ');
-    return JSON.stringify({ model: MODEL, messages: [{ role: 'user', content }], max_tokens: output, ignore_eos: true, stream: true });
-  });
-}
+const bodies = (tag: string, count: number): string[] => mixBodies(MODEL, tag, count);
 
 interface Policy {
   name: string;
@@ -61,20 +41,14 @@ interface Cell {
   share: Record<string, number>;
 }
 
-/** Capacity of one replica: closed loop with its batch full, on the same request mix. */
-async function capacity(replica: Proc, mix: string[]): Promise<number> {
-  const result = await load({ url: `${replica.url}/v1/chat/completions`, headers: {}, bodies: mix, mode: 'closed', concurrency: MAX_NUM_SEQS, warmupMs: WARMUP_MS / 2, durationMs: CALIBRATE_MS });
-  return result.samples.filter((s) => s.status === 200).length / (CALIBRATE_MS / 1000);
-}
-
 async function main(): Promise<void> {
-  const sims = await Promise.all(REPLICAS.map((r) => startSim(r.name, ['--model', MODEL, '--max-num-seqs', String(MAX_NUM_SEQS), '--max-waiting', '100000', ...r.args])));
+  const sims = await startFleet(MODEL);
   const cells: Cell[] = [];
   const perReplica: Array<{ name: string; rps: number }> = [];
   let fleet = 0;
   try {
     for (const [i, sim] of sims.entries()) {
-      const rps = await capacity(sim, bodies(`calibrate${i}`, 500));
+      const rps = await capacity(sim, bodies(`calibrate${i}`, 500), WARMUP_MS / 2, CALIBRATE_MS);
       perReplica.push({ name: sim.name, rps });
       fleet += rps;
       console.error(`balance: ${sim.name} capacity ${rps.toFixed(1)} req/s`);

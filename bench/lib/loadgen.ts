@@ -5,7 +5,8 @@
  * load). Records per request: time to first body byte (for an engine stream, the first SSE event,
  * i.e. time to first token), time to last byte, status, SSE events and the `x-sim-replica` header.
  * Latencies are measured from the moment the request was scheduled, so a slow target cannot hide
- * its queueing (no coordinated omission).
+ * its queueing (no coordinated omission). One job can alternate between several URLs (several router
+ * processes in front of one fleet): request n goes to `url[n % url.length]`.
  */
 import { fork } from 'node:child_process';
 import http from 'node:http';
@@ -13,7 +14,8 @@ import { fileURLToPath } from 'node:url';
 import { mulberry32 } from './random.js';
 
 export interface LoadJob {
-  url: string;
+  /** Where requests go; several URLs are taken in turn (request n to `url[n % url.length]`). */
+  url: string | string[];
   headers: Record<string, string>;
   /** Request bodies, used in order (round and round). */
   bodies: string[];
@@ -38,6 +40,10 @@ export interface Sample {
   ttlbMs: number;
   events: number;
   replica: string;
+  /** Which request of the job (n-th sent, from 0): its body is `bodies[seq % bodies.length]`. */
+  seq: number;
+  /** Index of the URL it went to (always 0 with one URL). */
+  target: number;
   error?: string;
 }
 
@@ -60,7 +66,8 @@ function countEvents(tail: string, chunk: string): number {
 
 async function run(job: LoadJob): Promise<LoadResult> {
   const agent = new http.Agent({ keepAlive: true, maxSockets: Infinity, maxFreeSockets: 100_000 });
-  const target = new URL(job.url);
+  const targets = (Array.isArray(job.url) ? job.url : [job.url]).map((u) => new URL(u));
+  if (targets.length === 0) throw new Error('load job without a URL');
   const samples: Sample[] = [];
   const t0 = performance.now();
   const windowStart = t0 + job.warmupMs;
@@ -71,11 +78,14 @@ async function run(job: LoadJob): Promise<LoadResult> {
 
   const once = (scheduledAt: number): Promise<void> =>
     new Promise((resolve) => {
-      const body = job.bodies[next++ % job.bodies.length]!;
+      const seq = next++;
+      const body = job.bodies[seq % job.bodies.length]!;
+      const targetIndex = seq % targets.length;
+      const target = targets[targetIndex]!;
       maxSendLagMs = Math.max(maxSendLagMs, performance.now() - scheduledAt);
-      const record = (s: Omit<Sample, 'at'>): void => {
+      const record = (s: Omit<Sample, 'at' | 'seq' | 'target'>): void => {
         finished++;
-        if (scheduledAt >= windowStart && scheduledAt < windowEnd) samples.push({ at: scheduledAt - windowStart, ...s });
+        if (scheduledAt >= windowStart && scheduledAt < windowEnd) samples.push({ at: scheduledAt - windowStart, seq, target: targetIndex, ...s });
         resolve();
       };
       const req = http.request(

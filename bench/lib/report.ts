@@ -23,6 +23,15 @@ export function machine(): string[] {
   ];
 }
 
+/** The commit measured, and whether src/ had uncommitted changes when dist/ was built. */
+export function source(): string {
+  const git = (...args: string[]): string => spawnSync('git', args, { encoding: 'utf8', cwd: new URL('../../', import.meta.url).pathname.replace('/.bench/', '/') }).stdout?.trim() ?? '';
+  const commit = git('rev-parse', '--short', 'HEAD');
+  if (!commit) return '- source: not a git checkout';
+  const dirty = git('status', '--porcelain', '--', 'src').split('\n').filter(Boolean).length;
+  return `- source: commit ${commit}${dirty ? ` with ${dirty} uncommitted file(s) in src/` : ''}`;
+}
+
 export function tools(): string[] {
   return [`- ${version('nginx', ['-v'])}`, `- ${version('haproxy', ['-v'])}`];
 }

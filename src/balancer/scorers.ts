@@ -72,11 +72,11 @@ export function minMaxLowerIsBetter(values: ReadonlyArray<number | undefined>): 
 const outstanding: Scorer = ({ candidates, local }) => minMaxLowerIsBetter(candidates.map((ep, i) => (local[i] ?? 0) / ep.weight));
 
 /** Fewest requests queued and running as the engines report them (so other routers' traffic counts). */
-const queue: Scorer = ({ engine, load }) => minMaxLowerIsBetter(engine.map((sample, i) => (sample ? load[i] : undefined)));
+const queue: Scorer = ({ candidates, engine, load }) => minMaxLowerIsBetter(candidates.map((_, i) => (engine[i] ? load[i] : undefined)));
 
 /** Most free KV cache, as the engines report it. */
-const kvCache: Scorer = ({ engine }) => {
-  const usage = engine.map((sample) => sample?.kvCacheUsage);
+const kvCache: Scorer = ({ candidates, engine }) => {
+  const usage = candidates.map((_, i) => engine[i]?.kvCacheUsage);
   const out = new Float64Array(usage.length);
   const known = usage.filter((u): u is number => u !== undefined);
   const neutral = known.length === 0 ? 1 : known.reduce((a, u) => a + (1 - Math.min(1, u)), 0) / known.length;
@@ -95,8 +95,8 @@ const prefix: Scorer = ({ load, prefixMatched, prefixTotal, settings }) => {
   const out = new Float64Array(load.length);
   if (prefixTotal === 0) return out;
   const least = Math.min(...load);
-  prefixMatched.forEach((matched, i) => {
-    out[i] = (load[i] as number) - least > settings.prefix.maxLoadGap ? 0 : matched / prefixTotal;
+  load.forEach((l, i) => {
+    out[i] = l - least > settings.prefix.maxLoadGap ? 0 : (prefixMatched[i] ?? 0) / prefixTotal;
   });
   return out;
 };

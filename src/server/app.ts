@@ -7,7 +7,7 @@ import express, { type NextFunction, type Request, type Response } from 'express
 import { type Logger } from 'pino';
 import { bearerToken, mayUse, type Principal } from '../auth/key-store.js';
 import { type InferenceKind, type ValidRequest, validateRequest } from '../api/validate.js';
-import { pickWeighted } from '../balancer/least-outstanding.js';
+import { pickWeighted } from '../balancer/weighted.js';
 import { type Clock } from '../core/clock.js';
 import { RouterError, toErrorResponse } from '../core/errors.js';
 import { chatPromptText } from '../api/prompt-text.js';

@@ -9,6 +9,10 @@ describe('parseKeysFile', () => {
     expect(parseKeysFile('', 'keys.yaml')).toEqual([]);
   });
 
+  it('reads a key’s priority class', () => {
+    expect(parseKeysFile('- name: batch\n  key: sk-aaaaaaaa\n  priority: sheddable\n', 'keys.yaml')).toEqual([{ name: 'batch', key: 'sk-aaaaaaaa', priority: 'sheddable' }]);
+  });
+
   it.each([
     ['- key: sk-aaaaaaaa\n', 'entry 0.name is required'],
     ['- name: a\n', 'needs exactly one of key or keySha256'],
@@ -18,6 +22,7 @@ describe('parseKeysFile', () => {
     ['- name: a\n  key: sk-aaaaaaaa\n- name: a\n  key: sk-bbbbbbbb\n', 'key name "a" is used twice'],
     ['- name: a\n  key: sk-aaaaaaaa\n  role: admin\n', 'entry 0.role is not a known field'],
     ['name: a\n', 'must be array'],
+    ['- name: a\n  key: sk-aaaaaaaa\n  priority: urgent\n', 'entry 0.priority must be one of: "critical", "standard", "sheddable"'],
   ])('rejects %j without echoing keys', (text, message) => {
     expect(() => parseKeysFile(text, 'keys.yaml')).toThrow(ConfigError);
     expect(() => parseKeysFile(text, 'keys.yaml')).toThrow(message);

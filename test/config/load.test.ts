@@ -3,6 +3,7 @@ import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { buildConfig, ConfigError, loadConfig, parseYaml } from '../../src/config/load.js';
+import { ROUTING_DEFAULTS } from '../../src/balancer/settings.js';
 import { RESILIENCE_DEFAULTS } from '../../src/resilience/settings.js';
 
 const minimal = { auth: { keysFile: 'keys.yaml' } };
@@ -95,6 +96,44 @@ describe('resilience settings', () => {
     [{ ...minimal, resilience: { retries: { maxRetries: 50 } } }, 'resilience.retries.maxRetries must be <= 10'],
     [{ ...minimal, resilience: { timeout: {} } }, 'resilience.timeout is not a known field'],
     [{ ...minimal, server: { headersTimeoutMs: 70_000 } }, 'server.headersTimeoutMs: must not exceed server.requestTimeoutMs'],
+  ])('rejects %j: %s', (data, message) => {
+    expect(error(data)).toContain(message);
+  });
+});
+
+describe('routing settings, fallbacks and priority', () => {
+  it('apply the config-wide routing block over the defaults; a scorer list replaces the profile, weights default to 1', () => {
+    const config = buildConfig(
+      { ...minimal, routing: { prefix: { maxLoadGap: 8 }, scorers: [{ name: 'prefix', weight: 3 }, { name: 'outstanding' }] }, pools: [{ ...pools[0], routing: { session: { header: 'x-conv' } } }] },
+      '/x',
+    );
+    expect(config.routing.prefix).toEqual({ ...ROUTING_DEFAULTS.prefix, maxLoadGap: 8 });
+    expect(config.routing.scorers).toEqual([{ name: 'prefix', weight: 3 }, { name: 'outstanding', weight: 1 }]);
+    expect(config.routing.engineMetrics).toEqual(ROUTING_DEFAULTS.engineMetrics);
+    expect(config.pools[0]?.routing).toEqual({ session: { header: 'x-conv' } });
+    expect(config.priority).toEqual({ header: 'x-modelgate-priority' });
+  });
+
+  it('keeps fallbacks in order', () => {
+    const deployments = [
+      { id: 'a', model: 'ma', targets: [{ pool: 'p' }], fallbacks: ['c', 'b'] },
+      { id: 'b', model: 'mb', targets: [{ pool: 'p' }] },
+      { id: 'c', model: 'mc', targets: [{ pool: 'p' }] },
+    ];
+    expect(buildConfig({ ...minimal, pools, deployments }, '/x').deployments[0]?.fallbacks).toEqual(['c', 'b']);
+  });
+
+  it.each([
+    [{ ...minimal, routing: { scorers: [{ name: 'random' }] } }, 'routing.scorers[0].name must be one of'],
+    [{ ...minimal, routing: { scorers: [] } }, 'routing.scorers must have at least 1 item'],
+    [{ ...minimal, routing: { scorers: [{ name: 'prefix' }, { name: 'prefix', weight: 2 }] } }, 'routing.scorers[1]: scorer "prefix" is listed twice'],
+    [{ ...minimal, pools: [{ ...pools[0], routing: { scorers: [{ name: 'queue' }, { name: 'queue' }] } }] }, 'pools[0].routing.scorers[1]: scorer "queue" is listed twice'],
+    [{ ...minimal, routing: { engineMetrics: { intervalMs: 10 } } }, 'routing.engineMetrics.intervalMs must be >= 100'],
+    [{ ...minimal, routing: { saturation: { kvCacheUsage: 1.5 } } }, 'routing.saturation.kvCacheUsage must be <= 1'],
+    [{ ...minimal, routing: { session: { header: 'bad header' } } }, 'routing.session.header must match pattern'],
+    [{ ...minimal, priority: { header: 'x p' } }, 'priority.header must match pattern'],
+    [{ ...minimal, pools, deployments: [{ id: 'a', model: 'm', targets: [{ pool: 'p' }], fallbacks: ['zz'] }] }, 'deployments[0].fallbacks[0]: deployment "zz" is not defined'],
+    [{ ...minimal, pools, deployments: [{ id: 'a', model: 'm', targets: [{ pool: 'p' }], fallbacks: ['a'] }] }, 'deployments[0].fallbacks[0]: a deployment cannot be its own fallback'],
   ])('rejects %j: %s', (data, message) => {
     expect(error(data)).toContain(message);
   });

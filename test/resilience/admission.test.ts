@@ -93,4 +93,53 @@ describe('AdmissionQueues', () => {
     await expect(staying).resolves.toBe('slot');
     expect(events).toEqual(['p:abandoned:0', 'p:admitted:0']);
   });
+
+  describe('priorities', () => {
+    it('turns a sheddable request away at once, with 429 request_shed, when no slot is free', async () => {
+      const { queues, take, setFree, events } = setup();
+      const err = (await queues.admit('p', take, limits, undefined, 'sheddable').catch((e: unknown) => e)) as RouterError;
+      expect([err.code, err.status, err.retryAfterSeconds]).toEqual(['REQUEST_SHED', 429, 1]);
+      expect(queues.depth('p')).toBe(0);
+      expect(events).toEqual(['p:shed']);
+      setFree(1);
+      await expect(queues.admit('p', take, limits, undefined, 'sheddable')).resolves.toBe('slot'); // a free slot takes it
+    });
+
+    it('lines critical requests up behind earlier critical ones, ahead of every standard one', async () => {
+      const { queues, take, setFree } = setup();
+      const order: string[] = [];
+      const wide = { maxSize: 10, timeoutMs: 1000 };
+      const all = [
+        queues.admit('p', take, wide, undefined, 'standard').then(() => order.push('s1')),
+        queues.admit('p', take, wide, undefined, 'critical').then(() => order.push('c1')),
+        queues.admit('p', take, wide, undefined, 'standard').then(() => order.push('s2')),
+        queues.admit('p', take, wide, undefined, 'critical').then(() => order.push('c2')),
+      ];
+      setFree(4);
+      queues.notify('p');
+      await Promise.all(all);
+      expect(order).toEqual(['c1', 'c2', 's1', 's2']);
+    });
+
+    it('lets a critical request take the place of the most recent standard waiter when the queue is full', async () => {
+      const { queues, take, setFree, events } = setup();
+      const first = queues.admit('p', take, limits, undefined, 'standard');
+      const last = queues.admit('p', take, limits, undefined, 'standard').catch((e: unknown) => e);
+      const critical = queues.admit('p', take, limits, undefined, 'critical');
+      expect(((await last) as RouterError).code).toBe('QUEUE_FULL');
+      expect(queues.depth('p')).toBe(2);
+      setFree(2);
+      queues.notify('p');
+      await expect(Promise.all([critical, first])).resolves.toEqual(['slot', 'slot']);
+      expect(events).toEqual(['p:displaced:0', 'p:queue_full', 'p:admitted:0', 'p:admitted:0']);
+    });
+
+    it('answers a critical request 429 when the full queue holds only critical waiters', async () => {
+      const { queues, take } = setup();
+      void queues.admit('p', take, limits, undefined, 'critical').catch(() => undefined);
+      void queues.admit('p', take, limits, undefined, 'critical').catch(() => undefined);
+      const err = (await queues.admit('p', take, limits, undefined, 'critical').catch((e: unknown) => e)) as RouterError;
+      expect(err.code).toBe('QUEUE_FULL');
+    });
+  });
 });
