@@ -217,6 +217,7 @@ export function buildApp(deps: AppDeps): BuiltApp {
     const pools = routeOf(catalog, deployment, kind, body.model);
     const first = pools[0] as { pool: PoolSpec; deployment: string };
     ctx.pool = first.pool.name;
+    if (first.deployment !== deployment.id) ctx.fallback = first.deployment;
     if (ctx.closed) return; // the client left while the body was read
     const usage = kind === 'chat' ? streamUsageOverride(body) : undefined;
     const route: RouteStep[] = pools.map((step) => {
@@ -247,7 +248,7 @@ export function buildApp(deps: AppDeps): BuiltApp {
           ctx.pool = report.pool.name;
           labels = { deployment: deployment.id, pool: report.pool.name };
         }
-        ctx.fallback = report.fallback;
+        ctx.fallback = report.fallback ?? ctx.fallback;
         ctx.endpoint = report.endpoint;
         ctx.upstreamStatus = report.upstreamStatus;
         ctx.attempts = report.attempts.length > 1 ? report.attempts : undefined;

@@ -6,6 +6,7 @@ import { Writable } from 'node:stream';
 import { pino, type Logger } from 'pino';
 import { buildConfig } from '../../src/config/load.js';
 import { createRouter, startRouter, type Router, type RunningRouter } from '../../src/main.js';
+import { rawRequest } from './http.js';
 
 export const KEY = 'sk-test-0123456789';
 
@@ -15,6 +16,8 @@ export interface TestRouterOptions {
   /** YAML of the keys file; default: one key, KEY, allowed everything. */
   keysYaml?: string;
   server?: object;
+  /** More top-level config blocks (routing, priority, resilience, …). */
+  config?: object;
   random?: () => number;
 }
 
@@ -35,6 +38,7 @@ async function prepare(options: TestRouterOptions): Promise<{ dir: string; confi
       auth: { keysFile: 'keys.yaml', reloadIntervalMs: 50 },
       pools: options.pools,
       deployments: options.deployments,
+      ...options.config,
     },
     dir,
   );
@@ -85,4 +89,20 @@ export function chatSetup(endpoints: string[], extra: Partial<TestRouterOptions>
     deployments: [{ id: 'llm-prod', model: 'llm', aliases: ['default'], targets: [{ pool: 'llm' }] }],
     ...extra,
   };
+}
+
+/** The router's admin /metrics text. */
+export async function adminMetrics(g: TestRouter<RunningRouter>): Promise<string> {
+  return (await rawRequest(`${g.router.adminUrl}/metrics`)).body;
+}
+
+/** Sum of a series' samples whose labels include `labels`. */
+export function metricSum(text: string, name: string, labels: Record<string, string> = {}): number {
+  let sum = 0;
+  for (const line of text.split('\n')) {
+    if (!line.startsWith(name + '{') && !line.startsWith(name + ' ')) continue;
+    if (!Object.entries(labels).every(([k, v]) => line.includes(`${k}="${v}"`))) continue;
+    sum += Number(line.slice(line.lastIndexOf(' ') + 1));
+  }
+  return sum;
 }

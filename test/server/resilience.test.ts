@@ -7,7 +7,7 @@ import { type RunningRouter } from '../../src/main.js';
 import { type SimOptions } from '../../src/sim/options.js';
 import { type SimServer } from '../../src/sim/server.js';
 import { contentTimes, rawRequest, sseData, type RawRequest, type RawResponse } from '../helpers/http.js';
-import { KEY, startTestRouter, type TestRouter } from '../helpers/router.js';
+import { KEY, metricSum, adminMetrics as metrics, startTestRouter, type TestRouter } from '../helpers/router.js';
 import { startTestSim, waitFor } from '../helpers/sim.js';
 
 const cleanups: Array<() => Promise<unknown>> = [];
@@ -38,20 +38,6 @@ function chat(g: TestRouter<RunningRouter>, body: object = {}, extra: RawRequest
     headers: { authorization: `Bearer ${KEY}`, ...extra.headers },
     body: { model: 'llm', messages: [{ role: 'user', content: 'hi' }], max_tokens: 4, ...body },
   });
-}
-
-async function metrics(g: TestRouter<RunningRouter>): Promise<string> {
-  return (await rawRequest(`${g.router.adminUrl}/metrics`)).body;
-}
-
-function metricSum(text: string, name: string, labels: Record<string, string> = {}): number {
-  let sum = 0;
-  for (const line of text.split('\n')) {
-    if (!line.startsWith(name + '{')) continue;
-    if (!Object.entries(labels).every(([k, v]) => line.includes(`${k}="${v}"`))) continue;
-    sum += Number(line.slice(line.lastIndexOf(' ') + 1));
-  }
-  return sum;
 }
 
 const breakerOf = (g: TestRouter<RunningRouter>, url: string): string | undefined => [...g.router.breakers.states()].find((b) => b.endpoint === url)?.state;
