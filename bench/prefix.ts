@@ -136,7 +136,24 @@ interface Policy {
 const hasCommand = (cmd: string): boolean => process.env.PATH!.split(':').some((dir) => existsSync(`${dir}/${cmd}`));
 const AUTH = { authorization: `Bearer ${BENCH_KEY}` };
 
+/**
+ * Extra profiles to compare, for tuning: BENCH_PREFIX_VARIANTS='[{"name":"prefix×10","routing":{…}}]' runs each on
+ * both workloads as a modelgate pool `routing` block; BENCH_PREFIX_ONLY_VARIANTS=1 skips the standard policies.
+ */
+function variants(): Policy[] {
+  const raw = process.env.BENCH_PREFIX_VARIANTS;
+  if (!raw) return [];
+  return (JSON.parse(raw) as Array<{ name: string; routing: object }>).map((v) => ({
+    name: `modelgate ${v.name}: \`${JSON.stringify(v.routing)}\``,
+    short: v.name,
+    start: (up) => startModelgate(up, MODEL, { routing: v.routing }),
+    headers: AUTH,
+    available: () => true,
+  }));
+}
+
 function policies(kvBlocks: number): Policy[] {
+  if (process.env.BENCH_PREFIX_ONLY_VARIANTS === '1') return variants();
   return [
     { name: 'modelgate default profile', short: 'default', start: (up) => startModelgate(up, MODEL), headers: AUTH, available: () => true },
     {
@@ -155,6 +172,7 @@ function policies(kvBlocks: number): Policy[] {
       sharedOnly: true,
       available: () => true,
     },
+    ...variants(),
   ];
 }
 

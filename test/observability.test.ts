@@ -14,7 +14,7 @@ import { chatSetup, KEY, startTestRouter } from './helpers/router.js';
 import { startTestSim } from './helpers/sim.js';
 
 const read = (path: string): string => readFileSync(new URL(`../${path}`, import.meta.url), 'utf8');
-const dashboard = JSON.parse(read('charts/modelgate/dashboards/modelgate.json')) as { panels: Array<{ id: number; type: string; title: string; datasource?: { uid: string }; targets?: Array<{ expr: string; refId: string }> }> };
+const dashboard = JSON.parse(read('charts/modelgate/dashboards/modelgate.json')) as { panels: Array<{ id: number; type: string; title: string; gridPos: { h: number; w: number; x: number; y: number }; datasource?: { uid: string }; targets?: Array<{ expr: string; refId: string }> }> };
 const rules = parse(read('charts/modelgate/alerts/modelgate.rules.yaml')) as { groups: Array<{ name: string; rules: Array<{ alert: string; expr: string; for: string; labels: { severity: string }; annotations: { summary: string; description: string } }> }> };
 const prometheusRule = parse(read('manifests/monitoring/prometheusrule.yaml')) as { kind: string; spec: { groups: unknown } };
 const readme = read('README.md');
@@ -77,9 +77,22 @@ describe('Grafana dashboard', () => {
     for (const { panel, expr } of panelTargets) expect({ panel, parses: parses(expr) }).toEqual({ panel, parses: true });
   });
 
-  it('shows traffic, errors, latency, TTFT, tokens, in-flight, queues, breakers, ready replicas and balance', () => {
+  it('lays panels out on the 24-column grid in reading order: full-width rows, no two panels overlapping', () => {
+    const boxes = dashboard.panels.map((p) => ({ title: p.title, ...p.gridPos }));
+    for (const b of boxes) expect({ title: b.title, fits: b.x >= 0 && b.w > 0 && b.h > 0 && b.x + b.w <= 24 }).toEqual({ title: b.title, fits: true });
+    for (const p of dashboard.panels.filter((x) => x.type === 'row')) expect({ title: p.title, ...p.gridPos }).toMatchObject({ title: p.title, h: 1, w: 24, x: 0 });
+    const overlapping = boxes.flatMap((a, i) => boxes.slice(i + 1).filter((b) => a.x < b.x + b.w && b.x < a.x + a.w && a.y < b.y + b.h && b.y < a.y + a.h).map((b) => `${a.title} / ${b.title}`));
+    expect(overlapping).toEqual([]);
+    const reading = [...boxes].sort((a, b) => a.y - b.y || a.x - b.x).map((b) => b.title);
+    expect(boxes.map((b) => b.title)).toEqual(reading);
+  });
+
+  it('shows traffic, errors, latency, TTFT, tokens, in-flight, queues, breakers, ready replicas, balance and routing', () => {
     const all = panelTargets.map((t) => t.expr).join('\n');
     for (const name of ['modelgate_requests_total', 'modelgate_request_duration_seconds_bucket', 'modelgate_time_to_first_token_seconds_bucket', 'modelgate_completion_tokens_total', 'modelgate_endpoint_in_flight_requests', 'modelgate_queue_depth', 'modelgate_breaker_state', 'modelgate_pool_ready_endpoints', 'modelgate_upstream_attempts_total']) {
+      expect(all).toContain(name);
+    }
+    for (const name of ['modelgate_prefix_blocks_total', 'modelgate_engine_requests', 'modelgate_engine_kv_cache_usage_ratio', 'modelgate_engine_scrapes_total', 'modelgate_fallbacks_total', 'reason="shed"']) {
       expect(all).toContain(name);
     }
   });
@@ -90,8 +103,15 @@ describe('Grafana dashboard', () => {
 });
 
 describe('alert rules', () => {
-  it('cover no ready replicas, 5xx ratio, open breakers, queue saturation and stale discovery', () => {
-    expect(ruleExprs.map((r) => r.alert)).toEqual(expect.arrayContaining(['ModelgateDeploymentNoReadyReplicas', 'ModelgateHigh5xxRatio', 'ModelgateBreakerOpen', 'ModelgateQueueSaturated', 'ModelgateDiscoveryStale']));
+  it('cover no ready replicas, 5xx ratio, open breakers, queue saturation, shedding, fallbacks, engine scrapes and stale discovery', () => {
+    expect(ruleExprs.map((r) => r.alert)).toEqual(expect.arrayContaining(['ModelgateDeploymentNoReadyReplicas', 'ModelgateHigh5xxRatio', 'ModelgateBreakerOpen', 'ModelgateQueueSaturated', 'ModelgateRequestsShed', 'ModelgateRequestsFallingBack', 'ModelgateEngineMetricsFailing', 'ModelgateDiscoveryStale']));
+  });
+
+  it('have unique names, and page for a shed request only once (ModelgateRequestsRejected leaves shed to ModelgateRequestsShed)', () => {
+    expect(new Set(ruleExprs.map((r) => r.alert)).size).toBe(ruleExprs.length);
+    const expr = (alert: string): string => ruleExprs.find((r) => r.alert === alert)?.expr ?? '';
+    expect(expr('ModelgateRequestsRejected')).toContain('reason!="shed"');
+    expect(expr('ModelgateRequestsShed')).toContain('reason="shed"');
   });
 
   it('parse, name only exported series, and carry severity, summary and description', () => {

@@ -217,7 +217,11 @@ export function buildApp(deps: AppDeps): BuiltApp {
     const pools = routeOf(catalog, deployment, kind, body.model);
     const first = pools[0] as { pool: PoolSpec; deployment: string };
     ctx.pool = first.pool.name;
-    if (first.deployment !== deployment.id) ctx.fallback = first.deployment;
+    if (first.deployment !== deployment.id) {
+      // none of the deployment's own pools had a ready replica: the route starts at a fallback
+      ctx.fallback = first.deployment;
+      deps.metrics.recordFallback(deployment.id, '', first.deployment, first.pool.name);
+    }
     if (ctx.closed) return; // the client left while the body was read
     const usage = kind === 'chat' ? streamUsageOverride(body) : undefined;
     const route: RouteStep[] = pools.map((step) => {

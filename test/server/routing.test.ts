@@ -242,7 +242,8 @@ describe('fallbacks', () => {
     expect(res.status).toBe(200);
     expect(replicaOf(res)).toBe(nameOf(backup));
     const text = await adminMetrics(g);
-    expect(metricSum(text, 'modelgate_fallbacks_total', { from_deployment: 'llm', to_deployment: 'backup', to_pool: 'spare' })).toBe(0); // nothing to move on from: the route starts at the fallback
+    // counted with an empty from_pool: no pool of the deployment had a ready replica at all
+    expect(metricSum(text, 'modelgate_fallbacks_total', { from_deployment: 'llm', from_pool: '', to_deployment: 'backup', to_pool: 'spare' })).toBe(1);
     expect(g.logs.some((l) => l.includes('"fallback":"backup"') && l.includes('"pool":"spare"'))).toBe(true);
   });
 
