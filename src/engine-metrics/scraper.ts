@@ -102,13 +102,16 @@ export class EngineMetricsScraper implements EngineLoadSource {
   }
 
   /**
-   * One round: dispatches a scrape for every due endpoint (its interval passed since its last scrape
-   * began, none in flight) and forgets endpoints no enabled pool lists any more. Resolves when the
+   * One round: dispatches a scrape for every due endpoint (its interval, to the nearest tick, passed
+   * since its last scrape began; none in flight) and forgets endpoints no enabled pool lists any more. Resolves when the
    * scrapes it dispatched have ended; never rejects.
    */
   runOnce(): Promise<void> {
     if (this.state === 'stopped') return Promise.resolve();
     const now = this.deps.now();
+    // A replica is due at the tick nearest its interval: a timer may fire a hair before the interval
+    // has passed on this clock, and "next tick" would then double the interval.
+    const slack = this.tickMs() / 2;
     const eligible = new Set<string>();
     const dispatched: Array<Promise<void>> = [];
     for (const pool of this.deps.pools()) {
@@ -117,7 +120,7 @@ export class EngineMetricsScraper implements EngineLoadSource {
       for (const endpoint of this.deps.endpoints.snapshot(pool.name)) {
         if (eligible.has(endpoint.id)) continue;
         eligible.add(endpoint.id);
-        if (this.busy.has(endpoint.id) || now - (this.lastStart.get(endpoint.id) ?? -Infinity) < pool.routing.engineMetrics.intervalMs) continue;
+        if (this.busy.has(endpoint.id) || now - (this.lastStart.get(endpoint.id) ?? -Infinity) < pool.routing.engineMetrics.intervalMs - slack) continue;
         this.lastStart.set(endpoint.id, now);
         dispatched.push(this.enqueue(pool, series, endpoint));
       }

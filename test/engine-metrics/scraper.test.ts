@@ -282,7 +282,7 @@ describe('EngineMetricsScraper: scheduling', () => {
     expect(results).toHaveLength(23);
   });
 
-  it('scrapes each pool at its own interval, ticking at the smallest', async () => {
+  it('scrapes each pool at its own interval (to the nearest tick), ticking at the smallest', async () => {
     const a = endpoint('a');
     const b = endpoint('b');
     const { time, fetch, scraper } = setup([pool('a', 'vllm', { intervalMs: 1000 }), pool('b', 'tgi', { intervalMs: 300 })], { a: [a], b: [b] });
@@ -291,7 +291,7 @@ describe('EngineMetricsScraper: scheduling', () => {
       for (const call of fetch.calls) await call.answer(call.url.startsWith(a.url.href) ? vllmPage(0, 0) : 'tgi_queue_size 0\n');
       await time.advance(100);
     }
-    expect(fetch.callsTo(a).map((c) => c.at)).toEqual([0, 1200, 2400]);
+    expect(fetch.callsTo(a).map((c) => c.at)).toEqual([0, 900, 1800, 2700]); // ticks every 300: 900 is nearer 1000 than 1200
     expect(fetch.callsTo(b).map((c) => c.at)).toEqual([0, 300, 600, 900, 1200, 1500, 1800, 2100, 2400, 2700, 3000]);
   });
 
