@@ -23,15 +23,17 @@ const AUTH = { authorization: `Bearer ${BENCH_KEY}` };
 interface Setup {
   key: string;
   name: string;
+  /** Chart legend. */
+  short: string;
   routers: number;
   pool: object;
 }
 
 const SETUPS: Setup[] = [
-  { key: 'a', name: '(a) one modelgate, default profile', routers: 1, pool: {} },
-  { key: 'b', name: '(b) two modelgate, default profile', routers: 2, pool: {} },
-  { key: 'c', name: '(c) two modelgate, `scorers: [outstanding]`', routers: 2, pool: { routing: { scorers: [{ name: 'outstanding' }] } } },
-  { key: 'd', name: '(d) as (b), `engineMetrics.intervalMs: 250`', routers: 2, pool: { routing: { engineMetrics: { intervalMs: 250 } } } },
+  { key: 'a', name: '(a) one modelgate, default profile', short: '(a) one router', routers: 1, pool: {} },
+  { key: 'b', name: '(b) two modelgate, default profile', short: '(b) two, default', routers: 2, pool: {} },
+  { key: 'c', name: '(c) two modelgate, `scorers: [outstanding]`', short: '(c) two, local only', routers: 2, pool: { routing: { scorers: [{ name: 'outstanding' }] } } },
+  { key: 'd', name: '(d) as (b), `engineMetrics.intervalMs: 250`', short: '(d) two, 250 ms', routers: 2, pool: { routing: { engineMetrics: { intervalMs: 250 } } } },
 ];
 
 interface Cell {
@@ -182,12 +184,12 @@ function report(cells: Cell[], perReplica: Array<{ name: string; rps: number }>,
   }
   const svg = stack([
     barChart('time to first token (ms, lower is better)', 'ms', [
-      { label: 'p50', values: cells.map((x) => ({ name: x.setup.key, value: x.summary.ttfb.p50 })) },
-      { label: 'p99', values: cells.map((x) => ({ name: x.setup.key, value: x.summary.ttfb.p99 })) },
+      { label: 'p50', values: cells.map((x) => ({ name: x.setup.short, value: x.summary.ttfb.p50 })) },
+      { label: 'p99', values: cells.map((x) => ({ name: x.setup.short, value: x.summary.ttfb.p99 })) },
     ]),
     barChart('end-to-end latency (ms, lower is better)', 'ms', [
-      { label: 'p50', values: cells.map((x) => ({ name: x.setup.key, value: x.summary.ttlb.p50 })) },
-      { label: 'p99', values: cells.map((x) => ({ name: x.setup.key, value: x.summary.ttlb.p99 })) },
+      { label: 'p50', values: cells.map((x) => ({ name: x.setup.short, value: x.summary.ttlb.p50 })) },
+      { label: 'p99', values: cells.map((x) => ({ name: x.setup.short, value: x.summary.ttlb.p99 })) },
     ]),
   ]);
   const out = write('multi-router', lines.join('\n'), svg);

@@ -20,7 +20,8 @@ const MODEL = 'bench-model';
 const WARMUP_MS = SMOKE ? 300 : 10_000;
 const WINDOW_MS = SMOKE ? 1_000 : 25_000;
 const BODIES = SMOKE ? 400 : 5_000;
-const CLIENTS = 32;
+// tuning knobs for exploring (the committed report uses the defaults): clients, KV share, which workloads
+const CLIENTS = Number(process.env.BENCH_PREFIX_CLIENTS ?? 32);
 const REPLICAS = 4;
 const MAX_NUM_SEQS = 8;
 const BLOCK_TOKENS = 16;
@@ -29,7 +30,8 @@ const SYSTEM_PROMPTS = 8;
 /** Conversations in progress at once: turn t+1 of one comes this many requests after turn t. */
 const CONVERSATIONS = 64;
 /** KV cache per replica as a share of the shared system prompts' blocks. */
-const KV_SHARE = 1 / 3;
+const KV_SHARE = Number(process.env.BENCH_PREFIX_KV_SHARE ?? 1 / 3);
+const WORKLOADS = (process.env.BENCH_PREFIX_WORKLOADS ?? 'shared,unique').split(',');
 const LATENCY = ['--ttft-ms', '10', '--prefill-ms-per-token', '0.1', '--itl-ms', '5'];
 
 const WORDS = (
@@ -130,30 +132,41 @@ interface Policy {
   headers: Record<string, string>;
   /** Run on the shared-prefix workload only. */
   sharedOnly?: boolean;
+  /** Send `x-session-id: system-<k>` with every request (the client names its system prompt). */
+  sessionHint?: boolean;
   available(): boolean;
 }
 
 const hasCommand = (cmd: string): boolean => process.env.PATH!.split(':').some((dir) => existsSync(`${dir}/${cmd}`));
 const AUTH = { authorization: `Bearer ${BENCH_KEY}` };
+const DEFAULT_WEIGHTS = [
+  { name: 'outstanding', weight: 2 },
+  { name: 'queue', weight: 1 },
+  { name: 'kv-cache', weight: 1 },
+  { name: 'session', weight: 10 },
+];
 
 /**
- * Extra profiles to compare, for tuning: BENCH_PREFIX_VARIANTS='[{"name":"prefix×10","routing":{…}}]' runs each on
- * both workloads as a modelgate pool `routing` block; BENCH_PREFIX_ONLY_VARIANTS=1 skips the standard policies.
+ * Extra profiles, for tuning runs: BENCH_PREFIX_VARIANTS='[{"name":"…","routing":{…},"sessionHint":false,"sharedOnly":false}]' runs each
+ * as a modelgate pool `routing` block ("KV" stands for the replicas' KV-cache blocks); BENCH_PREFIX_ONLY_VARIANTS=1
+ * skips the standard policies.
  */
-function variants(): Policy[] {
+function variants(kvBlocks: number): Policy[] {
   const raw = process.env.BENCH_PREFIX_VARIANTS;
   if (!raw) return [];
-  return (JSON.parse(raw) as Array<{ name: string; routing: object }>).map((v) => ({
-    name: `modelgate ${v.name}: \`${JSON.stringify(v.routing)}\``,
+  return (JSON.parse(raw.replaceAll('"KV"', String(kvBlocks))) as Array<{ name: string; routing: object; sessionHint?: boolean; sharedOnly?: boolean }>).map((v) => ({
+    name: `modelgate ${v.name}: \`${JSON.stringify(v.routing)}\`${v.sessionHint ? ' + `x-session-id` per system prompt' : ''}`,
     short: v.name,
     start: (up) => startModelgate(up, MODEL, { routing: v.routing }),
     headers: AUTH,
+    sessionHint: v.sessionHint ?? false,
+    sharedOnly: v.sharedOnly ?? false,
     available: () => true,
   }));
 }
 
 function policies(kvBlocks: number): Policy[] {
-  if (process.env.BENCH_PREFIX_ONLY_VARIANTS === '1') return variants();
+  if (process.env.BENCH_PREFIX_ONLY_VARIANTS === '1') return variants(kvBlocks);
   return [
     { name: 'modelgate default profile', short: 'default', start: (up) => startModelgate(up, MODEL), headers: AUTH, available: () => true },
     {
@@ -163,16 +176,24 @@ function policies(kvBlocks: number): Policy[] {
       headers: AUTH,
       available: () => true,
     },
-    { name: 'HAProxy leastconn', short: 'haproxy leastconn', start: (up) => startHaproxy(up, 'leastconn'), headers: {}, available: () => hasCommand('haproxy') },
+    { name: 'HAProxy leastconn', short: 'haproxy leastconn', start: (up) => startHaproxy(up, 'leastconn'), headers: {}, sharedOnly: true, available: () => hasCommand('haproxy') },
     {
-      name: `modelgate default, \`prefix.capacityPerEndpoint: ${kvBlocks}\` (the replica's KV cache)`,
-      short: 'default, index = KV size',
-      start: (up) => startModelgate(up, MODEL, { routing: { prefix: { capacityPerEndpoint: kvBlocks } } }),
+      name: `modelgate tuned (extra): prefix weight 10, \`prefix.capacityPerEndpoint: ${kvBlocks}\` (the replica's KV cache)`,
+      short: 'tuned: prefix×10, index = KV',
+      start: (up) => startModelgate(up, MODEL, { routing: { scorers: [...DEFAULT_WEIGHTS, { name: 'prefix', weight: 10 }], prefix: { capacityPerEndpoint: kvBlocks } } }),
       headers: AUTH,
-      sharedOnly: true,
       available: () => true,
     },
-    ...variants(),
+    {
+      name: 'modelgate default profile + client hint (extra): `x-session-id: system-<k>` naming the system prompt',
+      short: 'default + session hint',
+      start: (up) => startModelgate(up, MODEL),
+      headers: AUTH,
+      sharedOnly: true,
+      sessionHint: true,
+      available: () => true,
+    },
+    ...variants(kvBlocks),
   ];
 }
 
@@ -189,6 +210,7 @@ interface Cell {
   /** Per system prompt, how many replicas served at least 10% of its requests (mean over prompts). */
   replicasPerPrompt: number;
   queues: QueueStats;
+  sessionHint: boolean;
   requestsSent: number;
   bodies: number;
 }
@@ -222,7 +244,16 @@ async function runCell(workload: Workload, policy: Policy, simArgs: string[]): P
         routerBefore = r;
       });
     }, WARMUP_MS);
-    const result = await load({ url: `${proxy.url}/v1/chat/completions`, headers: policy.headers, bodies: workload.bodies, mode: 'closed', concurrency: CLIENTS, warmupMs: WARMUP_MS, durationMs: WINDOW_MS });
+    const result = await load({
+      url: `${proxy.url}/v1/chat/completions`,
+      headers: policy.headers,
+      bodies: workload.bodies,
+      ...(policy.sessionHint ? { bodyHeaders: workload.system.map((k): Record<string, string> => (k >= 0 ? { 'x-session-id': `system-${k}` } : {})) } : {}),
+      mode: 'closed',
+      concurrency: CLIENTS,
+      warmupMs: WARMUP_MS,
+      durationMs: WINDOW_MS,
+    });
     clearTimeout(mark);
     const queues = poller ? await poller.stop() : { polls: 0, meanWaiting: [], meanRunning: [], misplaced: NaN };
     const after = await Promise.all(sims.map((s) => engineCounters(s.url)));
@@ -243,6 +274,7 @@ async function runCell(workload: Workload, policy: Policy, simArgs: string[]): P
       share,
       replicasPerPrompt: spread(ok, workload),
       queues,
+      sessionHint: policy.sessionHint ?? false,
       requestsSent: result.finished,
       bodies: workload.bodies.length,
     };
@@ -283,7 +315,7 @@ async function main(): Promise<void> {
   const lengths = promptTokens(a).sort((x, y) => x - y);
   console.error(`prefix: ${SYSTEM_PROMPTS} system prompts, ${sharedTokens} tokens (${sharedBlocks} blocks); KV cache ${kvBlocks} blocks per replica`);
   const cells: Cell[] = [];
-  for (const workload of [a, b]) {
+  for (const workload of [...(WORKLOADS.includes('shared') ? [a] : []), ...(WORKLOADS.includes('unique') ? [b] : [])]) {
     for (const policy of policies(kvBlocks)) {
       if (!policy.available() || (policy.sharedOnly && workload !== a)) continue;
       const cell = await runCell(workload, policy, simArgs);
@@ -314,6 +346,15 @@ function report(cells: Cell[], setup: Setup): void {
   const lines: string[] = [
     '# Prefix affinity',
     '',
+    ...(Object.keys(process.env).some((k) => k.startsWith('BENCH_PREFIX_'))
+      ? [
+          `**Tuning run**, not the standard configuration: ${Object.entries(process.env)
+            .filter(([k]) => k.startsWith('BENCH_PREFIX_') && k !== 'BENCH_PREFIX_VARIANTS')
+            .map(([k, v]) => `\`${k}=${v}\``)
+            .join(', ')}${process.env.BENCH_PREFIX_VARIANTS ? ', profiles from `BENCH_PREFIX_VARIANTS` (each row names its `routing` block)' : ''}.`,
+          '',
+        ]
+      : []),
     `Four identical simulator replicas (\`modelgate sim ${setup.simArgs.filter((a) => a !== MODEL && a !== '--model').join(' ')}\`):`,
     `prefill costs 10 ms + 0.1 ms per prompt token not in the replica's prefix cache, 5 ms per output token, both up to 2× with a full batch.`,
     `**Cache condition:** ${SYSTEM_PROMPTS} system prompts of 2,000–3,000 tokens, ${setup.sharedTokens.toLocaleString('en')} tokens in all = ${setup.sharedBlocks} blocks of ${BLOCK_TOKENS} tokens;`,
@@ -337,6 +378,17 @@ function report(cells: Cell[], setup: Setup): void {
     '  `vllm:prefix_cache_queries_total` over the window, all replicas; router estimate = `modelgate_prefix_blocks_total` hit / (hit + miss);',
     '  "replicas per prompt" = for each system prompt, the replicas that served ≥ 10% of its requests (mean); "queue while a slot is free" =',
     '  share of 250 ms polls of the replicas\' `/metrics` in which one replica had requests waiting while another had a free batch slot.',
+    ...(cells.some((c) => c.short.startsWith('tuned') || c.sessionHint)
+      ? [
+          '- extra rows, outside the targets: *tuned* = prefix weight 10 instead of 3 and `prefix.capacityPerEndpoint` set to the replica\'s',
+          '  KV-cache blocks, as the Gateway API Inference Extension advises for its approximate prefix index ("as close as possible to the',
+          '  HBM cache size", [guide](https://gateway-api-inference-extension.sigs.k8s.io/guides/epp-configuration/prefix-aware/)); *session hint* =',
+          '  default profile with the client sending `x-session-id: system-<k>`, so the session scorer (weight 10, rendezvous hashing with',
+          '  bounded load) pins each system prompt to a replica.',
+        ]
+      : []),
+    '- run-to-run noise on this machine: repeating a load-only cell (default, least outstanding) moved its throughput by up to 2% and its p50',
+    '  TTFT by up to 1%; cells with strong affinity move more (prompts migrate between replicas): up to ~20% in p50 TTFT.',
     ...(SMOKE ? ['', '**Smoke run: numbers are meaningless.**'] : []),
     '',
     ...machine(),
@@ -411,6 +463,21 @@ function report(cells: Cell[], setup: Setup): void {
       '',
     );
   }
+  const others = cells.filter((c) => c.short !== 'least outstanding' && cell(c.workload, 'least outstanding'));
+  if (others.length) {
+    lines.push(
+      '## Every policy against plain least outstanding (same workload)',
+      '',
+      table(
+        ['workload', 'policy', 'p50 TTFT gain (LOR ÷ policy, ≥ 2× wanted on shared prefix)', 'throughput (policy ÷ LOR)', 'engine hit rate'],
+        others.map((c) => {
+          const lor = cell(c.workload, 'least outstanding')!;
+          return [c.workload, c.short, `${(lor.summary.ttfb.p50 / c.summary.ttfb.p50).toFixed(2)}×`, `${(c.summary.rps / lor.summary.rps).toFixed(2)}×`, `${pct(c.engineHitRate)} (LOR ${pct(lor.engineHitRate)})`];
+        }),
+      ),
+      '',
+    );
+  }
   const workloads = ['shared prefix', 'no shared prefix'];
   const shorts = [...new Set(cells.map((c) => c.short))];
   const groups = (pick: (c: Cell) => number) => workloads.map((w) => ({ label: w, values: shorts.flatMap((s) => (cell(w, s) ? [{ name: s, value: pick(cell(w, s)!) }] : [])) }));
@@ -419,7 +486,7 @@ function report(cells: Cell[], setup: Setup): void {
     barChart('throughput (completed requests/s, higher is better)', 'req/s', groups((c) => c.summary.rps)),
     barChart('engine prefix-cache hit rate (%)', '%', groups((c) => (Number.isFinite(c.engineHitRate) ? c.engineHitRate * 100 : 0))),
   ]);
-  const out = write('prefix', lines.join('\n'), svg);
+  const out = write(process.env.BENCH_PREFIX_REPORT ?? 'prefix', lines.join('\n'), svg);
   console.log(lines.join('\n'));
   console.error(`prefix: wrote ${out.md} and ${out.svg}`);
 }

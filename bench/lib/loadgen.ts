@@ -19,6 +19,8 @@ export interface LoadJob {
   headers: Record<string, string>;
   /** Request bodies, used in order (round and round). */
   bodies: string[];
+  /** Extra headers per body (same index as `bodies`), e.g. a session key. */
+  bodyHeaders?: Array<Record<string, string>>;
   mode: 'closed' | 'open';
   /** Closed loop: requests in flight. */
   concurrency?: number;
@@ -80,6 +82,7 @@ async function run(job: LoadJob): Promise<LoadResult> {
     new Promise((resolve) => {
       const seq = next++;
       const body = job.bodies[seq % job.bodies.length]!;
+      const extra = job.bodyHeaders?.[seq % job.bodies.length];
       const targetIndex = seq % targets.length;
       const target = targets[targetIndex]!;
       maxSendLagMs = Math.max(maxSendLagMs, performance.now() - scheduledAt);
@@ -89,7 +92,7 @@ async function run(job: LoadJob): Promise<LoadResult> {
         resolve();
       };
       const req = http.request(
-        { agent, host: target.hostname, port: target.port, path: target.pathname, method: 'POST', headers: { ...job.headers, 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) } },
+        { agent, host: target.hostname, port: target.port, path: target.pathname, method: 'POST', headers: { ...job.headers, ...extra, 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) } },
         (res) => {
           let ttfb = -1;
           let events = 0;

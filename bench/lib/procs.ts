@@ -140,6 +140,9 @@ export async function startHaproxy(upstreams: string[], balance: 'leastconn' | '
   maxconn 9000
 defaults
   mode http
+  # send each chunk at once, as the router and nginx (proxy_buffering off) do: by default HAProxy asks the
+  # kernel to hold small writes for more data (MSG_MORE), which held the first SSE event back ~115 ms
+  option http-no-delay
   timeout connect 5s
   timeout client 600s
   timeout server 600s

@@ -53,7 +53,9 @@ export function barChart(title: string, unit: string, groups: BarGroup[]): strin
   const max = Math.max(1e-9, ...groups.flatMap((g) => g.values.map((v) => v.value)));
   const barW = 18;
   const groupW = series.length * barW + 24;
-  const width = Math.max(420, 70 + groups.length * groupW + 20);
+  // legend: up to four series a row, each column wide enough for the longest name (~6.5 px a character)
+  const legendW = Math.max(150, Math.ceil(Math.max(0, ...series.map((n) => n.length)) * 6.5) + 24);
+  const width = Math.max(420, 70 + groups.length * groupW + 20, 10 + Math.min(4, series.length) * legendW);
   const height = 320;
   const plotH = 220;
   const y = (v: number): number => 40 + plotH - (v / max) * plotH;
@@ -75,7 +77,7 @@ export function barChart(title: string, unit: string, groups: BarGroup[]): strin
     parts.push(`<text x="${x0}" y="${40 + plotH + 16}">${esc(g.label)}</text>`);
   });
   series.forEach((name, si) => {
-    const lx = 10 + (si % 4) * 150;
+    const lx = 10 + (si % 4) * legendW;
     const ly = height + Math.floor(si / 4) * 20;
     parts.push(`<rect x="${lx}" y="${ly - 10}" width="10" height="10" fill="${colours[si % colours.length]}"/><text x="${lx + 14}" y="${ly}">${esc(name)}</text>`);
   });

@@ -22,6 +22,18 @@ export function promptBlocks(text: string, blockChars: number, maxBlocks: number
 export class PrefixIndex {
   /** Per endpoint: an insertion-ordered Map used as an LRU set of block hashes. */
   private readonly byEndpoint = new Map<string, Map<number, true>>();
+  /** Per endpoint: the capacity its engine's KV cache implies, once known (see {@link tune}). */
+  private readonly capacities = new Map<string, number>();
+
+  /**
+   * Sizes an endpoint's memory to what its engine can hold: `cacheTokens` (the KV cache's size) at
+   * `charsPerBlock / charsPerToken` tokens per block. An index much larger than the engine's cache
+   * would keep "matching" prompts the engine evicted long ago (the prefix benchmark's first run: the
+   * router counted 88% hits where the engines had 18%).
+   */
+  tune(endpointId: string, cacheTokens: number, charsPerBlock: number, charsPerToken = 4): void {
+    this.capacities.set(endpointId, Math.max(1, Math.floor((cacheTokens * charsPerToken) / charsPerBlock)));
+  }
 
   /** Leading blocks of `blocks` that `endpointId` holds. */
   match(endpointId: string, blocks: readonly number[]): number {
@@ -32,9 +44,13 @@ export class PrefixIndex {
     return n;
   }
 
-  /** Remembers that `endpointId` now holds `blocks`, evicting its least recently used beyond `capacity`. */
-  record(endpointId: string, blocks: readonly number[], capacity: number): void {
+  /**
+   * Remembers that `endpointId` now holds `blocks`, evicting its least recently used beyond its
+   * engine's tuned capacity or, when that is unknown, `capacity`.
+   */
+  record(endpointId: string, blocks: readonly number[], fallbackCapacity: number): void {
     if (blocks.length === 0) return;
+    const capacity = this.capacities.get(endpointId) ?? fallbackCapacity;
     let held = this.byEndpoint.get(endpointId);
     if (!held) {
       held = new Map();
@@ -53,6 +69,7 @@ export class PrefixIndex {
   /** Forgets endpoints not in `live` (replicas that are gone). */
   retain(live: ReadonlySet<string>): void {
     for (const id of this.byEndpoint.keys()) if (!live.has(id)) this.byEndpoint.delete(id);
+    for (const id of this.capacities.keys()) if (!live.has(id)) this.capacities.delete(id);
   }
 
   /** Block hashes remembered, over all endpoints. */

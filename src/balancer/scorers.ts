@@ -1,9 +1,11 @@
 /**
  * The scorers a scheduling profile combines. Each gives every candidate a score in [0,1] (higher is
- * better); the scheduler adds them up by weight. A load signal is scored min–max over the candidates
- * ((max − x)/(max − min); 1 for all when they are equal), so it only ranks candidates against each
- * other. A replica without a fresh engine sample gets the mean score of those with one (neutral):
- * stale figures are ignored, never trusted. Pure.
+ * better); the scheduler adds them up by weight. A load signal x is scored against the least loaded
+ * candidate as (min + 1)/(x + 1): the least loaded scores 1, one twice as busy (+1) about ½. A ratio,
+ * not a min–max rank: with every batch full, one request more (8 against 7) is a small difference and
+ * scores small — min–max would give it the scorer's full weight and let it outvote a cached prefix
+ * (measured: the prefix benchmark's first run). A replica without a fresh engine sample gets the mean
+ * score of those with one (neutral): stale figures are ignored, never trusted. Pure.
  */
 import { type EngineLoad, type Endpoint, type RoutingSettings, type ScorerName } from '../core/types.js';
 import { sessionTarget } from './session-affinity.js';
@@ -42,22 +44,17 @@ export function estimatedLoads(candidates: readonly Endpoint[], local: readonly 
   });
 }
 
-/** min–max score of "lower is better" values; undefined values get the mean of the others' scores. */
-export function minMaxLowerIsBetter(values: ReadonlyArray<number | undefined>): Float64Array {
+/** Ratio score (min + 1)/(x + 1) of "lower is better" loads ≥ 0; undefined values get the mean of the others' scores. */
+export function loadScores(values: ReadonlyArray<number | undefined>): Float64Array {
   const out = new Float64Array(values.length);
   let min = Infinity;
-  let max = -Infinity;
-  for (const v of values) {
-    if (v === undefined) continue;
-    if (v < min) min = v;
-    if (v > max) max = v;
-  }
+  for (const v of values) if (v !== undefined && v < min) min = v;
   if (min === Infinity) return out.fill(1);
   let sum = 0;
   let known = 0;
   values.forEach((v, i) => {
     if (v === undefined) return;
-    out[i] = max === min ? 1 : (max - v) / (max - min);
+    out[i] = (min + 1) / (v + 1);
     sum += out[i];
     known++;
   });
@@ -69,10 +66,10 @@ export function minMaxLowerIsBetter(values: ReadonlyArray<number | undefined>): 
 }
 
 /** Fewest outstanding requests from this router, per unit of weight. */
-const outstanding: Scorer = ({ candidates, local }) => minMaxLowerIsBetter(candidates.map((ep, i) => (local[i] ?? 0) / ep.weight));
+const outstanding: Scorer = ({ candidates, local }) => loadScores(candidates.map((ep, i) => (local[i] ?? 0) / ep.weight));
 
 /** Fewest requests queued and running as the engines report them (so other routers' traffic counts). */
-const queue: Scorer = ({ candidates, engine, load }) => minMaxLowerIsBetter(candidates.map((_, i) => (engine[i] ? load[i] : undefined)));
+const queue: Scorer = ({ candidates, engine, load }) => loadScores(candidates.map((_, i) => (engine[i] ? load[i] : undefined)));
 
 /** Most free KV cache, as the engines report it. */
 const kvCache: Scorer = ({ candidates, engine }) => {

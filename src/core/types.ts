@@ -80,7 +80,7 @@ export interface RoutingSettings {
     blockChars: number;
     /** Blocks of a prompt that are hashed and matched; the rest of a longer prompt is ignored. */
     maxBlocks: number;
-    /** Block hashes remembered per replica (LRU). */
+    /** Block hashes remembered per replica (LRU) when its engine does not report its KV-cache size (cache_config_info). */
     capacityPerEndpoint: number;
     /** A prefix match stops counting on a replica with more than this many outstanding requests (per unit of weight) above the least-loaded candidate. */
     maxLoadGap: number;
@@ -146,6 +146,8 @@ export interface EngineLoad {
   running: number;
   /** KV-cache use 0..1, when the engine reports it. */
   kvCacheUsage?: number;
+  /** KV-cache size in tokens, when the engine reports it (vLLM and SGLang `cache_config_info`). */
+  cacheTokens?: number;
   /** Clock time (ms) of the sample. */
   at: number;
   /** This router's outstanding requests to the replica when the sample was taken. */

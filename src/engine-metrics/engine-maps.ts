@@ -4,7 +4,7 @@
  * `engine="0"`, `engine="1"`; several `model_name`s), usage fractions are averaged.
  */
 import { type Engine, type EngineLoad } from '../core/types.js';
-import { scanSamples } from './parse.js';
+import { scanLabels, scanSamples } from './parse.js';
 
 /**
  * The series names of one engine. Each field lists names in order of preference: the first name that
@@ -17,10 +17,12 @@ export interface EngineSeries {
   readonly running: readonly string[];
   /** KV-cache use, 0..1; empty when the engine reports none. */
   readonly kvCacheUsage: readonly string[];
+  /** The info series whose labels give the KV cache's size: tokens per block × blocks. */
+  readonly cacheConfig?: { readonly name: string; readonly blockSize: string; readonly blocks: string };
 }
 
 /** The load figures a page yields; `at` and `localAtSample` are the scraper's to add. */
-export type ParsedLoad = Pick<EngineLoad, 'waiting' | 'running' | 'kvCacheUsage'>;
+export type ParsedLoad = Pick<EngineLoad, 'waiting' | 'running' | 'kvCacheUsage' | 'cacheTokens'>;
 
 /** Per engine; undefined means the engine exposes nothing we use (`openai`: never scraped). */
 export const ENGINE_SERIES: Readonly<Record<Engine, EngineSeries | undefined>> = {
@@ -28,11 +30,13 @@ export const ENGINE_SERIES: Readonly<Record<Engine, EngineSeries | undefined>> =
     waiting: ['vllm:num_requests_waiting'],
     running: ['vllm:num_requests_running'],
     kvCacheUsage: ['vllm:kv_cache_usage_perc', 'vllm:gpu_cache_usage_perc'],
+    cacheConfig: { name: 'vllm:cache_config_info', blockSize: 'block_size', blocks: 'num_gpu_blocks' },
   },
   sglang: {
     waiting: ['sglang:num_queue_reqs'],
     running: ['sglang:num_running_reqs'],
     kvCacheUsage: ['sglang:token_usage'],
+    cacheConfig: { name: 'sglang:cache_config_info', blockSize: 'page_size', blocks: 'num_pages' },
   },
   tgi: { waiting: ['tgi_queue_size'], running: ['tgi_batch_current_size'], kvCacheUsage: [] },
   tei: { waiting: ['te_queue_size'], running: [], kvCacheUsage: [] },
@@ -68,7 +72,16 @@ export function readEngineLoad(series: EngineSeries, text: string): ParsedLoad |
   const kv = firstPresent(sums, counts, kvAt, names.length);
   const load: ParsedLoad = { waiting: Math.max(0, waiting?.sum ?? 0), running: Math.max(0, running?.sum ?? 0) };
   if (kv !== undefined) load.kvCacheUsage = Math.min(1, Math.max(0, kv.sum / kv.count));
+  const cacheTokens = series.cacheConfig && cacheSize(text, series.cacheConfig);
+  if (cacheTokens !== undefined) load.cacheTokens = cacheTokens;
   return load;
+}
+
+/** KV-cache size in tokens from the first series of the info metric (one data-parallel rank's cache: prefixes do not cross ranks). */
+function cacheSize(text: string, config: NonNullable<EngineSeries['cacheConfig']>): number | undefined {
+  const [labels] = scanLabels(text, config.name);
+  const tokens = Number(labels?.get(config.blockSize)) * Number(labels?.get(config.blocks));
+  return Number.isFinite(tokens) && tokens > 0 ? tokens : undefined;
 }
 
 function firstPresent(sums: Float64Array, counts: Uint32Array, from: number, to: number): { sum: number; count: number } | undefined {

@@ -29,6 +29,42 @@ export function scanSamples(text: string, names: readonly string[], onSample: (n
   }
 }
 
+/**
+ * The label sets of every sample of `name` (for info metrics, whose data is in their labels, like
+ * vLLM's `cache_config_info`). Label values are unescaped (`\\`, `\"`, `\n`). Never throws.
+ */
+export function scanLabels(text: string, name: string): Array<Map<string, string>> {
+  const out: Array<Map<string, string>> = [];
+  for (let at = text.indexOf(name + '{'); at >= 0; at = text.indexOf(name + '{', at + 1)) {
+    if (at > 0 && text.charCodeAt(at - 1) !== 0x0a) continue; // not at the start of a line
+    const labels = new Map<string, string>();
+    let pos = at + name.length + 1;
+    for (;;) {
+      const eq = text.indexOf('=', pos);
+      if (eq < 0) break;
+      const open = skipBlanks(text, eq + 1, text.length);
+      if (text.charCodeAt(open) !== QUOTE) break;
+      const key = text.slice(pos, eq).trim();
+      let value = '';
+      let i = open + 1;
+      for (; i < text.length; i++) {
+        const c = text.charCodeAt(i);
+        if (c === QUOTE) break;
+        if (c === BACKSLASH && i + 1 < text.length) {
+          i++;
+          value += text[i] === 'n' ? '\n' : text[i];
+        } else value += text[i];
+      }
+      labels.set(key, value);
+      pos = i + 1;
+      while (pos < text.length && (text.charCodeAt(pos) === 0x2c || isBlank(text.charCodeAt(pos)))) pos++;
+      if (pos >= text.length || text.charCodeAt(pos) === CLOSE_BRACE) break;
+    }
+    out.push(labels);
+  }
+  return out;
+}
+
 function scanLine(text: string, start: number, end: number, names: readonly string[], onSample: (nameIndex: number, value: number) => void): void {
   let pos = skipBlanks(text, start, end);
   if (pos >= end || text.charCodeAt(pos) === HASH) return;

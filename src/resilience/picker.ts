@@ -135,10 +135,11 @@ export class EndpointPicker {
     const candidates = (fresh.length > 0 ? fresh : usable).filter((ep) => limit === 0 || inFlight.count(ep.id) < limit * ep.weight);
     const blocks = this.promptBlocksFor(pool, request);
     const prefixMatched = blocks.length === 0 ? undefined : candidates.map((ep) => prefixIndex.match(ep.id, blocks));
+    const engine = candidates.map((ep) => this.engineLoad(pool, ep.id));
     const decision = schedule(
       candidates,
       candidates.map((ep) => inFlight.count(ep.id)),
-      candidates.map((ep) => this.engineLoad(pool, ep.id)),
+      engine,
       { prefixMatched, prefixTotal: blocks.length, sessionKey: this.sessionKey(pool, request) },
       pool.routing,
       random,
@@ -148,6 +149,8 @@ export class EndpointPicker {
     const ticket = breakers.get(endpoint.id, pool.name, pool.resilience.breaker).begin();
     if (!ticket) return undefined; // its half-open probe slot was just taken
     if (blocks.length > 0) {
+      const cacheTokens = engine[decision.index]?.cacheTokens;
+      if (cacheTokens !== undefined) prefixIndex.tune(endpoint.id, cacheTokens, pool.routing.prefix.blockChars);
       prefixIndex.record(endpoint.id, blocks, pool.routing.prefix.capacityPerEndpoint);
       this.deps.events?.onPicked?.(pool.name, prefixMatched?.[decision.index] ?? 0, blocks.length);
     }

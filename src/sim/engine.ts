@@ -181,6 +181,10 @@ export class SimEngine {
     return this.config.blockSize;
   }
 
+  get kvCacheBlocks(): number {
+    return this.config.kvCacheBlocks;
+  }
+
   private start(arrivedAt: number): Sequence {
     const seq = new Sequence(this, arrivedAt, this.deps.clock.now());
     this.running.add(seq);

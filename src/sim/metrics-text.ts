@@ -30,6 +30,11 @@ export function renderMetrics(engine: SimEngine, modelName: string): string {
   gauge('vllm:num_requests_running', 'Number of requests in model execution batches.', engine.numRunning);
   gauge('vllm:num_requests_waiting', 'Number of requests waiting to be processed.', engine.numWaiting);
   gauge('vllm:kv_cache_usage_perc', 'KV-cache usage. 1 means 100 percent usage.', engine.kvCacheUsage());
+  out.push(
+    '# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig',
+    '# TYPE vllm:cache_config_info gauge',
+    `vllm:cache_config_info${labels(base, `block_size="${engine.blockSize}",enable_prefix_caching="True",num_gpu_blocks="${engine.kvCacheBlocks}"`)} 1.0`,
+  );
   counter('vllm:prefix_cache_queries', 'Prefix cache queries, in terms of number of queried tokens.', s.prefixQueries);
   counter('vllm:prefix_cache_hits', 'Prefix cache hits, in terms of number of cached tokens.', s.prefixHits);
   counter('vllm:prompt_tokens', 'Number of prefill tokens processed.', s.promptTokens);

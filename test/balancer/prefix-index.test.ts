@@ -60,4 +60,16 @@ describe('PrefixIndex', () => {
     expect(index.match('a', blocks(SYSTEM))).toBe(0);
     expect(index.match('b', blocks(SYSTEM))).toBe(blocks(SYSTEM).length);
   });
+
+  it('sizes a replica’s memory to its engine’s KV cache once known, over the fallback capacity', () => {
+    const index = new PrefixIndex();
+    const many = blocks('m'.repeat(64 * 40));
+    index.tune('a', 160, 64); // 160 tokens × 4 chars / 64 chars per block = 10 blocks
+    index.record('a', many, 1000);
+    index.record('b', many, 1000);
+    expect(index.size()).toBe(10 + 40);
+    index.retain(new Set(['b']));
+    index.record('a', many, 1000); // a replaced replica starts from the fallback again
+    expect(index.size()).toBe(40 + 40);
+  });
 });

@@ -2,7 +2,7 @@
 import { describe, expect, it } from '@jest/globals';
 import { InFlight } from '../../src/balancer/in-flight.js';
 import { schedule } from '../../src/balancer/scheduler.js';
-import { estimatedLoads, minMaxLowerIsBetter, SCORERS, type ScoringInput } from '../../src/balancer/scorers.js';
+import { estimatedLoads, loadScores, SCORERS, type ScoringInput } from '../../src/balancer/scorers.js';
 import { ROUTING_DEFAULTS } from '../../src/balancer/settings.js';
 import { pickWeighted } from '../../src/balancer/weighted.js';
 import { type EngineLoad, type Endpoint, type RoutingSettings, type ScorerName } from '../../src/core/types.js';
@@ -104,12 +104,13 @@ describe('the default profile', () => {
 
 describe('scorers', () => {
   it.each([
-    ['lower is better, min–max over the candidates', [0, 5, 10], [1, 0.5, 0]],
+    ['lower is better, as a ratio to the least loaded: (min + 1)/(x + 1)', [0, 1, 3], [1, 0.5, 0.25]],
+    ['one more in a full batch is a small difference', [7, 8], [1, 0.889]],
     ['all equal: every one scores 1', [3, 3, 3], [1, 1, 1]],
-    ['unknown values get the mean of the known scores', [0, undefined, 10], [1, 0.5, 0]],
+    ['unknown values get the mean of the known scores', [0, undefined, 3], [1, 0.625, 0.25]],
     ['nothing known: every one scores 1', [undefined, undefined], [1, 1]],
-  ])('minMaxLowerIsBetter: %s', (_name, values, expected) => {
-    expect(scores(minMaxLowerIsBetter(values))).toEqual(expected);
+  ])('loadScores: %s', (_name, values, expected) => {
+    expect(scores(loadScores(values))).toEqual(expected);
   });
 
   it.each([
@@ -121,9 +122,9 @@ describe('scorers', () => {
   });
 
   it.each<[string, ScorerName, Partial<ScoringInput>, number[]]>([
-    ['outstanding: fewest local requests per weight', 'outstanding', { local: [4, 2, 0] }, [0, 0.5, 1]],
-    ['queue: fewest engine-reported requests', 'queue', { engine: [sample(2, 8), sample(0, 5), sample(0, 0)] }, [0, 0.5, 1]],
-    ['queue: a replica without a fresh sample is neutral', 'queue', { engine: [sample(0, 10), undefined, sample(0, 0)] }, [0, 0.5, 1]],
+    ['outstanding: fewest local requests per weight', 'outstanding', { local: [3, 1, 0] }, [0.25, 0.5, 1]],
+    ['queue: fewest engine-reported requests', 'queue', { engine: [sample(2, 1), sample(0, 1), sample(0, 0)] }, [0.25, 0.5, 1]],
+    ['queue: a replica without a fresh sample is neutral', 'queue', { engine: [sample(0, 3), undefined, sample(0, 0)] }, [0.25, 0.625, 1]],
     ['queue: no samples at all scores everyone the same', 'queue', {}, [1, 1, 1]],
     ['kv-cache: free cache', 'kv-cache', { engine: [sample(0, 0, 0.9), sample(0, 0, 0.2), sample(0, 0)] }, [0.1, 0.8, 0.45]],
     ['prefix: matched share of the prompt', 'prefix', { prefixMatched: [0, 5, 10], prefixTotal: 10 }, [0, 0.5, 1]],
