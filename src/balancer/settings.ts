@@ -3,6 +3,13 @@
  * affinity, and the saturation thresholds. ROUTING_DEFAULTS is the one table of defaults (the config
  * schema, the CRD and the README quote it). The config's `routing` block overrides it for every pool
  * and a pool's own `routing` overrides that: `scorers` as a whole list, every other group field by field.
+ *
+ * Why these weights (bench/results/prefix.md, prefix-tuning.md): a cached prefix saves most of a
+ * prefill, worth far more than one request's difference in load, so `prefix` (10) outweighs the load
+ * scorers together (3.25) until the load guard (`maxLoadGap`) releases it. `kv-cache` is a tie-breaker:
+ * a sample up to a second old, at weight 1 it outvoted one request's load difference and queued
+ * requests while another replica had a free slot (11–35% of the time, against 0% at 0.25). `session`
+ * outweighs everything, or the header would not pin anything.
  */
 import { SCORER_NAMES, type RoutingSettings } from '../core/types.js';
 
@@ -12,9 +19,9 @@ export const ROUTING_DEFAULTS: RoutingSettings = {
   scorers: [
     { name: 'outstanding', weight: 2 },
     { name: 'queue', weight: 1 },
-    { name: 'kv-cache', weight: 1 },
-    { name: 'prefix', weight: 3 },
-    { name: 'session', weight: 10 },
+    { name: 'kv-cache', weight: 0.25 },
+    { name: 'prefix', weight: 10 },
+    { name: 'session', weight: 20 },
   ],
   engineMetrics: { enabled: true, intervalMs: 1_000, timeoutMs: 500, staleAfterMs: 3_000 },
   prefix: { blockChars: 64, maxBlocks: 256, capacityPerEndpoint: 16_384, maxLoadGap: 4 },

@@ -229,9 +229,10 @@ export class Sequence {
     const cached = Math.min(engine.matchPrefix(blockHashes), Math.max(0, promptTokens - 1));
     const latency = engine.latency;
     const delay = engine.scaleDelay(latency.ttftOverheadMs + (promptTokens - cached) * latency.prefillMsPerToken) + extraMs;
+    // Like vLLM, the prompt's KV blocks are allocated when the request is scheduled, not when its prefill ends.
+    this.kvTokens = promptTokens;
     await this.wait(delay, signal);
     engine.storePrefix(blockHashes);
-    this.kvTokens = promptTokens;
     const stats = engine.stats;
     stats.promptTokens += promptTokens;
     stats.prefixQueries += promptTokens;
