@@ -1,46 +1,11 @@
 import { afterEach, describe, expect, it } from '@jest/globals';
-import { type Scheduler } from '../../src/core/clock.js';
 import { type Endpoint, type Engine, type PoolSpec, type RoutingSettings } from '../../src/core/types.js';
 import { ROUTING_DEFAULTS } from '../../src/balancer/settings.js';
 import { RESILIENCE_DEFAULTS } from '../../src/resilience/settings.js';
 import { EngineMetricsScraper, type ScrapeResult } from '../../src/engine-metrics/scraper.js';
 import { ScrapeError } from '../../src/engine-metrics/fetch-text.js';
-import { flush } from '../helpers/fake-time.js';
+import { FakeTime, flush } from '../helpers/fake-time.js';
 
-/** Timers on manual time: `advance` fires due timers in order and lets their continuations run. */
-class FakeScheduler implements Scheduler {
-  now = 0;
-  private timers: Array<{ fn: () => void; at: number }> = [];
-
-  get pending(): number {
-    return this.timers.length;
-  }
-
-  setTimeout(fn: () => void, ms: number): unknown {
-    const timer = { fn, at: this.now + ms };
-    this.timers.push(timer);
-    return timer;
-  }
-
-  clearTimeout(handle: unknown): void {
-    this.timers = this.timers.filter((t) => t !== handle);
-  }
-
-  async advance(ms: number): Promise<void> {
-    const target = this.now + ms;
-    await flush();
-    for (;;) {
-      const due = this.timers.filter((t) => t.at <= target).sort((a, b) => a.at - b.at)[0];
-      if (!due) break;
-      this.clearTimeout(due);
-      this.now = due.at;
-      due.fn();
-      await flush();
-    }
-    this.now = target;
-    await flush();
-  }
-}
 
 interface Call {
   url: string;
@@ -57,7 +22,7 @@ class FakeFetch {
   inFlight = 0;
   maxInFlight = 0;
 
-  constructor(private readonly time: FakeScheduler) {}
+  constructor(private readonly time: FakeTime) {}
 
   readonly fetchText = (url: URL, timeoutMs: number, signal?: AbortSignal): Promise<{ status: number; text: string }> =>
     new Promise((resolve, reject) => {
@@ -75,7 +40,7 @@ class FakeFetch {
         url: url.href,
         timeoutMs,
         signal: signal as AbortSignal,
-        at: this.time.now,
+        at: this.time.now(),
         answer: async (text, status = 200) => {
           if (settle()) resolve({ status, text });
           await flush();
@@ -124,7 +89,7 @@ afterEach(() => {
 });
 
 function setup(pools: PoolSpec[], endpoints: Record<string, Endpoint[]>, maxConcurrent?: number) {
-  const time = new FakeScheduler();
+  const time = new FakeTime();
   const fetch = new FakeFetch(time);
   const results: Array<{ pool: string; endpoint: string; result: ScrapeResult; at: number }> = [];
   const local = new Map<string, number>();
@@ -132,10 +97,10 @@ function setup(pools: PoolSpec[], endpoints: Record<string, Endpoint[]>, maxConc
     endpoints: { snapshot: (name) => endpoints[name] ?? [] },
     pools: () => pools,
     scheduler: time,
-    now: () => time.now,
+    now: () => time.now(),
     localCount: (id) => local.get(id) ?? 0,
     fetchText: fetch.fetchText,
-    onScrape: (p, e, result) => results.push({ pool: p, endpoint: e, result, at: time.now }),
+    onScrape: (p, e, result) => results.push({ pool: p, endpoint: e, result, at: time.now() }),
     ...(maxConcurrent === undefined ? {} : { maxConcurrent }),
   });
   scrapers.push(scraper);
@@ -184,7 +149,7 @@ describe('EngineMetricsScraper: samples', () => {
 });
 
 describe('EngineMetricsScraper: a failed scrape drops the sample at once', () => {
-  const failures: Array<{ name: string; result: ScrapeResult; fail: (call: Call, time: FakeScheduler) => Promise<void> }> = [
+  const failures: Array<{ name: string; result: ScrapeResult; fail: (call: Call, time: FakeTime) => Promise<void> }> = [
     { name: 'connection error', result: 'error', fail: (call) => call.fail(new Error('ECONNREFUSED')) },
     { name: 'non-2xx status', result: 'error', fail: (call) => call.answer('not found', 404) },
     { name: 'a page of another engine', result: 'unparsable', fail: (call) => call.answer('tgi_queue_size 3\n') },
@@ -226,13 +191,13 @@ describe('EngineMetricsScraper: a failed scrape drops the sample at once', () =>
 
   it('times out even when an injected fetch ignores the abort signal', async () => {
     const ep = endpoint('llm');
-    const time = new FakeScheduler();
+    const time = new FakeTime();
     const results: ScrapeResult[] = [];
     const scraper = new EngineMetricsScraper({
       endpoints: { snapshot: () => [ep] },
       pools: () => [pool('llm', 'vllm', { timeoutMs: 300 })],
       scheduler: time,
-      now: () => time.now,
+      now: () => time.now(),
       localCount: () => 0,
       fetchText: () => new Promise(() => undefined),
       onScrape: (_p, _e, result) => results.push(result),
@@ -354,7 +319,7 @@ describe('EngineMetricsScraper: stop', () => {
     await time.advance(0);
     expect(fetch.calls).toHaveLength(2);
     scraper.stop();
-    expect(time.pending).toBe(0);
+    expect(time.pendingTimers).toBe(0);
     expect(fetch.calls.every((c) => c.signal.aborted)).toBe(true);
     await time.advance(10_000);
     await scraper.runOnce();

@@ -1,12 +1,12 @@
-import { type Clock, type Sleep } from '../../src/core/clock.js';
+import { type Clock, type Scheduler, type Sleep } from '../../src/core/clock.js';
 
 interface Timer {
   at: number;
   resolve: () => void;
 }
 
-/** Manual clock + sleep: time moves only when a test calls {@link FakeTime.advance}. */
-export class FakeTime implements Clock {
+/** Manual clock, sleep and timers: time moves only when a test calls {@link FakeTime.advance}. */
+export class FakeTime implements Clock, Scheduler {
   private current = 0;
   private timers: Timer[] = [];
 
@@ -37,6 +37,16 @@ export class FakeTime implements Clock {
       signal?.addEventListener('abort', abort, { once: true });
       this.timers.push(timer);
     });
+
+  setTimeout(fn: () => void, ms: number): unknown {
+    const timer: Timer = { at: this.current + ms, resolve: fn };
+    this.timers.push(timer);
+    return timer;
+  }
+
+  clearTimeout(handle: unknown): void {
+    this.timers = this.timers.filter((t) => t !== handle);
+  }
 
   /** Moves time forward, firing due timers in order and letting their continuations run. */
   async advance(ms: number): Promise<void> {
