@@ -139,7 +139,7 @@ interface Policy {
 
 const hasCommand = (cmd: string): boolean => process.env.PATH!.split(':').some((dir) => existsSync(`${dir}/${cmd}`));
 const AUTH = { authorization: `Bearer ${BENCH_KEY}` };
-/** The first default profile, before the benchmarks tuned it (queue 1 → 2, prefix 3 → 10, kv-cache 1 → 0.25, session 10 → 20). */
+/** The first default profile, before this benchmark tuned it (prefix 3 → 10, kv-cache 1 → 0.25, session 10 → 20). */
 const FIRST_DEFAULT = [
   { name: 'outstanding', weight: 2 },
   { name: 'queue', weight: 1 },

@@ -6,9 +6,7 @@
  *
  * Why these weights (bench/results/prefix.md, prefix-tuning.md): a cached prefix saves most of a
  * prefill, worth far more than one request's difference in load, so `prefix` (10) outweighs the load
- * scorers together (4.25) until the load guard (`maxLoadGap`) releases it. `queue` weighs as much as
- * `outstanding`: for one router they agree, and with several it is the only one that sees the others'
- * traffic (bench/results/multi-router.md: at weight 1, two routers' p99 TTFT was 1.24× one router's). `kv-cache` is a tie-breaker:
+ * scorers together (3.25) until the load guard (`maxLoadGap`) releases it. `kv-cache` is a tie-breaker:
  * a sample up to a second old, at weight 1 it outvoted one request's load difference and queued
  * requests while another replica had a free slot (11–35% of the time, against 0% at 0.25). `session`
  * outweighs everything, or the header would not pin anything.
@@ -20,7 +18,7 @@ export type { RoutingSettings };
 export const ROUTING_DEFAULTS: RoutingSettings = {
   scorers: [
     { name: 'outstanding', weight: 2 },
-    { name: 'queue', weight: 2 },
+    { name: 'queue', weight: 1 },
     { name: 'kv-cache', weight: 0.25 },
     { name: 'prefix', weight: 10 },
     { name: 'session', weight: 20 },
