@@ -28,8 +28,8 @@ export interface HealthView {
 /** What the scheduler needs to know about the request, beyond its pool. */
 export interface PickRequest {
   priority: Priority;
-  /** The rendered prompt (chat), for prefix affinity. */
-  promptText?: string;
+  /** The rendered prompt (chat), for prefix affinity; called only by pools whose profile uses it. */
+  promptText?: () => string;
   /** The value of a request header (the pool names its session header), if sent. */
   header?: (name: string) => string | undefined;
 }
@@ -115,7 +115,7 @@ export class EndpointPicker {
     const key = `${blockChars}/${maxBlocks}`;
     const memo = this.blocks.get(request);
     if (memo?.key === key) return memo.hashes;
-    const hashes = promptBlocks(request.promptText, blockChars, maxBlocks);
+    const hashes = promptBlocks(request.promptText(), blockChars, maxBlocks);
     this.blocks.set(request, { key, hashes });
     return hashes;
   }

@@ -236,7 +236,7 @@ export function buildApp(deps: AppDeps): BuiltApp {
         route,
         request: {
           priority,
-          ...(kind === 'chat' ? { promptText: chatPromptText(body) } : {}),
+          ...(kind === 'chat' ? { promptText: () => chatPromptText(body) } : {}),
           header: (name) => {
             const value = headers[name.toLowerCase()];
             return Array.isArray(value) ? value[0] : value;
