@@ -5,7 +5,7 @@
  * random (HAProxy `random(1)`, what a Kubernetes Service's kube-proxy does), round robin, HAProxy
  * `leastconn`, and modelgate. Writes bench/results/balance.{md,svg}.
  */
-import { capacity, FAST, MAX_NUM_SEQS, mixBodies, REPLICAS, SLOW, startFleet } from './lib/fleet.js';
+import { FAST, fleetCapacity, MAX_NUM_SEQS, mixBodies, REPLICAS, SLOW, startFleet } from './lib/fleet.js';
 import { load } from './lib/loadgen.js';
 import { BENCH_KEY, startHaproxy, startModelgate, type Proc } from './lib/procs.js';
 import { barChart, machine, SMOKE, stack, summarize, table, tools, write } from './lib/report.js';
@@ -44,15 +44,8 @@ interface Cell {
 async function main(): Promise<void> {
   const sims = await startFleet(MODEL);
   const cells: Cell[] = [];
-  const perReplica: Array<{ name: string; rps: number }> = [];
-  let fleet = 0;
   try {
-    for (const [i, sim] of sims.entries()) {
-      const rps = await capacity(sim, bodies(`calibrate${i}`, 500), WARMUP_MS / 2, CALIBRATE_MS);
-      perReplica.push({ name: sim.name, rps });
-      fleet += rps;
-      console.error(`balance: ${sim.name} capacity ${rps.toFixed(1)} req/s`);
-    }
+    const { perReplica, fleet } = await fleetCapacity(sims, MODEL, WARMUP_MS / 2, CALIBRATE_MS, 'balance');
     let run = 0;
     for (const level of LOADS) {
       for (const policy of POLICIES) {
@@ -82,10 +75,10 @@ async function main(): Promise<void> {
         }
       }
     }
+    report(cells, perReplica, fleet);
   } finally {
     await Promise.all(sims.map((s) => s.stop()));
   }
-  report(cells, perReplica, fleet);
 }
 
 function report(cells: Cell[], perReplica: Array<{ name: string; rps: number }>, fleet: number): void {

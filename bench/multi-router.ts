@@ -7,7 +7,7 @@
  * (each sees its own requests only); (d) as (b) with `engineMetrics.intervalMs: 250`. Writes
  * bench/results/multi-router.{md,svg}.
  */
-import { capacity, FAST, MAX_NUM_SEQS, mixBodies, REPLICAS, SLOW, startFleet } from './lib/fleet.js';
+import { FAST, fleetCapacity, MAX_NUM_SEQS, mixBodies, REPLICAS, SLOW, startFleet } from './lib/fleet.js';
 import { load } from './lib/loadgen.js';
 import { pollQueues, scrape, series, type QueueStats } from './lib/metrics.js';
 import { BENCH_KEY, startModelgate, type Proc } from './lib/procs.js';
@@ -92,24 +92,17 @@ async function runCell(setup: Setup, sims: Proc[], rate: number, tag: string): P
 async function main(): Promise<void> {
   const sims = await startFleet(MODEL);
   const cells: Cell[] = [];
-  const perReplica: Array<{ name: string; rps: number }> = [];
-  let fleet = 0;
   try {
-    for (const [i, sim] of sims.entries()) {
-      const rps = await capacity(sim, mixBodies(MODEL, `calibrate${i}`, 500), WARMUP_MS / 2, CALIBRATE_MS);
-      perReplica.push({ name: sim.name, rps });
-      fleet += rps;
-      console.error(`multi-router: ${sim.name} capacity ${rps.toFixed(1)} req/s`);
-    }
+    const { perReplica, fleet } = await fleetCapacity(sims, MODEL, WARMUP_MS / 2, CALIBRATE_MS, 'multi-router');
     for (const [i, setup] of SETUPS.entries()) {
       const cell = await runCell(setup, sims, LOAD * fleet, `run${i}`);
       cells.push(cell);
       console.error(`multi-router: ${setup.name}: TTFT p50 ${cell.summary.ttfb.p50.toFixed(0)} ms p99 ${cell.summary.ttfb.p99.toFixed(0)} ms`);
     }
+    report(cells, perReplica, fleet);
   } finally {
     await Promise.all(sims.map((s) => s.stop()));
   }
-  report(cells, perReplica, fleet);
 }
 
 function report(cells: Cell[], perReplica: Array<{ name: string; rps: number }>, fleet: number): void {

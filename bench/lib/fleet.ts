@@ -37,3 +37,14 @@ export async function capacity(replica: Proc, mix: string[], warmupMs: number, d
   const result = await load({ url: `${replica.url}/v1/chat/completions`, headers: {}, bodies: mix, mode: 'closed', concurrency: MAX_NUM_SEQS, warmupMs, durationMs });
   return result.samples.filter((s) => s.status === 200).length / (durationMs / 1000);
 }
+
+/** Every replica's capacity on the mix (each alone, in turn) and the fleet's total, logged under `label`. */
+export async function fleetCapacity(sims: readonly Proc[], model: string, warmupMs: number, durationMs: number, label: string): Promise<{ perReplica: Array<{ name: string; rps: number }>; fleet: number }> {
+  const perReplica: Array<{ name: string; rps: number }> = [];
+  for (const [i, sim] of sims.entries()) {
+    const rps = await capacity(sim, mixBodies(model, `calibrate${i}`, 500), warmupMs, durationMs);
+    perReplica.push({ name: sim.name, rps });
+    console.error(`${label}: ${sim.name} capacity ${rps.toFixed(1)} req/s`);
+  }
+  return { perReplica, fleet: perReplica.reduce((sum, r) => sum + r.rps, 0) };
+}
