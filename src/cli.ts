@@ -1,131 +1,26 @@
 #!/usr/bin/env node
 /**
- * `modelgate <command>`. Bad flags or config print one clear message naming the field and exit 2.
+ * The `modelgate` executable. Before anything else is loaded it (1) checks the Node version, so an
+ * old Node gets one line saying what is needed instead of a stack trace from a dependency, and (2) for
+ * the long-running commands, re-executes itself in place (same PID, same signals) with the V8 flags
+ * the router's latency depends on, so `modelgate serve`, `npm start` and the image all run alike.
+ * Everything else is in commands.ts, loaded only after both.
  */
-import { realpathSync } from 'node:fs';
-import { fileURLToPath } from 'node:url';
-import { parseArgs } from 'node:util';
-import { readKeysFile } from './config/keys-file.js';
-import { ConfigError, loadConfig } from './config/load.js';
-import { demoInstructions, startDemo } from './demo.js';
-import { startRouter } from './main.js';
-import { parseSimArgs, simHelp, SimOptionsError } from './sim/options.js';
-import { startSim } from './sim/server.js';
+import { routerNodeFlags, unsupportedNode } from './runtime.js';
 
-const USAGE = `Usage: modelgate <command> [flags]
-
-Commands:
-  serve --config FILE      run the router (or set MODELGATE_CONFIG)
-  validate --config FILE   check a config file and its keys file, then exit
-  demo [--port 8080] [--admin-port 9090]
-                           simulated replicas + the router on 127.0.0.1, with a demo key
-  sim [flags]              a simulated vLLM-compatible engine (modelgate sim --help)
-`;
-
-class UsageError extends Error {}
-
-function flags(args: string[], options: Record<string, { type: 'string' }>): Record<string, string | undefined> {
-  try {
-    return parseArgs({ args, options, strict: true, allowPositionals: false }).values;
-  } catch (err) {
-    throw new UsageError(`${(err as Error).message}\n\n${USAGE}`);
-  }
+const problem = unsupportedNode(process.versions.node);
+if (problem) {
+  process.stderr.write(`modelgate: ${problem}\n`);
+  process.exit(2);
 }
 
-function port(value: string | undefined, flag: string, fallback: number): number {
-  if (value === undefined) return fallback;
-  const n = Number(value);
-  if (!Number.isInteger(n) || n < 0 || n > 65535) throw new UsageError(`${flag} must be a port number from 0 to 65535 (got "${value}")`);
-  return n;
+const [command, ...rest] = process.argv.slice(2);
+const missing = routerNodeFlags(command, process.execArgv, process.env.NODE_OPTIONS);
+const script = process.argv[1];
+if (missing.length > 0 && script !== undefined && typeof process.execve === 'function') {
+  // Replaces this process image: nothing runs after it on success.
+  process.execve(process.execPath, [process.execPath, ...missing, ...process.execArgv, script, ...(command === undefined ? [] : [command]), ...rest], process.env);
 }
 
-function onSignals(stop: () => Promise<void>): void {
-  let stopping = false;
-  const handler = (): void => {
-    if (stopping) return;
-    stopping = true;
-    stop().then(
-      () => process.exit(0),
-      (err: unknown) => {
-        process.stderr.write(`modelgate: shutdown failed: ${String(err)}\n`);
-        process.exit(1);
-      },
-    );
-  };
-  process.on('SIGTERM', handler);
-  process.on('SIGINT', handler);
-}
-
-async function runSim(args: string[]): Promise<void> {
-  if (args.includes('--help') || args.includes('-h')) {
-    process.stdout.write(simHelp() + '\n');
-    return;
-  }
-  const options = parseSimArgs(args);
-  const sim = await startSim(options);
-  process.stdout.write(`modelgate sim listening on ${sim.url} (models: ${options.model.join(', ')})\n`);
-  onSignals(() => sim.close());
-}
-
-async function runServe(args: string[]): Promise<void> {
-  const { config: file } = flags(args, { config: { type: 'string' } });
-  const router = await startRouter(loadConfig(file, process.env));
-  onSignals(async () => {
-    await router.shutdown();
-  });
-}
-
-/** `modelgate validate`: the config and its keys file, checked without starting anything. */
-export async function validateCommand(args: string[], env: NodeJS.ProcessEnv): Promise<string> {
-  const { config: file } = flags(args, { config: { type: 'string' } });
-  const config = loadConfig(file, env);
-  const keys = await readKeysFile(config.auth.keysFile);
-  const endpoints = config.pools.reduce((n, p) => n + p.endpoints.length, 0);
-  return `config OK: ${config.pools.length} pools, ${endpoints} endpoints, ${config.deployments.length} deployments, ${keys.length} keys\n`;
-}
-
-async function runDemo(args: string[]): Promise<void> {
-  const values = flags(args, { port: { type: 'string' }, 'admin-port': { type: 'string' } });
-  const demo = await startDemo({ port: port(values.port, '--port', 8080), adminPort: port(values['admin-port'], '--admin-port', 9090), logLevel: 'warn' });
-  process.stdout.write(demoInstructions(demo));
-  onSignals(() => demo.close());
-}
-
-async function main(argv: string[]): Promise<void> {
-  const [command, ...rest] = argv;
-  switch (command) {
-    case 'serve':
-      return runServe(rest);
-    case 'validate':
-      process.stdout.write(await validateCommand(rest, process.env));
-      return;
-    case 'demo':
-      return runDemo(rest);
-    case 'sim':
-      return runSim(rest);
-    case undefined:
-    case '--help':
-    case '-h':
-      process.stdout.write(USAGE);
-      if (command === undefined) process.exitCode = 2;
-      return;
-    default:
-      throw new UsageError(`unknown command "${command}"\n\n${USAGE}`);
-  }
-}
-
-/** The exit code and one-line message for an error that ends the CLI. */
-export function exitFor(err: unknown): { code: number; message: string } {
-  if (err instanceof UsageError || err instanceof SimOptionsError || err instanceof ConfigError) return { code: 2, message: `modelgate: ${err.message}` };
-  const errno = (err as NodeJS.ErrnoException).code;
-  return { code: 1, message: `modelgate: ${errno === 'EADDRINUSE' ? `address already in use (${(err as Error).message})` : String(err)}` };
-}
-
-const invokedDirectly = process.argv[1] !== undefined && realpathSync(process.argv[1]) === fileURLToPath(import.meta.url);
-if (invokedDirectly) {
-  main(process.argv.slice(2)).catch((err: unknown) => {
-    const { code, message } = exitFor(err);
-    process.stderr.write(message + '\n');
-    process.exit(code);
-  });
-}
+const { runCli } = await import('./commands.js');
+await runCli(process.argv.slice(2));

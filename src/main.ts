@@ -73,11 +73,26 @@ export function createLogger(level: Config['log']['level']): Logger {
   return pino({ level, base: { service: 'modelgate' }, redact: { paths: ['req.headers.authorization', 'headers.authorization', 'authorization'], censor: '[redacted]' } });
 }
 
-function listen(server: Server, port: number, host: string): Promise<string> {
+/** Why a listen failed, as a config error naming the field (`server` or `admin`). */
+function listenError(err: NodeJS.ErrnoException, field: string, host: string, port: number): ConfigError {
+  const where = `${host}:${port}`;
+  const why =
+    err.code === 'EADDRINUSE'
+      ? `${where} is already in use (another process, or the other of server.port and admin.port)`
+      : err.code === 'EACCES'
+        ? `permission denied to listen on ${where} (ports below 1024 need privileges)`
+        : err.code === 'EADDRNOTAVAIL' || err.code === 'ENOTFOUND'
+          ? `${host} is not an address of this machine`
+          : `cannot listen on ${where} (${err.code ?? err.message})`;
+  return new ConfigError(why, field);
+}
+
+function listen(server: Server, port: number, host: string, field: string): Promise<string> {
   return new Promise((resolve, reject) => {
-    server.once('error', reject);
+    const failed = (err: NodeJS.ErrnoException): void => reject(listenError(err, field, host, port));
+    server.once('error', failed);
     server.listen(port, host, () => {
-      server.off('error', reject);
+      server.off('error', failed);
       const address = server.address() as AddressInfo;
       const shown = address.family === 'IPv6' ? `[${address.address}]` : address.address;
       resolve(`http://${shown === '0.0.0.0' ? '127.0.0.1' : shown}:${address.port}`);
@@ -354,8 +369,8 @@ export async function startRouter(config: Config, options: RouterOptions = {}): 
   );
   const adminServer = http.createServer(router.admin);
   try {
-    const apiUrl = await listen(apiServer, config.server.port, config.server.host);
-    const adminUrl = await listen(adminServer, config.admin.port, config.admin.host);
+    const apiUrl = await listen(apiServer, config.server.port, config.server.host, 'server.port');
+    const adminUrl = await listen(adminServer, config.admin.port, config.admin.host, 'admin.port');
     router.logger.info({ api: apiUrl, admin: adminUrl, pools: config.pools.length, deployments: config.deployments.length }, 'modelgate listening');
     return {
       ...router,

@@ -2,7 +2,7 @@ import { describe, expect, it } from '@jest/globals';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { exitFor, validateCommand } from '../src/cli.js';
+import { exitFor, validateCommand } from '../src/commands.js';
 
 async function withFiles(files: Record<string, string>, run: (dir: string) => Promise<void>): Promise<void> {
   const dir = await mkdtemp(join(tmpdir(), 'modelgate-cli-'));

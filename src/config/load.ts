@@ -118,6 +118,9 @@ export function buildConfig(data: unknown, baseDir: string, env: NodeJS.ProcessE
     pool.endpoints = (pool.endpoints as Array<string | Partial<EndpointConfig>>).map((ep) => (typeof ep === 'string' ? { url: ep, weight: 1 } : { url: ep.url ?? '', weight: ep.weight ?? 1 }));
   }
   crossCheck(config);
+  if (config.server.port !== 0 && config.server.port === config.admin.port) {
+    throw new ConfigError(`must differ from server.port (both are ${config.server.port})`, 'admin.port');
+  }
   if (config.server.headersTimeoutMs > config.server.requestTimeoutMs) {
     throw new ConfigError('must not exceed server.requestTimeoutMs', 'server.headersTimeoutMs');
   }

@@ -9,7 +9,7 @@ import { readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parse, stringify } from 'yaml';
-import { validateCommand } from '../../src/cli.js';
+import { validateCommand } from '../../src/commands.js';
 import { buildConfig } from '../../src/config/load.js';
 import { parseKeysFile } from '../../src/config/keys-file.js';
 import { A_KEY, CHART_DIR, ciValuesFiles, keysFileText, lint, NAMESPACE, parseObjects, render, RELEASE, routerConfigText, type HelmResult, type K8sObject } from '../helpers/helm.js';

@@ -1,0 +1,130 @@
+/**
+ * `modelgate <command>` (cli.ts checks the runtime, then calls runCli). Bad flags or config, and a
+ * port that cannot be listened on, print one clear message naming the field and exit 2.
+ */
+import { parseArgs } from 'node:util';
+import { readKeysFile } from './config/keys-file.js';
+import { ConfigError, loadConfig } from './config/load.js';
+import { demoInstructions, startDemo } from './demo.js';
+import { startRouter } from './main.js';
+import { parseSimArgs, simHelp, SimOptionsError } from './sim/options.js';
+import { startSim } from './sim/server.js';
+
+const USAGE = `Usage: modelgate <command> [flags]
+
+Commands:
+  serve --config FILE      run the router (or set MODELGATE_CONFIG)
+  validate --config FILE   check a config file and its keys file, then exit
+  demo [--port 8080] [--admin-port 9090]
+                           simulated replicas + the router on 127.0.0.1, with a demo key
+  sim [flags]              a simulated vLLM-compatible engine (modelgate sim --help)
+`;
+
+class UsageError extends Error {}
+
+function flags(args: string[], options: Record<string, { type: 'string' }>): Record<string, string | undefined> {
+  try {
+    return parseArgs({ args, options, strict: true, allowPositionals: false }).values;
+  } catch (err) {
+    throw new UsageError(`${(err as Error).message}\n\n${USAGE}`);
+  }
+}
+
+function port(value: string | undefined, flag: string, fallback: number): number {
+  if (value === undefined) return fallback;
+  const n = Number(value);
+  if (!Number.isInteger(n) || n < 0 || n > 65535) throw new UsageError(`${flag} must be a port number from 0 to 65535 (got "${value}")`);
+  return n;
+}
+
+function onSignals(stop: () => Promise<void>): void {
+  let stopping = false;
+  const handler = (): void => {
+    if (stopping) return;
+    stopping = true;
+    stop().then(
+      () => process.exit(0),
+      (err: unknown) => {
+        process.stderr.write(`modelgate: shutdown failed: ${String(err)}\n`);
+        process.exit(1);
+      },
+    );
+  };
+  process.on('SIGTERM', handler);
+  process.on('SIGINT', handler);
+}
+
+async function runSim(args: string[]): Promise<void> {
+  if (args.includes('--help') || args.includes('-h')) {
+    process.stdout.write(simHelp() + '\n');
+    return;
+  }
+  const options = parseSimArgs(args);
+  const sim = await startSim(options);
+  process.stdout.write(`modelgate sim listening on ${sim.url} (models: ${options.model.join(', ')})\n`);
+  onSignals(() => sim.close());
+}
+
+async function runServe(args: string[]): Promise<void> {
+  const { config: file } = flags(args, { config: { type: 'string' } });
+  const router = await startRouter(loadConfig(file, process.env));
+  onSignals(async () => {
+    await router.shutdown();
+  });
+}
+
+/** `modelgate validate`: the config and its keys file, checked without starting anything. */
+export async function validateCommand(args: string[], env: NodeJS.ProcessEnv): Promise<string> {
+  const { config: file } = flags(args, { config: { type: 'string' } });
+  const config = loadConfig(file, env);
+  const keys = await readKeysFile(config.auth.keysFile);
+  const endpoints = config.pools.reduce((n, p) => n + p.endpoints.length, 0);
+  return `config OK: ${config.pools.length} pools, ${endpoints} endpoints, ${config.deployments.length} deployments, ${keys.length} keys\n`;
+}
+
+async function runDemo(args: string[]): Promise<void> {
+  const values = flags(args, { port: { type: 'string' }, 'admin-port': { type: 'string' } });
+  const demo = await startDemo({ port: port(values.port, '--port', 8080), adminPort: port(values['admin-port'], '--admin-port', 9090), logLevel: 'warn' });
+  process.stdout.write(demoInstructions(demo));
+  onSignals(() => demo.close());
+}
+
+async function main(argv: string[]): Promise<void> {
+  const [command, ...rest] = argv;
+  switch (command) {
+    case 'serve':
+      return runServe(rest);
+    case 'validate':
+      process.stdout.write(await validateCommand(rest, process.env));
+      return;
+    case 'demo':
+      return runDemo(rest);
+    case 'sim':
+      return runSim(rest);
+    case undefined:
+    case '--help':
+    case '-h':
+      process.stdout.write(USAGE);
+      if (command === undefined) process.exitCode = 2;
+      return;
+    default:
+      throw new UsageError(`unknown command "${command}"\n\n${USAGE}`);
+  }
+}
+
+/** The exit code and one-line message for an error that ends the CLI. */
+export function exitFor(err: unknown): { code: number; message: string } {
+  if (err instanceof UsageError || err instanceof SimOptionsError || err instanceof ConfigError) return { code: 2, message: `modelgate: ${err.message}` };
+  return { code: 1, message: `modelgate: ${err instanceof Error ? err.message : String(err)}` };
+}
+
+/** Runs one command line; an error ends the process with its exit code and one line on stderr. */
+export async function runCli(argv: string[]): Promise<void> {
+  try {
+    await main(argv);
+  } catch (err) {
+    const { code, message } = exitFor(err);
+    process.stderr.write(message + '\n');
+    process.exit(code);
+  }
+}
