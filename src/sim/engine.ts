@@ -110,6 +110,13 @@ export class SimEngine {
     return Math.min(1, blocks / this.config.kvCacheBlocks);
   }
 
+  /** Tokens held in the KV cache by running requests (SGLang's and llama.cpp's unit). */
+  kvCacheTokens(): number {
+    let tokens = 0;
+    for (const seq of this.running) tokens += seq.kvTokens;
+    return tokens;
+  }
+
   /**
    * Takes a batch slot, waiting in the queue if the batch is full.
    * Throws {@link QueueFullError} synchronously when the queue is full, so a caller can tell

@@ -6,11 +6,16 @@
 import { parseArgs } from 'node:util';
 import { parseFault, FaultSpecError } from './faults.js';
 
+/** Engines whose `/metrics` dialect the simulator speaks (every engine the router scrapes). */
+export const SIM_ENGINES = ['vllm', 'sglang', 'tgi', 'tei', 'llamacpp'] as const;
+export type SimEngineKind = (typeof SIM_ENGINES)[number];
+
 export interface SimOptions {
   host: string;
   port: number;
   name: string;
   model: string[];
+  engine: SimEngineKind;
   maxModelLen: number;
   maxNumSeqs: number;
   maxWaiting: number;
@@ -33,9 +38,11 @@ export interface SimOptions {
 interface FlagSpec<T> {
   default: T;
   help: string;
-  kind: 'int' | 'number' | 'string' | 'list';
+  kind: 'int' | 'number' | 'string' | 'list' | 'choice';
   min?: number;
   max?: number;
+  /** The accepted values of a `choice`. */
+  choices?: readonly string[];
 }
 
 type FlagTable = { [K in keyof SimOptions]: FlagSpec<SimOptions[K]> };
@@ -45,6 +52,7 @@ export const SIM_FLAGS: FlagTable = {
   port: { default: 8000, kind: 'int', min: 0, max: 65535, help: 'port to listen on (0 = any free port)' },
   name: { default: '', kind: 'string', help: 'replica name sent in the x-sim-replica header (none = host:port)' },
   model: { default: ['sim-model'], kind: 'list', help: 'served model name; repeat for several, the first is the default' },
+  engine: { default: 'vllm', kind: 'choice', choices: SIM_ENGINES, help: `metrics dialect of GET /metrics: ${SIM_ENGINES.join(' | ')}` },
   maxModelLen: { default: 8192, kind: 'int', min: 16, help: 'context length: prompt + max_tokens must fit' },
   maxNumSeqs: { default: 16, kind: 'int', min: 1, help: 'requests running at once (the continuous batch)' },
   maxWaiting: { default: 256, kind: 'int', min: 0, help: 'requests that may wait for a slot; beyond that 429' },
@@ -64,6 +72,10 @@ export const SIM_FLAGS: FlagTable = {
   failureStatus: { default: 500, kind: 'int', min: 400, max: 599, help: 'status of random failures' },
 };
 
+export function isSimEngine(value: unknown): value is SimEngineKind {
+  return (SIM_ENGINES as readonly unknown[]).includes(value);
+}
+
 export class SimOptionsError extends Error {
   readonly code = 'SIM_BAD_OPTION';
 }
@@ -78,6 +90,10 @@ export function defaultSimOptions(): SimOptions {
 
 function convert(flag: string, spec: FlagSpec<unknown>, raw: string): number | string {
   if (spec.kind === 'string' || spec.kind === 'list') return raw;
+  if (spec.kind === 'choice') {
+    if (!spec.choices?.includes(raw)) throw new SimOptionsError(`--${flag} must be one of ${spec.choices?.join(', ')} (got "${raw}")`);
+    return raw;
+  }
   const value = Number(raw);
   const ok = raw.trim() !== '' && Number.isFinite(value) && (spec.kind === 'number' || Number.isInteger(value));
   const inRange = value >= (spec.min ?? -Infinity) && value <= (spec.max ?? Infinity);
@@ -92,6 +108,7 @@ function convert(flag: string, spec: FlagSpec<unknown>, raw: string): number | s
 export function checkSimOptions(options: SimOptions): SimOptions {
   if (options.outputMin > options.outputMax) throw new SimOptionsError('--output-min must not exceed --output-max');
   if (options.model.length === 0 || options.model.some((m) => m.trim() === '')) throw new SimOptionsError('--model must be a non-empty name');
+  if (!isSimEngine(options.engine)) throw new SimOptionsError(`--engine must be one of ${SIM_ENGINES.join(', ')} (got "${String(options.engine)}")`);
   try {
     parseFault(options.fault);
   } catch (err) {

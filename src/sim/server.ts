@@ -1,7 +1,8 @@
 /**
  * `modelgate sim`: an HTTP server (Node `http`, TCP_NODELAY, keep-alive) that answers like a small
  * vLLM replica. Routes: POST /v1/chat/completions, POST /v1/embeddings, GET /v1/models, GET /health,
- * GET /metrics, and GET|POST /sim/config to change latency and faults at run time.
+ * GET /metrics (in the `--engine`'s dialect), and GET|POST /sim/config to change latency, faults and
+ * the metrics dialect at run time.
  */
 import { randomUUID } from 'node:crypto';
 import http, { type IncomingMessage, type ServerResponse } from 'node:http';
@@ -13,7 +14,7 @@ import { promptBlockHashes, QueueFullError, SimEngine, type LatencyModel, type S
 import { errorBody, streamErrorEvent, typeForStatus, vllmError, type VllmError } from './errors.js';
 import { FaultSpecError, mergeFaults, parseFault, type Fault } from './faults.js';
 import { renderMetrics } from './metrics-text.js';
-import { checkSimOptions, type SimOptions } from './options.js';
+import { checkSimOptions, isSimEngine, SIM_ENGINES, type SimEngineKind, type SimOptions } from './options.js';
 import { RequestError } from './request-checks.js';
 import { createRng } from './prng.js';
 
@@ -32,6 +33,8 @@ export interface SimRuntimeConfig {
   failureStatus?: number;
   unhealthy?: boolean;
   latency?: Partial<LatencyModel>;
+  /** Whose metric names `/metrics` uses from now on. */
+  engine?: SimEngineKind;
 }
 
 const SSE_HEADERS = { 'content-type': 'text/event-stream; charset=utf-8' };
@@ -56,6 +59,24 @@ function abortOnClose(res: ServerResponse): AbortSignal {
   return controller.signal;
 }
 
+/**
+ * Until a stream's client has taken what was written (its 'drain'), or the request is aborted. Like
+ * vLLM behind uvicorn, whose send waits while the transport is paused, generation does not run ahead
+ * of a client that is not reading.
+ */
+function drained(res: ServerResponse, signal: AbortSignal): Promise<void> {
+  if (!res.writableNeedDrain || signal.aborted) return Promise.resolve();
+  return new Promise((resolve) => {
+    const done = (): void => {
+      res.off('drain', done);
+      signal.removeEventListener('abort', done);
+      resolve();
+    };
+    res.once('drain', done);
+    signal.addEventListener('abort', done, { once: true });
+  });
+}
+
 function untilAborted(signal: AbortSignal): Promise<void> {
   return new Promise((resolve) => {
     if (signal.aborted) resolve();
@@ -75,6 +96,7 @@ export class SimServer {
   private failureRate: number;
   private failureStatus: number;
   private unhealthy = false;
+  private dialect: SimEngineKind;
   private name: string;
   private address = '';
 
@@ -104,6 +126,7 @@ export class SimServer {
     this.baseFault = parseFault(options.fault);
     this.failureRate = options.failureRate;
     this.failureStatus = options.failureStatus;
+    this.dialect = options.engine;
     this.name = options.name;
     this.server = http.createServer({ noDelay: true, keepAlive: true }, (req, res) => {
       this.route(req, res).catch((err: unknown) => this.internalError(res, err));
@@ -144,10 +167,11 @@ export class SimServer {
     if (patch.failureStatus !== undefined) this.failureStatus = patch.failureStatus;
     if (patch.unhealthy !== undefined) this.unhealthy = patch.unhealthy;
     if (patch.latency) this.engine.setLatency({ ...this.engine.latency, ...patch.latency });
+    if (patch.engine !== undefined) this.dialect = patch.engine;
   }
 
   private runtimeConfig(): object {
-    return { fault: this.baseFault, failureRate: this.failureRate, failureStatus: this.failureStatus, unhealthy: this.unhealthy, latency: this.engine.latency };
+    return { fault: this.baseFault, failureRate: this.failureRate, failureStatus: this.failureStatus, unhealthy: this.unhealthy, latency: this.engine.latency, engine: this.dialect };
   }
 
   private async route(req: IncomingMessage, res: ServerResponse): Promise<void> {
@@ -177,7 +201,7 @@ export class SimServer {
         case '/metrics':
           if (!allow('GET')) return;
           res.writeHead(200, { 'content-type': 'text/plain; version=0.0.4; charset=utf-8' });
-          res.end(renderMetrics(this.engine, this.options.model[0] ?? ''));
+          res.end(renderMetrics(this.engine, this.options.model[0] ?? '', this.dialect));
           return;
         case '/sim/config':
           if (req.method === 'POST') this.configure(this.parseRuntimeConfig(await this.readBody(req)));
@@ -230,6 +254,10 @@ export class SimServer {
     if (body.failureRate !== undefined) out.failureRate = typeof body.failureRate === 'number' && body.failureRate >= 0 && body.failureRate <= 1 ? body.failureRate : bad('failureRate');
     if (body.failureStatus !== undefined) out.failureStatus = Number.isInteger(body.failureStatus) ? (body.failureStatus as number) : bad('failureStatus');
     if (body.unhealthy !== undefined) out.unhealthy = typeof body.unhealthy === 'boolean' ? body.unhealthy : bad('unhealthy');
+    if (body.engine !== undefined) {
+      if (!isSimEngine(body.engine)) throw new RequestError(vllmError(400, 'BadRequestError', `engine must be one of ${SIM_ENGINES.join(', ')}`, 'engine'));
+      out.engine = body.engine;
+    }
     if (body.latency !== undefined) {
       if (typeof body.latency !== 'object' || body.latency === null) bad('latency');
       const latency: Partial<LatencyModel> = {};
@@ -386,6 +414,7 @@ export class SimServer {
           logprobs[choice.index] = [];
         }
       }
+      if (job.stream) await drained(res, signal);
     }
     const usage = usageOf(job, choices, cached);
     seq.finish(choices.some((c) => c.finishReason === 'length') ? 'length' : 'stop');

@@ -1,5 +1,5 @@
 import { describe, expect, it } from '@jest/globals';
-import { defaultSimOptions, parseSimArgs, simHelp, SIM_FLAGS, SimOptionsError } from '../../src/sim/options.js';
+import { checkSimOptions, defaultSimOptions, parseSimArgs, simHelp, SIM_FLAGS, SimOptionsError, type SimOptions } from '../../src/sim/options.js';
 
 describe('modelgate sim flags', () => {
   it('uses the defaults table when no flag is given', () => {
@@ -8,8 +8,9 @@ describe('modelgate sim flags', () => {
   });
 
   it('reads kebab-case flags, numbers and repeated models', () => {
-    const options = parseSimArgs(['--port', '9001', '--model', 'a', '--model', 'b', '--itl-ms', '12.5', '--fault', 'status=503']);
+    const options = parseSimArgs(['--port', '9001', '--model', 'a', '--model', 'b', '--itl-ms', '12.5', '--fault', 'status=503', '--engine', 'sglang']);
     expect(options.port).toBe(9001);
+    expect(options.engine).toBe('sglang');
     expect(options.model).toEqual(['a', 'b']);
     expect(options.itlMs).toBe(12.5);
     expect(options.fault).toBe('status=503');
@@ -23,15 +24,22 @@ describe('modelgate sim flags', () => {
     [['--output-min', '10', '--output-max', '5'], /--output-min must not exceed --output-max/],
     [['--fault', 'explode'], /--fault: unknown fault "explode"/],
     [['--no-such-flag', '1'], /Unknown option '--no-such-flag'/],
+    [['--engine', 'triton'], /--engine must be one of vllm, sglang, tgi, tei, llamacpp \(got "triton"\)/],
   ])('rejects %j naming the flag', (args, message) => {
     expect(() => parseSimArgs(args)).toThrow(SimOptionsError);
     expect(() => parseSimArgs(args)).toThrow(message);
+  });
+
+  it('checks the engine of options built in code, not only from flags', () => {
+    expect(defaultSimOptions().engine).toBe('vllm');
+    expect(() => checkSimOptions({ ...defaultSimOptions(), engine: 'openai' as SimOptions['engine'] })).toThrow(/--engine must be one of/);
   });
 
   it('documents every flag with its default in --help', () => {
     const help = simHelp();
     expect(help).toContain('--max-num-seqs');
     expect(help).toContain(`(default: ${SIM_FLAGS.maxNumSeqs.default})`);
+    expect(help).toMatch(/^ {2}--engine +metrics dialect of GET \/metrics: vllm \| sglang \| tgi \| tei \| llamacpp \(default: vllm\)$/m);
     expect(help.split('\n').filter((l) => l.startsWith('  --'))).toHaveLength(Object.keys(SIM_FLAGS).length);
   });
 });
