@@ -5,7 +5,7 @@
 import { parseArgs } from 'node:util';
 import { readKeysFile } from './config/keys-file.js';
 import { ConfigError, loadConfig } from './config/load.js';
-import { demoInstructions, startDemo } from './demo.js';
+import { DemoUsageError, runDemo } from './demo.js';
 import { startRouter } from './main.js';
 import { parseSimArgs, simHelp, SimOptionsError } from './sim/options.js';
 import { startSim } from './sim/server.js';
@@ -15,7 +15,7 @@ const USAGE = `Usage: modelgate <command> [flags]
 Commands:
   serve --config FILE      run the router (or set MODELGATE_CONFIG)
   validate --config FILE   check a config file and its keys file, then exit
-  demo [--port 8080] [--admin-port 9090]
+  demo [--port 8080] [--admin-port 9090] [--log-level info]
                            simulated replicas + the router on 127.0.0.1, with a demo key
   sim [flags]              a simulated vLLM-compatible engine (modelgate sim --help)
 `;
@@ -28,13 +28,6 @@ function flags(args: string[], options: Record<string, { type: 'string' }>): Rec
   } catch (err) {
     throw new UsageError(`${(err as Error).message}\n\n${USAGE}`);
   }
-}
-
-function port(value: string | undefined, flag: string, fallback: number): number {
-  if (value === undefined) return fallback;
-  const n = Number(value);
-  if (!Number.isInteger(n) || n < 0 || n > 65535) throw new UsageError(`${flag} must be a port number from 0 to 65535 (got "${value}")`);
-  return n;
 }
 
 function onSignals(stop: () => Promise<void>): void {
@@ -82,10 +75,8 @@ export async function validateCommand(args: string[], env: NodeJS.ProcessEnv): P
   return `config OK: ${config.pools.length} pools, ${endpoints} endpoints, ${config.deployments.length} deployments, ${keys.length} keys\n`;
 }
 
-async function runDemo(args: string[]): Promise<void> {
-  const values = flags(args, { port: { type: 'string' }, 'admin-port': { type: 'string' } });
-  const demo = await startDemo({ port: port(values.port, '--port', 8080), adminPort: port(values['admin-port'], '--admin-port', 9090), logLevel: 'warn' });
-  process.stdout.write(demoInstructions(demo));
+async function demoCommand(args: string[]): Promise<void> {
+  const demo = await runDemo(args);
   onSignals(() => demo.close());
 }
 
@@ -98,7 +89,7 @@ async function main(argv: string[]): Promise<void> {
       process.stdout.write(await validateCommand(rest, process.env));
       return;
     case 'demo':
-      return runDemo(rest);
+      return demoCommand(rest);
     case 'sim':
       return runSim(rest);
     case undefined:
@@ -114,7 +105,7 @@ async function main(argv: string[]): Promise<void> {
 
 /** The exit code and one-line message for an error that ends the CLI. */
 export function exitFor(err: unknown): { code: number; message: string } {
-  if (err instanceof UsageError || err instanceof SimOptionsError || err instanceof ConfigError) return { code: 2, message: `modelgate: ${err.message}` };
+  if (err instanceof UsageError || err instanceof SimOptionsError || err instanceof ConfigError || err instanceof DemoUsageError) return { code: 2, message: `modelgate: ${err.message}` };
   return { code: 1, message: `modelgate: ${err instanceof Error ? err.message : String(err)}` };
 }
 

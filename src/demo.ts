@@ -1,12 +1,17 @@
 /**
- * `modelgate demo` (what `npm start` runs): three simulated replicas — two chat, one embeddings — on
- * free local ports, the router in front of them on 127.0.0.1, and a demo key. Prints how to call it.
+ * `modelgate demo` (what `npm start` runs): three simulated replicas — two vLLM chat, one TEI
+ * embeddings — on free local ports, the router in front of them on 127.0.0.1, and a demo key. Prints
+ * how to call it, then the router's log: one access-log line per request at the default level `info`,
+ * pretty-printed on a terminal and JSON lines (as `modelgate serve` writes them) otherwise.
  */
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { parseArgs } from 'node:util';
+import { type DestinationStream, type Logger } from 'pino';
 import { buildConfig } from './config/load.js';
-import { startRouter, type RunningRouter } from './main.js';
+import { LOG_LEVELS, type LogLevel } from './config/schema.js';
+import { createLogger, startRouter, type RunningRouter } from './main.js';
 import { defaultSimOptions } from './sim/options.js';
 import { startSim, type SimServer } from './sim/server.js';
 
@@ -17,7 +22,14 @@ export const DEMO_EMBEDDING_MODEL = 'bge-small-en';
 export interface DemoOptions {
   port: number;
   adminPort: number;
-  logLevel: 'info' | 'warn' | 'silent';
+  logLevel: LogLevel;
+}
+
+export const DEMO_DEFAULTS: Readonly<DemoOptions> = { port: 8080, adminPort: 9090, logLevel: 'info' };
+
+export interface DemoDeps {
+  /** The router's logger; by default the JSON logger `serve` uses, at `options.logLevel`, on stdout. */
+  logger?: Logger;
 }
 
 export interface RunningDemo {
@@ -26,13 +38,56 @@ export interface RunningDemo {
   close(): Promise<void>;
 }
 
-export async function startDemo(options: DemoOptions): Promise<RunningDemo> {
+/** A bad `modelgate demo` flag; the message is one line naming the flag. */
+export class DemoUsageError extends Error {
+  readonly code = 'DEMO_BAD_FLAG';
+}
+
+function port(value: string | undefined, flag: string, fallback: number): number {
+  if (value === undefined) return fallback;
+  const n = Number(value);
+  if (value.trim() === '' || !Number.isInteger(n) || n < 0 || n > 65535) throw new DemoUsageError(`${flag} must be a port number from 0 to 65535 (got "${value}")`);
+  return n;
+}
+
+/** `modelgate demo [--port N] [--admin-port M] [--log-level LEVEL]`. Throws {@link DemoUsageError}. */
+export function parseDemoArgs(args: string[]): DemoOptions {
+  let values: Record<string, string | undefined>;
+  try {
+    values = parseArgs({ args, options: { port: { type: 'string' }, 'admin-port': { type: 'string' }, 'log-level': { type: 'string' } }, strict: true, allowPositionals: false }).values;
+  } catch (err) {
+    throw new DemoUsageError(`${(err as Error).message} (modelgate demo takes --port, --admin-port and --log-level)`);
+  }
+  const level = values['log-level'] ?? DEMO_DEFAULTS.logLevel;
+  if (!(LOG_LEVELS as readonly string[]).includes(level)) throw new DemoUsageError(`--log-level must be one of ${LOG_LEVELS.join(', ')} (got "${level}")`);
+  return {
+    port: port(values.port, '--port', DEMO_DEFAULTS.port),
+    adminPort: port(values['admin-port'], '--admin-port', DEMO_DEFAULTS.adminPort),
+    logLevel: level as LogLevel,
+  };
+}
+
+/**
+ * The demo's logger on `out`: pretty lines when `out` is a terminal, JSON lines otherwise. pino-pretty
+ * is imported here, only when needed, so `modelgate serve` never loads it.
+ */
+export async function demoLogger(level: LogLevel, out: NodeJS.WritableStream & { isTTY?: boolean }): Promise<Logger> {
+  let destination: DestinationStream = out;
+  if (out.isTTY) {
+    const { default: pretty } = await import('pino-pretty');
+    destination = pretty({ destination: out, singleLine: true, translateTime: 'SYS:HH:MM:ss.l', ignore: 'pid,hostname,service' });
+  }
+  return createLogger(level, destination);
+}
+
+export async function startDemo(options: DemoOptions, deps: DemoDeps = {}): Promise<RunningDemo> {
   const realistic = { ttftMs: 40, prefillMsPerToken: 0.05, itlMs: 12, jitter: 0.1, outputMin: 16, outputMax: 64 };
   const chat = ['meta-llama/Llama-3.1-8B-Instruct'];
   const sims = await Promise.all([
     startSim({ ...defaultSimOptions(), ...realistic, port: 0, name: 'llama-0', model: chat }),
     startSim({ ...defaultSimOptions(), ...realistic, port: 0, name: 'llama-1', model: chat }),
-    startSim({ ...defaultSimOptions(), ...realistic, port: 0, name: 'bge-0', model: ['BAAI/bge-small-en-v1.5'], embeddingDim: 384 }),
+    // The pool says `engine: tei`, so the router scrapes TEI's metric names.
+    startSim({ ...defaultSimOptions(), ...realistic, port: 0, name: 'bge-0', model: ['BAAI/bge-small-en-v1.5'], embeddingDim: 384, engine: 'tei' }),
   ]);
   const dir = await mkdtemp(join(tmpdir(), 'modelgate-demo-'));
   try {
@@ -54,7 +109,7 @@ export async function startDemo(options: DemoOptions): Promise<RunningDemo> {
       },
       dir,
     );
-    const router = await startRouter(config);
+    const router = await startRouter(config, deps.logger ? { logger: deps.logger } : {});
     return {
       router,
       sims,
@@ -78,13 +133,24 @@ modelgate demo is running.
   API:     ${base}/v1   (key: ${DEMO_KEY})
   Admin:   ${demo.router.adminUrl}/metrics  /livez  /readyz
   Models:  ${DEMO_CHAT_MODEL} (alias "default") on 2 simulated vLLM replicas,
-           ${DEMO_EMBEDDING_MODEL} (alias "text-embedding-3-small") on 1 simulated embeddings replica
+           ${DEMO_EMBEDDING_MODEL} (alias "text-embedding-3-small") on 1 simulated TEI replica
 
 Try:
   curl -s ${base}/v1/chat/completions \\
     -H 'Authorization: Bearer ${DEMO_KEY}' -H 'Content-Type: application/json' \\
     -d '{"model":"${DEMO_CHAT_MODEL}","messages":[{"role":"user","content":"Hello!"}]}'
 
-Press Ctrl+C to stop.
+Each request logs an access-log line below (--log-level warn hides them). Press Ctrl+C to stop.
 `;
+}
+
+/**
+ * `modelgate demo`: parses the flags, starts the demo with its log on `out` and prints the
+ * instructions there. Stopping it (signals) is the caller's. Throws {@link DemoUsageError} for a bad flag.
+ */
+export async function runDemo(args: string[], out: NodeJS.WritableStream & { isTTY?: boolean } = process.stdout): Promise<RunningDemo> {
+  const options = parseDemoArgs(args);
+  const demo = await startDemo(options, { logger: await demoLogger(options.logLevel, out) });
+  out.write(demoInstructions(demo));
+  return demo;
 }

@@ -5,7 +5,7 @@
 import http, { type Server } from 'node:http';
 import { type Express } from 'express';
 import { type AddressInfo } from 'node:net';
-import { pino, type Logger } from 'pino';
+import { pino, type DestinationStream, type Logger } from 'pino';
 import { KeyStore } from './auth/key-store.js';
 import { InFlight } from './balancer/in-flight.js';
 import { PrefixIndex } from './balancer/prefix-index.js';
@@ -13,7 +13,7 @@ import { systemClock, systemScheduler, systemSleep, type Clock } from './core/cl
 import { ConfigError } from './config/load.js';
 import { KubernetesController } from './controller/kubernetes-controller.js';
 import { LeaderElector } from './controller/leader-election.js';
-import { createKubeApi, type KubeApi } from './discovery/kubernetes/kube-api.js';
+import { createKubeApi } from './discovery/kubernetes/kube-api.js';
 import { KubernetesDiscovery } from './discovery/kubernetes/kubernetes-discovery.js';
 import { type DiscoveryWiring } from './discovery/wiring.js';
 import { type Deployment, type PoolSpec } from './core/types.js';
@@ -69,8 +69,10 @@ export interface RunningRouter extends Router {
   shutdown(): Promise<{ cut: number }>;
 }
 
-export function createLogger(level: Config['log']['level']): Logger {
-  return pino({ level, base: { service: 'modelgate' }, redact: { paths: ['req.headers.authorization', 'headers.authorization', 'authorization'], censor: '[redacted]' } });
+/** The router's logger: JSON lines on stdout, or on `destination` (the demo's pretty printer). */
+export function createLogger(level: Config['log']['level'], destination?: DestinationStream): Logger {
+  const options = { level, base: { service: 'modelgate' }, redact: { paths: ['req.headers.authorization', 'headers.authorization', 'authorization'], censor: '[redacted]' } };
+  return destination ? pino(options, destination) : pino(options);
 }
 
 /** Why a listen failed, as a config error naming the field (`server` or `admin`). */
@@ -142,12 +144,13 @@ function staticDiscovery(config: Config, created: number): DiscoveryWiring {
 
 function kubernetesDiscovery(config: Config, logger: Logger, metrics: () => RouterMetrics, random: () => number, clock: Clock): DiscoveryWiring {
   const d = config.discovery;
-  let api: KubeApi;
+  let api: ReturnType<typeof createKubeApi>;
   try {
-    api = createKubeApi(d.kubeconfig);
+    api = createKubeApi({ file: d.kubeconfig, env: process.env });
   } catch (err) {
-    throw new ConfigError(`cannot load Kubernetes credentials (${(err as Error).message}); set discovery.kubeconfig or run in a pod with a service account`, 'discovery.kubeconfig');
+    throw new ConfigError((err as Error).message); // one line: the unusable file, or every source tried
   }
+  logger.info(api.credentials, 'Kubernetes credentials loaded'); // where from, context and server: no secret
   const wasUp = new Map<string, boolean>();
   const discovery = new KubernetesDiscovery(api, {
     namespaces: d.namespaces,
@@ -312,6 +315,9 @@ export async function createRouter(config: Config, options: RouterOptions = {}):
     clock,
     readiness: () => [...(stopping ? ['shutting down'] : []), ...discovery.notReadyReasons()],
     priorityHeader: config.priority.header,
+    clientStallTimeoutMs: config.server.clientStallTimeoutMs,
+    trustedProxies: config.server.trustedProxies,
+    forwardHeaders: config.server.forwardHeaders,
     random,
   });
   discovery.start();
