@@ -43,7 +43,7 @@ export interface DiscoveryConfig {
   mode: 'static' | 'kubernetes';
   /** Kubernetes: namespaces to watch; empty means all. */
   namespaces: string[];
-  /** Kubernetes: kubeconfig file; absent means the in-cluster service account. */
+  /** Kubernetes: kubeconfig file; absent: $KUBECONFIG, the in-cluster service account, then ~/.kube/config. */
   kubeconfig?: string;
   /** Kubernetes: full relist of every watched kind this often, dropping anything no longer listed. */
   resyncIntervalMs: number;
@@ -69,6 +69,12 @@ export interface ServerConfig {
   shutdownDelayMs: number;
   /** On SIGTERM: time in-flight requests and streams get to finish before they are cut. */
   gracePeriodMs: number;
+  /** A client that accepts no response bytes for this long, while the router holds its response, is cut. */
+  clientStallTimeoutMs: number;
+  /** Proxies (IPs, CIDRs) whose `x-forwarded-*` the router believes; from anyone else they are replaced. */
+  trustedProxies: string[];
+  /** Client request headers forwarded to engines on top of the default allow-list. */
+  forwardHeaders: string[];
 }
 
 export interface Config {
@@ -109,6 +115,9 @@ export const configSchema = {
         keepAliveTimeoutMs: { type: 'integer', minimum: 100, default: 65_000 },
         shutdownDelayMs: { type: 'integer', minimum: 0, default: 5_000 },
         gracePeriodMs: { type: 'integer', minimum: 0, default: 30_000 },
+        clientStallTimeoutMs: { type: 'integer', minimum: 100, default: 30_000 },
+        trustedProxies: { type: 'array', items: { type: 'string', minLength: 1 }, uniqueItems: true, default: [] },
+        forwardHeaders: { type: 'array', items: { type: 'string', pattern: '^[A-Za-z0-9!#$%&\'*+.^_`|~-]+$' }, uniqueItems: true, default: [] },
       },
     },
     admin: {

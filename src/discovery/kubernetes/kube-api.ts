@@ -8,7 +8,6 @@ import {
   CoordinationV1Api,
   CustomObjectsApi,
   DiscoveryV1Api,
-  KubeConfig,
   ListWatch,
   PatchStrategy,
   setHeaderOptions,
@@ -19,6 +18,7 @@ import {
   type ObjectCache,
   type V1Lease,
 } from '@kubernetes/client-node';
+import { resolveKubeCredentials, type KubeCredentialsInput, type KubeCredentialsSource } from './kube-credentials.js';
 
 export type WatchedKind = 'endpointslices' | 'modelpools' | 'modeldeployments';
 export type StatusKind = 'modelpools' | 'modeldeployments';
@@ -85,11 +85,13 @@ function toLease(namespace: string, name: string, record: LeaseRecord): V1Lease 
   };
 }
 
-/** Loads credentials from `kubeconfigPath`, or from the pod's service account when it is absent. */
-export function createKubeApi(kubeconfigPath: string | undefined): KubeApi {
-  const kc = new KubeConfig();
-  if (kubeconfigPath) kc.loadFromFile(kubeconfigPath);
-  else kc.loadFromCluster();
+/**
+ * The API with the credentials {@link resolveKubeCredentials} finds (discovery.kubeconfig, $KUBECONFIG,
+ * the service account, ~/.kube/config); `credentials` says which, for the log. Throws
+ * {@link KubeCredentialsError} (one line) when none is usable.
+ */
+export function createKubeApi(input: KubeCredentialsInput): KubeApi & { readonly credentials: KubeCredentialsSource } {
+  const { kubeConfig: kc, source } = resolveKubeCredentials(input);
   const discovery = kc.makeApiClient(DiscoveryV1Api);
   const custom = kc.makeApiClient(CustomObjectsApi);
   const coordination = kc.makeApiClient(CoordinationV1Api);
@@ -113,6 +115,7 @@ export function createKubeApi(kubeconfigPath: string | undefined): KubeApi {
   };
 
   return {
+    credentials: source,
     informer(kind, namespace) {
       // What makeInformer builds, plus an unref'd reconnect delay: client-node's stop() does not cancel
       // a pending delay, and its default timer would hold the process open for up to 30 s.
