@@ -35,8 +35,16 @@ const validateKeys = ajv.compile({
   },
 });
 
+/**
+ * Parses and checks a keys file. A file with no keys (empty, comments only, `null`, `[]`) is an
+ * error like any other bad file: accepting it would refuse every client, and a truncate-then-write
+ * or an empty Secret would open exactly that window.
+ */
 export function parseKeysFile(text: string, source: string): KeyEntry[] {
-  const data = parseYaml(text, source) ?? [];
+  const data = parseYaml(text, source);
+  if (data === null || data === undefined || (Array.isArray(data) && data.length === 0)) {
+    throw new ConfigError(`${source}: has no keys; list at least one (a keys file without keys would refuse every client)`);
+  }
   if (!validateKeys(data)) {
     const [first] = describeSchemaErrors(validateKeys.errors as SchemaError[]);
     throw new ConfigError(`${source}: ${(first?.message ?? 'invalid').replace(/^\[(\d+)\]/, 'entry $1')}`);

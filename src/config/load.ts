@@ -10,6 +10,8 @@ import { parseDocument } from 'yaml';
 import { describeSchemaErrors, type SchemaError } from '../core/schema-errors.js';
 import { mergeRouting, normalizeScorers, ROUTING_DEFAULTS, type RoutingOverrides } from '../balancer/settings.js';
 import { mergeResilience, RESILIENCE_DEFAULTS, type ResilienceOverrides } from '../resilience/settings.js';
+import { AddressRanges } from '../core/address-ranges.js';
+import { ROUTER_OWNED_HEADERS } from '../proxy/headers.js';
 import { configSchema, type Config, type EndpointConfig } from './schema.js';
 
 export class ConfigError extends Error {
@@ -118,6 +120,15 @@ export function buildConfig(data: unknown, baseDir: string, env: NodeJS.ProcessE
     pool.endpoints = (pool.endpoints as Array<string | Partial<EndpointConfig>>).map((ep) => (typeof ep === 'string' ? { url: ep, weight: 1 } : { url: ep.url ?? '', weight: ep.weight ?? 1 }));
   }
   crossCheck(config);
+  try {
+    new AddressRanges(config.server.trustedProxies);
+  } catch (err) {
+    throw new ConfigError((err as Error).message, 'server.trustedProxies');
+  }
+  config.server.forwardHeaders = config.server.forwardHeaders.map((h) => h.toLowerCase());
+  config.server.forwardHeaders.forEach((header, i) => {
+    if (ROUTER_OWNED_HEADERS.includes(header)) throw new ConfigError(`"${header}" is set by the router itself and cannot be forwarded from clients`, `server.forwardHeaders[${i}]`);
+  });
   if (config.server.port !== 0 && config.server.port === config.admin.port) {
     throw new ConfigError(`must differ from server.port (both are ${config.server.port})`, 'admin.port');
   }

@@ -9,7 +9,6 @@ export const ERROR_CODES = {
   INVALID_JSON: { status: 400, type: 'invalid_request_error' },
   MODEL_CAPABILITY_MISMATCH: { status: 400, type: 'invalid_request_error' },
   INVALID_API_KEY: { status: 401, type: 'invalid_request_error' },
-  MODEL_NOT_ALLOWED: { status: 403, type: 'permission_error' },
   MODEL_NOT_FOUND: { status: 404, type: 'invalid_request_error' },
   ROUTE_NOT_FOUND: { status: 404, type: 'invalid_request_error' },
   METHOD_NOT_ALLOWED: { status: 405, type: 'invalid_request_error' },

@@ -87,19 +87,19 @@ export class RouterMetrics {
     });
     this.promptTokens = new Counter({
       name: 'modelgate_prompt_tokens_total',
-      help: 'Prompt tokens, from the usage the engines report.',
+      help: 'Prompt tokens, from the usage the engines report (a stream that ended without usage adds none).',
       labelNames: ['deployment', 'pool'],
       registers,
     });
     this.completionTokens = new Counter({
       name: 'modelgate_completion_tokens_total',
-      help: 'Completion tokens, from the usage the engines report.',
+      help: 'Completion tokens, from the usage the engines report; for a stream that ended without usage (client gone, stream broken), estimated as one per content event delivered.',
       labelNames: ['deployment', 'pool'],
       registers,
     });
     this.streamEnds = new Counter({
       name: 'modelgate_response_ends_total',
-      help: 'How responses that had started ended: complete, client_gone, upstream_broken, idle_timeout, deadline.',
+      help: 'How responses that had started ended: complete, client_gone, client_stalled (the client accepted no bytes for server.clientStallTimeoutMs), upstream_broken, idle_timeout, deadline.',
       labelNames: ['deployment', 'pool', 'end'],
       registers,
     });
@@ -200,7 +200,7 @@ export class RouterMetrics {
     });
     this.fallbacks = new Counter({
       name: 'modelgate_fallbacks_total',
-      help: 'Requests that moved on to the next pool of their route because no replica of a pool could take them.',
+      help: 'Requests that moved on to the next pool of their route: no replica of a pool could take them, or every attempt in it failed before the first byte.',
       labelNames: ['from_deployment', 'from_pool', 'to_deployment', 'to_pool'],
       registers,
     });

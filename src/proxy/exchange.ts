@@ -6,16 +6,17 @@
  * `timeouts.totalMs`. Each attempt's outcome also moves the endpoint's circuit breaker.
  *
  * Fallbacks: the plan's route lists pools in order (the chosen pool, the deployment's other pools,
- * then its fallback deployments' pools). When a pool has no replica that can take the request (none
- * ready, or every breaker open) and nothing has reached the client, the next pool is tried.
+ * then its fallback deployments' pools). Whenever a pool cannot produce a first byte — no replica can
+ * take the request (none ready, or every breaker open), or a retryable failure leaves no untried
+ * replica in it (or no retry budget) — and nothing has reached the client, the same request moves on
+ * to the next pool. Moving on is not a retry; the route is finite and the total timeout still holds.
  */
-import { type IncomingMessage, type ServerResponse } from 'node:http';
+import { type IncomingMessage, type OutgoingHttpHeaders, type ServerResponse } from 'node:http';
 import { isAbortError, type Clock, type Sleep } from '../core/clock.js';
 import { RouterError, toErrorResponse } from '../core/errors.js';
 import { type PoolSpec } from '../core/types.js';
 import { type AttemptOutcome } from '../resilience/breaker.js';
 import { type EndpointPicker, type PickRequest } from '../resilience/picker.js';
-import { setBackendKey } from './headers.js';
 import { type AttemptResult, type Forwarder, type StreamEnd } from './forwarder.js';
 import { ResponseMeter, type TokenUsage } from './usage.js';
 
@@ -61,6 +62,8 @@ export interface ExchangeEvents {
 export interface RouteStep {
   pool: PoolSpec;
   body: Buffer;
+  /** Every header this pool's engines get (its own key, its session header, x-forwarded-*). */
+  headers: OutgoingHttpHeaders;
   /** The deployment this pool serves the request for (the requested one, or a fallback). */
   deployment: string;
 }
@@ -80,6 +83,10 @@ export interface ExchangePlan {
   /** Priority, prompt and session of the request, for the scheduler. */
   request: PickRequest;
   requestId: string;
+  /** The canonical path the engine gets. */
+  path: string;
+  /** A client that accepts no bytes this long is cut (`client_stalled`), never blamed on the engine. */
+  clientStallMs: number;
   /** Aborts when the client leaves. */
   signal: AbortSignal;
   /** The router asked the engine for stream usage the client did not ask for (see Forwarder). */
@@ -141,7 +148,7 @@ export class ExchangeRunner {
   async run(req: IncomingMessage, res: ServerResponse, plan: ExchangePlan): Promise<ExchangeReport> {
     const { forwarder, picker, clock } = this.deps;
     let step = 0;
-    let { pool, body } = plan.route[0] as RouteStep;
+    let { pool, body, headers } = plan.route[0] as RouteStep;
     let settings = pool.resilience;
     const deadline = clock.now() + settings.timeouts.totalMs;
     // http-proxy adds a few 'close'/'error' listeners to the client response per attempt: bounded by
@@ -149,25 +156,29 @@ export class ExchangeRunner {
     res.setMaxListeners(Math.max(res.getMaxListeners(), 8 + 4 * (settings.retries.maxRetries + 1)));
     let tried = new Set<string>();
     const report: ExchangeReport = { attempts: [] };
-    for (let n = 0; ; n++) {
+    /** Retries spent in the current pool (each pool has its own budget). */
+    let retries = 0;
+    /** Moves the request on to the route's next pool, if there is one and the client is still there. */
+    const moveOn = (): boolean => {
+      const next = plan.route[step + 1];
+      if (!next || plan.signal.aborted || clock.now() >= deadline) return false;
+      this.deps.events?.onFallback?.(plan.route[step] as RouteStep, next);
+      step += 1;
+      ({ pool, body, headers } = next);
+      settings = pool.resilience;
+      tried = new Set();
+      retries = 0;
+      report.pool = pool;
+      if (next.deployment !== plan.route[0]?.deployment) report.fallback = next.deployment;
+      return true;
+    };
+    for (;;) {
       let picked;
       try {
         picked = await picker.pick(pool, tried, plan.signal, plan.request);
       } catch (err) {
         if (isAbortError(err)) return { ...report, failure: 'client_gone' };
-        const next = plan.route[step + 1];
-        if (err instanceof RouterError && err.code === 'NO_READY_REPLICA' && next && !plan.signal.aborted) {
-          this.deps.events?.onFallback?.(plan.route[step] as RouteStep, next);
-          step += 1;
-          ({ pool, body } = next);
-          settings = pool.resilience;
-          setBackendKey(req.headers, pool.backendKey);
-          tried = new Set();
-          report.pool = pool;
-          if (next.deployment !== plan.route[0]?.deployment) report.fallback = next.deployment;
-          n -= 1; // moving on is not a retry
-          continue;
-        }
+        if (err instanceof RouterError && err.code === 'NO_READY_REPLICA' && moveOn()) continue;
         return this.fail(res, report, err);
       }
       const { endpoint } = picked;
@@ -178,8 +189,10 @@ export class ExchangeRunner {
       const result = await forwarder.attempt(req, res, {
         endpoint,
         body,
+        path: plan.path,
+        headers,
         requestId: plan.requestId,
-        timeouts: settings.timeouts,
+        timeouts: { ...settings.timeouts, clientStallMs: plan.clientStallMs },
         deadline,
         observe: { event: (e) => meter.onEvent(e), body: (c) => meter.onBody(c), bodyEnd: () => meter.onBodyEnd() },
         stripUsageChunk: plan.stripUsageChunk ?? false,
@@ -195,24 +208,29 @@ export class ExchangeRunner {
         picked.release();
         report.end = end;
         report.bytes = bytes;
-        if (meter.usage) report.usage = meter.usage;
+        const usage = meter.finalUsage();
+        if (usage) report.usage = usage;
         if (meter.ttftMs !== undefined) report.ttftMs = meter.ttftMs;
         if (end === 'upstream_broken' || end === 'idle_timeout') {
           this.deps.picker.recordStreamFailure(pool, endpoint.id);
           report.failure = end === 'upstream_broken' ? 'upstream_stream_broken' : 'upstream_timeout';
         } else if (end === 'deadline') report.failure = 'upstream_timeout';
-        else if (end === 'client_gone') report.failure = 'client_gone';
+        else if (end === 'client_gone' || end === 'client_stalled') report.failure = end; // the client's doing: no breaker failure
         return report;
       }
       picked.release();
       if (result.kind === 'client_gone') return { ...report, failure: 'client_gone' };
       if (result.kind === 'upstream_error') report.upstreamStatus = result.status;
 
-      const retryable = result.kind === 'failed' || RETRYABLE_STATUS.has(result.status);
-      const wait = this.retryWait(n, result, settings.retries);
-      if (!retryable || wait === undefined || clock.now() + wait >= deadline || plan.signal.aborted) {
-        return result.kind === 'upstream_error' ? this.passOn(res, report, result) : this.fail(res, report, failureError(result));
-      }
+      const retryable = (result.kind === 'failed' && result.reason !== 'deadline') || (result.kind === 'upstream_error' && RETRYABLE_STATUS.has(result.status));
+      const giveUp = (): ExchangeReport => (result.kind === 'upstream_error' ? this.passOn(res, report, result) : this.fail(res, report, failureError(result)));
+      if (!retryable || plan.signal.aborted) return giveUp();
+      const wait = this.retryWait(retries, result, settings.retries);
+      const mayRetry = wait !== undefined && clock.now() + wait < deadline;
+      // This pool has had its chance when no replica is left untried or its retries are spent: move on.
+      if ((!mayRetry || !picker.hasUntried(pool, tried)) && moveOn()) continue;
+      if (!mayRetry) return giveUp();
+      retries += 1;
       this.deps.events?.onRetry?.(pool.name, result.kind === 'failed' ? result.reason : `upstream_${result.status}`);
       try {
         if (wait > 0) await this.deps.sleep(wait, plan.signal);
@@ -222,7 +240,7 @@ export class ExchangeRunner {
     }
   }
 
-  /** ms to wait before the next attempt, or undefined when no retry may follow. */
+  /** ms to wait before retry `n` (0-based) in a pool, or undefined when no retry may follow. */
   private retryWait(n: number, result: AttemptResult, retries: PoolSpec['resilience']['retries']): number | undefined {
     if (n >= retries.maxRetries) return undefined;
     const backoff = retryDelay(n, retries, this.deps.random);

@@ -10,9 +10,15 @@
  * - from the first byte on, the response is relayed chunk by chunk as it arrives, with backpressure;
  *   if the engine breaks, stalls past the idle timeout or the deadline passes, a stream ends with a
  *   final `data: {"error": …}` event and `data: [DONE]`, so a cut answer never looks finished;
+ * - while the router holds the engine's response paused because the client is not reading, the
+ *   engine's silence is the router's doing: the idle clock stops and the client's stall clock runs
+ *   instead. A client that accepts no bytes for `clientStallMs` is cut (`client_stalled`), which says
+ *   nothing about the engine;
+ * - the engine gets exactly the path and headers the caller decided (`spec.path`, `spec.headers`),
+ *   never the client's raw request target or headers;
  * - non-2xx answers are read (bounded) and returned normalised, for the caller to retry or pass on.
  */
-import { type Agent, type ClientRequest, type IncomingMessage, type ServerResponse } from 'node:http';
+import { type Agent, type ClientRequest, type IncomingMessage, type OutgoingHttpHeaders, type ServerResponse } from 'node:http';
 import { createProxyMiddleware, type RequestHandler } from 'http-proxy-middleware';
 import { systemScheduler, type Clock, type Scheduler } from '../core/clock.js';
 import { type ErrorEnvelope } from '../core/errors.js';
@@ -25,8 +31,13 @@ import { MAX_ERROR_BODY_BYTES, normaliseUpstreamError, type NormalisedError } fr
 export interface AttemptSpec {
   endpoint: Endpoint;
   body: Buffer;
+  /** The path (with any query) the engine gets: the canonical one the router routed. */
+  path: string;
+  /** Every header the engine gets, except host and content-length, which are set here. */
+  headers: OutgoingHttpHeaders;
   requestId: string;
-  timeouts: { connectMs: number; firstByteMs: number; idleMs: number };
+  /** `clientStallMs`: longest time a client may accept no bytes while the router holds a response for it. */
+  timeouts: { connectMs: number; firstByteMs: number; idleMs: number; clientStallMs: number };
   /** Monotonic ms (the injected clock) by which the whole exchange must have ended. */
   deadline: number;
   /** Sees the response as it passes (token accounting, time to first token). */
@@ -45,7 +56,7 @@ export interface ResponseObserver {
 }
 
 export type FailureReason = 'connect' | 'connect_timeout' | 'reset' | 'first_byte_timeout' | 'deadline';
-export type StreamEnd = 'complete' | 'client_gone' | 'upstream_broken' | 'idle_timeout' | 'deadline';
+export type StreamEnd = 'complete' | 'client_gone' | 'client_stalled' | 'upstream_broken' | 'idle_timeout' | 'deadline';
 
 export type AttemptResult =
   /** The first byte went to the client; `done` settles when the response has ended. */
@@ -69,7 +80,7 @@ interface Attempt {
 const streamError = (code: string, message: string): string =>
   `data: ${JSON.stringify({ error: { message, type: 'server_error', param: null, code } } satisfies ErrorEnvelope)}\n\ndata: [DONE]\n\n`;
 
-const END_MESSAGES: Record<Exclude<StreamEnd, 'complete' | 'client_gone'>, [string, string]> = {
+const END_MESSAGES: Record<Exclude<StreamEnd, 'complete' | 'client_gone' | 'client_stalled'>, [string, string]> = {
   upstream_broken: ['upstream_stream_broken', 'The model server closed the stream before it finished.'],
   idle_timeout: ['upstream_timeout', 'The model server stopped sending for longer than the idle timeout.'],
   deadline: ['upstream_timeout', 'The request ran past its total timeout.'],
@@ -102,8 +113,9 @@ export class Forwarder {
   ) {
     this.proxy = createProxyMiddleware({
       router: (req) => this.current(req).target,
+      pathRewrite: (_path, req) => this.current(req).spec.path,
       changeOrigin: true,
-      xfwd: true,
+      xfwd: false, // the caller's spec.headers carry X-Forwarded-*, built from what the router saw
       selfHandleResponse: true,
       agent,
       ejectPlugins: true,
@@ -182,6 +194,9 @@ export class Forwarder {
       return;
     }
     attempt.proxyReq = proxyReq;
+    // Exactly the caller's headers: whatever http-proxy copied from the client goes (host stays: changeOrigin set it).
+    for (const name of proxyReq.getHeaderNames()) if (name !== 'host') proxyReq.removeHeader(name);
+    for (const [name, value] of Object.entries(attempt.spec.headers)) if (value !== undefined) proxyReq.setHeader(name, value);
     const socket = proxyReq.socket;
     if (socket?.connecting) {
       const timer = this.scheduler.setTimeout(() => this.fail(attempt, { kind: 'failed', reason: 'connect_timeout', detail: `no connection within ${attempt.spec.timeouts.connectMs} ms` }), attempt.spec.timeouts.connectMs);
@@ -269,7 +284,7 @@ export class Forwarder {
         endBroken(this.clock.now() >= spec.deadline ? 'deadline' : 'idle_timeout');
         proxyRes.destroy();
       });
-    const endBroken = (end: Exclude<StreamEnd, 'complete' | 'client_gone'>): void => {
+    const endBroken = (end: Exclude<StreamEnd, 'complete' | 'client_gone' | 'client_stalled'>): void => {
       if (!res.writableEnded && !res.destroyed) {
         if (stream && tap) {
           const [code, message] = END_MESSAGES[end];
@@ -290,11 +305,24 @@ export class Forwarder {
         }
       });
     };
-    const write = (data: Buffer | string): void => {
-      if (!res.write(data)) {
-        proxyRes.pause();
-        res.once('drain', () => proxyRes.resume());
+    // The client is not reading: nothing is cut for the engine's silence while the router holds it.
+    const stalled = (): void => {
+      if (this.clock.now() >= spec.deadline) {
+        endBroken('deadline');
+      } else {
+        finish('client_stalled');
+        res.destroy(); // it takes no bytes, so no closing event could reach it
       }
+      proxyRes.destroy();
+    };
+    const write = (data: Buffer | string): void => {
+      if (res.write(data) || proxyRes.isPaused()) return;
+      proxyRes.pause();
+      this.arm(attempt, Math.min(spec.timeouts.clientStallMs, spec.deadline - this.clock.now()), stalled);
+      res.once('drain', () => {
+        idle();
+        proxyRes.resume();
+      });
     };
     on('data', ((chunk: Buffer) => {
       if (!committed) commit();

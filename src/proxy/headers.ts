@@ -11,22 +11,62 @@ function connectionTokens(headers: IncomingHttpHeaders): string[] {
 }
 
 /**
- * Prepares the client's request headers for the upstream, in place: drops hop-by-hop headers, the
- * client's key, its framing (the body is re-sent with a new length) and compression preferences (the
- * router reads the stream), then sets the request id and the pool's own key if it has one.
+ * Client request headers that reach the engine by default: content negotiation, the client's name,
+ * trace context. Anything else (cookies, `x-api-key`, the client's `authorization`, `forwarded`,
+ * proprietary headers) stays at the router unless the operator adds it (`server.forwardHeaders`).
+ * The router adds the request's session and priority headers, `x-request-id`, `x-forwarded-*` and
+ * the pool's own key itself.
  */
-export function prepareUpstreamHeaders(headers: IncomingHttpHeaders, requestId: string, backendKey: string | undefined): void {
-  for (const name of [...connectionTokens(headers), ...HOP_BY_HOP, 'authorization', 'content-length', 'content-encoding', 'accept-encoding', 'expect', 'host']) {
-    delete headers[name];
-  }
-  headers['x-request-id'] = requestId;
-  setBackendKey(headers, backendKey);
+export const DEFAULT_FORWARDED_HEADERS: readonly string[] = ['content-type', 'accept', 'user-agent', 'traceparent', 'tracestate', 'baggage'];
+
+/** Headers the router always sets itself, which no allow-list may pass through from the client. */
+export const ROUTER_OWNED_HEADERS: readonly string[] = [
+  ...HOP_BY_HOP,
+  'authorization',
+  'host',
+  'content-length',
+  'content-encoding',
+  'accept-encoding',
+  'expect',
+  'x-request-id',
+  'x-forwarded-for',
+  'x-forwarded-proto',
+  'x-forwarded-host',
+  'x-forwarded-port',
+  'forwarded',
+];
+
+/** What the router saw of the connection, for `x-forwarded-*`. */
+export interface ForwardedFor {
+  /** The client's address as the router computed it (see trusted-proxies.ts). */
+  for: string;
+  proto: string;
+  host: string;
+  port: string;
 }
 
-/** The pool's own key as the upstream's `Authorization`, or none (a fallback pool may have another). */
-export function setBackendKey(headers: IncomingHttpHeaders, backendKey: string | undefined): void {
-  if (backendKey) headers.authorization = `Bearer ${backendKey}`;
-  else delete headers.authorization;
+/**
+ * The headers an engine gets for one request: the allow-listed ones the client sent, then the
+ * router's own — request id, `x-forwarded-*` from what it saw, and the pool's key (or none).
+ */
+export function upstreamHeaders(
+  client: IncomingHttpHeaders,
+  allowed: ReadonlySet<string>,
+  own: { requestId: string; forwarded: ForwardedFor; backendKey: string | undefined },
+): OutgoingHttpHeaders {
+  const out: OutgoingHttpHeaders = {};
+  const hop = connectionTokens(client);
+  for (const name of allowed) {
+    const value = hop.includes(name) ? undefined : client[name];
+    if (value !== undefined) out[name] = value;
+  }
+  out['x-request-id'] = own.requestId;
+  out['x-forwarded-for'] = own.forwarded.for;
+  out['x-forwarded-proto'] = own.forwarded.proto;
+  if (own.forwarded.host !== '') out['x-forwarded-host'] = own.forwarded.host;
+  out['x-forwarded-port'] = own.forwarded.port;
+  if (own.backendKey) out.authorization = `Bearer ${own.backendKey}`;
+  return out;
 }
 
 /** The upstream response headers a client may see: hop-by-hop ones removed, the request id set. */

@@ -14,7 +14,11 @@ export interface NormalisedError {
 export const MAX_ERROR_BODY_BYTES = 64 * 1024;
 const MAX_MESSAGE_CHARS = 2000;
 
-function defaultType(status: number): string {
+/** The `type` values OpenAI's API uses; an engine's own (vLLM's `BadRequestError`, TGI's `validation`) is mapped onto them. */
+const OPENAI_TYPES = new Set(['invalid_request_error', 'authentication_error', 'permission_error', 'not_found_error', 'rate_limit_error', 'server_error', 'insufficient_quota']);
+
+/** OpenAI's `type` for an error with this status. */
+function openAiType(status: number): string {
   if (status === 429) return 'rate_limit_error';
   return status >= 500 ? 'server_error' : 'invalid_request_error';
 }
@@ -41,7 +45,8 @@ function fromJson(status: number, data: unknown): { message?: string; type?: str
     const e = nested as Record<string, unknown>;
     return { message: str(e.message), type: str(e.type), param: str(e.param) ?? null, code: e.code };
   }
-  if (typeof nested === 'string') return { message: nested, type: str(body.error_type), param: null, code: undefined };
+  // TGI: its error_type (overloaded, validation, generation, …) is the closest thing to a code
+  if (typeof nested === 'string') return { message: nested, type: str(body.error_type), param: null, code: str(body.error_type) };
   if (str(body.message)) return { message: str(body.message), type: str(body.type), param: str(body.param) ?? null, code: body.code };
   if (body.detail !== undefined) return { message: typeof body.detail === 'string' ? body.detail : JSON.stringify(body.detail), param: null, code: undefined };
   return { param: null, code: undefined };
@@ -71,6 +76,13 @@ export function normaliseUpstreamError(status: number, body: Buffer): Normalised
   const message = clip(parsed.message ?? plain ?? `The model server answered with status ${status}.`);
   return {
     status: outStatus,
-    envelope: { error: { message, type: parsed.type ?? defaultType(outStatus), param: parsed.param, code: codeFor(status, message, parsed.param, parsed.code) } },
+    envelope: {
+      error: {
+        message,
+        type: parsed.type !== undefined && OPENAI_TYPES.has(parsed.type) ? parsed.type : openAiType(outStatus),
+        param: parsed.param,
+        code: codeFor(status, message, parsed.param, parsed.code),
+      },
+    },
   };
 }

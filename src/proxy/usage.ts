@@ -6,6 +6,9 @@
  * - Streamed: each SSE event is looked at with string checks; only the usage chunk is parsed. Time to
  *   first token is the first event carrying content (text, reasoning or a tool call) after the request
  *   was sent; each gap between content events is one inter-token latency.
+ * - A stream that ends without usage (the client left, the engine broke) still counts the completion
+ *   tokens delivered: one per content event, as engines stream them (an estimate: an engine may put
+ *   several tokens in one event, so it errs low). Its prompt tokens are unknown and not counted.
  */
 import { type Clock } from '../core/clock.js';
 import { scanMembers } from './body-patch.js';
@@ -14,6 +17,8 @@ import { type SseEvent } from './sse-tap.js';
 export interface TokenUsage {
   promptTokens: number;
   completionTokens: number;
+  /** Counted from the streamed content events, not reported by the engine (promptTokens is then 0). */
+  estimated?: true;
 }
 
 const CONTENT = /"(?:content|reasoning_content|reasoning)":"(?!")|"tool_calls":\[\{/;
@@ -53,6 +58,7 @@ export class ResponseMeter {
   /** ms from the request being sent to the first content event. */
   ttftMs: number | undefined;
   private lastContentAt: number | undefined;
+  private contentEvents = 0;
   private head: Buffer[] = [];
   private headBytes = 0;
   private tail = '';
@@ -67,6 +73,7 @@ export class ResponseMeter {
   onEvent(event: SseEvent): void {
     if (event.data === '[DONE]') return;
     if (CONTENT.test(event.data)) {
+      this.contentEvents += 1;
       const now = this.clock.now();
       if (this.lastContentAt === undefined) this.ttftMs = now - this.sentAt;
       else this.onInterToken?.(now - this.lastContentAt);
@@ -79,6 +86,12 @@ export class ResponseMeter {
         // not JSON: nothing to count
       }
     }
+  }
+
+  /** The engine's usage, or else the completion tokens counted from the content events streamed. */
+  finalUsage(): TokenUsage | undefined {
+    if (this.usage) return this.usage;
+    return this.contentEvents > 0 ? { promptTokens: 0, completionTokens: this.contentEvents, estimated: true } : undefined;
   }
 
   onBody(chunk: Buffer): void {

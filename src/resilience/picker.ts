@@ -84,6 +84,11 @@ export class EndpointPicker {
     return this.deps.admission.admit(pool.name, () => this.take(pool, tried, request), pool.resilience.queue, signal, request.priority);
   }
 
+  /** Whether `pool` still has a replica that could take traffic and that this request has not tried. */
+  hasUntried(pool: PoolSpec, tried: ReadonlySet<string>): boolean {
+    return this.usable(pool).some((ep) => !tried.has(ep.id));
+  }
+
   /** A committed stream that the engine broke counts against its endpoint's breaker. */
   recordStreamFailure(pool: PoolSpec, endpointId: string): void {
     this.deps.breakers.get(endpointId, pool.name, pool.resilience.breaker).recordFailure();

@@ -14,7 +14,9 @@ import { chatPromptText } from '../api/prompt-text.js';
 import { PRIORITIES, type Deployment, type EndpointSource, type PoolSpec, type Priority } from '../core/types.js';
 import { type RouterMetrics, type Route } from '../metrics/metrics.js';
 import { type ExchangeRunner, type RouteStep } from '../proxy/exchange.js';
-import { prepareUpstreamHeaders } from '../proxy/headers.js';
+import { DEFAULT_FORWARDED_HEADERS, upstreamHeaders } from '../proxy/headers.js';
+import { AddressRanges } from '../core/address-ranges.js';
+import { forwardedFor } from './forwarded.js';
 import { jsonDepthExceeds } from '../api/json-depth.js';
 import { upstreamBody } from '../proxy/body-patch.js';
 import { type ModelCatalog } from '../registry/registry.js';
@@ -43,10 +45,18 @@ export interface AppDeps {
   priorityHeader?: string;
   /** Seconds a client should wait when a model has no ready replica. */
   noReplicaRetryAfterSeconds?: number;
+  /** `server.clientStallTimeoutMs`: a client that accepts no bytes this long is cut. */
+  clientStallTimeoutMs?: number;
+  /** `server.trustedProxies`: whose `x-forwarded-*` are believed. */
+  trustedProxies?: readonly string[];
+  /** `server.forwardHeaders`: client headers forwarded on top of the default allow-list. */
+  forwardHeaders?: readonly string[];
   random?: () => number;
 }
 
-const ROUTES = { '/v1/chat/completions': 'POST', '/v1/embeddings': 'POST', '/v1/models': 'GET' } as const;
+const ROUTES = { '/v1/chat/completions': 'POST', '/v1/embeddings': 'POST', '/v1/models': 'GET', '/v1/models/*id': 'GET' } as const;
+/** The path each inference kind is forwarded to. No query parameter is forwarded: none of these routes takes one. */
+const UPSTREAM_PATHS: Record<InferenceKind, string> = { chat: '/v1/chat/completions', embeddings: '/v1/embeddings' };
 const ROUTE_LABELS: Record<string, Route> = { '/v1/chat/completions': 'chat', '/v1/embeddings': 'embeddings', '/v1/models': 'models' };
 
 function sendError(res: Response, err: unknown): void {
@@ -87,6 +97,11 @@ function streamUsageOverride(body: ValidRequest): Map<string, string> | undefine
   return new Map([['stream_options', JSON.stringify({ ...current, include_usage: true })]]);
 }
 
+/** One answer for a model that does not exist and one the key may not use, so hidden models cannot be enumerated. */
+function modelNotFound(model: string): RouterError {
+  return new RouterError('MODEL_NOT_FOUND', `The model \`${model.slice(0, 200)}\` does not exist or you do not have access to it.`, { param: 'model' });
+}
+
 function supports(pool: PoolSpec, kind: InferenceKind): boolean {
   return pool.capabilities.includes(kind);
 }
@@ -114,14 +129,29 @@ export function buildApp(deps: AppDeps): BuiltApp {
   const random = deps.random ?? Math.random;
   const retryAfter = deps.noReplicaRetryAfterSeconds ?? 2;
   const priorityHeader = (deps.priorityHeader ?? 'x-modelgate-priority').toLowerCase();
+  const clientStallMs = deps.clientStallTimeoutMs ?? 30_000;
+  const trustedProxies = new AddressRanges(deps.trustedProxies ?? []);
+  const forwardedHeaders = [...DEFAULT_FORWARDED_HEADERS, ...(deps.forwardHeaders ?? []), priorityHeader];
   let active = 0;
   let draining = false;
   const api = express();
   api.disable('x-powered-by');
   api.set('etag', false);
+  // The path checked is the path forwarded: `/V1/CHAT/COMPLETIONS` or a trailing slash is not a route.
+  api.set('case sensitive routing', true);
+  api.set('strict routing', true);
 
   api.use((req: Request, res: Response, next: NextFunction) => {
-    const ctx: RequestContext = { requestId: requestIdOf(req), started: deps.clock.now(), route: ROUTE_LABELS[req.path] ?? 'other', closed: false, abort: new AbortController() };
+    const origin = req.url.startsWith('/') && !req.url.startsWith('//');
+    const ctx: RequestContext = {
+      requestId: requestIdOf(req),
+      started: deps.clock.now(),
+      route: (origin ? ROUTE_LABELS[req.path] : undefined) ?? 'other',
+      path: origin ? req.path : req.url.slice(0, 200),
+      client: forwardedFor(req, trustedProxies).client,
+      closed: false,
+      abort: new AbortController(),
+    };
     setContext(res, ctx);
     res.setHeader('x-request-id', ctx.requestId);
     if (draining) res.setHeader('connection', 'close');
@@ -149,9 +179,11 @@ export function buildApp(deps: AppDeps): BuiltApp {
       {
         requestId: ctx.requestId,
         key: ctx.principal?.name,
+        client: ctx.client,
         method: req.method,
-        path: req.path,
+        path: ctx.path,
         status,
+        model: ctx.model,
         durationMs: Math.round(ms * 10) / 10,
         deployment: ctx.deployment,
         pool: ctx.pool,
@@ -161,8 +193,9 @@ export function buildApp(deps: AppDeps): BuiltApp {
         upstreamStatus: ctx.upstreamStatus,
         attempts: ctx.attempts,
         ttftMs: ctx.ttftMs === undefined ? undefined : Math.round(ctx.ttftMs * 10) / 10,
-        promptTokens: ctx.usage?.promptTokens,
+        promptTokens: ctx.usage?.estimated ? undefined : ctx.usage?.promptTokens,
         completionTokens: ctx.usage?.completionTokens,
+        tokensEstimated: ctx.usage?.estimated,
         bytes: ctx.bytes,
         failure: ctx.failure,
         incomplete: incomplete || undefined,
@@ -170,6 +203,14 @@ export function buildApp(deps: AppDeps): BuiltApp {
       'request',
     );
   }
+
+  /** Only origin-form targets (`/v1/…`) are routes: an absolute-form or `//` target is a 404, never forwarded. */
+  api.use((req: Request, _res: Response, next: NextFunction) => {
+    if (!req.url.startsWith('/') || req.url.startsWith('//')) {
+      throw new RouterError('ROUTE_NOT_FOUND', `Unknown route ${req.method} ${req.url.slice(0, 200)}. Send requests to a path such as /v1/chat/completions.`);
+    }
+    next();
+  });
 
   const authenticate = (req: Request, res: Response, next: NextFunction): void => {
     const key = bearerToken(req.headers.authorization);
@@ -203,14 +244,14 @@ export function buildApp(deps: AppDeps): BuiltApp {
       throw new RouterError('INVALID_JSON', `The request body is not valid JSON: ${(err as Error).message}`);
     }
     const body = validateRequest(kind, parsed);
+    ctx.model = body.model;
     const catalog = deps.catalog();
     const deployment = catalog.resolve(body.model);
-    if (!deployment) {
-      throw new RouterError('MODEL_NOT_FOUND', `The model \`${body.model}\` does not exist or you do not have access to it.`, { param: 'model' });
-    }
+    if (!deployment) throw modelNotFound(body.model);
     ctx.deployment = deployment.id;
     if (!mayUse(ctx.principal as Principal, deployment)) {
-      throw new RouterError('MODEL_NOT_ALLOWED', `Your API key may not use the model \`${body.model}\`.`, { param: 'model' });
+      ctx.failure = 'model_not_allowed'; // the operator's log says why; the client learns nothing of the model
+      throw modelNotFound(body.model);
     }
     const priority = requestPriority((ctx.principal as Principal).priority, req.headers[priorityHeader], priorityHeader);
     ctx.priority = priority;
@@ -224,11 +265,16 @@ export function buildApp(deps: AppDeps): BuiltApp {
     }
     if (ctx.closed) return; // the client left while the body was read
     const usage = kind === 'chat' ? streamUsageOverride(body) : undefined;
+    const forwarded = forwardedFor(req, trustedProxies);
     const route: RouteStep[] = pools.map((step) => {
       const patched = upstreamBody(text, step.pool.servedModelName, body.model, usage);
-      return { ...step, body: patched === text ? raw : Buffer.from(patched, 'utf8') };
+      const allowed = new Set([...forwardedHeaders, step.pool.routing.session.header.toLowerCase()]);
+      return {
+        ...step,
+        body: patched === text ? raw : Buffer.from(patched, 'utf8'),
+        headers: upstreamHeaders(req.headers, allowed, { requestId: ctx.requestId, forwarded, backendKey: step.pool.backendKey }),
+      };
     });
-    prepareUpstreamHeaders(req.headers, ctx.requestId, first.pool.backendKey);
     let labels = { deployment: deployment.id, pool: first.pool.name };
     const headers = req.headers;
     ctx.exchange = deps.exchange
@@ -243,6 +289,8 @@ export function buildApp(deps: AppDeps): BuiltApp {
           },
         },
         requestId: ctx.requestId,
+        path: UPSTREAM_PATHS[kind],
+        clientStallMs,
         signal: ctx.abort.signal,
         stripUsageChunk: usage !== undefined,
         onInterToken: (ms) => deps.metrics.recordInterToken(labels, ms / 1000),
@@ -262,7 +310,7 @@ export function buildApp(deps: AppDeps): BuiltApp {
         ctx.bytes = report.bytes;
         if (report.end) deps.metrics.recordResponseEnd(labels, report.end);
         if (report.ttftMs !== undefined) deps.metrics.recordTimeToFirstToken(labels, report.ttftMs / 1000);
-        if (report.usage) deps.metrics.recordTokens(labels, report.usage.promptTokens, report.usage.completionTokens);
+        if (report.usage) deps.metrics.recordTokens(labels, report.usage.estimated ? 0 : report.usage.promptTokens, report.usage.completionTokens);
       });
     return ctx.exchange;
   };
@@ -305,14 +353,25 @@ export function buildApp(deps: AppDeps): BuiltApp {
 
   api.post('/v1/chat/completions', authenticate, requireJson, readBody, inference('chat'));
   api.post('/v1/embeddings', authenticate, requireJson, readBody, inference('embeddings'));
-  api.get('/v1/models', authenticate, (_req: Request, res: Response) => {
+  /** Every name the caller's key may use, as OpenAI model objects. */
+  const modelsOf = (res: Response): Array<{ id: string; object: 'model'; created: number; owned_by: string }> => {
     const ctx = contextOf(res);
     const catalog = deps.catalog();
-    const data = catalog
+    return catalog
       .deployments()
       .filter((d) => mayUse(ctx.principal as Principal, d))
-      .flatMap((d) => catalog.namesOf(d).map((id) => ({ id, object: 'model', created: d.created, owned_by: 'modelgate' })));
-    res.json({ object: 'list', data });
+      .flatMap((d) => catalog.namesOf(d).map((id) => ({ id, object: 'model' as const, created: d.created, owned_by: 'modelgate' })));
+  };
+  api.get('/v1/models', authenticate, (_req: Request, res: Response) => {
+    res.json({ object: 'list', data: modelsOf(res) });
+  });
+  // `client.models.retrieve(id)`: ids may hold a slash (`meta-llama/Llama-3.1-8B`), sent encoded or not.
+  api.get('/v1/models/*id', authenticate, (req: Request, res: Response) => {
+    const id = ([] as string[]).concat(req.params.id ?? []).join('/');
+    const model = modelsOf(res).find((m) => m.id === id);
+    if (!model) throw modelNotFound(id);
+    contextOf(res).model = id;
+    res.json(model);
   });
   for (const [path, method] of Object.entries(ROUTES)) {
     api.all(path, (req: Request) => {
@@ -320,7 +379,7 @@ export function buildApp(deps: AppDeps): BuiltApp {
     });
   }
   api.use((req: Request) => {
-    throw new RouterError('ROUTE_NOT_FOUND', `Unknown route ${req.method} ${req.path}. modelgate serves POST /v1/chat/completions, POST /v1/embeddings and GET /v1/models.`);
+    throw new RouterError('ROUTE_NOT_FOUND', `Unknown route ${req.method} ${req.path}. modelgate serves POST /v1/chat/completions, POST /v1/embeddings, GET /v1/models and GET /v1/models/{model}.`);
   });
   api.use((err: unknown, _req: Request, res: Response, _next: NextFunction) => {
     const fromBody = !(err instanceof RouterError) && typeof err === 'object' && err !== null ? bodyReaderError(err) : undefined;

@@ -12,8 +12,14 @@ export interface RequestContext {
   /** Monotonic ms at arrival. */
   started: number;
   route: Route;
+  /** The request path as routed (or the raw target, cut short, when it is not a path). */
+  path: string;
+  /** The client's address: the peer, or the right-most untrusted hop when the peer is a trusted proxy. */
+  client: string;
   closed: boolean;
   principal?: Principal;
+  /** The model the client asked for, as it named it. */
+  model?: string;
   deployment?: string;
   pool?: string;
   /** The fallback deployment that served the request, if any. */

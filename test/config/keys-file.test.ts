@@ -6,7 +6,6 @@ describe('parseKeysFile', () => {
   it('reads names, keys or their SHA-256, and model lists', () => {
     const entries = parseKeysFile(`- name: a\n  key: sk-aaaaaaaa\n- name: b\n  keySha256: ${'ab'.repeat(32)}\n  models: [x, y]\n`, 'keys.yaml');
     expect(entries).toEqual([{ name: 'a', key: 'sk-aaaaaaaa' }, { name: 'b', keySha256: 'ab'.repeat(32), models: ['x', 'y'] }]);
-    expect(parseKeysFile('', 'keys.yaml')).toEqual([]);
   });
 
   it('reads a key’s priority class', () => {
@@ -22,6 +21,11 @@ describe('parseKeysFile', () => {
     ['- name: a\n  key: sk-aaaaaaaa\n- name: a\n  key: sk-bbbbbbbb\n', 'key name "a" is used twice'],
     ['- name: a\n  key: sk-aaaaaaaa\n  role: admin\n', 'entry 0.role is not a known field'],
     ['name: a\n', 'must be array'],
+    ['', 'keys.yaml: has no keys'],
+    ['# every key was removed\n', 'keys.yaml: has no keys'],
+    ['null\n', 'keys.yaml: has no keys'],
+    ['[]\n', 'keys.yaml: has no keys'],
+    ['---\n', 'keys.yaml: has no keys'],
     ['- name: a\n  key: sk-aaaaaaaa\n  priority: urgent\n', 'entry 0.priority must be one of: "critical", "standard", "sheddable"'],
   ])('rejects %j without echoing keys', (text, message) => {
     expect(() => parseKeysFile(text, 'keys.yaml')).toThrow(ConfigError);

@@ -32,6 +32,9 @@ describe('buildConfig', () => {
       keepAliveTimeoutMs: 65_000,
       shutdownDelayMs: 5_000,
       gracePeriodMs: 30_000,
+      clientStallTimeoutMs: 30_000,
+      trustedProxies: [],
+      forwardHeaders: [],
     });
     expect(config.resilience).toEqual(RESILIENCE_DEFAULTS);
     expect(config.admin).toEqual({ host: '0.0.0.0', port: 9090 });

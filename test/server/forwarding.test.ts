@@ -49,17 +49,29 @@ describe('request body', () => {
 });
 
 describe('headers', () => {
-  it('never forwards the client key, drops hop-by-hop headers and keeps the rest', async () => {
+  it('never forwards the client key, drops hop-by-hop headers and forwards only the allow-list', async () => {
     await post(
       { model: 'llm', messages: [{ role: 'user', content: 'x' }] },
-      { Connection: 'keep-alive, x-hop', 'x-hop': 'secret-hop', 'Keep-Alive': 'timeout=5', TE: 'trailers', 'Accept-Encoding': 'gzip', 'X-Stainless-Lang': 'js', 'OpenAI-Organization': 'org-1' },
+      {
+        Connection: 'keep-alive, x-hop',
+        'x-hop': 'secret-hop',
+        'Keep-Alive': 'timeout=5',
+        TE: 'trailers',
+        'Accept-Encoding': 'gzip',
+        'X-Stainless-Lang': 'js',
+        'OpenAI-Organization': 'org-1',
+        Accept: 'application/json',
+        'User-Agent': 'OpenAI/JS 7.0',
+        traceparent: '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01',
+      },
     ).expect(200);
     const headers = upstream.requests[0]!.headers;
     expect(headers.authorization).toBeUndefined();
     expect(JSON.stringify(headers)).not.toContain(KEY);
-    for (const name of ['x-hop', 'keep-alive', 'te', 'accept-encoding']) expect(headers[name]).toBeUndefined();
-    expect(headers['x-stainless-lang']).toBe('js');
-    expect(headers['openai-organization']).toBe('org-1');
+    for (const name of ['x-hop', 'keep-alive', 'te', 'accept-encoding', 'x-stainless-lang', 'openai-organization']) expect(headers[name]).toBeUndefined();
+    expect(headers.accept).toBe('application/json');
+    expect(headers['user-agent']).toBe('OpenAI/JS 7.0');
+    expect(headers.traceparent).toBe('00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01');
     expect(headers['content-type']).toBe('application/json');
     expect(Number(headers['content-length'])).toBe(Buffer.byteLength(upstream.requests[0]!.body));
   });
@@ -97,11 +109,11 @@ describe('headers', () => {
 
 describe('upstream errors', () => {
   const table: Array<[string, number, string, Record<string, string>, number, object]> = [
-    ['vLLM nested error with an integer code', 404, '{"error":{"message":"The model `served/llm` does not exist.","type":"NotFoundError","param":"model","code":404}}', {}, 404, { message: 'The model `served/llm` does not exist.', type: 'NotFoundError', param: 'model', code: 'model_not_found' }],
-    ['vLLM context-length error', 400, '{"error":{"message":"This model\'s maximum context length is 8 tokens. However, your request has 9 input tokens.","type":"BadRequestError","param":"input_tokens","code":400}}', {}, 400, { type: 'BadRequestError', param: 'input_tokens', code: 'context_length_exceeded' }],
-    ['old vLLM / TEI flat error', 400, '{"object":"error","message":"bad field","type":"BadRequestError","param":null,"code":400}', {}, 400, { message: 'bad field', type: 'BadRequestError', param: null, code: null }],
-    ['TGI flat error', 429, '{"error":"Model is overloaded","error_type":"overloaded"}', { 'retry-after': '3' }, 429, { message: 'Model is overloaded', type: 'overloaded', param: null, code: null }],
-    ['TGI 424 generation error', 424, '{"error":"Request failed during generation","error_type":"generation"}', {}, 502, { message: 'Request failed during generation', type: 'generation' }],
+    ['vLLM nested error with an integer code', 404, '{"error":{"message":"The model `served/llm` does not exist.","type":"NotFoundError","param":"model","code":404}}', {}, 404, { message: 'The model `served/llm` does not exist.', type: 'invalid_request_error', param: 'model', code: 'model_not_found' }],
+    ['vLLM context-length error', 400, '{"error":{"message":"This model\'s maximum context length is 8 tokens. However, your request has 9 input tokens.","type":"BadRequestError","param":"input_tokens","code":400}}', {}, 400, { type: 'invalid_request_error', param: 'input_tokens', code: 'context_length_exceeded' }],
+    ['old vLLM / TEI flat error', 400, '{"object":"error","message":"bad field","type":"BadRequestError","param":null,"code":400}', {}, 400, { message: 'bad field', type: 'invalid_request_error', param: null, code: null }],
+    ['TGI flat error', 429, '{"error":"Model is overloaded","error_type":"overloaded"}', { 'retry-after': '3' }, 429, { message: 'Model is overloaded', type: 'rate_limit_error', param: null, code: 'overloaded' }],
+    ['TGI 424 generation error', 424, '{"error":"Request failed during generation","error_type":"generation"}', {}, 502, { message: 'Request failed during generation', type: 'server_error', code: 'generation' }],
     ['plain-text body', 422, 'Failed to deserialize the JSON body', { 'content-type': 'text/plain' }, 422, { message: 'Failed to deserialize the JSON body', type: 'invalid_request_error', param: null, code: null }],
     ['empty body', 503, '', {}, 503, { message: 'The model server answered with status 503.', type: 'server_error' }],
     ['engine refusing the router credentials', 401, '{"error":"Unauthorized"}', {}, 502, { type: 'server_error', code: 'upstream_auth_failed' }],

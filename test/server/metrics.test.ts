@@ -109,7 +109,17 @@ describe('metrics after traffic', () => {
 
   it('count tokens from the usage engines reported, also for a stream whose client did not ask for it', () => {
     expect(value('modelgate_prompt_tokens_total')).toBe(seen.prompt);
-    expect(value('modelgate_completion_tokens_total')).toBe(seen.completion);
+    // the aborted stream's completion tokens: counted from the content events relayed before the client left
+    const aborted = g.logs
+      .join('')
+      .split('\n')
+      .filter((l) => l.includes('"failure":"client_gone"'))
+      .map((l) => JSON.parse(l) as { completionTokens?: number; promptTokens?: number; tokensEstimated?: boolean });
+    expect(aborted).toHaveLength(1);
+    expect(aborted[0]).toMatchObject({ tokensEstimated: true, completionTokens: expect.any(Number) });
+    expect(aborted[0]?.promptTokens).toBeUndefined();
+    expect(aborted[0]?.completionTokens).toBeGreaterThanOrEqual(1); // the client saw one before it left
+    expect(value('modelgate_completion_tokens_total')).toBe(seen.completion + (aborted[0]?.completionTokens ?? 0));
   });
 
   it('time first tokens and the gaps between them for streams', () => {

@@ -66,8 +66,14 @@ describe('authentication', () => {
     expect((await chat({ model: 'chat', messages: hello }, HASHED)).status).toBe(200);
   });
 
-  it('answers 403 when the key may not use the model, and lists only allowed models', async () => {
-    expectError(await chat({ model: 'chat', messages: hello }, LIMITED), 403, 'model_not_allowed', 'model');
+  it('answers a model the key may not use exactly as one that does not exist, and lists only allowed models', async () => {
+    const hidden = await chat({ model: 'chat', messages: hello }, LIMITED);
+    const missing = await chat({ model: 'no-such-model', messages: hello }, LIMITED);
+    expectError(hidden, 404, 'model_not_found', 'model');
+    expectError(missing, 404, 'model_not_found', 'model');
+    expect((hidden.body as { error: { message: string } }).error.message).toBe('The model `chat` does not exist or you do not have access to it.');
+    expect((hidden.body as { error: { message: string } }).error.message.replace('`chat`', '`no-such-model`')).toBe((missing.body as { error: { message: string } }).error.message);
+    expect(Object.keys(hidden.headers).sort()).toEqual(Object.keys(missing.headers).sort());
     const res = await request(gateway.router.api).get('/v1/models').set('Authorization', `Bearer ${LIMITED}`).expect(200);
     expect((res.body as { data: Array<{ id: string }> }).data.map((m) => m.id).sort()).toEqual(['embed', 'embed-prod', 'text-embedding-3-small']);
     const embedded = await request(gateway.router.api).post('/v1/embeddings').set({ Authorization: `Bearer ${LIMITED}`, 'Content-Type': 'application/json' }).send('{"model":"text-embedding-3-small","input":"x"}');

@@ -99,7 +99,7 @@ describe('retries before the first byte', () => {
     const g = await gateway(replicas.map((s) => s.url), { ...fast, retries: { maxRetries: 2, initialBackoffMs: 1, maxBackoffMs: 2 } });
     const res = await chat(g);
     expect(res.status).toBe(502);
-    expect(JSON.parse(res.body)).toMatchObject({ error: { type: 'InternalServerError' } });
+    expect(JSON.parse(res.body)).toMatchObject({ error: { type: 'server_error', message: 'Injected failure (status 502).' } });
     expect(metricSum(await metrics(g), 'modelgate_upstream_attempts_total')).toBe(3);
   });
 

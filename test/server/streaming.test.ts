@@ -11,7 +11,8 @@ let gateway: TestRouter<RunningRouter>;
 
 beforeAll(async () => {
   sims = await Promise.all([startTestSim({ model: ['served/llm'], itlMs: 20 }), startTestSim({ model: ['served/llm'], itlMs: 20 })]);
-  gateway = await startTestRouter(chatSetup(sims.map((s) => s.url)));
+  // the simulator's per-request fault header is not on the default allow-list: forwarded as an operator would
+  gateway = await startTestRouter(chatSetup(sims.map((s) => s.url), { server: { forwardHeaders: ['x-sim-fault'] } }));
 });
 afterAll(async () => {
   await gateway.close();
