@@ -1,6 +1,12 @@
-/** The README's reference tables are generated from code tables; this keeps them from drifting. */
+/**
+ * The README's reference tables are generated from code tables, the Markdown documents link only
+ * inside the repository, and docs/architecture.md matches src/: this keeps them from drifting.
+ */
 import { describe, expect, it } from '@jest/globals';
-import { readFileSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
+import { dirname, isAbsolute, join, relative, resolve, sep } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import ts from 'typescript';
 import { configSchema } from '../src/config/schema.js';
 import { ERROR_CODES } from '../src/core/errors.js';
 import { SIM_FLAGS } from '../src/sim/options.js';
@@ -75,5 +81,251 @@ describe('README', () => {
   it('shows the two commands a newcomer needs', () => {
     expect(readme).toContain('npm ci && npm start');
     expect(readme).toContain('npm test');
+  });
+});
+
+/*
+ * Links: the project's Markdown documents link only to their own headings and to files inside the
+ * repository, never outside it (no `../` past the root, no http(s) targets). Fenced code blocks and
+ * inline code are examples, not links.
+ */
+const REPO_ROOT = fileURLToPath(new URL('../', import.meta.url));
+const linkedDocs = (): string[] => [
+  'README.md',
+  ...readdirSync(join(REPO_ROOT, 'docs'))
+    .filter((f) => f.endsWith('.md'))
+    .map((f) => `docs/${f}`),
+  ...['bench/README.md', 'charts/modelgate/README.md', 'manifests/README.md'].filter((f) => existsSync(join(REPO_ROOT, f))),
+];
+
+/** The text outside fenced code blocks, one entry per line (fence and code lines blanked; inline code too unless kept). */
+function proseLines(markdown: string, keepInlineCode = false): string[] {
+  let fence: { char: string; length: number } | undefined;
+  return markdown.split('\n').map((line) => {
+    const marker = /^ {0,3}(`{3,}|~{3,})/.exec(line)?.[1];
+    if (fence === undefined && marker !== undefined) {
+      fence = { char: marker.charAt(0), length: marker.length };
+      return '';
+    }
+    if (fence !== undefined) {
+      if (marker !== undefined && marker.charAt(0) === fence.char && marker.length >= fence.length && line.trim() === marker) fence = undefined;
+      return '';
+    }
+    return keepInlineCode ? line : line.replace(/(`+)(?:(?!\1)[\s\S])*?\1/g, 'code');
+  });
+}
+
+/** GitHub's anchor for each heading: lower case, punctuation dropped, spaces to hyphens, repeats numbered. */
+function headingAnchors(markdown: string): Set<string> {
+  const seen = new Map<string, number>();
+  const anchors = new Set<string>();
+  for (const line of proseLines(markdown, true)) {
+    const heading = /^ {0,3}#{1,6}\s+(.*?)\s*#*\s*$/.exec(line)?.[1];
+    if (heading === undefined) continue;
+    const base = heading.replaceAll('`', '').toLowerCase().replace(/[^\p{L}\p{N}\s_-]/gu, '').replace(/\s/g, '-');
+    const n = seen.get(base) ?? 0;
+    seen.set(base, n + 1);
+    anchors.add(n === 0 ? base : `${base}-${n}`);
+  }
+  return anchors;
+}
+
+/** Every link target in the prose: inline links and images, reference definitions, autolinks, HTML href/src. */
+function linkTargets(markdown: string): Array<{ line: number; target: string }> {
+  const found: Array<{ line: number; target: string }> = [];
+  proseLines(markdown).forEach((text, i) => {
+    const onLine = new Set<string>();
+    const add = (raw: string | undefined): void => {
+      const target = raw?.replace(/^<|>$/g, '');
+      if (target === undefined || onLine.has(target)) return;
+      onLine.add(target);
+      found.push({ line: i + 1, target });
+    };
+    for (const m of text.matchAll(/\]\(\s*(<[^>]*>|[^)\s]*)/g)) add(m[1]);
+    add(/^ {0,3}\[[^\]]+\]:\s*(\S+)/.exec(text)?.[1]);
+    for (const m of text.matchAll(/<((?:https?|ftp|mailto):[^>\s]*)>/gi)) add(m[1]);
+    for (const m of text.matchAll(/\b(?:href|src)\s*=\s*["']([^"']*)["']/gi)) add(m[1]);
+    for (const m of text.matchAll(/(?<![<("'=])\bhttps?:\/\/\S+/gi)) add(m[0]); // bare URLs, which GitHub links too
+  });
+  return found;
+}
+
+/** Why a link target is not allowed, or undefined when it is fine. */
+function badLink(doc: string, target: string, anchorsOf: (file: string) => Set<string>): string | undefined {
+  if (/^[a-z][a-z\d+.-]*:/i.test(target) || target.startsWith('//')) return 'points outside the repository';
+  const [path = '', anchor] = target.split('#', 2);
+  if (path === '') return anchor !== undefined && anchorsOf(doc).has(anchor) ? undefined : `no heading with the anchor #${anchor ?? ''}`;
+  if (path.startsWith('/')) return 'is an absolute path; use a path relative to the document';
+  const resolved = resolve(dirname(join(REPO_ROOT, doc)), decodeURIComponent(path));
+  const inside = relative(REPO_ROOT, resolved);
+  if (inside.startsWith('..') || isAbsolute(inside)) return 'leaves the repository';
+  if (!existsSync(resolved)) return `names ${inside}, which does not exist`;
+  if (anchor !== undefined && inside.endsWith('.md') && !anchorsOf(inside).has(anchor)) return `${inside} has no heading with the anchor #${anchor}`;
+  return undefined;
+}
+
+/** `../` paths written in inline code (e.g. "see `../other/NOTES.md`"): a document naming a file must name one it ships with. */
+function inlineCodePaths(markdown: string): Array<{ line: number; path: string }> {
+  return proseLines(markdown, true).flatMap((text, i) =>
+    [...text.matchAll(/(`+)([\s\S]*?)\1/g)].flatMap((span) => [...(span[2] ?? '').matchAll(/(?:^|[\s(=:'"])(\.\.\/[^\s'")]*)/g)].map((m) => ({ line: i + 1, path: m[1] ?? '' }))),
+  );
+}
+
+describe('Markdown links', () => {
+  it('finds links in prose and ignores code', () => {
+    const sample = ['See [a](#x), ![b](img.png) and <https://example.com>.', '```sh', 'curl [c](http://127.0.0.1:8080) # not a heading', '```', 'Not `[d](../e)` nor `https://f`.', '[g]: https://g.h', 'bare https://x.y/z'].join('\n');
+    expect(linkTargets(sample).map((l) => l.target)).toEqual(['#x', 'img.png', 'https://example.com', 'https://g.h', 'https://x.y/z']);
+    expect(headingAnchors('# The simulated engine: `modelgate sim`\n## A\n## A')).toEqual(new Set(['the-simulated-engine-modelgate-sim', 'a', 'a-1']));
+    const ownAnchors = (): Set<string> => new Set(['quick-start']);
+    expect(badLink('README.md', '#quick-start', ownAnchors)).toBeUndefined();
+    expect(badLink('README.md', 'docs/architecture.md', ownAnchors)).toBeUndefined();
+    expect(badLink('docs/architecture.md', '../README.md', ownAnchors)).toBeUndefined();
+    expect(badLink('README.md', '#nowhere', ownAnchors)).toMatch(/no heading/);
+    expect(badLink('README.md', '../shared/ARCHITECTURE.md', ownAnchors)).toMatch(/leaves the repository/);
+    expect(badLink('README.md', 'docs/missing.md', ownAnchors)).toMatch(/does not exist/);
+    expect(badLink('README.md', 'https://example.com/', ownAnchors)).toMatch(/outside the repository/);
+    expect(badLink('README.md', '/etc/passwd', ownAnchors)).toMatch(/absolute path/);
+    expect(inlineCodePaths('Map: (`../shared/A.md`), `cd ../x`\n```\n`../in-a-fence`\n```').map((p) => p.path)).toEqual(['../shared/A.md', '../x']);
+  });
+
+  const anchors = new Map<string, Set<string>>();
+  const anchorsOf = (file: string): Set<string> => {
+    let set = anchors.get(file);
+    if (!set) anchors.set(file, (set = headingAnchors(readFileSync(join(REPO_ROOT, file), 'utf8'))));
+    return set;
+  };
+
+  it.each(linkedDocs())('%s links only to its own headings and to files inside the repository', (doc) => {
+    const problems = linkTargets(readFileSync(join(REPO_ROOT, doc), 'utf8')).flatMap(({ line, target }) => {
+      const why = badLink(doc, target, anchorsOf);
+      return why === undefined ? [] : [`${doc}:${line}: ${target} ${why}`];
+    });
+    expect(problems).toEqual([]);
+  });
+
+  it.each(linkedDocs())('%s names no path outside the repository, even in inline code', (doc) => {
+    const outside = inlineCodePaths(readFileSync(join(REPO_ROOT, doc), 'utf8')).filter(({ path }) => {
+      const inside = relative(REPO_ROOT, resolve(dirname(join(REPO_ROOT, doc)), path));
+      return inside.startsWith('..') || isAbsolute(inside);
+    });
+    expect(outside.map(({ line, path }) => `${doc}:${line}: ${path}`)).toEqual([]);
+  });
+});
+
+/*
+ * docs/architecture.md is the map of src/: it names every part (each folder and top-level file of
+ * src/), and its import table is what the imports in src/ really are.
+ */
+const SRC = join(REPO_ROOT, 'src');
+const architecture = readFileSync(join(REPO_ROOT, 'docs/architecture.md'), 'utf8');
+
+function sourceFiles(dir: string): string[] {
+  return readdirSync(dir, { withFileTypes: true }).flatMap((entry) => {
+    const path = join(dir, entry.name);
+    if (entry.isDirectory()) return sourceFiles(path);
+    return entry.name.endsWith('.ts') ? [path] : [];
+  });
+}
+
+/** The part a source file belongs to: its top-level folder under src/, or the file itself. */
+const partOf = (file: string): string => relative(SRC, file).split(sep)[0] ?? '';
+
+interface PartImports {
+  /** Part → whether any import of it is a value import (false: `import type` only). */
+  parts: Map<string, boolean>;
+  packages: Set<string>;
+}
+
+/** Every import of every part, read with the TypeScript parser (static, re-exports and dynamic `import()`). */
+function actualImports(): Map<string, PartImports> {
+  const byPart = new Map<string, PartImports>();
+  for (const file of sourceFiles(SRC)) {
+    const from = partOf(file);
+    const entry = byPart.get(from) ?? { parts: new Map<string, boolean>(), packages: new Set<string>() };
+    byPart.set(from, entry);
+    const source = ts.createSourceFile(file, readFileSync(file, 'utf8'), ts.ScriptTarget.Latest, true);
+    const record = (specifier: string, typeOnly: boolean): void => {
+      if (specifier.startsWith('node:')) return;
+      if (!specifier.startsWith('.')) {
+        entry.packages.add(specifier.split('/').slice(0, specifier.startsWith('@') ? 2 : 1).join('/'));
+        return;
+      }
+      const to = partOf(resolve(dirname(file), specifier.replace(/\.js$/, '.ts')));
+      if (to !== from) entry.parts.set(to, (entry.parts.get(to) ?? false) || !typeOnly);
+    };
+    const visit = (node: ts.Node): void => {
+      if (ts.isImportDeclaration(node) && ts.isStringLiteral(node.moduleSpecifier)) {
+        const clause = node.importClause;
+        const named = clause?.namedBindings && ts.isNamedImports(clause.namedBindings) ? clause.namedBindings.elements : undefined;
+        const typeOnly = clause !== undefined && (clause.isTypeOnly || (clause.name === undefined && named !== undefined && named.length > 0 && named.every((e) => e.isTypeOnly)));
+        record(node.moduleSpecifier.text, typeOnly);
+      } else if (ts.isExportDeclaration(node) && node.moduleSpecifier && ts.isStringLiteral(node.moduleSpecifier)) {
+        const named = node.exportClause && ts.isNamedExports(node.exportClause) ? node.exportClause.elements : undefined;
+        record(node.moduleSpecifier.text, node.isTypeOnly || (named !== undefined && named.length > 0 && named.every((e) => e.isTypeOnly)));
+      } else if (ts.isCallExpression(node) && node.expression.kind === ts.SyntaxKind.ImportKeyword && node.arguments[0] && ts.isStringLiteral(node.arguments[0])) {
+        record(node.arguments[0].text, false);
+      }
+      ts.forEachChild(node, visit);
+    };
+    visit(source);
+  }
+  return byPart;
+}
+
+/** The import table of docs/architecture.md, in the same shape. */
+function documentedImports(): Map<string, PartImports> {
+  const table = architecture.split('<!-- imports:start -->')[1]?.split('<!-- imports:end -->')[0] ?? '';
+  const byPart = new Map<string, PartImports>();
+  for (const row of table.split('\n').filter((l) => l.startsWith('| `'))) {
+    const [part = '', parts = '', packages = ''] = row.split('|').slice(1, 4).map((c) => c.trim());
+    const names = (cell: string): string[] => [...cell.matchAll(/`([^`]+)`( \(types\))?/g)].map((m) => (m[2] ? `${m[1]} (types)` : (m[1] as string)));
+    byPart.set(part.replaceAll('`', ''), {
+      parts: new Map(names(parts).map((n) => [n.replace(' (types)', ''), !n.endsWith('(types)')])),
+      packages: new Set(names(packages)),
+    });
+  }
+  return byPart;
+}
+
+/** A stable, readable form of an import table for comparison: one line per part. */
+const describeTable = (table: Map<string, PartImports>): string[] =>
+  [...table]
+    .map(([part, { parts, packages }]) => {
+      const uses = [...parts].sort(([a], [b]) => a.localeCompare(b)).map(([p, value]) => (value ? p : `${p} (types)`));
+      return `${part}: ${uses.join(', ') || '—'} | ${[...packages].sort().join(', ') || '—'}`;
+    })
+    .sort();
+
+describe('docs/architecture.md', () => {
+  const parts = readdirSync(SRC, { withFileTypes: true })
+    .filter((e) => e.isDirectory() || e.name.endsWith('.ts'))
+    .map((e) => e.name);
+
+  it('names every folder and top-level file of src/', () => {
+    expect(parts.length).toBeGreaterThan(10);
+    for (const part of parts) expect(architecture).toContain(`src/${part}`);
+  });
+
+  it('has an import table that matches the imports in src/', () => {
+    const actual = actualImports();
+    expect(describeTable(documentedImports())).toEqual(describeTable(actual));
+    expect([...actual.keys()].sort()).toEqual([...parts].sort());
+  });
+
+  it('describes a part graph without cycles, as it says', () => {
+    const table = actualImports();
+    const state = new Map<string, 'visiting' | 'done'>();
+    const cycle = (part: string, path: string[]): string[] | undefined => {
+      if (state.get(part) === 'done') return undefined;
+      if (state.get(part) === 'visiting') return [...path, part];
+      state.set(part, 'visiting');
+      for (const next of table.get(part)?.parts.keys() ?? []) {
+        const found = cycle(next, [...path, part]);
+        if (found) return found;
+      }
+      state.set(part, 'done');
+      return undefined;
+    };
+    for (const part of table.keys()) expect(cycle(part, [])).toBeUndefined();
   });
 });
