@@ -20,7 +20,9 @@ import { type Deployment, type PoolSpec } from './core/types.js';
 import { type Config } from './config/schema.js';
 import { StaticEndpoints } from './discovery/static.js';
 import { RouterMetrics } from './metrics/metrics.js';
-import { ExchangeRunner } from './proxy/exchange.js';
+import { Director } from './director/director.js';
+import { ExchangeRunner } from './director/exchange.js';
+import { DEFAULT_FORWARDED_HEADERS } from './proxy/headers.js';
 import { Forwarder } from './proxy/forwarder.js';
 import { AdmissionQueues } from './resilience/admission.js';
 import { BreakerRegistry } from './resilience/breaker.js';
@@ -302,23 +304,28 @@ export async function createRouter(config: Config, options: RouterOptions = {}):
   });
   metrics.observeResilience({ breakers: () => breakers.states(), queues: () => admission.depths() });
   metrics.observeRouting({ engine: () => engineMetrics.samples(), prefixBlocks: () => prefixIndex.size() });
+  const director = new Director({
+    catalog: () => discovery.catalog(),
+    endpoints: discovery.endpoints,
+    exchange,
+    metrics,
+    random,
+    forwardedHeaders: [...DEFAULT_FORWARDED_HEADERS, ...config.server.forwardHeaders, config.priority.header.toLowerCase()],
+    clientStallMs: config.server.clientStallTimeoutMs,
+  });
   let stopping = false;
   const app = buildApp({
     maxBodyBytes: config.server.maxBodyBytes,
     maxJsonDepth: config.server.maxJsonDepth,
     keys,
     catalog: () => discovery.catalog(),
-    endpoints: discovery.endpoints,
-    exchange,
+    director,
     metrics,
     logger,
     clock,
     readiness: () => [...(stopping ? ['shutting down'] : []), ...discovery.notReadyReasons()],
     priorityHeader: config.priority.header,
-    clientStallTimeoutMs: config.server.clientStallTimeoutMs,
     trustedProxies: config.server.trustedProxies,
-    forwardHeaders: config.server.forwardHeaders,
-    random,
   });
   discovery.start();
   health.start();

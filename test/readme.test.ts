@@ -312,6 +312,31 @@ describe('docs/architecture.md', () => {
     expect([...actual.keys()].sort()).toEqual([...parts].sort());
   });
 
+  /**
+   * The layering rules the map states, as allow-lists: a part may import only these parts. A new
+   * import outside them fails here by name, whatever the table says.
+   */
+  const LAYERS: Record<string, readonly string[]> = {
+    core: [],
+    api: ['core'],
+    balancer: ['core'],
+    registry: ['core'],
+    metrics: ['core'],
+    'engine-metrics': ['core'],
+    sim: ['core'],
+    // moving bytes: no routing, no resilience policy, no server
+    proxy: ['core'],
+    // the director owns a request: planning, scheduling (through the picker), forwarding
+    director: ['api', 'balancer', 'core', 'proxy', 'registry', 'resilience'],
+    // the server parses, authenticates and hands over: it makes no routing decision
+    server: ['api', 'auth', 'core', 'director', 'metrics', 'proxy', 'registry'],
+  };
+
+  it.each(Object.entries(LAYERS))('%s imports only what its layer allows', (part, allowed) => {
+    const imported = [...(actualImports().get(part)?.parts.keys() ?? [])];
+    expect(imported.filter((p) => !allowed.includes(p))).toEqual([]);
+  });
+
   it('describes a part graph without cycles, as it says', () => {
     const table = actualImports();
     const state = new Map<string, 'visiting' | 'done'>();

@@ -1,8 +1,20 @@
 /**
- * Every failure the router reports has a stable code from this one table. Codes are set where the
- * failure is found; the HTTP status and the OpenAI-style envelope are chosen only at the edge
- * (server/error-mapper). The wire `code` is the table key in lower case, e.g. `model_not_found`.
+ * Every failure the router reports has a stable code from this one table, with its HTTP status and
+ * OpenAI `type`. Codes are set where the failure is found; this module is the only place that turns
+ * them into an answer: a JSON envelope (`toErrorResponse`), an SSE error event (`streamErrorEvent`),
+ * or the envelope of an engine's own error (`envelope`). The wire `code` is the key in lower case.
+ *
+ * A few codes are never sent because nobody is left to receive them (`CLIENT_GONE`,
+ * `CLIENT_STALLED`), or are sent as another (`MODEL_NOT_ALLOWED` answers as `MODEL_NOT_FOUND`, so a
+ * key cannot discover models it may not use): they name the failure in the access log and metrics.
  */
+
+interface CodeSpec {
+  status: number;
+  type: string;
+  /** Answered to the client as this code instead (the log keeps the real one). */
+  answerAs?: string;
+}
 
 export const ERROR_CODES = {
   INVALID_REQUEST: { status: 400, type: 'invalid_request_error' },
@@ -10,6 +22,7 @@ export const ERROR_CODES = {
   MODEL_CAPABILITY_MISMATCH: { status: 400, type: 'invalid_request_error' },
   INVALID_API_KEY: { status: 401, type: 'invalid_request_error' },
   MODEL_NOT_FOUND: { status: 404, type: 'invalid_request_error' },
+  MODEL_NOT_ALLOWED: { status: 404, type: 'invalid_request_error', answerAs: 'MODEL_NOT_FOUND' },
   ROUTE_NOT_FOUND: { status: 404, type: 'invalid_request_error' },
   METHOD_NOT_ALLOWED: { status: 405, type: 'invalid_request_error' },
   REQUEST_TOO_LARGE: { status: 413, type: 'invalid_request_error' },
@@ -17,14 +30,25 @@ export const ERROR_CODES = {
   QUEUE_FULL: { status: 429, type: 'rate_limit_error' },
   QUEUE_TIMEOUT: { status: 429, type: 'rate_limit_error' },
   REQUEST_SHED: { status: 429, type: 'rate_limit_error' },
+  CLIENT_GONE: { status: 499, type: 'invalid_request_error' },
+  CLIENT_STALLED: { status: 499, type: 'invalid_request_error' },
+  INTERNAL_ERROR: { status: 500, type: 'server_error' },
   UPSTREAM_CONNECTION_FAILED: { status: 502, type: 'server_error' },
   UPSTREAM_AUTH_FAILED: { status: 502, type: 'server_error' },
+  UPSTREAM_STREAM_BROKEN: { status: 502, type: 'server_error' },
   NO_READY_REPLICA: { status: 503, type: 'server_error' },
   UPSTREAM_TIMEOUT: { status: 504, type: 'server_error' },
-  INTERNAL_ERROR: { status: 500, type: 'server_error' },
-} as const satisfies Record<string, { status: number; type: string }>;
+} as const satisfies Record<string, CodeSpec>;
 
 export type ErrorCode = keyof typeof ERROR_CODES;
+
+/** The lower-case wire form of a code, as logs, metrics and envelopes carry it. */
+export type FailureCode = Lowercase<ErrorCode>;
+
+/** Seconds a client is asked to wait when no replica can take its request (`Retry-After`). */
+export const NO_REPLICA_RETRY_AFTER_SECONDS = 2;
+/** Seconds a client is asked to wait when it was queued out or shed (`Retry-After`). */
+export const BUSY_RETRY_AFTER_SECONDS = 1;
 
 export interface RouterErrorOptions {
   /** JSON path of the offending request field, e.g. `messages[0].role`. */
@@ -52,6 +76,15 @@ export class RouterError extends Error {
   get status(): number {
     return ERROR_CODES[this.code].status;
   }
+
+  /** The code the log and metrics record (the real one, even when the client is answered another). */
+  get failure(): FailureCode {
+    return failureCode(this.code);
+  }
+}
+
+export function failureCode(code: ErrorCode): FailureCode {
+  return code.toLowerCase() as FailureCode;
 }
 
 /** The OpenAI error envelope. All four keys are always present. */
@@ -59,8 +92,19 @@ export interface ErrorEnvelope {
   error: { message: string; type: string; param: string | null; code: string | null };
 }
 
+/** An envelope for an error that is not the router's own (an engine's, normalised). */
+export function envelope(message: string, type: string, param: string | null, code: string | null): ErrorEnvelope {
+  return { error: { message, type, param, code } };
+}
+
+function answered(code: ErrorCode): ErrorCode {
+  const spec: CodeSpec = ERROR_CODES[code];
+  return (spec.answerAs as ErrorCode | undefined) ?? code;
+}
+
 export function envelopeOf(err: RouterError): ErrorEnvelope {
-  return { error: { message: err.message, type: ERROR_CODES[err.code].type, param: err.param, code: err.code.toLowerCase() } };
+  const code = answered(err.code);
+  return envelope(err.message, ERROR_CODES[code].type, err.param, failureCode(code));
 }
 
 /** The HTTP answer for any error: RouterErrors by their code, anything else as a bare 500. */
@@ -68,5 +112,24 @@ export function toErrorResponse(err: unknown): { status: number; headers: Record
   const routerError = err instanceof RouterError ? err : new RouterError('INTERNAL_ERROR', 'The router failed to handle the request.');
   const headers: Record<string, string> = {};
   if (routerError.retryAfterSeconds !== undefined) headers['retry-after'] = String(routerError.retryAfterSeconds);
-  return { status: routerError.status, headers, body: envelopeOf(routerError) };
+  return { status: ERROR_CODES[answered(routerError.code)].status, headers, body: envelopeOf(routerError) };
+}
+
+/** The final SSE event of a stream the router has to end early, then `[DONE]`, so it never looks finished. */
+export function streamErrorEvent(err: RouterError): string {
+  return `data: ${JSON.stringify(envelopeOf(err))}\n\ndata: [DONE]\n\n`;
+}
+
+/** One answer for a model that does not exist and one the key may not use. */
+export function modelNotFound(model: string, hidden = false): RouterError {
+  const message = `The model \`${model.slice(0, 200)}\` does not exist or you do not have access to it.`;
+  return new RouterError(hidden ? 'MODEL_NOT_ALLOWED' : 'MODEL_NOT_FOUND', message, { param: 'model' });
+}
+
+/** No replica of a model can take a request right now; the client should retry shortly. */
+export function noReadyReplica(model?: string): RouterError {
+  const what = model === undefined ? 'No replica of this model' : `The model \`${model.slice(0, 200)}\` has no replica that`;
+  return new RouterError('NO_READY_REPLICA', `${what} can take requests right now (none ready, or all failing); retry shortly.`, {
+    retryAfterSeconds: NO_REPLICA_RETRY_AFTER_SECONDS,
+  });
 }

@@ -1,31 +1,26 @@
 /**
  * One attempt to forward a request to one endpoint. http-proxy-middleware carries the request leg
- * (target per attempt, keep-alive agent, header copy, the client's disconnect aborting the upstream
- * request); the response leg is ours (`selfHandleResponse`):
+ * through its documented options and events (`router` for the target per attempt, `pathRewrite` for
+ * the canonical path, the 'proxyReq' event for exactly the caller's headers and body, a keep-alive
+ * agent, the client's disconnect aborting the upstream request); the response leg is ours
+ * (`selfHandleResponse`, relay.ts):
  *
  * - nothing reaches the client until the engine sends the first byte of its response body: until then
  *   the attempt can still fail cleanly (connection error, reset, timeout, an error status) and the
  *   caller may retry it elsewhere. vLLM sends a stream's 200 and headers before the prefill, so the
  *   headers alone commit nothing;
- * - from the first byte on, the response is relayed chunk by chunk as it arrives, with backpressure;
- *   if the engine breaks, stalls past the idle timeout or the deadline passes, a stream ends with a
- *   final `data: {"error": …}` event and `data: [DONE]`, so a cut answer never looks finished;
- * - while the router holds the engine's response paused because the client is not reading, the
- *   engine's silence is the router's doing: the idle clock stops and the client's stall clock runs
- *   instead. A client that accepts no bytes for `clientStallMs` is cut (`client_stalled`), which says
- *   nothing about the engine;
- * - the engine gets exactly the path and headers the caller decided (`spec.path`, `spec.headers`),
- *   never the client's raw request target or headers;
  * - non-2xx answers are read (bounded) and returned normalised, for the caller to retry or pass on.
+ *
+ * Where the library does not let the attempt own the engine's response, http-proxy-gap.ts does.
  */
 import { type Agent, type ClientRequest, type IncomingMessage, type OutgoingHttpHeaders, type ServerResponse } from 'node:http';
 import { createProxyMiddleware, type RequestHandler } from 'http-proxy-middleware';
 import { systemScheduler, type Clock, type Scheduler } from '../core/clock.js';
-import { type ErrorEnvelope } from '../core/errors.js';
 import { type Endpoint } from '../core/types.js';
-import { clientResponseHeaders, retryHeaders } from './headers.js';
-import { SseTap, type SseEvent } from './sse-tap.js';
-import { isUsageChunk } from './usage.js';
+import { retryHeaders } from './headers.js';
+import { ownResponse, type OwnListener } from './http-proxy-gap.js';
+import { relayResponse, type AttemptControl } from './relay.js';
+import { type SseEvent } from './sse-tap.js';
 import { MAX_ERROR_BODY_BYTES, normaliseUpstreamError, type NormalisedError } from './upstream-errors.js';
 
 export interface AttemptSpec {
@@ -75,19 +70,6 @@ interface Attempt {
   resolve: (result: AttemptResult) => void;
   proxyReq?: ClientRequest;
   timer?: unknown;
-}
-
-const streamError = (code: string, message: string): string =>
-  `data: ${JSON.stringify({ error: { message, type: 'server_error', param: null, code } } satisfies ErrorEnvelope)}\n\ndata: [DONE]\n\n`;
-
-const END_MESSAGES: Record<Exclude<StreamEnd, 'complete' | 'client_gone' | 'client_stalled'>, [string, string]> = {
-  upstream_broken: ['upstream_stream_broken', 'The model server closed the stream before it finished.'],
-  idle_timeout: ['upstream_timeout', 'The model server stopped sending for longer than the idle timeout.'],
-  deadline: ['upstream_timeout', 'The request ran past its total timeout.'],
-};
-
-function isEventStream(contentType: string | undefined): boolean {
-  return contentType?.toLowerCase().startsWith('text/event-stream') ?? false;
 }
 
 /** Retry-After (seconds or HTTP date) or retry-after-ms, in ms. */
@@ -223,32 +205,31 @@ export class Forwarder {
       proxyRes.destroy();
       return;
     }
-    const ours = new Set<(...args: never[]) => void>();
-    const on = (event: string, listener: (...args: never[]) => void): void => {
-      ours.add(listener);
-      proxyRes.on(event, listener as (...args: unknown[]) => void);
-    };
-    // http-proxy adds, right after this handler, listeners that destroy the client response when the
-    // engine's response closes early. That would forbid a retry (and the final SSE error event): this
-    // attempt owns the upstream response, so they are taken off before any event can fire.
-    queueMicrotask(() => {
-      for (const event of ['close', 'error']) for (const l of proxyRes.listeners(event)) if (!ours.has(l as never)) proxyRes.off(event, l as (...args: unknown[]) => void);
-    });
+    const on = ownResponse(proxyRes);
     on('error', () => undefined); // 'close' below decides
     const status = proxyRes.statusCode ?? 502;
     if (status < 200 || status >= 300) this.readError(attempt, proxyRes, status, on);
-    else this.relay(attempt, proxyRes, res, status, on);
+    else relayResponse(attempt.spec, proxyRes, res, status, on, this.control(attempt), this.clock);
   }
 
-  private readError(attempt: Attempt, proxyRes: IncomingMessage, status: number, on: (event: string, l: (...args: never[]) => void) => void): void {
+  /** The attempt's timer and settlement, lent to the relay. */
+  private control(attempt: Attempt): AttemptControl {
+    return {
+      arm: (ms, onTimeout) => this.arm(attempt, ms, onTimeout),
+      disarm: () => this.disarm(attempt),
+      settle: (result) => this.settle(attempt, result),
+    };
+  }
+
+  private readError(attempt: Attempt, proxyRes: IncomingMessage, status: number, on: OwnListener): void {
     const chunks: Buffer[] = [];
     let size = 0;
     this.arm(attempt, Math.min(attempt.spec.timeouts.idleMs, attempt.spec.deadline - this.clock.now()), () => this.fail(attempt, { kind: 'failed', reason: 'reset', detail: 'error body stalled' }));
-    on('data', ((chunk: Buffer) => {
+    on('data', (chunk: Buffer) => {
       if (size >= MAX_ERROR_BODY_BYTES) return;
       chunks.push(chunk);
       size += chunk.length;
-    }));
+    });
     on('end', () => {
       this.settle(attempt, {
         kind: 'upstream_error',
@@ -260,105 +241,6 @@ export class Forwarder {
     });
     on('close', () => {
       if (!proxyRes.complete) this.settle(attempt, { kind: 'failed', reason: 'reset', detail: 'the connection closed while the error body was read' });
-    });
-  }
-
-  private relay(attempt: Attempt, proxyRes: IncomingMessage, res: ServerResponse, status: number, on: (event: string, l: (...args: never[]) => void) => void): void {
-    const { spec } = attempt;
-    const stream = isEventStream(proxyRes.headers['content-type']);
-    const tap = stream ? new SseTap() : undefined;
-    let bytes = 0;
-    let committed = false;
-    let finish: (end: StreamEnd) => void = () => undefined;
-    const done = new Promise<{ end: StreamEnd; bytes: number }>((resolve) => {
-      let ended = false;
-      finish = (end) => {
-        if (ended) return;
-        ended = true;
-        this.disarm(attempt);
-        resolve({ end, bytes });
-      };
-    });
-    const idle = (): void =>
-      this.arm(attempt, Math.min(spec.timeouts.idleMs, spec.deadline - this.clock.now()), () => {
-        endBroken(this.clock.now() >= spec.deadline ? 'deadline' : 'idle_timeout');
-        proxyRes.destroy();
-      });
-    const endBroken = (end: Exclude<StreamEnd, 'complete' | 'client_gone' | 'client_stalled'>): void => {
-      if (!res.writableEnded && !res.destroyed) {
-        if (stream && tap) {
-          const [code, message] = END_MESSAGES[end];
-          // when stripping, only whole events were written: the client is on a boundary
-          res.end((spec.stripUsageChunk ? '' : tap.separator()) + streamError(code, message));
-        } else res.destroy(); // a JSON body cut short must not look complete
-      }
-      finish(end);
-    };
-    const commit = (): void => {
-      committed = true;
-      res.writeHead(status, clientResponseHeaders(proxyRes.headers, spec.requestId));
-      this.settle(attempt, { kind: 'committed', status, done });
-      res.once('close', () => {
-        if (!res.writableFinished) {
-          proxyRes.destroy();
-          finish('client_gone');
-        }
-      });
-    };
-    // The client is not reading: nothing is cut for the engine's silence while the router holds it.
-    const stalled = (): void => {
-      if (this.clock.now() >= spec.deadline) {
-        endBroken('deadline');
-      } else {
-        finish('client_stalled');
-        res.destroy(); // it takes no bytes, so no closing event could reach it
-      }
-      proxyRes.destroy();
-    };
-    const write = (data: Buffer | string): void => {
-      if (res.write(data) || proxyRes.isPaused()) return;
-      proxyRes.pause();
-      this.arm(attempt, Math.min(spec.timeouts.clientStallMs, spec.deadline - this.clock.now()), stalled);
-      res.once('drain', () => {
-        idle();
-        proxyRes.resume();
-      });
-    };
-    on('data', ((chunk: Buffer) => {
-      if (!committed) commit();
-      bytes += chunk.length;
-      idle();
-      if (!tap) {
-        spec.observe?.body(chunk);
-        write(chunk);
-        return;
-      }
-      const segments = tap.segments(chunk);
-      for (const segment of segments) if (segment.event) spec.observe?.event(segment.event);
-      if (!spec.stripUsageChunk) {
-        write(chunk); // byte for byte, as it came
-        return;
-      }
-      const kept = segments
-        .filter((seg) => !(seg.event && isUsageChunk(seg.event)))
-        .map((seg) => seg.raw)
-        .join('');
-      if (kept !== '') write(kept);
-    }));
-    on('end', () => {
-      if (!committed) commit(); // an empty 2xx body
-      if (tap && spec.stripUsageChunk) {
-        const rest = tap.rest(); // a last event without its blank line (some llama.cpp builds)
-        if (rest !== '') write(rest);
-      }
-      if (!tap) spec.observe?.bodyEnd();
-      if (!res.writableEnded) res.end();
-      finish('complete');
-    });
-    on('close', () => {
-      if (proxyRes.complete) return;
-      if (!committed) this.settle(attempt, { kind: 'failed', reason: 'reset', detail: 'the connection closed before the first byte' });
-      else endBroken('upstream_broken');
     });
   }
 }

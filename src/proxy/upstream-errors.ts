@@ -3,7 +3,7 @@
  * status: vLLM `{"error":{…,"code":404}}` (integer code), old vLLM and TEI flat `{"message",…}`,
  * TGI `{"error":"…","error_type":"…"}`, FastAPI `{"detail":…}`, plain text, or nothing at all.
  */
-import { type ErrorEnvelope } from '../core/errors.js';
+import { envelope, envelopeOf, RouterError, type ErrorEnvelope } from '../core/errors.js';
 
 export interface NormalisedError {
   status: number;
@@ -67,22 +67,13 @@ export function normaliseUpstreamError(status: number, body: Buffer): Normalised
     plain = str(text);
   }
   if (status === 401 || status === 403) {
-    return {
-      status: 502,
-      envelope: { error: { message: `The model server refused the router's credentials (status ${status}); check the pool's backend key.`, type: 'server_error', param: null, code: 'upstream_auth_failed' } },
-    };
+    const refused = new RouterError('UPSTREAM_AUTH_FAILED', `The model server refused the router's credentials (status ${status}); check the pool's backend key.`);
+    return { status: refused.status, envelope: envelopeOf(refused) };
   }
   const outStatus = status === 424 ? 502 : status;
   const message = clip(parsed.message ?? plain ?? `The model server answered with status ${status}.`);
   return {
     status: outStatus,
-    envelope: {
-      error: {
-        message,
-        type: parsed.type !== undefined && OPENAI_TYPES.has(parsed.type) ? parsed.type : openAiType(outStatus),
-        param: parsed.param,
-        code: codeFor(status, message, parsed.param, parsed.code),
-      },
-    },
+    envelope: envelope(message, parsed.type !== undefined && OPENAI_TYPES.has(parsed.type) ? parsed.type : openAiType(outStatus), parsed.param, codeFor(status, message, parsed.param, parsed.code)),
   };
 }

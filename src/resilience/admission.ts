@@ -9,7 +9,7 @@
  * of the most recent `standard` waiter (which gets the 429 instead).
  */
 import { type Scheduler } from '../core/clock.js';
-import { RouterError } from '../core/errors.js';
+import { BUSY_RETRY_AFTER_SECONDS, RouterError } from '../core/errors.js';
 import { type Priority } from '../core/types.js';
 
 interface Waiter<T> {
@@ -30,16 +30,13 @@ export interface AdmissionEvents {
   onRejected?: (pool: string, reason: 'queue_full' | 'queue_timeout' | 'shed') => void;
 }
 
-/** Seconds a client is told to wait when the queue turns it away. */
-export const QUEUE_RETRY_AFTER_SECONDS = 1;
-
 /** The 429 of a sheddable request that found the pool saturated. */
 export function shedError(): RouterError {
-  return new RouterError('REQUEST_SHED', 'Every replica of this model is saturated and this request is sheddable; retry later.', { retryAfterSeconds: QUEUE_RETRY_AFTER_SECONDS });
+  return new RouterError('REQUEST_SHED', 'Every replica of this model is saturated and this request is sheddable; retry later.', { retryAfterSeconds: BUSY_RETRY_AFTER_SECONDS });
 }
 
 function queueFullError(maxSize: number): RouterError {
-  return new RouterError('QUEUE_FULL', `Every replica of this model is busy and ${maxSize} requests are already waiting; retry shortly.`, { retryAfterSeconds: QUEUE_RETRY_AFTER_SECONDS });
+  return new RouterError('QUEUE_FULL', `Every replica of this model is busy and ${maxSize} requests are already waiting; retry shortly.`, { retryAfterSeconds: BUSY_RETRY_AFTER_SECONDS });
 }
 
 function abortError(): Error {
@@ -101,7 +98,7 @@ export class AdmissionQueues {
         timer: this.scheduler.setTimeout(() => {
           this.remove(pool, waiter as Waiter<unknown>, 'timeout');
           this.events.onRejected?.(pool, 'queue_timeout');
-          reject(new RouterError('QUEUE_TIMEOUT', `No replica of this model became free within ${limits.timeoutMs} ms; retry shortly.`, { retryAfterSeconds: QUEUE_RETRY_AFTER_SECONDS }));
+          reject(new RouterError('QUEUE_TIMEOUT', `No replica of this model became free within ${limits.timeoutMs} ms; retry shortly.`, { retryAfterSeconds: BUSY_RETRY_AFTER_SECONDS }));
         }, limits.timeoutMs),
         onAbort: () => {
           this.remove(pool, waiter as Waiter<unknown>, 'abandoned');

@@ -1,15 +1,16 @@
 /**
- * Chooses the endpoint for one attempt. Filters: the pool's snapshot, minus endpoints failing active
- * health checks and endpoints whose breaker rejects, minus endpoints already tried by this request
- * (unless nothing else is left), minus endpoints at `maxConcurrencyPerReplica`. Then the pool's
- * scheduling profile scores what is left (balancer/scheduler.ts). When every usable endpoint is full,
- * the request waits in the pool's admission queue by priority; a sheddable request is turned away
- * instead, and also whenever the engines report every replica saturated.
+ * Chooses the endpoint for one attempt. It takes a snapshot of what it knows about each endpoint of
+ * the pool (health checks, breaker, in-flight count, whether this request tried it) and hands it to
+ * the balancer: filters (balancer/filters.ts) decide who may take the request, the pool's scheduling
+ * profile scores the rest (balancer/scheduler.ts). When every usable endpoint is full, the request
+ * waits in the pool's admission queue by priority; a sheddable request is turned away instead, and
+ * also whenever the engines report every replica saturated.
  */
+import { pickable, usable, type CandidateState } from '../balancer/filters.js';
 import { type InFlight } from '../balancer/in-flight.js';
 import { promptBlocks, PrefixIndex } from '../balancer/prefix-index.js';
 import { schedule } from '../balancer/scheduler.js';
-import { RouterError } from '../core/errors.js';
+import { noReadyReplica } from '../core/errors.js';
 import { type EngineLoad, type EngineLoadSource, type Endpoint, type EndpointSource, type PoolSpec, type Priority } from '../core/types.js';
 import { shedError, type AdmissionQueues } from './admission.js';
 import { type BreakerRegistry, type BreakerTicket } from './breaker.js';
@@ -73,11 +74,9 @@ export class EndpointPicker {
    * take traffic at all, with REQUEST_SHED / QUEUE_FULL / QUEUE_TIMEOUT from admission, or with an AbortError.
    */
   pick(pool: PoolSpec, tried: ReadonlySet<string>, signal?: AbortSignal, request: PickRequest = { priority: 'standard' }): Promise<Picked> {
-    const usable = this.usable(pool);
-    if (usable.length === 0) {
-      return Promise.reject(new RouterError('NO_READY_REPLICA', 'No replica of this model can take requests right now (none ready, or all failing); retry shortly.', { retryAfterSeconds: 2 }));
-    }
-    if (request.priority === 'sheddable' && this.saturated(pool, usable)) {
+    const ready = usable(this.snapshot(pool, tried)).map((c) => c.endpoint);
+    if (ready.length === 0) return Promise.reject(noReadyReplica());
+    if (request.priority === 'sheddable' && this.saturated(pool, ready)) {
       this.deps.events?.onShed?.(pool.name);
       return Promise.reject(shedError());
     }
@@ -86,7 +85,7 @@ export class EndpointPicker {
 
   /** Whether `pool` still has a replica that could take traffic and that this request has not tried. */
   hasUntried(pool: PoolSpec, tried: ReadonlySet<string>): boolean {
-    return this.usable(pool).some((ep) => !tried.has(ep.id));
+    return usable(this.snapshot(pool, tried)).some((c) => !c.tried);
   }
 
   /** A committed stream that the engine broke counts against its endpoint's breaker. */
@@ -107,9 +106,16 @@ export class EndpointPicker {
     return (pool.routing.engineMetrics.enabled ? this.engine : NO_ENGINE).load(endpointId);
   }
 
-  private usable(pool: PoolSpec): Endpoint[] {
-    const { endpoints, health, breakers } = this.deps;
-    return endpoints.snapshot(pool.name).filter((ep) => health.isHealthy(ep.id) && breakers.get(ep.id, pool.name, pool.resilience.breaker).available());
+  /** What the picker knows about each endpoint of the pool right now, as plain data for the filters. */
+  private snapshot(pool: PoolSpec, tried: ReadonlySet<string>): CandidateState[] {
+    const { endpoints, health, breakers, inFlight } = this.deps;
+    return endpoints.snapshot(pool.name).map((endpoint) => ({
+      endpoint,
+      healthy: health.isHealthy(endpoint.id),
+      breakerAvailable: breakers.get(endpoint.id, pool.name, pool.resilience.breaker).available(),
+      inFlight: inFlight.count(endpoint.id),
+      tried: tried.has(endpoint.id),
+    }));
   }
 
   /** The request's prompt blocks for this pool's block geometry (empty when the profile does not use them). */
@@ -134,16 +140,14 @@ export class EndpointPicker {
   private take(pool: PoolSpec, tried: ReadonlySet<string>, request: PickRequest): Picked | undefined {
     const { inFlight, breakers, admission, random } = this.deps;
     const prefixIndex = this.prefixIndex;
-    const usable = this.usable(pool);
-    const fresh = usable.filter((ep) => !tried.has(ep.id));
-    const limit = pool.resilience.maxConcurrencyPerReplica;
-    const candidates = (fresh.length > 0 ? fresh : usable).filter((ep) => limit === 0 || inFlight.count(ep.id) < limit * ep.weight);
+    const states = pickable(this.snapshot(pool, tried), pool.resilience.maxConcurrencyPerReplica);
+    const candidates = states.map((c) => c.endpoint);
     const blocks = this.promptBlocksFor(pool, request);
     const prefixMatched = blocks.length === 0 ? undefined : candidates.map((ep) => prefixIndex.match(ep.id, blocks));
     const engine = candidates.map((ep) => this.engineLoad(pool, ep.id));
     const decision = schedule(
       candidates,
-      candidates.map((ep) => inFlight.count(ep.id)),
+      states.map((c) => c.inFlight),
       engine,
       { prefixMatched, prefixTotal: blocks.length, sessionKey: this.sessionKey(pool, request) },
       pool.routing,

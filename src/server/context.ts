@@ -1,14 +1,16 @@
 /** Per-request state the handlers fill in and the access log and metrics read when the response closes. */
 import { randomUUID } from 'node:crypto';
 import { type Request, type Response } from 'express';
+import { type Logger } from 'pino';
 import { type Principal } from '../auth/key-store.js';
 import { type Priority } from '../core/types.js';
+import { type DirectorReport } from '../director/director.js';
 import { type Route } from '../metrics/metrics.js';
-import { type AttemptRecord } from '../proxy/exchange.js';
-import { type TokenUsage } from '../proxy/usage.js';
 
 export interface RequestContext {
   requestId: string;
+  /** The router's logger bound to this request's id: every line about the request goes through it. */
+  log: Logger;
   /** Monotonic ms at arrival. */
   started: number;
   route: Route;
@@ -21,23 +23,14 @@ export interface RequestContext {
   /** The model the client asked for, as it named it. */
   model?: string;
   deployment?: string;
-  pool?: string;
-  /** The fallback deployment that served the request, if any. */
-  fallback?: string;
   priority?: Priority;
-  endpoint?: string;
-  upstreamStatus?: number;
+  /** Why the request did not end well, as an error code. */
   failure?: string;
-  /** Streams: ms from the request sent upstream to the first content event. */
-  ttftMs?: number;
-  usage?: TokenUsage;
-  /** Body bytes relayed from the engine. */
-  bytes?: number;
-  /** Every attempt, when there was more than one. */
-  attempts?: AttemptRecord[];
+  /** The director's report, once the response has ended. */
+  report?: DirectorReport;
   /** Aborts when the client leaves before its response finished. */
   abort: AbortController;
-  /** Settles when the forwarded exchange has filled in its report. */
+  /** Settles when the director has filled in its report. */
   exchange?: Promise<void>;
 }
 

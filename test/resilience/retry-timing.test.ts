@@ -1,6 +1,6 @@
 import { describe, expect, it } from '@jest/globals';
 import { jsonDepthExceeds } from '../../src/api/json-depth.js';
-import { retryDelay } from '../../src/proxy/exchange.js';
+import { retryDelay } from '../../src/director/retry-policy.js';
 import { retryAfterMs } from '../../src/proxy/forwarder.js';
 import { RESILIENCE_DEFAULTS } from '../../src/resilience/settings.js';
 

@@ -1,0 +1,49 @@
+/**
+ * Filters: which endpoints a request may go to, decided on plain data — a snapshot of what the picker
+ * knows about each endpoint at the moment of a pick (health, breaker, in-flight count, whether this
+ * request already tried it). Pure: the state comes in, the survivors go out, in their input order.
+ * Scorers (scorers.ts) then rank the survivors.
+ */
+import { type Endpoint } from '../core/types.js';
+
+/** One endpoint as a pick sees it. */
+export interface CandidateState {
+  endpoint: Endpoint;
+  /** Passes its active health checks (always true when they are off). */
+  healthy: boolean;
+  /** Its breaker lets a request through (closed, or half-open with the probe free). */
+  breakerAvailable: boolean;
+  /** Requests this router has outstanding on it. */
+  inFlight: number;
+  /** This request was already sent to it. */
+  tried: boolean;
+}
+
+export type CandidateFilter = (candidates: readonly CandidateState[]) => CandidateState[];
+
+/** Endpoints that fail their health checks are out. */
+export const healthy: CandidateFilter = (candidates) => candidates.filter((c) => c.healthy);
+
+/** Endpoints whose breaker is open (or whose half-open probe is taken) are out. */
+export const breakerAllows: CandidateFilter = (candidates) => candidates.filter((c) => c.breakerAvailable);
+
+/** Endpoints this request already tried are out — unless none other is left, then any may be tried again. */
+export const untried: CandidateFilter = (candidates) => {
+  const fresh = candidates.filter((c) => !c.tried);
+  return fresh.length > 0 ? fresh : [...candidates];
+};
+
+/** Endpoints at `limit` requests per unit of weight are out (`limit` 0: no limit). */
+export function underConcurrencyLimit(limit: number): CandidateFilter {
+  return (candidates) => (limit === 0 ? [...candidates] : candidates.filter((c) => c.inFlight < limit * c.endpoint.weight));
+}
+
+/** Endpoints that can take traffic at all: healthy, and their breaker allows it. */
+export function usable(candidates: readonly CandidateState[]): CandidateState[] {
+  return breakerAllows(healthy(candidates));
+}
+
+/** The endpoints a pick may choose from: usable, untried if possible, under the concurrency limit. */
+export function pickable(candidates: readonly CandidateState[], concurrencyLimit: number): CandidateState[] {
+  return underConcurrencyLimit(concurrencyLimit)(untried(usable(candidates)));
+}

@@ -1,0 +1,109 @@
+/**
+ * The request director: owns one inference request from its resolved deployment to its final report.
+ * It plans the route (route-plan.ts), prepares what each pool's engines get (upstream-request.ts),
+ * runs the attempts — admission, scheduling, forwarding, retries, moving on (exchange.ts) — and
+ * reports the response's timing and tokens. The server parses, authenticates and hands over; it makes
+ * no routing decision.
+ */
+import { type IncomingHttpHeaders, type IncomingMessage, type ServerResponse } from 'node:http';
+import { type InferenceKind, type ValidRequest } from '../api/validate.js';
+import { chatPromptText } from '../api/prompt-text.js';
+import { type Deployment, type EndpointSource, type Priority } from '../core/types.js';
+import { type ForwardedFor } from '../proxy/headers.js';
+import { type ModelCatalog } from '../registry/registry.js';
+import { type ExchangeReport, type ExchangeRunner } from './exchange.js';
+import { planRoute } from './route-plan.js';
+import { routeSteps, streamUsageOverride, UPSTREAM_PATHS } from './upstream-request.js';
+
+/** A validated, authorised request, as the server hands it over. */
+export interface DirectedRequest {
+  kind: InferenceKind;
+  deployment: Deployment;
+  /** The model as the client named it. */
+  asked: string;
+  body: ValidRequest;
+  /** The body as received, and as text. */
+  raw: Buffer;
+  text: string;
+  priority: Priority;
+  requestId: string;
+  /** The client's request headers (only the allow-listed ones go on). */
+  headers: IncomingHttpHeaders;
+  forwarded: ForwardedFor;
+  /** Aborts when the client leaves. */
+  signal: AbortSignal;
+}
+
+/** What happened, for the access log: the exchange's report, and where the request went. */
+export interface DirectorReport extends ExchangeReport {
+  /** The pool that answered, or was tried last. */
+  poolName: string;
+}
+
+/** The response metrics the director records (RouterMetrics implements them). */
+export interface ResponseMetrics {
+  recordTimeToFirstToken(labels: { deployment: string; pool: string }, seconds: number): void;
+  recordInterToken(labels: { deployment: string; pool: string }, seconds: number): void;
+  recordTokens(labels: { deployment: string; pool: string }, prompt: number, completion: number): void;
+  recordResponseEnd(labels: { deployment: string; pool: string }, end: string): void;
+  recordFallback(fromDeployment: string, fromPool: string, toDeployment: string, toPool: string): void;
+}
+
+export interface DirectorDeps {
+  catalog: () => ModelCatalog;
+  endpoints: EndpointSource;
+  exchange: ExchangeRunner;
+  metrics: ResponseMetrics;
+  random: () => number;
+  /** Client headers engines get: the default allow-list, `server.forwardHeaders`, the priority header. */
+  forwardedHeaders: readonly string[];
+  /** `server.clientStallTimeoutMs`. */
+  clientStallMs: number;
+}
+
+/** What the server needs of the director (tests hand the server a stand-in). */
+export type RequestDirector = Pick<Director, 'direct'>;
+
+export class Director {
+  constructor(private readonly deps: DirectorDeps) {}
+
+  /**
+   * Sends the request along its route and resolves with the report once the response has ended.
+   * Rejects (nothing sent yet) when no route can be planned: MODEL_CAPABILITY_MISMATCH, NO_READY_REPLICA.
+   */
+  async direct(req: IncomingMessage, res: ServerResponse, request: DirectedRequest): Promise<DirectorReport> {
+    const { deps } = this;
+    const { deployment, kind } = request;
+    const planned = planRoute({ catalog: deps.catalog(), hasEndpoints: (pool) => deps.endpoints.snapshot(pool).length > 0, random: deps.random }, deployment, kind, request.asked);
+    const first = planned[0] as (typeof planned)[number];
+    if (first.deployment !== deployment.id) {
+      // none of the deployment's own pools had a ready replica: the route starts at a fallback
+      deps.metrics.recordFallback(deployment.id, '', first.deployment, first.pool.name);
+    }
+    const usage = kind === 'chat' ? streamUsageOverride(request.body) : undefined;
+    const headers = request.headers;
+    const report = await deps.exchange.run(req, res, {
+      route: routeSteps(planned, request, usage, deps.forwardedHeaders),
+      request: {
+        priority: request.priority,
+        ...(kind === 'chat' ? { promptText: () => chatPromptText(request.body) } : {}),
+        header: (name) => {
+          const value = headers[name.toLowerCase()];
+          return Array.isArray(value) ? value[0] : value;
+        },
+      },
+      requestId: request.requestId,
+      path: UPSTREAM_PATHS[kind],
+      clientStallMs: deps.clientStallMs,
+      signal: request.signal,
+      stripUsageChunk: usage !== undefined,
+      onInterToken: (pool, ms) => deps.metrics.recordInterToken({ deployment: deployment.id, pool }, ms / 1000),
+    });
+    const labels = { deployment: deployment.id, pool: report.pool?.name ?? first.pool.name };
+    if (report.end) deps.metrics.recordResponseEnd(labels, report.end);
+    if (report.ttftMs !== undefined) deps.metrics.recordTimeToFirstToken(labels, report.ttftMs / 1000);
+    if (report.usage) deps.metrics.recordTokens(labels, report.usage.estimated ? 0 : report.usage.promptTokens, report.usage.completionTokens);
+    const fallback = report.fallback ?? (first.deployment !== deployment.id ? first.deployment : undefined);
+    return { ...report, poolName: labels.pool, ...(fallback ? { fallback } : {}) };
+  }
+}

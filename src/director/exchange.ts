@@ -1,0 +1,233 @@
+/**
+ * The attempts of one request along its route: pick an endpoint, forward, and — only while nothing
+ * has reached the client — retry on another endpoint or move on to the next pool. Retries: after a
+ * connection error, a reset, a timeout before the first byte, or a 429/502/503/504 from the engine; at
+ * most `retries.maxRetries` per pool, with jittered backoff, honouring the engine's Retry-After up to
+ * `retries.maxRetryAfterMs`, all within `timeouts.totalMs`. Moving on: whenever a pool cannot produce a
+ * first byte — no replica can take the request, or a retryable failure leaves no untried replica in it
+ * (or no retry budget) — the same request goes to the route's next pool. Moving on is not a retry;
+ * the route is finite and the total timeout still holds. Each attempt also moves its breaker.
+ */
+import { type IncomingMessage, type OutgoingHttpHeaders, type ServerResponse } from 'node:http';
+import { isAbortError, type Clock, type Sleep } from '../core/clock.js';
+import { RouterError, toErrorResponse } from '../core/errors.js';
+import { type PoolSpec } from '../core/types.js';
+import { type AttemptResult, type Forwarder, type StreamEnd } from '../proxy/forwarder.js';
+import { ResponseMeter, type TokenUsage } from '../proxy/usage.js';
+import { type EndpointPicker, type Picked, type PickRequest } from '../resilience/picker.js';
+import { breakerOutcome, failureError, outcomeName, retryable, retryWait } from './retry-policy.js';
+
+export interface AttemptRecord {
+  endpoint: string;
+  /** committed, upstream_<status>, a failure reason, or client_gone. */
+  outcome: string;
+  ms: number;
+}
+
+/** What the exchange did, for the access log and metrics. */
+export interface ExchangeReport {
+  attempts: AttemptRecord[];
+  /** Last endpoint tried. */
+  endpoint?: string;
+  /** The pool that answered (or was tried last), when it is not the route's first. */
+  pool?: PoolSpec;
+  /** The fallback deployment used, when the request left its own deployment. */
+  fallback?: string;
+  upstreamStatus?: number;
+  /** Why the exchange did not end well: an error code (the router's, or the engine's passed on). */
+  failure?: string;
+  /** How a committed response ended. */
+  end?: StreamEnd;
+  /** Token counts: the engine's usage, or an estimate from a stream that ended without it. */
+  usage?: TokenUsage;
+  /** ms from the committed attempt's request to its first content event (streams). */
+  ttftMs?: number;
+  /** Body bytes relayed from the engine. */
+  bytes?: number;
+}
+
+export interface ExchangeEvents {
+  onAttempt?: (pool: string, endpoint: string, outcome: string) => void;
+  onRetry?: (pool: string, reason: string) => void;
+  /** The request moved on from `from` (no replica could take it) to `to`. */
+  onFallback?: (from: RouteStep, to: RouteStep) => void;
+}
+
+/** One pool of a request's route, with the body and headers as that pool's engines must get them. */
+export interface RouteStep {
+  pool: PoolSpec;
+  body: Buffer;
+  /** Every header this pool's engines get (its own key, its session header, x-forwarded-*). */
+  headers: OutgoingHttpHeaders;
+  /** The deployment this pool serves the request for (the requested one, or a fallback). */
+  deployment: string;
+}
+
+export interface ExchangeDeps {
+  forwarder: Forwarder;
+  picker: EndpointPicker;
+  clock: Clock;
+  sleep: Sleep;
+  random: () => number;
+  events?: ExchangeEvents;
+}
+
+export interface ExchangePlan {
+  /** Pools in the order they are tried; at least one. */
+  route: readonly RouteStep[];
+  /** Priority, prompt and session of the request, for the scheduler. */
+  request: PickRequest;
+  requestId: string;
+  /** The canonical path the engine gets. */
+  path: string;
+  /** A client that accepts no bytes this long is cut (`client_stalled`), never blamed on the engine. */
+  clientStallMs: number;
+  /** Aborts when the client leaves. */
+  signal: AbortSignal;
+  /** The router asked the engine for stream usage the client did not ask for (see Forwarder). */
+  stripUsageChunk?: boolean;
+  /** Each inter-token gap of a committed stream, in ms, with the pool that streams it. */
+  onInterToken?: (pool: string, ms: number) => void;
+}
+
+/** Where the request is on its route, and what it has spent there. */
+interface Position {
+  step: number;
+  tried: Set<string>;
+  /** Retries spent in the current pool (each pool has its own budget). */
+  retries: number;
+}
+
+export class ExchangeRunner {
+  constructor(private readonly deps: ExchangeDeps) {}
+
+  async run(req: IncomingMessage, res: ServerResponse, plan: ExchangePlan): Promise<ExchangeReport> {
+    const { clock } = this.deps;
+    const first = plan.route[0] as RouteStep;
+    const deadline = clock.now() + first.pool.resilience.timeouts.totalMs;
+    // http-proxy adds a few 'close'/'error' listeners to the client response per attempt: bounded by
+    // the retry cap and the route, so the limit is sized to them rather than left to warn.
+    res.setMaxListeners(Math.max(res.getMaxListeners(), 8 + 4 * (first.pool.resilience.retries.maxRetries + 1) * plan.route.length));
+    const report: ExchangeReport = { attempts: [] };
+    const at: Position = { step: 0, tried: new Set(), retries: 0 };
+    const moveOn = (): boolean => this.moveOn(plan, at, report, deadline);
+    for (;;) {
+      const step = plan.route[at.step] as RouteStep;
+      let picked: Picked;
+      try {
+        picked = await this.deps.picker.pick(step.pool, at.tried, plan.signal, plan.request);
+      } catch (err) {
+        if (isAbortError(err)) return { ...report, failure: 'client_gone' };
+        if (err instanceof RouterError && err.code === 'NO_READY_REPLICA' && moveOn()) continue;
+        return this.fail(res, report, err);
+      }
+      at.tried.add(picked.endpoint.id);
+      const { result, meter } = await this.attempt(req, res, plan, step, picked, deadline, report);
+      if (result.kind === 'committed') return this.committed(step, picked, result, meter, report);
+      picked.release();
+      if (result.kind === 'client_gone') return { ...report, failure: 'client_gone' };
+      if (result.kind === 'upstream_error') report.upstreamStatus = result.status;
+
+      const giveUp = (): ExchangeReport => (result.kind === 'upstream_error' ? this.passOn(res, report, result) : this.fail(res, report, failureError(result)));
+      if (!retryable(result) || plan.signal.aborted) return giveUp();
+      const wait = retryWait(at.retries, result, step.pool.resilience.retries, this.deps.random);
+      const mayRetry = wait !== undefined && clock.now() + wait < deadline;
+      // This pool has had its chance when no replica is left untried or its retries are spent: move on.
+      if ((!mayRetry || !this.deps.picker.hasUntried(step.pool, at.tried)) && moveOn()) continue;
+      if (!mayRetry) return giveUp();
+      at.retries += 1;
+      this.deps.events?.onRetry?.(step.pool.name, outcomeName(result));
+      try {
+        if (wait > 0) await this.deps.sleep(wait, plan.signal);
+      } catch {
+        return { ...report, failure: 'client_gone' };
+      }
+    }
+  }
+
+  /** One attempt at the picked endpoint; its outcome settles the breaker ticket and is recorded. */
+  private async attempt(
+    req: IncomingMessage,
+    res: ServerResponse,
+    plan: ExchangePlan,
+    step: RouteStep,
+    picked: Picked,
+    deadline: number,
+    report: ExchangeReport,
+  ): Promise<{ result: AttemptResult; meter: ResponseMeter }> {
+    const { clock } = this.deps;
+    const { endpoint } = picked;
+    const settings = step.pool.resilience;
+    const started = clock.now();
+    const { onInterToken } = plan;
+    const meter = new ResponseMeter(clock, started, onInterToken && ((ms) => onInterToken(step.pool.name, ms)));
+    const result = await this.deps.forwarder.attempt(req, res, {
+      endpoint,
+      body: step.body,
+      path: plan.path,
+      headers: step.headers,
+      requestId: plan.requestId,
+      timeouts: { ...settings.timeouts, clientStallMs: plan.clientStallMs },
+      deadline,
+      observe: { event: (e) => meter.onEvent(e), body: (c) => meter.onBody(c), bodyEnd: () => meter.onBodyEnd() },
+      stripUsageChunk: plan.stripUsageChunk ?? false,
+    });
+    picked.ticket.settle(breakerOutcome(result));
+    const outcome = outcomeName(result);
+    report.endpoint = endpoint.id;
+    report.attempts.push({ endpoint: endpoint.id, outcome, ms: Math.round(clock.now() - started) });
+    this.deps.events?.onAttempt?.(step.pool.name, endpoint.id, outcome);
+    return { result, meter };
+  }
+
+  /** The response reached the client: wait for it to end and report how. */
+  private async committed(step: RouteStep, picked: Picked, result: Extract<AttemptResult, { kind: 'committed' }>, meter: ResponseMeter, report: ExchangeReport): Promise<ExchangeReport> {
+    report.upstreamStatus = result.status;
+    const { end, bytes } = await result.done;
+    picked.release();
+    report.end = end;
+    report.bytes = bytes;
+    const usage = meter.finalUsage();
+    if (usage) report.usage = usage;
+    if (meter.ttftMs !== undefined) report.ttftMs = meter.ttftMs;
+    if (end === 'upstream_broken' || end === 'idle_timeout') {
+      this.deps.picker.recordStreamFailure(step.pool, picked.endpoint.id);
+      report.failure = end === 'upstream_broken' ? 'upstream_stream_broken' : 'upstream_timeout';
+    } else if (end === 'deadline') report.failure = 'upstream_timeout';
+    else if (end === 'client_gone' || end === 'client_stalled') report.failure = end; // the client's doing: no breaker failure
+    return report;
+  }
+
+  /** Moves the request on to the route's next pool, if there is one, the client is still there and time is left. */
+  private moveOn(plan: ExchangePlan, at: Position, report: ExchangeReport, deadline: number): boolean {
+    const next = plan.route[at.step + 1];
+    if (!next || plan.signal.aborted || this.deps.clock.now() >= deadline) return false;
+    this.deps.events?.onFallback?.(plan.route[at.step] as RouteStep, next);
+    at.step += 1;
+    at.tried = new Set();
+    at.retries = 0;
+    report.pool = next.pool;
+    if (next.deployment !== plan.route[0]?.deployment) report.fallback = next.deployment;
+    return true;
+  }
+
+  /** Passes an engine's error answer on (status kept, body in the OpenAI envelope). */
+  private passOn(res: ServerResponse, report: ExchangeReport, result: Extract<AttemptResult, { kind: 'upstream_error' }>): ExchangeReport {
+    writeJson(res, result.error.status, result.error.envelope, result.headers);
+    return { ...report, failure: result.error.envelope.error.code ?? `upstream_${result.status}` };
+  }
+
+  /** Answers with the router's own error. */
+  private fail(res: ServerResponse, report: ExchangeReport, err: unknown): ExchangeReport {
+    const { status, headers, body } = toErrorResponse(err);
+    writeJson(res, status, body, headers);
+    return { ...report, failure: err instanceof RouterError ? err.failure : 'internal_error' };
+  }
+}
+
+function writeJson(res: ServerResponse, status: number, body: unknown, headers: Record<string, string>): void {
+  if (res.headersSent || res.destroyed) return;
+  const text = JSON.stringify(body);
+  res.writeHead(status, { ...headers, 'content-type': 'application/json', 'content-length': Buffer.byteLength(text) });
+  res.end(text);
+}

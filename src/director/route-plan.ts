@@ -1,0 +1,59 @@
+/**
+ * The pools a request may go to, in the order they are tried: one of the deployment's pools chosen by
+ * target weight, the deployment's other pools by weight, then each fallback deployment's pools. Only
+ * pools that serve the request's kind and have a ready endpoint are listed. A fallback is part of the
+ * deployment's definition, so the key's model list is not consulted for it; fallbacks of a fallback
+ * are not followed.
+ */
+import { pickWeighted } from '../balancer/weighted.js';
+import { noReadyReplica, RouterError } from '../core/errors.js';
+import { type Capability, type Deployment, type PoolSpec } from '../core/types.js';
+import { type ModelCatalog } from '../registry/registry.js';
+
+/** One pool of a route, and the deployment it serves the request for (the asked one, or a fallback). */
+export interface PlannedPool {
+  pool: PoolSpec;
+  deployment: string;
+}
+
+export interface RoutePlanInput {
+  catalog: ModelCatalog;
+  /** Whether a pool has at least one endpoint (discovery's view; health and breakers come later). */
+  hasEndpoints: (pool: string) => boolean;
+  random: () => number;
+}
+
+const KIND_NAMES: Record<Capability, string> = { chat: 'chat completions', embeddings: 'embeddings' };
+
+/** The deployment's pools that serve `kind` and have an endpoint: one chosen by target weight first, then the rest by weight. */
+function poolsOf(input: RoutePlanInput, deployment: Deployment, kind: Capability): { wrongKind: boolean; ready: PoolSpec[] } {
+  const known = deployment.targets
+    .map((target) => ({ weight: target.weight, pool: input.catalog.pool(target.pool) }))
+    .filter((t): t is { weight: number; pool: PoolSpec } => t.pool !== undefined);
+  const capable = known.filter((t) => t.pool.capabilities.includes(kind));
+  const ready = capable.filter((t) => t.weight > 0 && input.hasEndpoints(t.pool.name));
+  const chosen = pickWeighted(ready, input.random);
+  const rest = ready.filter((t) => t !== chosen).sort((a, b) => b.weight - a.weight);
+  return { wrongKind: known.length > 0 && capable.length === 0, ready: [...(chosen ? [chosen] : []), ...rest].map((t) => t.pool) };
+}
+
+/**
+ * The route of a request for `deployment` (asked for as `asked`). Throws MODEL_CAPABILITY_MISMATCH
+ * when the deployment serves only another kind, NO_READY_REPLICA when no pool can be tried at all.
+ */
+export function planRoute(input: RoutePlanInput, deployment: Deployment, kind: Capability, asked: string): PlannedPool[] {
+  const own = poolsOf(input, deployment, kind);
+  if (own.wrongKind) {
+    const serves = kind === 'chat' ? 'embeddings' : 'chat completions';
+    throw new RouterError('MODEL_CAPABILITY_MISMATCH', `The model \`${asked}\` does not serve ${KIND_NAMES[kind]}; it serves ${serves}.`, { param: 'model' });
+  }
+  const route: PlannedPool[] = own.ready.map((pool) => ({ pool, deployment: deployment.id }));
+  for (const id of deployment.fallbacks) {
+    const fallback = input.catalog.resolve(id);
+    if (!fallback || fallback.id !== id || fallback === deployment) continue;
+    for (const pool of poolsOf(input, fallback, kind).ready) if (!route.some((r) => r.pool === pool)) route.push({ pool, deployment: fallback.id });
+  }
+  // No target pool exists (yet, or any more), or none has a ready replica: both are "try later".
+  if (route.length === 0) throw noReadyReplica(asked);
+  return route;
+}

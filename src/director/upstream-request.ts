@@ -1,0 +1,43 @@
+/**
+ * What a request's engines get, pool by pool: the canonical path, the body with `model` set to the
+ * pool's served name (and, for a stream, usage asked for), and exactly the allow-listed headers plus
+ * the router's own.
+ */
+import { type InferenceKind, type ValidRequest } from '../api/validate.js';
+import { upstreamBody } from '../proxy/body-patch.js';
+import { upstreamHeaders } from '../proxy/headers.js';
+import { type DirectedRequest } from './director.js';
+import { type RouteStep } from './exchange.js';
+import { type PlannedPool } from './route-plan.js';
+
+/** The path each inference kind is forwarded to. No query parameter is forwarded: none of these routes takes one. */
+export const UPSTREAM_PATHS: Record<InferenceKind, string> = { chat: '/v1/chat/completions', embeddings: '/v1/embeddings' };
+
+/**
+ * For a streamed chat request whose client did not ask for usage: the `stream_options` that asks the
+ * engine for it anyway (so tokens are counted). The usage chunk is then removed from what the client
+ * gets. `extra_body` is honoured, as the engine would see it.
+ */
+export function streamUsageOverride(body: ValidRequest): Map<string, string> | undefined {
+  const extra = body.extra_body ?? undefined;
+  const stream = extra && 'stream' in extra ? extra.stream : body.stream;
+  if (stream !== true) return undefined;
+  const options = extra && 'stream_options' in extra ? extra.stream_options : body.stream_options;
+  const current = typeof options === 'object' && options !== null && !Array.isArray(options) ? (options as Record<string, unknown>) : {};
+  if (current.include_usage === true) return undefined;
+  return new Map([['stream_options', JSON.stringify({ ...current, include_usage: true })]]);
+}
+
+/** Each planned pool with the body and headers its engines get. */
+export function routeSteps(planned: readonly PlannedPool[], request: DirectedRequest, usage: Map<string, string> | undefined, forwardedHeaders: readonly string[]): RouteStep[] {
+  return planned.map(({ pool, deployment }) => {
+    const patched = upstreamBody(request.text, pool.servedModelName, request.asked, usage);
+    const allowed = new Set([...forwardedHeaders, pool.routing.session.header.toLowerCase()]);
+    return {
+      pool,
+      deployment,
+      body: patched === request.text ? request.raw : Buffer.from(patched, 'utf8'),
+      headers: upstreamHeaders(request.headers, allowed, { requestId: request.requestId, forwarded: request.forwarded, backendKey: pool.backendKey }),
+    };
+  });
+}

@@ -1,0 +1,135 @@
+/**
+ * The response leg of a 2xx answer: nothing reaches the client until the engine's first body byte,
+ * then the body is relayed as it comes, with backpressure.
+ *
+ * - If the engine breaks, stalls past the idle timeout or the deadline passes, a stream ends with a
+ *   final SSE error event and `data: [DONE]` (a JSON body is cut), so a cut answer never looks finished.
+ * - While the router holds the engine's response paused because the client is not reading, the
+ *   engine's silence is the router's doing: the idle clock stops and the client's stall clock runs
+ *   instead. A client that accepts no bytes for `clientStallMs` is cut (`client_stalled`).
+ * - With `stripUsageChunk`, the usage chunk the router asked for is removed, whole events at a time.
+ */
+import { type IncomingMessage, type ServerResponse } from 'node:http';
+import { RouterError, streamErrorEvent } from '../core/errors.js';
+import { type Clock } from '../core/clock.js';
+import { clientResponseHeaders } from './headers.js';
+import { type OwnListener } from './http-proxy-gap.js';
+import { SseTap } from './sse-tap.js';
+import { isUsageChunk } from './usage.js';
+import { type AttemptResult, type AttemptSpec, type StreamEnd } from './forwarder.js';
+
+/** The attempt's single timer and its settlement, as the forwarder lends them to the relay. */
+export interface AttemptControl {
+  arm(ms: number, onTimeout: () => void): void;
+  disarm(): void;
+  /** Settles the attempt: committed at the first byte, or failed before it. */
+  settle(result: AttemptResult): void;
+}
+
+type BrokenEnd = Exclude<StreamEnd, 'complete' | 'client_gone' | 'client_stalled'>;
+
+const BROKEN: Record<BrokenEnd, () => RouterError> = {
+  upstream_broken: () => new RouterError('UPSTREAM_STREAM_BROKEN', 'The model server closed the stream before it finished.'),
+  idle_timeout: () => new RouterError('UPSTREAM_TIMEOUT', 'The model server stopped sending for longer than the idle timeout.'),
+  deadline: () => new RouterError('UPSTREAM_TIMEOUT', 'The request ran past its total timeout.'),
+};
+
+function isEventStream(contentType: string | undefined): boolean {
+  return contentType?.toLowerCase().startsWith('text/event-stream') ?? false;
+}
+
+export function relayResponse(spec: AttemptSpec, proxyRes: IncomingMessage, res: ServerResponse, status: number, on: OwnListener, control: AttemptControl, clock: Clock): void {
+  const tap = isEventStream(proxyRes.headers['content-type']) ? new SseTap() : undefined;
+  let bytes = 0;
+  let committed = false;
+  let finish: (end: StreamEnd) => void = () => undefined;
+  const done = new Promise<{ end: StreamEnd; bytes: number }>((resolve) => {
+    let ended = false;
+    finish = (end) => {
+      if (ended) return;
+      ended = true;
+      control.disarm();
+      resolve({ end, bytes });
+    };
+  });
+  const left = (ms: number): number => Math.min(ms, spec.deadline - clock.now());
+  const idle = (): void =>
+    control.arm(left(spec.timeouts.idleMs), () => {
+      endBroken(clock.now() >= spec.deadline ? 'deadline' : 'idle_timeout');
+      proxyRes.destroy();
+    });
+  const endBroken = (end: BrokenEnd): void => {
+    if (!res.writableEnded && !res.destroyed) {
+      // when stripping, only whole events were written: the client is on a boundary
+      if (tap) res.end((spec.stripUsageChunk ? '' : tap.separator()) + streamErrorEvent(BROKEN[end]()));
+      else res.destroy(); // a JSON body cut short must not look complete
+    }
+    finish(end);
+  };
+  const commit = (): void => {
+    committed = true;
+    res.writeHead(status, clientResponseHeaders(proxyRes.headers, spec.requestId));
+    control.settle({ kind: 'committed', status, done });
+    res.once('close', () => {
+      if (!res.writableFinished) {
+        proxyRes.destroy();
+        finish('client_gone');
+      }
+    });
+  };
+  // The client is not reading: nothing is cut for the engine's silence while the router holds it.
+  const stalled = (): void => {
+    if (clock.now() >= spec.deadline) {
+      endBroken('deadline');
+    } else {
+      finish('client_stalled');
+      res.destroy(); // it takes no bytes, so no closing event could reach it
+    }
+    proxyRes.destroy();
+  };
+  const write = (data: Buffer | string): void => {
+    if (res.write(data) || proxyRes.isPaused()) return;
+    proxyRes.pause();
+    control.arm(left(spec.timeouts.clientStallMs), stalled);
+    res.once('drain', () => {
+      idle();
+      proxyRes.resume();
+    });
+  };
+  on('data', (chunk: Buffer) => {
+    if (!committed) commit();
+    bytes += chunk.length;
+    idle();
+    if (!tap) {
+      spec.observe?.body(chunk);
+      write(chunk);
+      return;
+    }
+    const segments = tap.segments(chunk);
+    for (const segment of segments) if (segment.event) spec.observe?.event(segment.event);
+    if (!spec.stripUsageChunk) {
+      write(chunk); // byte for byte, as it came
+      return;
+    }
+    const kept = segments
+      .filter((seg) => !(seg.event && isUsageChunk(seg.event)))
+      .map((seg) => seg.raw)
+      .join('');
+    if (kept !== '') write(kept);
+  });
+  on('end', () => {
+    if (!committed) commit(); // an empty 2xx body
+    if (tap && spec.stripUsageChunk) {
+      const rest = tap.rest(); // a last event without its blank line (some llama.cpp builds)
+      if (rest !== '') write(rest);
+    }
+    if (!tap) spec.observe?.bodyEnd();
+    if (!res.writableEnded) res.end();
+    finish('complete');
+  });
+  on('close', () => {
+    if (proxyRes.complete) return;
+    if (!committed) control.settle({ kind: 'failed', reason: 'reset', detail: 'the connection closed before the first byte' });
+    else endBroken('upstream_broken');
+  });
+}

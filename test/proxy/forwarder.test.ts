@@ -1,0 +1,149 @@
+/**
+ * Forwarder.attempt on its own: a real client socket and a scripted upstream on 127.0.0.1, the
+ * timeouts on FakeTime (nothing waits real time). What the attempt returns, what the client gets and
+ * what the engine sees, for each way an attempt can end.
+ */
+import { afterEach, describe, expect, it } from '@jest/globals';
+import http, { type IncomingMessage, type ServerResponse } from 'node:http';
+import { type AddressInfo } from 'node:net';
+import { type Endpoint } from '../../src/core/types.js';
+import { Forwarder, type AttemptResult, type AttemptSpec } from '../../src/proxy/forwarder.js';
+import { FakeTime } from '../helpers/fake-time.js';
+import { rawRequest, sseData, type RawResponse } from '../helpers/http.js';
+import { waitFor } from '../helpers/sim.js';
+
+const closers: Array<() => Promise<void>> = [];
+afterEach(async () => {
+  for (const close of closers.splice(0).reverse()) await close();
+});
+
+async function listen(handler: http.RequestListener): Promise<string> {
+  const server = http.createServer(handler);
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  closers.push(async () => {
+    server.closeAllConnections();
+    await new Promise((resolve) => server.close(resolve));
+  });
+  return `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+}
+
+const TIMEOUTS = { connectMs: 1_000, firstByteMs: 5_000, idleMs: 2_000, clientStallMs: 10_000 };
+
+/** A router of one attempt: every request to it is forwarded to `upstream` with `spec`. */
+async function oneAttempt(upstream: string, time: FakeTime, spec: Partial<AttemptSpec> = {}): Promise<{ url: string; results: AttemptResult[] }> {
+  const agent = new http.Agent({ keepAlive: true });
+  closers.push(() => Promise.resolve(agent.destroy()));
+  const forwarder = new Forwarder(agent, time, time);
+  const results: AttemptResult[] = [];
+  const endpoint: Endpoint = { id: 'e1', pool: 'p', url: new URL(upstream), weight: 1 };
+  const url = await listen((req: IncomingMessage, res: ServerResponse) => {
+    req.resume();
+    req.once('end', () => {
+      void forwarder
+        .attempt(req, res, {
+          endpoint,
+          body: Buffer.from('{"model":"m"}'),
+          path: '/v1/chat/completions',
+          headers: { 'content-type': 'application/json', 'x-request-id': 'r1' },
+          requestId: 'r1',
+          timeouts: TIMEOUTS,
+          deadline: time.now() + 60_000,
+          ...spec,
+        })
+        .then(async (result) => {
+          results.push(result);
+          if (result.kind === 'committed') await result.done;
+          else if (!res.headersSent) res.writeHead(599).end(result.kind); // the test router's own answer
+        });
+    });
+  });
+  return { url, results };
+}
+
+/** Sends a request and lets its timers run on fake time until the client has its answer. */
+async function send(url: string, time: FakeTime): Promise<RawResponse> {
+  const response = rawRequest(`${url}/anything`, { body: '{}' });
+  for (;;) {
+    const settled = await Promise.race([response.then(() => true), new Promise<boolean>((resolve) => setTimeout(() => resolve(false), 5))]);
+    if (settled) return response;
+    const next = time.nextDueIn;
+    if (next !== undefined) await time.advance(next);
+  }
+}
+
+describe('Forwarder.attempt', () => {
+  it('sends exactly the spec’s path, headers and body, and relays a 2xx answer byte for byte', async () => {
+    let seen: { url?: string; headers?: http.IncomingHttpHeaders; body?: string } = {};
+    const upstream = await listen((req, res) => {
+      let body = '';
+      req.on('data', (d: Buffer) => (body += d.toString()));
+      req.on('end', () => {
+        seen = { url: req.url, headers: req.headers, body };
+        res.writeHead(200, { 'content-type': 'application/json', 'x-engine': 'yes' }).end('{"ok":true}');
+      });
+    });
+    const time = new FakeTime();
+    const { url, results } = await oneAttempt(upstream, time);
+    const res = await send(url, time);
+    expect(res.status).toBe(200);
+    expect(res.body).toBe('{"ok":true}');
+    expect(res.headers['x-engine']).toBe('yes');
+    expect(res.headers['x-request-id']).toBe('r1');
+    expect(seen.url).toBe('/v1/chat/completions');
+    expect(seen.body).toBe('{"model":"m"}');
+    expect(Object.keys(seen.headers ?? {}).filter((h) => h !== 'connection').sort()).toEqual(['content-length', 'content-type', 'host', 'x-request-id']);
+    expect(results.map((r) => r.kind)).toEqual(['committed']);
+  });
+
+  it('fails with first_byte_timeout when the engine says nothing, and cancels the engine’s request', async () => {
+    let engineSawClose = false;
+    const upstream = await listen((req) => {
+      req.resume();
+      req.socket.once('close', () => (engineSawClose = true));
+    });
+    const time = new FakeTime();
+    const { url, results } = await oneAttempt(upstream, time);
+    const res = await send(url, time);
+    expect(res.status).toBe(599);
+    expect(results[0]).toMatchObject({ kind: 'failed', reason: 'first_byte_timeout' });
+    expect(time.now()).toBe(TIMEOUTS.firstByteMs);
+    await waitFor(() => engineSawClose, 'the engine to see its request cancelled');
+  });
+
+  it('reads an engine error without committing, normalised, with its retry hint', async () => {
+    const upstream = await listen((_req, res) => {
+      res.writeHead(503, { 'content-type': 'application/json', 'retry-after': '2' }).end('{"error":{"message":"busy","type":"ServiceUnavailableError","param":null,"code":503}}');
+    });
+    const time = new FakeTime();
+    const { url, results } = await oneAttempt(upstream, time);
+    expect((await send(url, time)).status).toBe(599);
+    expect(results[0]).toMatchObject({ kind: 'upstream_error', status: 503, retryAfterMs: 2000, headers: { 'retry-after': '2' } });
+    expect(results[0]?.kind === 'upstream_error' && results[0].error.envelope.error).toEqual({ message: 'busy', type: 'server_error', param: null, code: null });
+  });
+
+  it('fails with connect when nothing listens', async () => {
+    const gone = await listen(() => undefined);
+    await closers.pop()?.();
+    const time = new FakeTime();
+    const { url, results } = await oneAttempt(gone, time);
+    expect((await send(url, time)).status).toBe(599);
+    expect(results[0]).toMatchObject({ kind: 'failed', reason: 'connect' });
+  });
+
+  it('ends a stream the engine then stops feeding with a final SSE error event after idleMs of fake time', async () => {
+    const upstream = await listen((_req, res) => {
+      res.writeHead(200, { 'content-type': 'text/event-stream' });
+      res.write('data: {"choices":[{"delta":{"content":"hi"}}]}\n\n'); // then nothing
+    });
+    const time = new FakeTime();
+    const { url, results } = await oneAttempt(upstream, time);
+    const res = await send(url, time);
+    const events = sseData(res.body);
+    expect(events.at(-1)).toBe('[DONE]');
+    expect(JSON.parse(events.at(-2) ?? '{}')).toEqual({ error: { message: expect.any(String), type: 'server_error', param: null, code: 'upstream_timeout' } });
+    expect(results[0]?.kind).toBe('committed');
+    const done = results[0]?.kind === 'committed' ? await results[0].done : undefined;
+    expect(done?.end).toBe('idle_timeout');
+    expect(time.now()).toBe(TIMEOUTS.idleMs);
+  });
+});

@@ -1,0 +1,96 @@
+/**
+ * The API app on its own, with a stand-in director: the server parses, authenticates, validates,
+ * resolves and authorises, then hands over exactly what the director needs — and decides nothing
+ * about routing. Also: the access log line it writes from the director's report.
+ */
+import { describe, expect, it } from '@jest/globals';
+import request from 'supertest';
+import { type Principal } from '../../src/auth/key-store.js';
+import { RESILIENCE_DEFAULTS } from '../../src/resilience/settings.js';
+import { ROUTING_DEFAULTS } from '../../src/balancer/settings.js';
+import { type PoolSpec } from '../../src/core/types.js';
+import { type DirectedRequest, type DirectorReport } from '../../src/director/director.js';
+import { Registry } from '../../src/registry/registry.js';
+import { buildApp } from '../../src/server/app.js';
+import { captureLogs } from '../helpers/router.js';
+import { FakeTime } from '../helpers/fake-time.js';
+import { waitFor } from '../helpers/sim.js';
+
+const pool: PoolSpec = { name: 'p', engine: 'vllm', servedModelName: 'served/m', capabilities: ['chat'], resilience: RESILIENCE_DEFAULTS, routing: ROUTING_DEFAULTS };
+const catalog = new Registry([pool], [{ id: 'm-prod', model: 'm', aliases: ['default'], targets: [{ pool: 'p', weight: 100 }], fallbacks: [], created: 1 }]);
+const principals: Record<string, Principal> = {
+  'sk-all': { name: 'all', models: undefined, priority: 'standard' },
+  'sk-batch': { name: 'batch', models: new Set(['m']), priority: 'sheddable' },
+  'sk-none': { name: 'none', models: new Set(['other']), priority: 'critical' },
+};
+
+function app(report: Partial<DirectorReport> = {}): { api: ReturnType<typeof buildApp>['api']; handed: DirectedRequest[]; logs: string[] } {
+  const handed: DirectedRequest[] = [];
+  const { logs, logger } = captureLogs();
+  const built = buildApp({
+    maxBodyBytes: 4096,
+    maxJsonDepth: 8,
+    keys: { authenticate: (key) => principals[key] },
+    catalog: () => catalog,
+    director: {
+      direct: (_req, res, directed) => {
+        handed.push(directed);
+        res.writeHead(200, { 'content-type': 'application/json' }).end('{"ok":true}');
+        return Promise.resolve({ attempts: [{ endpoint: 'e1', outcome: 'committed', ms: 3 }], poolName: 'p', endpoint: 'e1', upstreamStatus: 200, ...report });
+      },
+    },
+    metrics: { recordRequest: () => undefined, contentType: 'text/plain', metrics: () => Promise.resolve('') },
+    logger,
+    clock: new FakeTime(),
+    readiness: () => [],
+    priorityHeader: 'X-Modelgate-Priority',
+    trustedProxies: [],
+  });
+  return { api: built.api, handed, logs };
+}
+
+const chat = { model: 'default', messages: [{ role: 'user', content: 'hi' }] };
+
+describe('the API app', () => {
+  it('hands a valid request to the director with its deployment, kind, priority, body and headers', async () => {
+    const { api, handed } = app();
+    await request(api).post('/v1/chat/completions').set({ authorization: 'Bearer sk-batch', 'x-session-id': 's1' }).send(chat).expect(200, { ok: true });
+    expect(handed).toHaveLength(1);
+    const directed = handed[0] as DirectedRequest;
+    expect(directed).toMatchObject({ kind: 'chat', asked: 'default', priority: 'sheddable', deployment: { id: 'm-prod' } });
+    expect(JSON.parse(directed.text)).toEqual(chat);
+    expect(directed.headers['x-session-id']).toBe('s1');
+    expect(directed.forwarded.for).toMatch(/127\.0\.0\.1/);
+    expect(directed.signal.aborted).toBe(false);
+  });
+
+  it('the priority header may lower a key’s class, never raise it', async () => {
+    const { api, handed } = app();
+    await request(api).post('/v1/chat/completions').set({ authorization: 'Bearer sk-all', 'x-modelgate-priority': 'sheddable' }).send(chat).expect(200);
+    await request(api).post('/v1/chat/completions').set({ authorization: 'Bearer sk-batch', 'x-modelgate-priority': 'critical' }).send(chat).expect(200);
+    expect(handed.map((d) => d.priority)).toEqual(['sheddable', 'sheddable']);
+    await request(api).post('/v1/chat/completions').set({ authorization: 'Bearer sk-all', 'x-modelgate-priority': 'urgent' }).send(chat).expect(400);
+  });
+
+  it.each([
+    ['no key', {}, chat, 401, 'invalid_api_key'],
+    ['a model the key may not use', { authorization: 'Bearer sk-none' }, chat, 404, 'model_not_found'],
+    ['an unknown model', { authorization: 'Bearer sk-all' }, { ...chat, model: 'nope' }, 404, 'model_not_found'],
+    ['an invalid body', { authorization: 'Bearer sk-all' }, { model: 'm' }, 400, 'invalid_request'],
+    ['JSON nested too deep', { authorization: 'Bearer sk-all' }, { ...chat, x: [[[[[[[[[1]]]]]]]]] }, 400, 'invalid_request'],
+  ])('answers %s itself, without the director', async (_what, headers, body, status, code) => {
+    const { api, handed } = app();
+    const res = await request(api).post('/v1/chat/completions').set(headers).send(body).expect(status);
+    expect((res.body as { error: { code: string } }).error.code).toBe(code);
+    expect(handed).toHaveLength(0);
+  });
+
+  it('logs one line per request from the director’s report, bound to the request id', async () => {
+    const { api, logs } = app({ fallback: 'other-prod', usage: { promptTokens: 0, completionTokens: 7, estimated: true }, failure: 'client_gone', end: 'client_gone' });
+    await request(api).post('/v1/chat/completions').set({ authorization: 'Bearer sk-all', 'x-request-id': 'req-42' }).send(chat).expect(200);
+    await waitFor(() => logs.some((l) => l.includes('"msg":"request"')), 'the access log line');
+    const line = JSON.parse(logs.find((l) => l.includes('"msg":"request"')) ?? '{}') as Record<string, unknown>;
+    expect(line).toMatchObject({ requestId: 'req-42', key: 'all', model: 'default', deployment: 'm-prod', pool: 'p', fallback: 'other-prod', endpoint: 'e1', completionTokens: 7, tokensEstimated: true, failure: 'client_gone', status: 200 });
+    expect(line.promptTokens).toBeUndefined();
+  });
+});
