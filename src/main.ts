@@ -16,7 +16,7 @@ import { LeaderElector } from './controller/leader-election.js';
 import { createKubeApi } from './discovery/kubernetes/kube-api.js';
 import { KubernetesDiscovery } from './discovery/kubernetes/kubernetes-discovery.js';
 import { type DiscoveryWiring } from './discovery/wiring.js';
-import { type Deployment, type PoolSpec } from './core/types.js';
+import { type Deployment, type PoolDeclaration, type PoolResolver, type PoolSpec } from './core/types.js';
 import { type Config } from './config/schema.js';
 import { StaticEndpoints } from './discovery/static.js';
 import { RouterMetrics } from './metrics/metrics.js';
@@ -30,8 +30,7 @@ import { HealthChecker } from './resilience/health-checker.js';
 import { EngineMetricsScraper } from './engine-metrics/scraper.js';
 import { EndpointPicker } from './resilience/picker.js';
 import { Registry } from './registry/registry.js';
-import { mergeResilience } from './resilience/settings.js';
-import { mergeRouting } from './balancer/settings.js';
+import { poolResolver } from './config/pool-settings.js';
 import { buildApp } from './server/app.js';
 
 export interface RouterOptions {
@@ -112,25 +111,30 @@ function closeServer(server: Server): Promise<void> {
   });
 }
 
-function poolsOf(config: Config): PoolSpec[] {
-  return config.pools.map((p) => ({
-    name: p.name,
-    engine: p.engine,
-    servedModelName: p.servedModelName,
-    capabilities: p.capabilities,
-    resilience: mergeResilience(config.resilience, p.resilience),
-    routing: mergeRouting(config.routing, p.routing),
-    ...(p.backendKey ? { backendKey: p.backendKey } : {}),
-  }));
+/** The config's pools, resolved like any other pool declaration. */
+function poolsOf(config: Config, resolve: PoolResolver): PoolSpec[] {
+  return config.pools.map((p, i) => {
+    const declared: PoolDeclaration = {
+      name: p.name,
+      engine: p.engine,
+      servedModelName: p.servedModelName,
+      capabilities: p.capabilities,
+      ...(p.backendKey ? { backendKey: p.backendKey } : {}),
+      overrides: { ...(p.resilience ? { resilience: p.resilience } : {}), ...(p.routing ? { routing: p.routing } : {}) },
+    };
+    const resolved = resolve(declared, `pools[${i}]`);
+    if ('problem' in resolved) throw new ConfigError(resolved.problem);
+    return resolved.spec;
+  });
 }
 
 function deploymentsOf(config: Config, created: number): Deployment[] {
   return config.deployments.map((d) => ({ id: d.id, model: d.model, aliases: d.aliases, targets: d.targets, fallbacks: d.fallbacks, created }));
 }
 
-function staticDiscovery(config: Config, created: number): DiscoveryWiring {
+function staticDiscovery(config: Config, created: number, resolve: PoolResolver): DiscoveryWiring {
   const endpoints = new StaticEndpoints(config.pools);
-  const pools = poolsOf(config);
+  const pools = poolsOf(config, resolve);
   const registry = new Registry(pools, deploymentsOf(config, created));
   return {
     endpoints,
@@ -144,7 +148,7 @@ function staticDiscovery(config: Config, created: number): DiscoveryWiring {
   };
 }
 
-function kubernetesDiscovery(config: Config, logger: Logger, metrics: () => RouterMetrics, random: () => number, clock: Clock): DiscoveryWiring {
+function kubernetesDiscovery(config: Config, resolve: PoolResolver, logger: Logger, metrics: () => RouterMetrics, random: () => number, clock: Clock): DiscoveryWiring {
   const d = config.discovery;
   let api: ReturnType<typeof createKubeApi>;
   try {
@@ -156,8 +160,7 @@ function kubernetesDiscovery(config: Config, logger: Logger, metrics: () => Rout
   const wasUp = new Map<string, boolean>();
   const discovery = new KubernetesDiscovery(api, {
     namespaces: d.namespaces,
-    resilience: config.resilience,
-    routing: config.routing,
+    resolvePool: resolve,
     resyncIntervalMs: d.resyncIntervalMs,
     backoff: d.restartBackoffMs,
     scheduler: systemScheduler,
@@ -227,7 +230,10 @@ export async function createRouter(config: Config, options: RouterOptions = {}):
   const inFlight = new InFlight();
   // Discovery reports into the metrics, and the metrics read discovery: each refers to the other lazily.
   const metricsRef = (): RouterMetrics => metrics;
-  const discovery = config.discovery.mode === 'kubernetes' ? kubernetesDiscovery(config, logger, metricsRef, random, clock) : staticDiscovery(config, Math.floor(Date.now() / 1000));
+  // Every pool, from the config or a ModelPool, gets its settings here: defaults ⊕ config ⊕ the pool's own.
+  const resolve = poolResolver({ resilience: config.resilience, routing: config.routing });
+  const discovery =
+    config.discovery.mode === 'kubernetes' ? kubernetesDiscovery(config, resolve, logger, metricsRef, random, clock) : staticDiscovery(config, Math.floor(Date.now() / 1000), resolve);
   const metrics = new RouterMetrics(
     {
       inFlight: () => [...inFlight.byEndpoint()],

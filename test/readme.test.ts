@@ -324,6 +324,8 @@ describe('docs/architecture.md', () => {
     metrics: ['core'],
     'engine-metrics': ['core'],
     sim: ['core'],
+    // discovery reads pools and endpoints as plain data; the pool resolver (config) applies the policy
+    discovery: ['config', 'core', 'registry'],
     // moving bytes: no routing, no resilience policy, no server
     proxy: ['core'],
     // the director owns a request: planning, scheduling (through the picker), forwarding

@@ -95,6 +95,26 @@ export interface RoutingSettings {
   saturation: { queueDepth: number; kvCacheUsage: number };
 }
 
+/**
+ * A pool as discovery reads it (a config file's `pools[]`, a ModelPool): plain data, its settings
+ * overrides not yet checked or merged. A PoolResolver turns it into a PoolSpec.
+ */
+export interface PoolDeclaration {
+  name: string;
+  engine: Engine;
+  servedModelName: string;
+  capabilities: readonly Capability[];
+  backendKey?: string;
+  /** The pool's own `resilience` and `routing` overrides, as written. */
+  overrides: { resilience?: unknown; routing?: unknown };
+}
+
+/**
+ * Checks a pool's overrides and merges them over the router-wide settings (config/pool-settings.ts,
+ * the one place that does). `path` prefixes problems (`spec` for a ModelPool).
+ */
+export type PoolResolver = (pool: PoolDeclaration, path: string) => { spec: PoolSpec } | { problem: string };
+
 /** A group of interchangeable replicas serving one model. */
 export interface PoolSpec {
   name: string;

@@ -4,12 +4,7 @@
  * before a schema change, or by a client that skipped validation) and applies the schema's defaults.
  * A pool is keyed `namespace/name`; a deployment's targets name pools in its own namespace.
  */
-import { Ajv } from 'ajv';
-import { mergeRouting, normalizeScorers, ROUTING_DEFAULTS, routingOverridesSchema, type RoutingOverrides } from '../../balancer/settings.js';
-import { CAPABILITIES, ENGINES, type Capability, type Deployment, type Engine, type PoolSpec, type ResilienceSettings, type RoutingSettings } from '../../core/types.js';
-import { mergeResilience, type ResilienceOverrides } from '../../resilience/settings.js';
-
-const checkRouting = new Ajv({ allErrors: false, strict: true }).compile(routingOverridesSchema);
+import { CAPABILITIES, ENGINES, type Capability, type Deployment, type Engine, type PoolResolver, type PoolSpec } from '../../core/types.js';
 
 export interface ObjectMeta {
   name?: string;
@@ -60,41 +55,12 @@ function createdSeconds(obj: CustomObject): number {
   return Number.isFinite(ms) ? Math.floor(ms / 1000) : 0;
 }
 
-/** A `spec.resilience` whose every field has the type of the same field in `defaults`. */
-function checkOverrides(value: unknown, defaults: object, path: string): string | undefined {
-  if (!isObject(value)) return `${path} must be an object`;
-  for (const [key, v] of Object.entries(value)) {
-    const expected = (defaults as Record<string, unknown>)[key];
-    if (key === 'path' && path.endsWith('healthCheck')) {
-      if (typeof v !== 'string' || !v.startsWith('/')) return `${path}.path must start with /`;
-      continue;
-    }
-    if (expected === undefined) return `${path}.${key} is not a known field`;
-    if (isObject(expected)) {
-      const problem = checkOverrides(v, expected, `${path}.${key}`);
-      if (problem) return problem;
-    } else if (typeof v !== typeof expected || (typeof v === 'number' && (!Number.isFinite(v) || v < 0))) {
-      return `${path}.${key} must be a ${typeof expected === 'number' ? 'number ≥ 0' : typeof expected}`;
-    }
-  }
-  return undefined;
-}
-
-/** A `spec.routing` the schema accepts, with each scorer named once; else why not. */
-function routingProblem(value: unknown): string | undefined {
-  if (!checkRouting(value)) {
-    const [first] = checkRouting.errors ?? [];
-    return `spec.routing${first?.instancePath.replaceAll('/', '.') ?? ''} ${first?.message ?? 'is invalid'}`;
-  }
-  const names = ((value as RoutingOverrides).scorers ?? []).map((s) => s.name);
-  return new Set(names).size === names.length ? undefined : 'spec.routing.scorers names a scorer twice';
-}
-
 /**
- * Parses a ModelPool; `defaults` is the router's resilience (its config), which `spec.resilience`
- * overrides, and `routingDefaults` its routing, which `spec.routing` overrides.
+ * Parses a ModelPool. Its `spec.resilience` and `spec.routing` are the pool's overrides: `resolve`
+ * (config/pool-settings.ts, handed in by the composition root) checks them and merges them over the
+ * router's settings; discovery itself applies no policy.
  */
-export function parseModelPool(obj: CustomObject, defaults: ResilienceSettings, routingDefaults: RoutingSettings = ROUTING_DEFAULTS): ParsedPool {
+export function parseModelPool(obj: CustomObject, resolve: PoolResolver): ParsedPool {
   const id = identity(obj);
   const spec = obj.spec;
   if (!isObject(spec)) return { ...id, problem: 'spec is missing' };
@@ -111,27 +77,18 @@ export function parseModelPool(obj: CustomObject, defaults: ResilienceSettings, 
   if (!Array.isArray(capabilities) || capabilities.length === 0 || !capabilities.every((c) => CAPABILITIES.includes(c as Capability))) {
     return { ...id, problem: `spec.capabilities must be a non-empty list of ${CAPABILITIES.join(', ')}` };
   }
-  if (spec.resilience !== undefined) {
-    const problem = checkOverrides(spec.resilience, defaults, 'spec.resilience');
-    if (problem) return { ...id, problem };
-  }
-  if (spec.routing !== undefined) {
-    const problem = routingProblem(spec.routing);
-    if (problem) return { ...id, problem };
-  }
-  const routing = spec.routing as RoutingOverrides | undefined;
-  return {
-    ...id,
-    spec: {
+  const resolved = resolve(
+    {
       name: id.key,
       engine: engine as Engine,
       servedModelName: spec.servedModelName,
       capabilities: [...new Set(capabilities as Capability[])],
-      resilience: mergeResilience(defaults, spec.resilience as ResilienceOverrides | undefined),
-      routing: mergeRouting(routingDefaults, routing?.scorers ? { ...routing, scorers: normalizeScorers(routing.scorers) } : routing),
+      overrides: { ...(spec.resilience !== undefined ? { resilience: spec.resilience } : {}), ...(spec.routing !== undefined ? { routing: spec.routing } : {}) },
     },
-    service: { name: service.name, port: port as string | number | undefined },
-  };
+    'spec',
+  );
+  if ('problem' in resolved) return { ...id, problem: resolved.problem };
+  return { ...id, spec: resolved.spec, service: { name: service.name, port: port as string | number | undefined } };
 }
 
 export function parseModelDeployment(obj: CustomObject): ParsedDeployment {

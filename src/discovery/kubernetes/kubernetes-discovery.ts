@@ -5,7 +5,7 @@
  */
 import { type KubernetesObject } from '@kubernetes/client-node';
 import { type Scheduler } from '../../core/clock.js';
-import { type Endpoint, type EndpointSource, type ResilienceSettings, type RoutingSettings, type Syncable } from '../../core/types.js';
+import { type Endpoint, type EndpointSource, type PoolResolver, type Syncable } from '../../core/types.js';
 import { parseModelDeployment, parseModelPool, type CustomObject, type ParsedDeployment, type ParsedPool } from './crd.js';
 import { poolEndpoints, type EndpointSliceLike } from './endpoint-slices.js';
 import { SERVICE_NAME_LABEL, type KubeApi, type WatchedKind } from './kube-api.js';
@@ -14,10 +14,8 @@ import { ResilientWatch, type WatchState } from './resilient-watch.js';
 export interface DiscoveryOptions {
   /** Empty: every namespace (one cluster-wide watch per kind). */
   namespaces: readonly string[];
-  /** Resilience of pools that do not override it (the config's `resilience`). */
-  resilience: ResilienceSettings;
-  /** Routing of pools that do not override it (the config's `routing`); ROUTING_DEFAULTS if absent. */
-  routing?: RoutingSettings;
+  /** Turns a ModelPool's declaration into a PoolSpec: checks and merges its overrides (config/pool-settings.ts). */
+  resolvePool: PoolResolver;
   resyncIntervalMs: number;
   backoff: { initialMs: number; maxMs: number };
   scheduler: Scheduler;
@@ -135,7 +133,7 @@ export class KubernetesDiscovery implements EndpointSource, Syncable {
     }
     const snapshots = new Map<string, readonly Endpoint[]>();
     const pools: PoolView[] = (this.items('modelpools') as CustomObject[]).map((object) => {
-      const parsed = parseModelPool(object, this.options.resilience, this.options.routing);
+      const parsed = parseModelPool(object, this.options.resolvePool);
       if (!parsed.spec || !parsed.service) return { ...parsed, object, replicas: 0, readyReplicas: 0 };
       // A pool's Service is always looked up in the pool's own namespace.
       const found = poolEndpoints(parsed.key, parsed.service.port, slicesByService.get(`${parsed.namespace}/${parsed.service.name}`) ?? []);

@@ -2,12 +2,16 @@ import { RESILIENCE_DEFAULTS } from '../../../src/resilience/settings.js';
 import { ROUTING_DEFAULTS, type RoutingSettings } from '../../../src/balancer/settings.js';
 import { describe, expect, it } from '@jest/globals';
 import { parseModelDeployment, parseModelPool } from '../../../src/discovery/kubernetes/crd.js';
+import { poolResolver } from '../../../src/config/pool-settings.js';
 
 const meta = { namespace: 'models', name: 'llama', generation: 3, creationTimestamp: '2026-01-02T03:04:05Z' };
 
+/** The router-wide settings a ModelPool's overrides merge over: the defaults tables. */
+const resolve = poolResolver({ resilience: RESILIENCE_DEFAULTS, routing: ROUTING_DEFAULTS });
+
 describe('parseModelPool', () => {
   it('applies the schema defaults and keys the pool by namespace/name', () => {
-    const pool = parseModelPool({ metadata: meta, spec: { service: { name: 'llama-svc', port: 'http' }, servedModelName: 'meta/llama' } }, RESILIENCE_DEFAULTS);
+    const pool = parseModelPool({ metadata: meta, spec: { service: { name: 'llama-svc', port: 'http' }, servedModelName: 'meta/llama' } }, resolve);
     expect(pool).toEqual({
       key: 'models/llama',
       namespace: 'models',
@@ -28,7 +32,7 @@ describe('parseModelPool', () => {
     [{ spec: { service: { name: 's' }, servedModelName: 'm', resilience: { timeouts: { firstByteMs: 'soon' } } } }, 'spec.resilience.timeouts.firstByteMs must be a number'],
     [{ spec: { service: { name: 's' }, servedModelName: 'm', resilience: { retry: {} } } }, 'spec.resilience.retry is not a known field'],
   ])('reports %j as unusable: %s', (obj, problem) => {
-    const parsed = parseModelPool({ metadata: meta, ...obj }, RESILIENCE_DEFAULTS);
+    const parsed = parseModelPool({ metadata: meta, ...obj }, resolve);
     expect(parsed.problem).toContain(problem);
     expect(parsed.spec).toBeUndefined();
   });
@@ -36,7 +40,7 @@ describe('parseModelPool', () => {
 
 describe('parseModelPool resilience', () => {
   it('applies spec.resilience over the router’s defaults, field by field', () => {
-    const pool = parseModelPool({ metadata: meta, spec: { service: { name: 's' }, servedModelName: 'm', resilience: { timeouts: { firstByteMs: 5000 }, maxConcurrencyPerReplica: 8, healthCheck: { enabled: true, path: '/ping' } } } }, RESILIENCE_DEFAULTS);
+    const pool = parseModelPool({ metadata: meta, spec: { service: { name: 's' }, servedModelName: 'm', resilience: { timeouts: { firstByteMs: 5000 }, maxConcurrencyPerReplica: 8, healthCheck: { enabled: true, path: '/ping' } } } }, resolve);
     expect(pool.spec?.resilience.timeouts).toEqual({ ...RESILIENCE_DEFAULTS.timeouts, firstByteMs: 5000 });
     expect(pool.spec?.resilience.maxConcurrencyPerReplica).toBe(8);
     expect(pool.spec?.resilience.healthCheck).toEqual({ ...RESILIENCE_DEFAULTS.healthCheck, enabled: true, path: '/ping' });
@@ -71,7 +75,7 @@ describe('parseModelPool routing', () => {
       { ...ROUTING_DEFAULTS, scorers: [{ name: 'prefix', weight: 3 }, { name: 'outstanding', weight: 1 }, { name: 'session', weight: 0 }] },
     ],
   ])('%s', (_what, routing, defaults, expected) => {
-    const pool = parseModelPool({ metadata: meta, spec: spec(routing) }, RESILIENCE_DEFAULTS, defaults);
+    const pool = parseModelPool({ metadata: meta, spec: spec(routing) }, poolResolver({ resilience: RESILIENCE_DEFAULTS, routing: defaults }));
     expect(pool.problem).toBeUndefined();
     expect(pool.spec?.routing).toEqual(expected);
   });
@@ -89,7 +93,7 @@ describe('parseModelPool routing', () => {
     ['an unknown group', { affinity: {} }, 'spec.routing must NOT have additional properties'],
     ['a string', 'fast', 'spec.routing must be object'],
   ])('reports %s in spec.routing as unusable', (_what, routing, problem) => {
-    const pool = parseModelPool({ metadata: meta, spec: spec(routing) }, RESILIENCE_DEFAULTS);
+    const pool = parseModelPool({ metadata: meta, spec: spec(routing) }, resolve);
     expect(pool.problem).toBe(problem);
     expect(pool.spec).toBeUndefined();
   });
