@@ -53,17 +53,20 @@ async function runSim(args: string[]): Promise<void> {
     return;
   }
   const options = parseSimArgs(args);
-  const sim = await startSim(options);
+  const starting = startSim(options);
+  onSignals(async () => (await starting).close());
+  const sim = await starting;
   process.stdout.write(`modelgate sim listening on ${sim.url} (models: ${options.model.join(', ')})\n`);
-  onSignals(() => sim.close());
 }
 
 async function runServe(args: string[]): Promise<void> {
   const { config: file } = flags(args, { config: { type: 'string' } });
-  const router = await startRouter(loadConfig(file, process.env));
+  const starting = startRouter(loadConfig(file, process.env));
+  // Signals are handled from the start: one that arrives while starting drains once started.
   onSignals(async () => {
-    await router.shutdown();
+    await (await starting).shutdown();
   });
+  await starting;
 }
 
 /** `modelgate validate`: the config and its keys file, checked without starting anything. */
@@ -76,8 +79,9 @@ export async function validateCommand(args: string[], env: NodeJS.ProcessEnv): P
 }
 
 async function demoCommand(args: string[]): Promise<void> {
-  const demo = await runDemo(args);
-  onSignals(() => demo.close());
+  const starting = runDemo(args);
+  onSignals(async () => (await starting).close());
+  await starting;
 }
 
 async function main(argv: string[]): Promise<void> {

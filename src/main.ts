@@ -2,23 +2,14 @@
  * The composition root: builds every object of a running router from a Config, starts the API and
  * admin servers, and stops them. Nothing else constructs long-lived objects or reads the environment.
  */
-import http, { type Server } from 'node:http';
+import http from 'node:http';
 import { type Express } from 'express';
-import { type AddressInfo } from 'node:net';
-import { pino, type DestinationStream, type Logger } from 'pino';
+import { type Logger } from 'pino';
 import { KeyStore } from './auth/key-store.js';
 import { InFlight } from './balancer/in-flight.js';
 import { PrefixIndex } from './balancer/prefix-index.js';
 import { systemClock, systemScheduler, systemSleep, type Clock } from './core/clock.js';
-import { ConfigError } from './config/load.js';
-import { KubernetesController } from './controller/kubernetes-controller.js';
-import { LeaderElector } from './controller/leader-election.js';
-import { createKubeApi } from './discovery/kubernetes/kube-api.js';
-import { KubernetesDiscovery } from './discovery/kubernetes/kubernetes-discovery.js';
-import { type DiscoveryWiring } from './discovery/wiring.js';
-import { type Deployment, type PoolDeclaration, type PoolResolver, type PoolSpec } from './core/types.js';
 import { type Config } from './config/schema.js';
-import { StaticEndpoints } from './discovery/static.js';
 import { RouterMetrics } from './metrics/metrics.js';
 import { Director } from './director/director.js';
 import { ExchangeRunner } from './director/exchange.js';
@@ -29,9 +20,12 @@ import { BreakerRegistry } from './resilience/breaker.js';
 import { HealthChecker } from './resilience/health-checker.js';
 import { EngineMetricsScraper } from './engine-metrics/scraper.js';
 import { EndpointPicker } from './resilience/picker.js';
-import { Registry } from './registry/registry.js';
 import { poolResolver } from './config/pool-settings.js';
 import { buildApp } from './server/app.js';
+import { closeServer, createApiServer, drain, listen } from './wiring/servers.js';
+import { staticDiscovery } from './wiring/static-discovery.js';
+import { createLogger } from './wiring/logger.js';
+import { discoveryGauges } from './wiring/gauges.js';
 
 export interface RouterOptions {
   logger?: Logger;
@@ -70,157 +64,7 @@ export interface RunningRouter extends Router {
   shutdown(): Promise<{ cut: number }>;
 }
 
-/** The router's logger: JSON lines on stdout, or on `destination` (the demo's pretty printer). */
-export function createLogger(level: Config['log']['level'], destination?: DestinationStream): Logger {
-  const options = { level, base: { service: 'modelgate' }, redact: { paths: ['req.headers.authorization', 'headers.authorization', 'authorization'], censor: '[redacted]' } };
-  return destination ? pino(options, destination) : pino(options);
-}
-
-/** Why a listen failed, as a config error naming the field (`server` or `admin`). */
-function listenError(err: NodeJS.ErrnoException, field: string, host: string, port: number): ConfigError {
-  const where = `${host}:${port}`;
-  const why =
-    err.code === 'EADDRINUSE'
-      ? `${where} is already in use (another process, or the other of server.port and admin.port)`
-      : err.code === 'EACCES'
-        ? `permission denied to listen on ${where} (ports below 1024 need privileges)`
-        : err.code === 'EADDRNOTAVAIL' || err.code === 'ENOTFOUND'
-          ? `${host} is not an address of this machine`
-          : `cannot listen on ${where} (${err.code ?? err.message})`;
-  return new ConfigError(why, field);
-}
-
-function listen(server: Server, port: number, host: string, field: string): Promise<string> {
-  return new Promise((resolve, reject) => {
-    const failed = (err: NodeJS.ErrnoException): void => reject(listenError(err, field, host, port));
-    server.once('error', failed);
-    server.listen(port, host, () => {
-      server.off('error', failed);
-      const address = server.address() as AddressInfo;
-      const shown = address.family === 'IPv6' ? `[${address.address}]` : address.address;
-      resolve(`http://${shown === '0.0.0.0' ? '127.0.0.1' : shown}:${address.port}`);
-    });
-  });
-}
-
-function closeServer(server: Server): Promise<void> {
-  return new Promise((resolve) => {
-    if (!server.listening) return resolve();
-    server.close(() => resolve());
-    server.closeIdleConnections();
-  });
-}
-
-/** The config's pools, resolved like any other pool declaration. */
-function poolsOf(config: Config, resolve: PoolResolver): PoolSpec[] {
-  return config.pools.map((p, i) => {
-    const declared: PoolDeclaration = {
-      name: p.name,
-      engine: p.engine,
-      servedModelName: p.servedModelName,
-      capabilities: p.capabilities,
-      ...(p.backendKey ? { backendKey: p.backendKey } : {}),
-      overrides: { ...(p.resilience ? { resilience: p.resilience } : {}), ...(p.routing ? { routing: p.routing } : {}) },
-    };
-    const resolved = resolve(declared, `pools[${i}]`);
-    if ('problem' in resolved) throw new ConfigError(resolved.problem);
-    return resolved.spec;
-  });
-}
-
-function deploymentsOf(config: Config, created: number): Deployment[] {
-  return config.deployments.map((d) => ({ id: d.id, model: d.model, aliases: d.aliases, targets: d.targets, fallbacks: d.fallbacks, created }));
-}
-
-function staticDiscovery(config: Config, created: number, resolve: PoolResolver): DiscoveryWiring {
-  const endpoints = new StaticEndpoints(config.pools);
-  const pools = poolsOf(config, resolve);
-  const registry = new Registry(pools, deploymentsOf(config, created));
-  return {
-    endpoints,
-    catalog: () => registry,
-    pools: () => pools,
-    notReadyReasons: () => (endpoints.hasSynced() ? [] : ['discovery has not synced']),
-    watches: () => [],
-    isLeader: () => false,
-    start: () => undefined,
-    stop: () => Promise.resolve(),
-  };
-}
-
-function kubernetesDiscovery(config: Config, resolve: PoolResolver, logger: Logger, metrics: () => RouterMetrics, random: () => number, clock: Clock): DiscoveryWiring {
-  const d = config.discovery;
-  let api: ReturnType<typeof createKubeApi>;
-  try {
-    api = createKubeApi({ file: d.kubeconfig, env: process.env });
-  } catch (err) {
-    throw new ConfigError((err as Error).message); // one line: the unusable file, or every source tried
-  }
-  logger.info(api.credentials, 'Kubernetes credentials loaded'); // where from, context and server: no secret
-  const wasUp = new Map<string, boolean>();
-  const discovery = new KubernetesDiscovery(api, {
-    namespaces: d.namespaces,
-    resolvePool: resolve,
-    resyncIntervalMs: d.resyncIntervalMs,
-    backoff: d.restartBackoffMs,
-    scheduler: systemScheduler,
-    random,
-    onEvent: (kind, type) => metrics().recordDiscoveryEvent(kind, type),
-    onWatchState: (kind, namespace, state, error) => {
-      const key = `${kind}/${namespace}`;
-      if (error !== undefined) {
-        metrics().recordWatchRestart(kind, namespace);
-        logger.warn({ kind, namespace: namespace || '(all)', error: state.lastError, restarts: state.restarts }, state.synced ? 'Kubernetes watch failed; serving the last known state until it recovers' : 'Kubernetes watch failed before its first sync');
-      } else if (wasUp.get(key) !== true) {
-        logger.info({ kind, namespace: namespace || '(all)' }, 'Kubernetes watch synced');
-      }
-      wasUp.set(key, state.up);
-    },
-  });
-  // The controller asks the elector (declared below) only when it is about to write.
-  const controller = new KubernetesController(discovery, api, {
-    logger,
-    mayWriteStatus: () => elector?.isLeader() ?? true,
-    onStatusWrite: (kind, ok) => metrics().recordStatusWrite(kind, ok),
-  });
-  const elector = d.leaderElection.enabled
-    ? new LeaderElector(api, {
-        namespace: d.leaderElection.leaseNamespace,
-        name: d.leaderElection.leaseName,
-        identity: d.identity,
-        leaseDurationMs: d.leaderElection.leaseDurationMs,
-        renewIntervalMs: d.leaderElection.renewIntervalMs,
-        clock,
-        scheduler: systemScheduler,
-        onChange: (leader) => {
-          logger.info({ identity: d.identity, lease: `${d.leaderElection.leaseNamespace}/${d.leaderElection.leaseName}` }, leader ? 'became the status writer' : 'no longer the status writer');
-          if (leader) controller.syncStatus();
-        },
-        onError: (err) => logger.warn({ error: (err as Error).message }, 'leader election: lease update failed'),
-      })
-    : undefined;
-  return {
-    endpoints: discovery,
-    catalog: () => controller.catalog(),
-    pools: () => discovery.state().pools.flatMap((p) => (p.spec ? [p.spec] : [])),
-    notReadyReasons: () =>
-      discovery
-        .watchStates()
-        .filter((w) => !w.state.synced)
-        .map((w) => `${w.kind} in ${w.namespace || 'all namespaces'} has not synced${w.state.lastError ? ` (${w.state.lastError})` : ''}`),
-    watches: () => discovery.watchStates().map((w) => ({ kind: w.kind, namespace: w.namespace, up: w.state.up, lastSyncAt: w.state.lastSyncAt })),
-    isLeader: () => elector?.isLeader() ?? false,
-    start() {
-      discovery.start();
-      elector?.start();
-    },
-    async stop() {
-      await elector?.stop();
-      await discovery.stop();
-      await controller.idle();
-    },
-  };
-}
+export { createLogger };
 
 /** Builds every object of a router from a validated config; loads the keys file. */
 export async function createRouter(config: Config, options: RouterOptions = {}): Promise<Router & { logger: Logger }> {
@@ -233,23 +77,10 @@ export async function createRouter(config: Config, options: RouterOptions = {}):
   // Every pool, from the config or a ModelPool, gets its settings here: defaults ⊕ config ⊕ the pool's own.
   const resolve = poolResolver({ resilience: config.resilience, routing: config.routing });
   const discovery =
-    config.discovery.mode === 'kubernetes' ? kubernetesDiscovery(config, resolve, logger, metricsRef, random, clock) : staticDiscovery(config, Math.floor(Date.now() / 1000), resolve);
-  const metrics = new RouterMetrics(
-    {
-      inFlight: () => [...inFlight.byEndpoint()],
-      readyEndpoints: () => discovery.pools().map((pool) => ({ pool: pool.name, count: discovery.endpoints.snapshot(pool.name).length })),
-      deploymentReadyEndpoints: () => {
-        const catalog = discovery.catalog();
-        return catalog.deployments().map((d) => ({
-          deployment: d.id,
-          count: d.targets.filter((t) => t.weight > 0 && catalog.pool(t.pool)).reduce((n, t) => n + discovery.endpoints.snapshot(t.pool).length, 0),
-        }));
-      },
-      queueLimits: () => discovery.pools().filter((p) => p.resilience.maxConcurrencyPerReplica > 0).map((p) => ({ pool: p.name, limit: p.resilience.queue.maxSize })),
-      ...(config.discovery.mode === 'kubernetes' ? { watches: () => discovery.watches(), leader: () => discovery.isLeader() } : {}),
-    },
-    { processMetrics: options.processMetrics ?? true },
-  );
+    config.discovery.mode === 'kubernetes'
+      ? (await import('./wiring/kubernetes-discovery.js')).kubernetesDiscovery(config, resolve, logger, metricsRef, random, clock)
+      : staticDiscovery(config, Math.floor(Date.now() / 1000), resolve);
+  const metrics = new RouterMetrics(discoveryGauges(discovery, inFlight, config.discovery.mode === 'kubernetes'), { processMetrics: options.processMetrics ?? true });
   const keys = new KeyStore(config.auth.keysFile, {
     onReload: (result) => {
       metricsRef().recordKeysReload(result.ok);
@@ -372,20 +203,7 @@ export async function createRouter(config: Config, options: RouterOptions = {}):
 /** Builds a router and starts its API and admin servers. */
 export async function startRouter(config: Config, options: RouterOptions = {}): Promise<RunningRouter> {
   const router = await createRouter(config, options);
-  // Slowloris guards: a client gets headersTimeoutMs to send its headers and requestTimeoutMs for its
-  // whole request. Node enforces both only when it checks, every connectionsCheckingInterval (30 s by
-  // default), so the check runs at least as often as the headers timeout.
-  const apiServer = http.createServer(
-    {
-      noDelay: true,
-      keepAlive: true,
-      headersTimeout: config.server.headersTimeoutMs,
-      requestTimeout: config.server.requestTimeoutMs,
-      keepAliveTimeout: config.server.keepAliveTimeoutMs,
-      connectionsCheckingInterval: Math.min(1_000, config.server.headersTimeoutMs),
-    },
-    router.api,
-  );
+  const apiServer = createApiServer(config.server, router.api);
   const adminServer = http.createServer(router.admin);
   try {
     const apiUrl = await listen(apiServer, config.server.port, config.server.host, 'server.port');
@@ -405,13 +223,8 @@ export async function startRouter(config: Config, options: RouterOptions = {}): 
         router.beginShutdown();
         router.logger.info({ shutdownDelayMs, gracePeriodMs }, 'shutting down: readiness failed, draining');
         await systemSleep(shutdownDelayMs);
-        const closed = closeServer(apiServer); // no new connections; idle keep-alive ones close now
-        const deadline = Date.now() + gracePeriodMs;
-        while (router.activeRequests() > 0 && Date.now() < deadline) await systemSleep(20);
-        const cut = router.activeRequests();
-        if (cut > 0) router.logger.warn({ cut }, 'grace period over: cutting the requests still open');
-        apiServer.closeAllConnections();
-        await closed;
+        const cut = await drain(apiServer, () => router.activeRequests(), gracePeriodMs);
+        if (cut > 0) router.logger.warn({ cut }, 'grace period over: the requests still open were cut');
         await router.close();
         await closeServer(adminServer);
         router.logger.info({ cut }, 'shut down');

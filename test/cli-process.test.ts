@@ -98,6 +98,25 @@ describe('modelgate serve', () => {
     expect(await stop()).toBe(0);
   });
 
+  it('in static mode never loads the Kubernetes client', async () => {
+    // a module hook (node:module registerHooks) that reports every module resolved from @kubernetes/*
+    const hook = `data:text/javascript,${encodeURIComponent("import { registerHooks } from 'node:module'; registerHooks({ resolve(s, c, next) { const r = next(s, c); if (r.url.includes('@kubernetes')) process.stderr.write('LOADED ' + r.url + '\\n'); return r; } });")}`;
+    const child = spawn(process.execPath, ['--import', hook, cli, 'serve', '--config', await config('static.json', {})], { env: process.env, stdio: ['ignore', 'pipe', 'pipe'] });
+    let stderr = '';
+    child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
+    const exit = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
+    await new Promise<void>((resolve, reject) => {
+      createInterface(child.stdout).on('line', (line) => {
+        if ((JSON.parse(line) as { msg?: string }).msg === 'modelgate listening') resolve();
+      });
+      void exit.then((code) => reject(new Error(`modelgate exited early with ${code}`)));
+    });
+    child.kill('SIGTERM');
+    const code = await exit;
+    expect(stderr).not.toContain('LOADED');
+    expect({ code, stderr }).toEqual({ code: 0, stderr: '' });
+  });
+
   it('keeps a semi-space size the operator set in NODE_OPTIONS', async () => {
     const { argv, stop } = await serve(await config('own-flags.json', {}), { ...process.env, NODE_OPTIONS: '--max-semi-space-size=8' });
     expect(argv.some((a) => a.startsWith('--max-semi-space-size'))).toBe(false);

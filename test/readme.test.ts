@@ -330,6 +330,8 @@ describe('docs/architecture.md', () => {
     proxy: ['core'],
     // the director owns a request: planning, scheduling (through the picker), forwarding
     director: ['api', 'balancer', 'core', 'proxy', 'registry', 'resilience'],
+    // the composition root's adapters: everything but the request path
+    wiring: ['balancer', 'config', 'controller', 'core', 'discovery', 'metrics', 'registry'],
     // the server parses, authenticates and hands over: it makes no routing decision
     server: ['api', 'auth', 'core', 'director', 'metrics', 'proxy', 'registry'],
   };

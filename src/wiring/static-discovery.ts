@@ -1,0 +1,45 @@
+/** Static mode: pools, deployments and endpoints from the config file; nothing watched, nothing written. */
+import { ConfigError } from '../config/load.js';
+import { type Config } from '../config/schema.js';
+import { type Deployment, type PoolDeclaration, type PoolResolver, type PoolSpec } from '../core/types.js';
+import { StaticEndpoints } from '../discovery/static.js';
+import { type DiscoveryWiring } from '../discovery/wiring.js';
+import { Registry } from '../registry/registry.js';
+
+/** The config's pools, resolved like any other pool declaration. */
+function poolsOf(config: Config, resolve: PoolResolver): PoolSpec[] {
+  return config.pools.map((p, i) => {
+    const declared: PoolDeclaration = {
+      name: p.name,
+      engine: p.engine,
+      servedModelName: p.servedModelName,
+      capabilities: p.capabilities,
+      ...(p.backendKey ? { backendKey: p.backendKey } : {}),
+      overrides: { ...(p.resilience ? { resilience: p.resilience } : {}), ...(p.routing ? { routing: p.routing } : {}) },
+    };
+    const resolved = resolve(declared, `pools[${i}]`);
+    if ('problem' in resolved) throw new ConfigError(resolved.problem);
+    return resolved.spec;
+  });
+}
+
+function deploymentsOf(config: Config, created: number): Deployment[] {
+  return config.deployments.map((d) => ({ id: d.id, model: d.model, aliases: d.aliases, targets: d.targets, fallbacks: d.fallbacks, created }));
+}
+
+export function staticDiscovery(config: Config, created: number, resolve: PoolResolver): DiscoveryWiring {
+  const endpoints = new StaticEndpoints(config.pools);
+  const pools = poolsOf(config, resolve);
+  const registry = new Registry(pools, deploymentsOf(config, created));
+  return {
+    endpoints,
+    catalog: () => registry,
+    pools: () => pools,
+    notReadyReasons: () => (endpoints.hasSynced() ? [] : ['discovery has not synced']),
+    watches: () => [],
+    isLeader: () => false,
+    start: () => undefined,
+    stop: () => Promise.resolve(),
+  };
+}
+
