@@ -5,11 +5,19 @@
  * consecutive failures, so a counter opens it explicitly. After closing, the endpoint stays on
  * probation for `closeAfterSuccesses` successes: one failure in that time re-opens it at once.
  *
+ * The cool-down runs on the injected {@link Scheduler}, not on opossum's own timer (a real `setTimeout`
+ * that tests could only wait out): opossum's `resetTimeout` is the longest a Node timer waits, so its
+ * timer never fires in practice, and when our cool-down has passed the open circuit is replaced by one
+ * created half-open (see {@link halfOpenCircuit}). Only the probe decides a half-open breaker: an
+ * attempt begun before the cool-down that ends during it moves the failure count, not the breaker.
+ *
  * Outcomes: `failure` — connection errors, timeouts, 5xx (but 503); `success` — a response the engine
  * produced normally, including 4xx the request caused; `backpressure` — 429 or 503, the engine is alive
- * but busy, which counts as neither (the request is routed elsewhere, the breaker is not moved).
+ * but busy, which counts as neither (the request is routed elsewhere, the breaker is not moved) — except
+ * on a half-open probe, where opossum takes it for the success it filters it as: the engine answered.
  */
 import CircuitBreaker from 'opossum';
+import { type Scheduler, systemScheduler } from '../core/clock.js';
 
 export type BreakerState = 'closed' | 'open' | 'half-open';
 export type AttemptOutcome = 'success' | 'failure' | 'backpressure';
@@ -21,7 +29,7 @@ export interface BreakerSettings {
 }
 
 export interface BreakerEvents {
-  onStateChange?: (state: BreakerState) => void;
+  onStateChange?: (state: BreakerState, cause?: string) => void;
 }
 
 /** The token of one attempt through a breaker: report its outcome exactly once. */
@@ -36,34 +44,57 @@ class Backpressure extends Error {
   }
 }
 
+type Attempt = (run: () => Promise<void>) => Promise<void>;
+type Circuit = CircuitBreaker<Parameters<Attempt>, void>;
+
+/** What every circuit runs: the attempt whose ticket settles it. */
+const attempt: Attempt = (run) => run();
+
+/** opossum's options plus `state`, which its README documents ("Breaker State Initialization") but its types omit. */
+type CircuitOptions = CircuitBreaker.Options<Parameters<Attempt>> & { state?: Partial<CircuitBreaker.State> };
+
+/** The longest delay a Node timer takes (about 24.8 days); opossum's own reset timer is set to it so it never fires. */
+const NEVER_MS = 2 ** 31 - 1;
+
+/** The options of every circuit; copy them for each (opossum writes its defaults into the object it gets). */
+const OPTIONS: CircuitOptions = {
+  timeout: false, // timeouts are the proxy's, per phase
+  resetTimeout: NEVER_MS, // the cool-down is ours, on the injected scheduler
+  // opossum's rate-based trigger never fires on its own: consecutive failures open it (below)
+  volumeThreshold: Number.MAX_SAFE_INTEGER,
+  errorThresholdPercentage: 100,
+  errorFilter: (err: unknown) => err instanceof Backpressure,
+  rollingCountTimeout: 60_000,
+  rollingCountBuckets: 6,
+  rollingPercentilesEnabled: false,
+  enableSnapshots: false,
+};
+
+/**
+ * A new circuit, already half-open: one probe may go, its success closes the circuit, its failure opens it.
+ * opossum has no method that moves a circuit to half-open (only its own reset timer does), but its
+ * documented state initialization (README, "Breaker State Initialization") starts one there. The
+ * opossum behaviour this relies on is pinned in test/resilience/opossum-contract.test.ts.
+ */
+function halfOpenCircuit(): Circuit {
+  const options: CircuitOptions = { ...OPTIONS, state: { closed: false, open: false, halfOpen: true } };
+  return new CircuitBreaker(attempt, options);
+}
+
 export class EndpointBreaker {
-  private readonly circuit: CircuitBreaker<[() => Promise<void>], void>;
+  private circuit: Circuit;
+  private cooldown: unknown;
   private consecutiveFailures = 0;
   private probation = 0;
+  /** The request whose outcome was counted last: the cause of a transition it triggers. */
+  private cause: string | undefined;
 
   constructor(
     private readonly settings: BreakerSettings,
-    events: BreakerEvents = {},
+    private readonly events: BreakerEvents = {},
+    private readonly scheduler: Scheduler = systemScheduler,
   ) {
-    this.circuit = new CircuitBreaker((run: () => Promise<void>) => run(), {
-      timeout: false, // timeouts are the proxy's, per phase
-      resetTimeout: settings.cooldownMs,
-      // opossum's rate-based trigger never fires on its own: consecutive failures open it (below)
-      volumeThreshold: Number.MAX_SAFE_INTEGER,
-      errorThresholdPercentage: 100,
-      errorFilter: (err: unknown) => err instanceof Backpressure,
-      rollingCountTimeout: 60_000,
-      rollingCountBuckets: 6,
-      rollingPercentilesEnabled: false,
-      enableSnapshots: false,
-    });
-    this.circuit.on('open', () => events.onStateChange?.('open'));
-    this.circuit.on('halfOpen', () => events.onStateChange?.('half-open'));
-    this.circuit.on('close', () => {
-      this.probation = Math.max(0, settings.closeAfterSuccesses - 1);
-      this.consecutiveFailures = 0;
-      events.onStateChange?.('closed');
-    });
+    this.circuit = this.watch(new CircuitBreaker(attempt, { ...OPTIONS }));
   }
 
   get state(): BreakerState {
@@ -76,8 +107,11 @@ export class EndpointBreaker {
     return this.circuit.closed || this.circuit.pendingClose;
   }
 
-  /** Starts an attempt; undefined when the breaker rejects it (open, or its probe already taken). */
-  begin(): BreakerTicket | undefined {
+  /**
+   * Starts an attempt; undefined when the breaker rejects it (open, or its probe already taken).
+   * `cause` (the request id) is reported with any transition this attempt's outcome triggers.
+   */
+  begin(cause?: string): BreakerTicket | undefined {
     if (!this.available()) return undefined;
     let settle!: (outcome: AttemptOutcome) => void;
     const result = new Promise<void>((resolve, reject) => {
@@ -93,6 +127,7 @@ export class EndpointBreaker {
       settle: (outcome) => {
         if (settled) return;
         settled = true;
+        this.cause = cause;
         this.count(outcome);
         settle(outcome);
       },
@@ -100,12 +135,39 @@ export class EndpointBreaker {
   }
 
   /** A failure seen outside an attempt's outcome (a stream the engine broke after it started). */
-  recordFailure(): void {
+  recordFailure(cause?: string): void {
+    this.cause = cause;
     this.count('failure');
   }
 
   shutdown(): void {
+    this.scheduler.clearTimeout(this.cooldown);
+    this.cooldown = undefined;
     this.circuit.shutdown();
+  }
+
+  /** Reports the circuit's transitions and starts the cool-down whenever it opens. */
+  private watch(circuit: Circuit): Circuit {
+    circuit.on('open', () => {
+      this.scheduler.clearTimeout(this.cooldown);
+      this.cooldown = this.scheduler.setTimeout(() => this.endCooldown(circuit), this.settings.cooldownMs);
+      this.events.onStateChange?.('open', this.cause);
+    });
+    circuit.on('close', () => {
+      this.probation = Math.max(0, this.settings.closeAfterSuccesses - 1);
+      this.consecutiveFailures = 0;
+      this.events.onStateChange?.('closed', this.cause);
+    });
+    return circuit;
+  }
+
+  /** The cool-down has passed: the open circuit gives way to a half-open one (and its unfired reset timer goes with it). */
+  private endCooldown(opened: Circuit): void {
+    this.cooldown = undefined;
+    if (opened !== this.circuit || !opened.opened) return;
+    this.circuit = this.watch(halfOpenCircuit());
+    opened.shutdown();
+    this.events.onStateChange?.('half-open');
   }
 
   private count(outcome: AttemptOutcome): void {
@@ -128,12 +190,18 @@ export class EndpointBreaker {
 export class BreakerRegistry {
   private readonly breakers = new Map<string, { breaker: EndpointBreaker; pool: string }>();
 
-  constructor(private readonly onStateChange?: (pool: string, endpoint: string, state: BreakerState) => void) {}
+  constructor(
+    /** `cause`: the id of the request whose outcome triggered the transition (none for the cool-down's end). */
+    private readonly onStateChange?: (pool: string, endpoint: string, state: BreakerState, cause?: string) => void,
+    /** Runs the cool-downs; tests pass fake time. */
+    private readonly scheduler: Scheduler = systemScheduler,
+  ) {}
 
   get(endpoint: string, pool: string, settings: BreakerSettings): EndpointBreaker {
     let entry = this.breakers.get(endpoint);
     if (!entry) {
-      entry = { pool, breaker: new EndpointBreaker(settings, { onStateChange: (state) => this.onStateChange?.(pool, endpoint, state) }) };
+      const events: BreakerEvents = { onStateChange: (state, cause) => this.onStateChange?.(pool, endpoint, state, cause) };
+      entry = { pool, breaker: new EndpointBreaker(settings, events, this.scheduler) };
       this.breakers.set(endpoint, entry);
     }
     return entry.breaker;

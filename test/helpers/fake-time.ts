@@ -18,6 +18,12 @@ export class FakeTime implements Clock, Scheduler {
     return this.timers.length;
   }
 
+  /** Milliseconds until the earliest pending timer is due; undefined when none is pending. */
+  get nextDueIn(): number | undefined {
+    if (this.timers.length === 0) return undefined;
+    return Math.max(0, Math.min(...this.timers.map((t) => t.at)) - this.current);
+  }
+
   readonly sleep: Sleep = (ms, signal) =>
     new Promise<void>((resolve, reject) => {
       const abort = (): void => {
@@ -61,6 +67,22 @@ export class FakeTime implements Clock, Scheduler {
       await flush();
     }
     this.current = target;
+  }
+}
+
+/**
+ * Lets `work` (which crosses real sockets) run on fake time: whenever a timer is pending, time jumps to
+ * it; otherwise the real event loop gets a turn. Time stops moving once `work` has settled.
+ */
+export async function runOnFakeTime<T>(time: FakeTime, work: Promise<T>): Promise<T> {
+  let settled = false;
+  const done = work.finally(() => (settled = true));
+  done.catch(() => undefined); // the caller sees the rejection; it must not count as unhandled meanwhile
+  for (;;) {
+    await new Promise((resolve) => setTimeout(resolve, 0));
+    if (settled) return done;
+    const next = time.nextDueIn;
+    if (next !== undefined) await time.advance(next);
   }
 }
 

@@ -1,9 +1,9 @@
-/** The per-endpoint breaker on real opossum, with a short cool-down. */
-import { describe, expect, it } from '@jest/globals';
-import { EndpointBreaker, type AttemptOutcome, type BreakerState } from '../../src/resilience/breaker.js';
-import { waitFor } from '../helpers/sim.js';
+/** The per-endpoint breaker on real opossum, its cool-downs on fake time: no test waits for a timer. */
+import { describe, expect, it, jest } from '@jest/globals';
+import { BreakerRegistry, EndpointBreaker, type AttemptOutcome, type BreakerState } from '../../src/resilience/breaker.js';
+import { FakeTime, flush } from '../helpers/fake-time.js';
 
-const settings = { failureThreshold: 3, cooldownMs: 150, closeAfterSuccesses: 2 };
+const settings = { failureThreshold: 3, cooldownMs: 10_000, closeAfterSuccesses: 2 };
 
 function run(breaker: EndpointBreaker, outcome: AttemptOutcome): boolean {
   const ticket = breaker.begin();
@@ -11,72 +11,189 @@ function run(breaker: EndpointBreaker, outcome: AttemptOutcome): boolean {
   return ticket !== undefined;
 }
 
-async function settled(): Promise<void> {
-  await new Promise((resolve) => setImmediate(resolve));
+function setup(): { breaker: EndpointBreaker; time: FakeTime; states: BreakerState[] } {
+  const time = new FakeTime();
+  const states: BreakerState[] = [];
+  const breaker = new EndpointBreaker(settings, { onStateChange: (s) => states.push(s) }, time);
+  return { breaker, time, states };
+}
+
+/** Three consecutive failures: the breaker is open and its cool-down is on the fake clock. */
+async function opened(breaker: EndpointBreaker): Promise<void> {
+  for (let i = 0; i < settings.failureThreshold; i++) run(breaker, 'failure');
+  await flush();
+  expect(breaker.state).toBe('open');
 }
 
 describe('EndpointBreaker', () => {
   it('opens after consecutive failures only, not after failures spread between successes', async () => {
-    const breaker = new EndpointBreaker(settings);
+    const { breaker, states } = setup();
     for (const outcome of ['failure', 'failure', 'success', 'failure', 'failure'] as const) run(breaker, outcome);
-    await settled();
+    await flush();
     expect(breaker.state).toBe('closed');
     run(breaker, 'failure');
-    await settled();
+    await flush();
     expect(breaker.state).toBe('open');
     expect(breaker.available()).toBe(false);
     expect(breaker.begin()).toBeUndefined();
+    expect(states).toEqual(['open']);
     breaker.shutdown();
   });
 
   it('counts neither 4xx-style successes nor backpressure as failures', async () => {
-    const breaker = new EndpointBreaker(settings);
+    const { breaker, time } = setup();
     for (let i = 0; i < 10; i++) run(breaker, i % 2 === 0 ? 'backpressure' : 'success');
-    await settled();
+    await flush();
     expect(breaker.state).toBe('closed');
+    expect(time.pendingTimers).toBe(0);
     breaker.shutdown();
   });
 
-  it('lets one probe through after the cool-down, closes on its success, and re-opens on a failure during probation', async () => {
-    const states: BreakerState[] = [];
-    const breaker = new EndpointBreaker(settings, { onStateChange: (s) => states.push(s) });
-    for (let i = 0; i < 3; i++) run(breaker, 'failure');
-    await settled();
-    await waitFor(() => breaker.state === 'half-open', 'the cool-down to pass', 3000);
+  it('rejects for exactly the cool-down, then lets one probe through, closes on its success, and re-opens on a failure during probation', async () => {
+    const { breaker, time, states } = setup();
+    await opened(breaker);
+    await time.advance(settings.cooldownMs - 1);
+    expect(breaker.state).toBe('open');
+    expect(breaker.begin()).toBeUndefined();
+    await time.advance(1);
+    expect(breaker.state).toBe('half-open');
     const probe = breaker.begin();
     expect(probe).toBeDefined();
+    expect(breaker.available()).toBe(false);
     expect(breaker.begin()).toBeUndefined(); // one probe at a time
     probe?.settle('success');
-    await settled();
+    await flush();
     expect(breaker.state).toBe('closed');
+    expect(time.pendingTimers).toBe(0);
     run(breaker, 'failure'); // on probation: one failure is enough
-    await settled();
+    await flush();
     expect(breaker.state).toBe('open');
     expect(states).toEqual(['open', 'half-open', 'closed', 'open']);
     breaker.shutdown();
   });
 
-  it('re-opens when the half-open probe fails', async () => {
-    const breaker = new EndpointBreaker(settings);
-    for (let i = 0; i < 3; i++) run(breaker, 'failure');
-    await waitFor(() => breaker.state === 'half-open', 'the cool-down to pass', 3000);
+  it('stays closed through failures spread between probation successes once probation is over', async () => {
+    const { breaker, time } = setup();
+    await opened(breaker);
+    await time.advance(settings.cooldownMs);
+    expect(run(breaker, 'success')).toBe(true); // the probe: closed, one more success of probation to go
+    await flush();
+    expect(run(breaker, 'success')).toBe(true);
+    await flush();
     run(breaker, 'failure');
-    await settled();
+    run(breaker, 'failure');
+    await flush();
+    expect(breaker.state).toBe('closed');
+    breaker.shutdown();
+  });
+
+  it('re-opens when the half-open probe fails, for another full cool-down', async () => {
+    const { breaker, time, states } = setup();
+    await opened(breaker);
+    await time.advance(settings.cooldownMs);
+    run(breaker, 'failure');
+    await flush();
     expect(breaker.state).toBe('open');
+    await time.advance(settings.cooldownMs - 1);
+    expect(breaker.state).toBe('open');
+    await time.advance(1);
+    expect(breaker.state).toBe('half-open');
+    expect(states).toEqual(['open', 'half-open', 'open', 'half-open']);
+    breaker.shutdown();
+  });
+
+  it('closes when the half-open probe meets backpressure: the engine answered', async () => {
+    const { breaker, time } = setup();
+    await opened(breaker);
+    await time.advance(settings.cooldownMs);
+    run(breaker, 'backpressure');
+    await flush();
+    expect(breaker.state).toBe('closed');
+    breaker.shutdown();
+  });
+
+  it('leaves the half-open decision to the probe: an attempt begun before the breaker opened does not close or re-open it', async () => {
+    const { breaker, time } = setup();
+    const early = [breaker.begin(), breaker.begin()];
+    await opened(breaker);
+    await time.advance(settings.cooldownMs);
+    early[0]?.settle('success');
+    early[1]?.settle('failure');
+    await flush();
+    expect(breaker.state).toBe('half-open');
+    expect(breaker.available()).toBe(true); // the probe slot is still free
+    run(breaker, 'success');
+    await flush();
+    expect(breaker.state).toBe('closed');
     breaker.shutdown();
   });
 
   it('counts a broken stream reported after the attempt as a failure', async () => {
-    const breaker = new EndpointBreaker(settings);
+    const { breaker } = setup();
     for (let i = 0; i < 3; i++) {
       run(breaker, 'success');
       breaker.recordFailure();
     }
-    await settled();
+    await flush();
     expect(breaker.state).toBe('closed'); // each success reset the count
     for (let i = 0; i < 3; i++) breaker.recordFailure();
-    await settled();
+    await flush();
     expect(breaker.state).toBe('open');
     breaker.shutdown();
+  });
+
+  it('ends the cool-down only through the injected scheduler, never through real time passing', async () => {
+    const time = new FakeTime();
+    // opossum arms its own reset timer on the global setTimeout when it opens; make real time pass a week
+    jest.useFakeTimers({ doNotFake: ['setImmediate', 'nextTick', 'queueMicrotask'] });
+    try {
+      const breaker = new EndpointBreaker(settings, {}, time);
+      await opened(breaker);
+      jest.advanceTimersByTime(7 * 24 * 3600_000);
+      await flush();
+      expect(breaker.state).toBe('open');
+      await time.advance(settings.cooldownMs);
+      expect(breaker.state).toBe('half-open');
+      breaker.shutdown();
+      expect(jest.getTimerCount()).toBe(0); // opossum's timers went with it
+    } finally {
+      jest.useRealTimers();
+    }
+  });
+
+  it('drops its cool-down on shutdown', async () => {
+    const { breaker, time, states } = setup();
+    await opened(breaker);
+    expect(time.pendingTimers).toBe(1);
+    breaker.shutdown();
+    expect(time.pendingTimers).toBe(0);
+    await time.advance(settings.cooldownMs);
+    expect(states).toEqual(['open']);
+  });
+});
+
+describe('BreakerRegistry', () => {
+  it('runs every breaker on its scheduler, reports transitions by pool and endpoint, and drops breakers no longer listed', async () => {
+    const time = new FakeTime();
+    const seen: string[] = [];
+    const registry = new BreakerRegistry((pool, endpoint, state) => seen.push(`${pool}/${endpoint}:${state}`), time);
+    const a = registry.get('a', 'p', settings);
+    expect(registry.get('a', 'p', settings)).toBe(a);
+    registry.get('b', 'p', settings);
+    await opened(a);
+    await time.advance(settings.cooldownMs);
+    expect([...registry.states()]).toEqual([
+      { pool: 'p', endpoint: 'a', state: 'half-open' },
+      { pool: 'p', endpoint: 'b', state: 'closed' },
+    ]);
+    expect(seen).toEqual(['p/a:open', 'p/a:half-open']);
+    run(a, 'failure');
+    await flush();
+    expect(time.pendingTimers).toBe(1);
+    registry.retain(new Set(['b']));
+    expect(time.pendingTimers).toBe(0);
+    expect([...registry.states()].map((s) => s.endpoint)).toEqual(['b']);
+    registry.shutdown();
+    expect([...registry.states()]).toEqual([]);
   });
 });

@@ -1,7 +1,9 @@
 /** Each injected fault, by header, by flag and at run time, seen by a raw HTTP client. */
 import { afterEach, describe, expect, it } from '@jest/globals';
+import { type Sleep } from '../../src/core/clock.js';
 import { type SimOptions } from '../../src/sim/options.js';
 import { type SimServer, type SimServerDeps } from '../../src/sim/server.js';
+import { FakeTime, runOnFakeTime } from '../helpers/fake-time.js';
 import { contentTimes, rawRequest, sseData, type RawResponse } from '../helpers/http.js';
 import { startTestSim, waitFor } from '../helpers/sim.js';
 
@@ -42,10 +44,18 @@ describe('injected faults', () => {
   });
 
   it('slow-start=MS delays the first token by MS', async () => {
-    const s = await sim({ ttftMs: 0, prefillMsPerToken: 0 });
-    const res = await chat(s, { stream: true, max_tokens: 2 }, 'slow-start=150');
+    const time = new FakeTime();
+    const waits: number[] = [];
+    const sleep: Sleep = (ms, signal) => (waits.push(ms), time.sleep(ms, signal));
+    const s = await sim({ ttftMs: 0, prefillMsPerToken: 0, itlMs: 0 }, { clock: time, sleep });
+    const res = await runOnFakeTime(time, chat(s, { stream: true, max_tokens: 2 }, 'slow-start=150'));
     expect(res.status).toBe(200);
-    expect(contentTimes(res)[0]).toBeGreaterThanOrEqual(148);
+    expect(contentTimes(res)).toHaveLength(2);
+    expect(waits).toEqual([150]); // the prefill, on an engine that otherwise waits for nothing
+    expect(s.engine.stats.ttft.sum).toBe(0.15);
+    const plain = await runOnFakeTime(time, chat(s, { stream: true, max_tokens: 2 }));
+    expect(contentTimes(plain)).toHaveLength(2);
+    expect(waits).toEqual([150]);
   });
 
   it('die-after=N destroys the socket mid-stream after N tokens, with no [DONE]', async () => {
@@ -67,11 +77,25 @@ describe('injected faults', () => {
   });
 
   it('stall-after=N sends N tokens, then nothing while keeping the connection open', async () => {
-    const s = await sim({ itlMs: 1 });
-    const res = await chat(s, { stream: true, max_tokens: 50, ignore_eos: true }, 'stall-after=1', { abortAfterMs: 200 });
+    const time = new FakeTime();
+    const s = await sim({ itlMs: 1 }, { clock: time, sleep: time.sleep });
+    const client = new AbortController();
+    let sawToken!: () => void;
+    const firstToken = new Promise<void>((resolve) => (sawToken = resolve));
+    const response = chat(s, { stream: true, max_tokens: 50, ignore_eos: true }, 'stall-after=1', {
+      signal: client.signal,
+      onChunk: (_d, all) => void (all.includes('"content":" ') && sawToken()),
+    });
+    await runOnFakeTime(time, firstToken);
+    // A minute later the request still holds its slot, with nothing scheduled that could send more.
+    await time.advance(60_000);
+    expect(s.engine.numRunning).toBe(1);
+    expect(time.pendingTimers).toBe(0);
+    client.abort();
+    const res = await response;
     expect(res.status).toBe(200);
     expect(res.error?.code).toBe('CLIENT_ABORT');
-    expect(sseData(res.body)).toHaveLength(2);
+    expect(sseData(res.body)).toHaveLength(2); // the role, then the one token
     await waitFor(() => s.engine.numRunning === 0, 'the stalled slot to be freed');
     expect(s.engine.stats.finished.abort).toBe(1);
   });

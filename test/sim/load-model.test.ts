@@ -1,22 +1,44 @@
 /**
- * The simulator is honest about time and load: these tests measure real sockets and real time.
- * Lower bounds are tight (timers never fire much early); upper bounds are generous for a busy machine.
+ * The simulator's latency model and load, over real sockets on fake time: every wait the engine
+ * schedules goes through a recording sleep, so the tests assert the delays the model chose (and the
+ * engine's own clock-based figures) rather than wall-clock times on a busy machine.
  */
 import { afterEach, describe, expect, it } from '@jest/globals';
-import { type SimServer } from '../../src/sim/server.js';
+import { type Sleep } from '../../src/core/clock.js';
+import { type SimServer, type SimServerDeps } from '../../src/sim/server.js';
+import { FakeTime, runOnFakeTime } from '../helpers/fake-time.js';
 import { contentTimes, rawRequest, sseData, type RawResponse } from '../helpers/http.js';
 import { startTestSim, waitFor } from '../helpers/sim.js';
 import { type SimOptions } from '../../src/sim/options.js';
 
 const sims: SimServer[] = [];
-async function sim(overrides: Partial<SimOptions>): Promise<SimServer> {
-  const s = await startTestSim(overrides);
+async function sim(overrides: Partial<SimOptions>, deps?: SimServerDeps): Promise<SimServer> {
+  const s = await startTestSim(overrides, deps);
   sims.push(s);
   return s;
 }
 afterEach(async () => {
   await Promise.all(sims.splice(0).map((s) => s.close()));
 });
+
+/** One wait the engine scheduled: its length and how many requests were running at the time. */
+interface Wait {
+  ms: number;
+  running: number;
+}
+
+/** A simulator on fake time; `waits` records every delay its engine scheduled. */
+async function timedSim(overrides: Partial<SimOptions>): Promise<{ s: SimServer; time: FakeTime; waits: Wait[] }> {
+  const time = new FakeTime();
+  const waits: Wait[] = [];
+  const started: { server?: SimServer } = {};
+  const sleep: Sleep = (ms, signal) => {
+    waits.push({ ms, running: started.server?.engine.numRunning ?? 0 });
+    return time.sleep(ms, signal);
+  };
+  started.server = await sim({ jitter: 0, ...overrides }, { clock: time, sleep });
+  return { s: started.server, time, waits };
+}
 
 const message = (content: string): object => ({ messages: [{ role: 'user', content }] });
 const chat = (s: SimServer, body: object, extra: Parameters<typeof rawRequest>[1] = {}): Promise<RawResponse> =>
@@ -29,37 +51,42 @@ async function metric(s: SimServer, name: string): Promise<number> {
   return Number(line.slice(line.lastIndexOf(' ') + 1));
 }
 
-describe('latency model, measured', () => {
-  it('delivers the first token after the prefill time and the rest one ITL apart', async () => {
-    const s = await sim({ ttftMs: 60, prefillMsPerToken: 0, itlMs: 20, loadFactor: 1 });
-    const res = await chat(s, { stream: true, max_tokens: 6, ignore_eos: true });
-    const times = contentTimes(res);
-    expect(times).toHaveLength(6);
-    const ttft = times[0]!;
-    const decode = times.at(-1)! - ttft;
-    expect(ttft).toBeGreaterThanOrEqual(58);
-    expect(ttft).toBeLessThan(60 + 400);
-    expect(decode).toBeGreaterThanOrEqual(5 * 20 - 5);
-    expect(decode).toBeLessThan(5 * 20 + 500);
+interface Usage {
+  prompt_tokens: number;
+  prompt_tokens_details?: { cached_tokens: number };
+}
+
+describe('latency model', () => {
+  it('waits the prefill time before the first token and one ITL before each of the rest', async () => {
+    const { s, time, waits } = await timedSim({ ttftMs: 60, prefillMsPerToken: 0, itlMs: 20, loadFactor: 1 });
+    const res = await runOnFakeTime(time, chat(s, { stream: true, max_tokens: 6, ignore_eos: true }));
+    expect(contentTimes(res)).toHaveLength(6);
+    expect(waits.map((w) => w.ms)).toEqual([60, 20, 20, 20, 20, 20]);
+    // the engine's own figures, on its clock: first token at 60 ms, the whole request 160 ms
+    expect(s.engine.stats.ttft.sum).toBeCloseTo(0.06, 9);
+    expect(s.engine.stats.e2e.sum).toBeCloseTo(0.16, 9);
   });
 
   it('charges prefill per uncached prompt token', async () => {
-    const s = await sim({ ttftMs: 0, prefillMsPerToken: 0.5, itlMs: 0, loadFactor: 1 });
-    const res = await chat(s, { ...message('x'.repeat(800)), stream: true, max_tokens: 1 });
-    // about 212 tokens (800 characters + template) × 0.5 ms
-    expect(contentTimes(res)[0]).toBeGreaterThanOrEqual(100);
+    const { s, time, waits } = await timedSim({ ttftMs: 3, prefillMsPerToken: 0.5, itlMs: 0, loadFactor: 1 });
+    const res = await runOnFakeTime(time, chat(s, { ...message('x'.repeat(800)), max_tokens: 1 }));
+    const usage = (JSON.parse(res.body) as { usage: Usage }).usage;
+    expect(usage.prompt_tokens).toBeGreaterThan(200); // 800 characters + the chat template
+    expect(waits).toHaveLength(1);
+    expect(waits[0]!.ms).toBeCloseTo(3 + usage.prompt_tokens * 0.5, 9);
   });
 
   it('slows every running request as the batch fills, up to --load-factor', async () => {
-    const s = await sim({ ttftMs: 0, prefillMsPerToken: 0, itlMs: 10, loadFactor: 3, maxNumSeqs: 4 });
-    const runs = await Promise.all([0, 1, 2, 3].map(() => chat(s, { stream: true, max_tokens: 11, ignore_eos: true })));
-    for (const run of runs) {
-      const times = contentTimes(run);
-      const meanItl = (times.at(-1)! - times[0]!) / (times.length - 1);
-      // 10 ms alone; 30 ms with all 4 slots busy (the batch fills within the first interval)
-      expect(meanItl).toBeGreaterThanOrEqual(24);
-      expect(meanItl).toBeLessThan(30 + 100);
-    }
+    const { s, time, waits } = await timedSim({ ttftMs: 0, prefillMsPerToken: 0, itlMs: 10, loadFactor: 3, maxNumSeqs: 4 });
+    const runs = [0, 1, 2, 3].map(() => chat(s, { stream: true, max_tokens: 11, ignore_eos: true }));
+    // time stands still until all four hold a batch slot, each waiting for its second token
+    await waitFor(() => s.engine.numRunning === 4 && time.pendingTimers === 4, 'all four requests to be running');
+    const results = await runOnFakeTime(time, Promise.all(runs));
+    for (const run of results) expect(contentTimes(run)).toHaveLength(11);
+    expect(waits).toHaveLength(4 * 10); // ten inter-token waits per request
+    // 10 ms alone, 30 ms with all 4 slots busy, linear in between: 10 × (1 + 2 × (running − 1) / 3)
+    for (const { ms, running } of waits) expect(ms).toBeCloseTo(10 * (1 + (2 * (running - 1)) / 3), 9);
+    expect(waits.filter((w) => w.running === 4).length).toBeGreaterThanOrEqual(4 * 8);
   });
 });
 
@@ -89,21 +116,24 @@ describe('batch slots and the waiting queue', () => {
 });
 
 describe('prefix cache', () => {
-  it('prefills a repeated prompt from cache: cached_tokens reported, first token much sooner', async () => {
-    const s = await sim({ ttftMs: 2, prefillMsPerToken: 0.2, itlMs: 0 });
+  it('prefills a repeated prompt from cache: cached_tokens reported, only the uncached rest charged', async () => {
+    const { s, time, waits } = await timedSim({ ttftMs: 2, prefillMsPerToken: 0.2, itlMs: 0 });
     const long = 'The quick brown fox jumps over the lazy dog. '.repeat(90); // ~1,000 tokens
-    const ask = async (content: string): Promise<{ ttft: number; cached: number }> => {
-      const res = await chat(s, { ...message(content), stream: true, stream_options: { include_usage: true }, max_tokens: 2 });
-      const usage = JSON.parse(sseData(res.body).at(-2)!) as { usage: { prompt_tokens_details: { cached_tokens: number } } };
-      return { ttft: contentTimes(res)[0]!, cached: usage.usage.prompt_tokens_details.cached_tokens };
+    const ask = async (content: string): Promise<{ prefillMs: number; prompt: number; cached: number }> => {
+      const before = waits.length;
+      const res = await runOnFakeTime(time, chat(s, { ...message(content), stream: true, stream_options: { include_usage: true }, max_tokens: 2 }));
+      const { usage } = JSON.parse(sseData(res.body).at(-2)!) as { usage: Usage };
+      expect(waits.length).toBe(before + 1); // the prefill; at itlMs 0 decoding waits for nothing
+      return { prefillMs: waits[before]!.ms, prompt: usage.prompt_tokens, cached: usage.prompt_tokens_details?.cached_tokens ?? -1 };
     };
     const cold = await ask(long);
     const warm = await ask(long);
     const other = await ask('Another start. ' + long);
     expect(cold.cached).toBe(0);
-    expect(cold.ttft).toBeGreaterThanOrEqual(190);
+    expect(cold.prefillMs).toBeCloseTo(2 + cold.prompt * 0.2, 9);
     expect(warm.cached).toBeGreaterThan(950);
-    expect(warm.ttft).toBeLessThan(cold.ttft / 2);
+    expect(warm.prefillMs).toBeCloseTo(2 + (warm.prompt - warm.cached) * 0.2, 9);
+    expect(warm.prefillMs).toBeLessThan(cold.prefillMs / 2);
     expect(other.cached).toBe(0);
     expect(await metric(s, 'vllm:prefix_cache_hits_total')).toBe(warm.cached);
   });
@@ -111,14 +141,16 @@ describe('prefix cache', () => {
 
 describe('cancellation', () => {
   it('stops generating when a streaming client disconnects, and counts it as aborted', async () => {
-    const s = await sim({ itlMs: 5 });
-    const res = await chat(s, { stream: true, max_tokens: 4000, ignore_eos: true }, { onChunk: (_d, all) => all.includes('"content":" ') });
+    const { s, time } = await timedSim({ itlMs: 5 });
+    const res = await runOnFakeTime(time, chat(s, { stream: true, max_tokens: 4000, ignore_eos: true }, { onChunk: (_d, all) => all.includes('"content":" ') }));
     expect(res.error?.code).toBe('CLIENT_ABORT');
     await waitFor(() => s.engine.numRunning === 0, 'the slot to be freed');
     expect(await metric(s, 'vllm:request_success_total{engine="0",model_name="sim-model",finished_reason="abort"}')).toBe(1);
     const generated = await metric(s, 'vllm:generation_tokens_total');
     expect(generated).toBeLessThan(200);
-    await new Promise((resolve) => setTimeout(resolve, 50));
+    // nothing is left waiting to produce another token, however much time passes
+    expect(time.pendingTimers).toBe(0);
+    await time.advance(60_000);
     expect(await metric(s, 'vllm:generation_tokens_total')).toBe(generated);
   });
 

@@ -32,6 +32,10 @@ async function cluster(podNames: string[], options: Parameters<typeof startKubeR
 
 const readyz = (router: RunningRouter): Promise<number> => rawRequest(`${router.adminUrl}/readyz`).then((r) => r.status);
 const served = (router: RunningRouter, model = 'default'): Promise<Map<string, number>> => servedBy(router, model);
+const WATCHED = ['endpointslices', 'modelpools', 'modeldeployments'] as const;
+/** LIST requests (not watches) the fake API server received for `kind` in the namespace "models". */
+const lists = (fake: FakeKubeApi, kind: (typeof WATCHED)[number]): number =>
+  fake.requests.filter((r) => r.method === 'GET' && !r.watch && r.path.endsWith(`/namespaces/models/${kind}`)).length;
 const noFailures = (counts: Map<string, number>): boolean => [...counts.keys()].every((k) => !k.startsWith('status'));
 
 describe('Kubernetes mode: discovery', () => {
@@ -195,8 +199,11 @@ describe('Kubernetes mode: status and conflicts', () => {
     // the contested alias reaches the older deployment (pod-a), the younger keeps its own model name
     expect(only(await served(gateway.router, 'shared'), 'pod-a')).toBe(true);
     expect(only(await served(gateway.router, 'younger-model'), 'pod-b')).toBe(true);
+    // Two full resyncs: nothing changed, nothing written. A relist is scheduled only after the one
+    // before it was handed to the controller, so a third LIST of every kind proves two were processed.
     const writes = fake.statusWrites.length;
-    await new Promise((resolve) => setTimeout(resolve, 1200)); // two resyncs: nothing changed, nothing written
+    const listed = WATCHED.map((kind) => lists(fake, kind));
+    await eventually(() => WATCHED.map((kind) => lists(fake, kind)), (now) => now.every((n, i) => n >= listed[i]! + 3), 'two resyncs of every watched kind', BOUND_MS);
     expect(fake.statusWrites.length).toBe(writes);
   });
 

@@ -1,0 +1,363 @@
+/**
+ * EndpointPicker with its real collaborators (InFlight, BreakerRegistry, AdmissionQueues on fake time)
+ * and fakes only for what comes from outside: discovery's endpoints, health checks, engine metrics.
+ */
+import { afterEach, describe, expect, it } from '@jest/globals';
+import { InFlight } from '../../src/balancer/in-flight.js';
+import { ROUTING_DEFAULTS } from '../../src/balancer/settings.js';
+import { isAbortError } from '../../src/core/clock.js';
+import { RouterError } from '../../src/core/errors.js';
+import { type Endpoint, type EngineLoad, type PoolSpec, type Priority } from '../../src/core/types.js';
+import { AdmissionQueues } from '../../src/resilience/admission.js';
+import { BreakerRegistry } from '../../src/resilience/breaker.js';
+import { EndpointPicker, type Picked } from '../../src/resilience/picker.js';
+import { mergeResilience, RESILIENCE_DEFAULTS, type ResilienceOverrides } from '../../src/resilience/settings.js';
+import { FakeTime, flush } from '../helpers/fake-time.js';
+
+function endpoint(id: string, weight = 1): Endpoint {
+  return { id, pool: 'p', url: new URL(`http://${id}.local:8000`), weight };
+}
+
+function pool(resilience: ResilienceOverrides = {}, engineMetrics = true): PoolSpec {
+  return {
+    name: 'p',
+    engine: 'vllm',
+    servedModelName: 'm',
+    capabilities: ['chat'],
+    resilience: mergeResilience(RESILIENCE_DEFAULTS, { breaker: { failureThreshold: 1 }, ...resilience }),
+    routing: { ...ROUTING_DEFAULTS, engineMetrics: { ...ROUTING_DEFAULTS.engineMetrics, enabled: engineMetrics } },
+  };
+}
+
+/** An engine sample; the default saturation thresholds are queueDepth 5, kvCacheUsage 0.8. */
+function load(waiting: number, kvCacheUsage?: number): EngineLoad {
+  return { waiting, running: 1, at: 0, localAtSample: 0, ...(kvCacheUsage === undefined ? {} : { kvCacheUsage }) };
+}
+
+const opened: BreakerRegistry[] = [];
+afterEach(() => {
+  // the breakers' cool-downs run on real (unref'd) timers by default: stop them
+  for (const breakers of opened.splice(0)) breakers.shutdown();
+});
+
+function setup(ids: Array<string | Endpoint>) {
+  const time = new FakeTime();
+  const endpoints = ids.map((e) => (typeof e === 'string' ? endpoint(e) : e));
+  const unhealthy = new Set<string>();
+  const loads = new Map<string, EngineLoad>();
+  const inFlight = new InFlight();
+  const breakers = new BreakerRegistry();
+  opened.push(breakers);
+  const events: string[] = [];
+  const admission = new AdmissionQueues(time, () => time.now(), {
+    onQueued: (p) => events.push(`queued:${p}`),
+    onDequeued: (p, ms, result) => events.push(`dequeued:${p}:${result}:${ms}`),
+    onRejected: (p, reason) => events.push(`rejected:${p}:${reason}`),
+  });
+  let draw = 0;
+  const picker = new EndpointPicker({
+    endpoints: { snapshot: (name) => (name === 'p' ? endpoints : []) },
+    inFlight,
+    breakers,
+    health: { isHealthy: (id) => !unhealthy.has(id) },
+    admission,
+    engine: { load: (id) => loads.get(id) },
+    random: () => draw,
+    events: { onShed: (p) => events.push(`shed:${p}`) },
+  });
+  const open = (spec: PoolSpec, id: string): void => {
+    const breaker = breakers.get(id, spec.name, spec.resilience.breaker);
+    for (let i = 0; i < spec.resilience.breaker.failureThreshold; i++) breaker.recordFailure();
+    expect(breaker.state).toBe('open');
+  };
+  return {
+    time,
+    picker,
+    inFlight,
+    breakers,
+    admission,
+    unhealthy,
+    loads,
+    events,
+    open,
+    setDraw: (r: number) => (draw = r),
+  };
+}
+
+async function rejection(promise: Promise<unknown>): Promise<unknown> {
+  try {
+    await promise;
+  } catch (err) {
+    return err;
+  }
+  throw new Error('expected a rejection');
+}
+
+async function routerError(promise: Promise<unknown>): Promise<RouterError> {
+  const err = await rejection(promise);
+  if (!(err instanceof RouterError)) throw new Error(`expected a RouterError, got ${String(err)}`);
+  return err;
+}
+
+/** A pick that is still pending, and how it ended once it has. */
+function track(promise: Promise<Picked>): { state: () => string; picked: () => Picked | undefined; error: () => unknown } {
+  let state = 'pending';
+  let value: Picked | undefined;
+  let error: unknown;
+  promise.then(
+    (p) => {
+      state = 'picked';
+      value = p;
+    },
+    (err: unknown) => {
+      state = 'rejected';
+      error = err;
+    },
+  );
+  return { state: () => state, picked: () => value, error: () => error };
+}
+
+describe('EndpointPicker: who can take traffic', () => {
+  it.each([
+    { case: 'the pool has no endpoints', ids: [], unhealthy: [], open: [] },
+    { case: 'every endpoint fails its health checks', ids: ['a', 'b'], unhealthy: ['a', 'b'], open: [] },
+    { case: 'every endpoint’s breaker is open', ids: ['a', 'b'], unhealthy: [], open: ['a', 'b'] },
+    { case: 'one unhealthy, the other open', ids: ['a', 'b'], unhealthy: ['a'], open: ['b'] },
+  ])('NO_READY_REPLICA (503, Retry-After 2) when $case, without queueing', async ({ ids, unhealthy, open }) => {
+    const t = setup(ids);
+    const spec = pool({ maxConcurrencyPerReplica: 1 });
+    for (const id of unhealthy) t.unhealthy.add(id);
+    for (const id of open) t.open(spec, id);
+    const err = await routerError(t.picker.pick(spec, new Set()));
+    expect(err.code).toBe('NO_READY_REPLICA');
+    expect(err.status).toBe(503);
+    expect(err.retryAfterSeconds).toBe(2);
+    expect(t.admission.depth('p')).toBe(0);
+    expect(t.events).toEqual([]);
+    expect(t.picker.hasUntried(spec, new Set())).toBe(false);
+  });
+
+  it.each([0, 0.3, 0.6, 0.99])('picks the one usable endpoint whatever the draw (%p)', async (draw) => {
+    const t = setup(['sick', 'broken', 'fine']);
+    const spec = pool();
+    t.unhealthy.add('sick');
+    t.open(spec, 'broken');
+    t.setDraw(draw);
+    const picked = await t.picker.pick(spec, new Set());
+    expect(picked.endpoint.id).toBe('fine');
+    picked.release();
+  });
+
+  it('avoids the endpoints this request tried while an untried one is usable', async () => {
+    const t = setup(['a', 'b', 'c']);
+    const spec = pool();
+    const seen = new Set<string>();
+    for (const draw of [0, 0.25, 0.5, 0.75, 0.99]) {
+      t.setDraw(draw);
+      const picked = await t.picker.pick(spec, new Set(['a']));
+      seen.add(picked.endpoint.id);
+      picked.release();
+    }
+    expect([...seen].sort()).toEqual(['b', 'c']);
+    const last = await t.picker.pick(spec, new Set(['a', 'b']));
+    expect(last.endpoint.id).toBe('c');
+    last.release();
+  });
+
+  it('tries a tried endpoint again when every usable one was tried (not NO_READY_REPLICA)', async () => {
+    const t = setup(['a', 'b']);
+    const spec = pool();
+    t.unhealthy.add('b');
+    const picked = await t.picker.pick(spec, new Set(['a', 'b']));
+    expect(picked.endpoint.id).toBe('a');
+    picked.release();
+  });
+
+  it.each([
+    { case: 'nothing tried', tried: [], unhealthy: [], open: [], untried: true },
+    { case: 'one of two tried', tried: ['a'], unhealthy: [], open: [], untried: true },
+    { case: 'both tried', tried: ['a', 'b'], unhealthy: [], open: [], untried: false },
+    { case: 'the untried one is unhealthy', tried: ['a'], unhealthy: ['b'], open: [], untried: false },
+    { case: 'the untried one’s breaker is open', tried: ['a'], unhealthy: [], open: ['b'], untried: false },
+    { case: 'the tried one is unhealthy, the other untried', tried: ['a'], unhealthy: ['a'], open: [], untried: true },
+    { case: 'a tried id that is no endpoint (any more)', tried: ['gone'], unhealthy: [], open: [], untried: true },
+  ])('hasUntried: $case → $untried', ({ tried, unhealthy, open, untried }) => {
+    const t = setup(['a', 'b']);
+    const spec = pool();
+    for (const id of unhealthy) t.unhealthy.add(id);
+    for (const id of open) t.open(spec, id);
+    expect(t.picker.hasUntried(spec, new Set(tried))).toBe(untried);
+  });
+});
+
+describe('EndpointPicker: what a pick holds', () => {
+  it('holds a concurrency slot until release, which is idempotent', async () => {
+    const t = setup(['a']);
+    const picked = await t.picker.pick(pool(), new Set());
+    expect(t.inFlight.count('a')).toBe(1);
+    expect([...t.inFlight.byEndpoint()]).toEqual([{ endpoint: 'a', pool: 'p', count: 1 }]);
+    picked.release();
+    picked.release();
+    expect(t.inFlight.count('a')).toBe(0);
+  });
+
+  it('hands out a breaker ticket whose failure opens the breaker (threshold 1): the next pick finds no replica', async () => {
+    const t = setup(['a']);
+    const spec = pool();
+    const picked = await t.picker.pick(spec, new Set());
+    picked.ticket.settle('failure');
+    picked.release();
+    await flush();
+    expect([...t.breakers.states()]).toEqual([{ pool: 'p', endpoint: 'a', state: 'open' }]);
+    expect((await routerError(t.picker.pick(spec, new Set()))).code).toBe('NO_READY_REPLICA');
+  });
+
+  it.each(['success', 'backpressure'] as const)('a %s ticket leaves the breaker closed', async (outcome) => {
+    const t = setup(['a']);
+    const spec = pool();
+    const picked = await t.picker.pick(spec, new Set());
+    picked.ticket.settle(outcome);
+    picked.release();
+    await flush();
+    expect([...t.breakers.states()]).toEqual([{ pool: 'p', endpoint: 'a', state: 'closed' }]);
+    (await t.picker.pick(spec, new Set())).release();
+  });
+
+  it('recordStreamFailure counts against the endpoint’s breaker', async () => {
+    const t = setup(['a', 'b']);
+    const spec = pool({ breaker: { failureThreshold: 2 } });
+    t.picker.recordStreamFailure(spec, 'a');
+    expect(t.breakers.get('a', 'p', spec.resilience.breaker).state).toBe('closed');
+    t.picker.recordStreamFailure(spec, 'a');
+    expect(t.breakers.get('a', 'p', spec.resilience.breaker).state).toBe('open');
+    for (const draw of [0, 0.99]) {
+      t.setDraw(draw);
+      const picked = await t.picker.pick(spec, new Set());
+      expect(picked.endpoint.id).toBe('b');
+      picked.release();
+    }
+  });
+});
+
+describe('EndpointPicker: concurrency limit and admission', () => {
+  const limited = pool({ maxConcurrencyPerReplica: 1, queue: { maxSize: 4, timeoutMs: 1_000 } });
+
+  it('queues a request while every replica is at its limit; release lets it in', async () => {
+    const t = setup(['a']);
+    const first = await t.picker.pick(limited, new Set());
+    const second = track(t.picker.pick(limited, new Set()));
+    await flush();
+    expect(second.state()).toBe('pending');
+    expect(t.admission.depth('p')).toBe(1);
+    await t.time.advance(250);
+    first.release();
+    await flush();
+    expect(second.state()).toBe('picked');
+    expect(second.picked()?.endpoint.id).toBe('a');
+    expect(t.admission.depth('p')).toBe(0);
+    expect(t.inFlight.count('a')).toBe(1);
+    expect(t.events).toEqual(['queued:p', 'dequeued:p:admitted:250']);
+    second.picked()?.release();
+    expect(t.inFlight.count('a')).toBe(0);
+  });
+
+  it('a queued request that no slot reaches in time gets QUEUE_TIMEOUT (429)', async () => {
+    const t = setup(['a']);
+    const first = await t.picker.pick(limited, new Set());
+    const second = track(t.picker.pick(limited, new Set()));
+    await t.time.advance(999);
+    expect(second.state()).toBe('pending');
+    await t.time.advance(1);
+    expect(second.state()).toBe('rejected');
+    const err = second.error();
+    expect(err instanceof RouterError && err.code).toBe('QUEUE_TIMEOUT');
+    expect(t.admission.depth('p')).toBe(0);
+    first.release();
+  });
+
+  it('a queued request whose client leaves is taken out with an AbortError', async () => {
+    const t = setup(['a']);
+    const first = await t.picker.pick(limited, new Set());
+    const controller = new AbortController();
+    const second = track(t.picker.pick(limited, new Set(), controller.signal));
+    await flush();
+    controller.abort();
+    await flush();
+    expect(second.state()).toBe('rejected');
+    expect(isAbortError(second.error())).toBe(true);
+    expect(t.admission.depth('p')).toBe(0);
+    first.release();
+    expect(t.inFlight.count('a')).toBe(0);
+  });
+
+  it('a replica of weight 2 takes twice the limit before requests queue', async () => {
+    const t = setup([endpoint('a', 2)]);
+    const held = [await t.picker.pick(limited, new Set()), await t.picker.pick(limited, new Set())];
+    expect(t.inFlight.count('a')).toBe(2);
+    const third = track(t.picker.pick(limited, new Set()));
+    await flush();
+    expect(third.state()).toBe('pending');
+    held[0]?.release();
+    await flush();
+    expect(third.state()).toBe('picked');
+    held[1]?.release();
+    third.picked()?.release();
+  });
+
+  it('with no limit (0) nothing queues', async () => {
+    const t = setup(['a']);
+    const held = await Promise.all([0, 1, 2, 3, 4].map(() => t.picker.pick(pool(), new Set())));
+    expect(t.inFlight.count('a')).toBe(5);
+    expect(t.events).toEqual([]);
+    for (const p of held) p.release();
+  });
+
+  it('a sheddable request never waits for a slot: REQUEST_SHED (429) at once', async () => {
+    const t = setup(['a']);
+    const first = await t.picker.pick(limited, new Set());
+    const err = await routerError(t.picker.pick(limited, new Set(), undefined, { priority: 'sheddable' }));
+    expect(err.code).toBe('REQUEST_SHED');
+    expect(err.status).toBe(429);
+    expect(t.admission.depth('p')).toBe(0);
+    expect(t.events).toEqual(['rejected:p:shed']);
+    first.release();
+  });
+});
+
+describe('EndpointPicker: shedding on engine saturation', () => {
+  it.each<{ case: string; loads: Record<string, EngineLoad>; unhealthy?: string[]; engineMetrics?: boolean; shed: boolean }>([
+    { case: 'every replica’s queue at the threshold', loads: { a: load(5), b: load(9) }, shed: true },
+    { case: 'every replica’s KV cache at the threshold', loads: { a: load(0, 0.8), b: load(0, 0.95) }, shed: true },
+    { case: 'one by queue, one by KV cache', loads: { a: load(6), b: load(0, 0.9) }, shed: true },
+    { case: 'one replica below both thresholds', loads: { a: load(5), b: load(4, 0.79) }, shed: false },
+    { case: 'one replica without a fresh sample', loads: { a: load(50) }, shed: false },
+    { case: 'the only unsaturated replica is unhealthy (only usable ones count)', loads: { a: load(50) }, unhealthy: ['b'], shed: true },
+    { case: 'engine metrics disabled for the pool', loads: { a: load(50), b: load(50) }, engineMetrics: false, shed: false },
+  ])('sheddable: $case → shed $shed', async ({ loads, unhealthy = [], engineMetrics = true, shed }) => {
+    const t = setup(['a', 'b']);
+    const spec = pool({}, engineMetrics);
+    for (const [id, sample] of Object.entries(loads)) t.loads.set(id, sample);
+    for (const id of unhealthy) t.unhealthy.add(id);
+    const pick = t.picker.pick(spec, new Set(), undefined, { priority: 'sheddable' });
+    if (shed) {
+      const err = await routerError(pick);
+      expect(err.code).toBe('REQUEST_SHED');
+      expect(err.retryAfterSeconds).toBe(1);
+      expect(t.events).toEqual(['shed:p']);
+      expect(t.inFlight.total()).toBe(0);
+    } else {
+      (await pick).release();
+      expect(t.events).toEqual([]);
+    }
+  });
+
+  it.each<Priority>(['standard', 'critical'])('a %s request is never shed for saturation', async (priority) => {
+    const t = setup(['a', 'b']);
+    t.loads.set('a', load(50));
+    t.loads.set('b', load(50));
+    const picked = await t.picker.pick(pool(), new Set(), undefined, { priority });
+    expect(['a', 'b']).toContain(picked.endpoint.id);
+    expect(t.events).toEqual([]);
+    picked.release();
+  });
+});
