@@ -90,19 +90,23 @@ export async function createRouter(config: Config, options: RouterOptions = {}):
   });
   await keys.load();
   const agent = new http.Agent({ keepAlive: true, maxSockets: Infinity, maxFreeSockets: 1024, scheduling: 'lifo' });
-  const breakers = new BreakerRegistry((pool, endpoint, state) => {
-    logger[state === 'open' ? 'warn' : 'info']({ pool, endpoint, state }, `circuit breaker ${state}`);
-  });
+  // A transition a request's outcome triggered is logged on that request's child logger (its id bound).
+  const breakerLog = logger.child({ component: 'breaker' });
+  const breakers = new BreakerRegistry((pool, endpoint, state, cause) => {
+    const log = cause === undefined ? breakerLog : breakerLog.child({ requestId: cause });
+    log[state === 'open' ? 'warn' : 'info']({ pool, endpoint, state }, `circuit breaker ${state}`);
+  }, systemScheduler);
   const admission = new AdmissionQueues(systemScheduler, () => clock.now(), {
     onDequeued: (pool, ms, result) => metrics.recordQueueWait(pool, ms / 1000, result),
     onRejected: (pool, reason) => metrics.recordRejected(pool, reason),
   });
+  const healthLog = logger.child({ component: 'health-check' });
   const health = new HealthChecker({
     endpoints: discovery.endpoints,
     pools: () => discovery.pools(),
     scheduler: systemScheduler,
     now: () => clock.now(),
-    onChange: (pool, endpoint, healthy) => logger[healthy ? 'info' : 'warn']({ pool, endpoint }, healthy ? 'health check passes again: endpoint back in rotation' : 'health check failing: endpoint ejected'),
+    onChange: (pool, endpoint, healthy) => healthLog[healthy ? 'info' : 'warn']({ pool, endpoint }, healthy ? 'health check passes again: endpoint back in rotation' : 'health check failing: endpoint ejected'),
   });
   const prefixIndex = new PrefixIndex();
   const engineMetrics = new EngineMetricsScraper({

@@ -23,7 +23,7 @@ export interface ResilienceSettings {
     maxRetries: number;
     initialBackoffMs: number;
     maxBackoffMs: number;
-    /** An engine asking (Retry-After) for longer than this is not retried: its answer goes to the client. */
+    /** An engine asking (Retry-After) for longer than this is not retried in its pool: the request moves on to the route's next pool, or the engine's answer goes to the client. */
     maxRetryAfterMs: number;
   };
   breaker: {

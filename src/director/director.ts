@@ -52,7 +52,7 @@ export interface ResponseMetrics {
 export interface DirectorDeps {
   catalog: () => ModelCatalog;
   endpoints: EndpointSource;
-  exchange: ExchangeRunner;
+  exchange: Pick<ExchangeRunner, 'run'>;
   metrics: ResponseMetrics;
   random: () => number;
   /** Client headers engines get: the default allow-list, `server.forwardHeaders`, the priority header. */
@@ -86,6 +86,7 @@ export class Director {
       route: routeSteps(planned, request, usage, deps.forwardedHeaders),
       request: {
         priority: request.priority,
+        requestId: request.requestId,
         ...(kind === 'chat' ? { promptText: () => chatPromptText(request.body) } : {}),
         header: (name) => {
           const value = headers[name.toLowerCase()];

@@ -1,6 +1,9 @@
 /**
  * The attempts of one request along its route: pick an endpoint, forward, and — only while nothing
- * has reached the client — retry on another endpoint or move on to the next pool. Retries: after a
+ * has reached the client — retry on another endpoint (the same one only when the pool has no other
+ * left) or move on to the next pool. A request that waits in a pool's admission queue (every replica
+ * at its concurrency limit) is answered 429 there; it does not move on, as the pool is busy, not
+ * failing. Retries: after a
  * connection error, a reset, a timeout before the first byte, or a 429/502/503/504 from the engine; at
  * most `retries.maxRetries` per pool, with jittered backoff, honouring the engine's Retry-After up to
  * `retries.maxRetryAfterMs`, all within `timeouts.totalMs`. Moving on: whenever a pool cannot produce a
@@ -63,9 +66,10 @@ export interface RouteStep {
   deployment: string;
 }
 
+/** What the exchange needs of its collaborators (tests hand it stand-ins). */
 export interface ExchangeDeps {
-  forwarder: Forwarder;
-  picker: EndpointPicker;
+  forwarder: Pick<Forwarder, 'attempt'>;
+  picker: Pick<EndpointPicker, 'pick' | 'hasUntried' | 'recordStreamFailure'>;
   clock: Clock;
   sleep: Sleep;
   random: () => number;
@@ -115,15 +119,19 @@ export class ExchangeRunner {
       const step = plan.route[at.step] as RouteStep;
       let picked: Picked;
       try {
-        picked = await this.deps.picker.pick(step.pool, at.tried, plan.signal, plan.request);
+        picked = await this.deps.picker.pick(step.pool, at.tried, plan.signal, plan.request, deadline - clock.now());
       } catch (err) {
         if (isAbortError(err)) return { ...report, failure: 'client_gone' };
         if (err instanceof RouterError && err.code === 'NO_READY_REPLICA' && moveOn()) continue;
         return this.fail(res, report, err);
       }
+      if (clock.now() >= deadline) {
+        picked.release(); // the wait for a replica used up the total timeout: no attempt is started
+        return this.fail(res, report, new RouterError('UPSTREAM_TIMEOUT', 'The request ran past its total timeout while it waited for a replica.'));
+      }
       at.tried.add(picked.endpoint.id);
       const { result, meter } = await this.attempt(req, res, plan, step, picked, deadline, report);
-      if (result.kind === 'committed') return this.committed(step, picked, result, meter, report);
+      if (result.kind === 'committed') return this.committed(step, picked, result, meter, report, plan.requestId);
       picked.release();
       if (result.kind === 'client_gone') return { ...report, failure: 'client_gone' };
       if (result.kind === 'upstream_error') report.upstreamStatus = result.status;
@@ -181,7 +189,14 @@ export class ExchangeRunner {
   }
 
   /** The response reached the client: wait for it to end and report how. */
-  private async committed(step: RouteStep, picked: Picked, result: Extract<AttemptResult, { kind: 'committed' }>, meter: ResponseMeter, report: ExchangeReport): Promise<ExchangeReport> {
+  private async committed(
+    step: RouteStep,
+    picked: Picked,
+    result: Extract<AttemptResult, { kind: 'committed' }>,
+    meter: ResponseMeter,
+    report: ExchangeReport,
+    requestId: string,
+  ): Promise<ExchangeReport> {
     report.upstreamStatus = result.status;
     const { end, bytes } = await result.done;
     picked.release();
@@ -191,7 +206,7 @@ export class ExchangeRunner {
     if (usage) report.usage = usage;
     if (meter.ttftMs !== undefined) report.ttftMs = meter.ttftMs;
     if (end === 'upstream_broken' || end === 'idle_timeout') {
-      this.deps.picker.recordStreamFailure(step.pool, picked.endpoint.id);
+      this.deps.picker.recordStreamFailure(step.pool, picked.endpoint.id, requestId);
       report.failure = end === 'upstream_broken' ? 'upstream_stream_broken' : 'upstream_timeout';
     } else if (end === 'deadline') report.failure = 'upstream_timeout';
     else if (end === 'client_gone' || end === 'client_stalled') report.failure = end; // the client's doing: no breaker failure

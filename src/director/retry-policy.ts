@@ -25,7 +25,8 @@ export function breakerOutcome(result: AttemptResult): AttemptOutcome {
       if (result.status === 429 || result.status === 503) return 'backpressure';
       return result.status >= 500 ? 'failure' : 'success';
     case 'failed':
-      return 'failure';
+      // the total timeout ran out: time spent elsewhere (queues, other replicas) is not this endpoint's fault
+      return result.reason === 'deadline' ? 'backpressure' : 'failure';
     case 'client_gone':
       return 'backpressure'; // says nothing about the endpoint
   }

@@ -29,6 +29,8 @@ export interface HealthView {
 /** What the scheduler needs to know about the request, beyond its pool. */
 export interface PickRequest {
   priority: Priority;
+  /** Reported with any breaker transition this request's outcome triggers. */
+  requestId?: string;
   /** The rendered prompt (chat), for prefix affinity; called only by pools whose profile uses it. */
   promptText?: () => string;
   /** The value of a request header (the pool names its session header), if sent. */
@@ -71,16 +73,20 @@ export class EndpointPicker {
 
   /**
    * An endpoint for the next attempt at `pool`. Rejects with NO_READY_REPLICA when no endpoint can
-   * take traffic at all, with REQUEST_SHED / QUEUE_FULL / QUEUE_TIMEOUT from admission, or with an AbortError.
+   * take traffic at all, with REQUEST_SHED / QUEUE_FULL / QUEUE_TIMEOUT from admission, or with an
+   * AbortError. A queued request waits at most `queue.timeoutMs`, and never past `maxWaitMs` (what is
+   * left of the request's total timeout).
    */
-  pick(pool: PoolSpec, tried: ReadonlySet<string>, signal?: AbortSignal, request: PickRequest = { priority: 'standard' }): Promise<Picked> {
+  pick(pool: PoolSpec, tried: ReadonlySet<string>, signal?: AbortSignal, request: PickRequest = { priority: 'standard' }, maxWaitMs = Infinity): Promise<Picked> {
     const ready = usable(this.snapshot(pool, tried)).map((c) => c.endpoint);
     if (ready.length === 0) return Promise.reject(noReadyReplica());
     if (request.priority === 'sheddable' && this.saturated(pool, ready)) {
       this.deps.events?.onShed?.(pool.name);
       return Promise.reject(shedError());
     }
-    return this.deps.admission.admit(pool.name, () => this.take(pool, tried, request), pool.resilience.queue, signal, request.priority);
+    const { queue } = pool.resilience;
+    const limits = maxWaitMs < queue.timeoutMs ? { ...queue, timeoutMs: Math.max(0, maxWaitMs) } : queue;
+    return this.deps.admission.admit(pool.name, () => this.take(pool, tried, request), limits, signal, request.priority);
   }
 
   /** Whether `pool` still has a replica that could take traffic and that this request has not tried. */
@@ -89,8 +95,8 @@ export class EndpointPicker {
   }
 
   /** A committed stream that the engine broke counts against its endpoint's breaker. */
-  recordStreamFailure(pool: PoolSpec, endpointId: string): void {
-    this.deps.breakers.get(endpointId, pool.name, pool.resilience.breaker).recordFailure();
+  recordStreamFailure(pool: PoolSpec, endpointId: string, requestId?: string): void {
+    this.deps.breakers.get(endpointId, pool.name, pool.resilience.breaker).recordFailure(requestId);
   }
 
   /** Every usable replica has a fresh engine sample over the pool's saturation thresholds. */
@@ -155,7 +161,7 @@ export class EndpointPicker {
     );
     if (!decision) return undefined;
     const { endpoint } = decision;
-    const ticket = breakers.get(endpoint.id, pool.name, pool.resilience.breaker).begin();
+    const ticket = breakers.get(endpoint.id, pool.name, pool.resilience.breaker).begin(request.requestId);
     if (!ticket) return undefined; // its half-open probe slot was just taken
     if (blocks.length > 0) {
       const cacheTokens = engine[decision.index]?.cacheTokens;

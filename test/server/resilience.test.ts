@@ -69,6 +69,10 @@ describe('retries before the first byte', () => {
     expect(metricSum(m, 'modelgate_upstream_attempts_total', { outcome: 'connect' })).toBe(2); // then the breaker keeps it out
     expect(metricSum(m, 'modelgate_retries_total', { reason: 'connect' })).toBe(2);
     expect(metricSum(m, 'modelgate_breaker_state', { endpoint: deadUrl })).toBe(2);
+    // the operator can follow the opening back to the request whose failure tipped it
+    const opened = g.logs.map((l) => JSON.parse(l) as { msg: string; requestId?: string; component?: string; endpoint?: string }).find((l) => l.msg === 'circuit breaker open');
+    expect(opened).toMatchObject({ component: 'breaker', endpoint: deadUrl, requestId: expect.any(String) });
+    expect(g.logs.some((l) => l.includes('"msg":"request"') && l.includes(`"requestId":"${opened?.requestId}"`))).toBe(true);
   });
 
   it('retries 503 and 429 from an engine elsewhere, honouring a short Retry-After', async () => {
