@@ -7,7 +7,7 @@ import { ROUTING_DEFAULTS } from '../../src/balancer/settings.js';
 import { RouterError } from '../../src/core/errors.js';
 import { type Capability, type Deployment, type PoolSpec } from '../../src/core/types.js';
 import { Director, type DirectedRequest, type ResponseMetrics } from '../../src/director/director.js';
-import { type ExchangePlan, type ExchangeReport, type ExchangeRunner } from '../../src/director/exchange.js';
+import { type ExchangePlan, type ExchangeReport } from '../../src/director/exchange.js';
 import { Registry } from '../../src/registry/registry.js';
 import { RESILIENCE_DEFAULTS } from '../../src/resilience/settings.js';
 
@@ -41,7 +41,7 @@ function setup(opts: { report?: ExchangeReport; withoutEndpoints?: string[] } = 
   const director = new Director({
     catalog: () => catalog,
     endpoints: { snapshot: (name) => (empty.has(name) ? [] : [{ id: `${name}-1`, pool: name, url: new URL('http://x.local'), weight: 1 }]) },
-    exchange: exchange as unknown as ExchangeRunner,
+    exchange: exchange,
     metrics,
     random: () => 0,
     forwardedHeaders: ['content-type', 'x-priority'],

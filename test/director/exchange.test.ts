@@ -188,8 +188,8 @@ function setup({ route, endpoints, script }: Setup) {
   const sleeps: number[] = [];
   const interTokens: string[] = [];
   const runner = new ExchangeRunner({
-    forwarder: forwarder as unknown as Forwarder,
-    picker: picker as unknown as EndpointPicker,
+    forwarder: forwarder,
+    picker: picker,
     clock: time,
     sleep: (ms, signal) => {
       sleeps.push(ms);
