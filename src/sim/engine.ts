@@ -9,9 +9,14 @@
  *   leading blocks were seen recently prefills faster.
  */
 import { type Clock, type Sleep } from '../core/clock.js';
-import { gaussian, hash53, type Rng } from './prng.js';
-import { EngineStats, type FinishReason } from './stats.js';
-import { CHARS_PER_TOKEN } from './text.js';
+import { gaussian, type Rng } from './prng.js';
+import { PrefixCache } from './prefix-cache.js';
+import { abortError, Sequence } from './sequence.js';
+import { EngineStats } from './stats.js';
+
+// Callers outside the engine's files keep importing these from here.
+export { promptBlockHashes } from './prefix-cache.js';
+export { Sequence } from './sequence.js';
 
 export interface LatencyModel {
   /** Fixed cost of a prefill, in ms. */
@@ -49,24 +54,6 @@ export class QueueFullError extends Error {
   }
 }
 
-function abortError(): Error {
-  const err = new Error('The operation was aborted');
-  err.name = 'AbortError';
-  return err;
-}
-
-/** Hashes of the prompt's full blocks, each chained to the one before (like vLLM's block hashes). */
-export function promptBlockHashes(promptText: string, blockSize: number): number[] {
-  const blockChars = blockSize * CHARS_PER_TOKEN;
-  const hashes: number[] = [];
-  let previous = 0;
-  for (let end = blockChars; end <= promptText.length; end += blockChars) {
-    previous = hash53(promptText.slice(end - blockChars, end), previous % 4294967296);
-    hashes.push(previous);
-  }
-  return hashes;
-}
-
 interface Waiter {
   resolve: (seq: Sequence) => void;
   reject: (err: Error) => void;
@@ -79,13 +66,14 @@ export class SimEngine {
   readonly stats = new EngineStats();
   private readonly running = new Set<Sequence>();
   private readonly waiting: Waiter[] = [];
-  /** Insertion-ordered map used as an LRU set of block hashes. */
-  private readonly prefixCache = new Map<number, true>();
+  private readonly prefixCache: PrefixCache;
 
   constructor(
     private config: EngineConfig,
     readonly deps: EngineDeps,
-  ) {}
+  ) {
+    this.prefixCache = new PrefixCache(config.blockSize, config.kvCacheBlocks);
+  }
 
   get numRunning(): number {
     return this.running.size;
@@ -163,25 +151,11 @@ export class SimEngine {
 
   /** Tokens of the prompt already in the prefix cache (leading blocks only), refreshing their recency. */
   matchPrefix(blockHashes: readonly number[]): number {
-    let matched = 0;
-    for (const h of blockHashes) {
-      if (!this.prefixCache.delete(h)) break;
-      this.prefixCache.set(h, true);
-      matched += 1;
-    }
-    return matched * this.config.blockSize;
+    return this.prefixCache.match(blockHashes);
   }
 
   storePrefix(blockHashes: readonly number[]): void {
-    for (const h of blockHashes) {
-      this.prefixCache.delete(h);
-      this.prefixCache.set(h, true);
-    }
-    while (this.prefixCache.size > this.config.kvCacheBlocks) {
-      const oldest = this.prefixCache.keys().next();
-      if (oldest.done) break;
-      this.prefixCache.delete(oldest.value);
-    }
+    this.prefixCache.store(blockHashes);
   }
 
   get blockSize(): number {
@@ -208,71 +182,5 @@ export class SimEngine {
       next.signal?.removeEventListener('abort', next.onAbort);
       next.resolve(this.start(next.enqueuedAt));
     }
-  }
-}
-
-/** One admitted request: it holds a batch slot until {@link finish}. */
-export class Sequence {
-  /** Prompt plus generated tokens held in the KV cache. */
-  kvTokens = 0;
-  private finishedWith: FinishReason | undefined;
-
-  constructor(
-    private readonly engine: SimEngine,
-    readonly arrivedAt: number,
-    readonly startedAt: number,
-  ) {}
-
-  get finishReason(): FinishReason | undefined {
-    return this.finishedWith;
-  }
-
-  /**
-   * Runs the prefill: waits the time to first token and returns how many prompt tokens were
-   * served from the prefix cache. `blockHashes` is empty for requests that are not cached.
-   */
-  async prefill(promptTokens: number, blockHashes: readonly number[], extraMs: number, signal?: AbortSignal): Promise<number> {
-    const { engine } = this;
-    const cached = Math.min(engine.matchPrefix(blockHashes), Math.max(0, promptTokens - 1));
-    const latency = engine.latency;
-    const delay = engine.scaleDelay(latency.ttftOverheadMs + (promptTokens - cached) * latency.prefillMsPerToken) + extraMs;
-    // Like vLLM, the prompt's KV blocks are allocated when the request is scheduled, not when its prefill ends.
-    this.kvTokens = promptTokens;
-    await this.wait(delay, signal);
-    engine.storePrefix(blockHashes);
-    const stats = engine.stats;
-    stats.promptTokens += promptTokens;
-    stats.prefixQueries += promptTokens;
-    stats.prefixHits += cached;
-    stats.ttft.observe((engine.deps.clock.now() - this.arrivedAt) / 1000);
-    return cached;
-  }
-
-  /** Waits one inter-token interval, then accounts `tokens` newly generated tokens. */
-  async decode(tokens: number, signal?: AbortSignal): Promise<void> {
-    await this.wait(this.engine.scaleDelay(this.engine.latency.itlMs), signal);
-    this.accountGenerated(tokens);
-  }
-
-  /** Accounts tokens produced by the prefill step itself (the first token of each choice). */
-  accountGenerated(tokens: number): void {
-    this.kvTokens += tokens;
-    this.engine.stats.generationTokens += tokens;
-  }
-
-  /** Ends the request and frees its slot. Idempotent: the first reason wins. */
-  finish(reason: FinishReason): void {
-    if (this.finishedWith) return;
-    this.finishedWith = reason;
-    const { stats, deps } = this.engine;
-    stats.finished[reason] += 1;
-    stats.e2e.observe((deps.clock.now() - this.arrivedAt) / 1000);
-    this.engine.release(this);
-  }
-
-  private async wait(ms: number, signal?: AbortSignal): Promise<void> {
-    if (signal?.aborted) throw abortError();
-    // A zero-latency engine (benchmarks) must not pay a timer per token.
-    if (ms > 0) await this.engine.deps.sleep(ms, signal);
   }
 }

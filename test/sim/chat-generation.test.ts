@@ -1,5 +1,6 @@
 import { describe, expect, it } from '@jest/globals';
-import { ChoiceGenerator, parseChatRequest, type ChatJob } from '../../src/sim/chat.js';
+import { ChoiceGenerator } from '../../src/sim/chat-generation.js';
+import { parseChatRequest, type ChatJob } from '../../src/sim/chat-request.js';
 import { RequestError } from '../../src/sim/request-checks.js';
 
 const limits = { models: ['m'], maxModelLen: 200, outputTokens: { min: 4, max: 4 } };

@@ -1,0 +1,83 @@
+/**
+ * What the router learns off the request path: reloads of the API keys file and, in Kubernetes
+ * mode, watch events, watch restarts and health, status writes and which replica holds the lease.
+ */
+import { Counter, Gauge, type Registry } from 'prom-client';
+
+/** Live state the watch and lease gauges read at scrape time; absent outside Kubernetes mode. */
+export interface ControlPlaneSources {
+  /** Kubernetes mode: every watch (kind × namespace) and its health. */
+  watches?(): Iterable<{ kind: string; namespace: string; up: boolean; lastSyncAt: number | undefined }>;
+  /** Kubernetes mode: whether this replica holds the status-writer lease. */
+  leader?(): boolean;
+}
+
+export interface ControlPlaneMetrics {
+  keyReloads: Counter<'result'>;
+  discoveryEvents: Counter<'kind' | 'type'>;
+  watchRestarts: Counter<'kind' | 'namespace'>;
+  statusWrites: Counter<'kind' | 'result'>;
+}
+
+export function controlPlaneMetrics(registers: Registry[], sources: ControlPlaneSources): ControlPlaneMetrics {
+  if (sources.watches) {
+    const watches = sources.watches.bind(sources);
+    new Gauge({
+      name: 'modelgate_discovery_watch_up',
+      help: '1 while a watch is healthy, 0 while it is failing (the last known state keeps serving).',
+      labelNames: ['kind', 'namespace'],
+      registers,
+      collect() {
+        this.reset();
+        for (const w of watches()) this.set({ kind: w.kind, namespace: w.namespace }, w.up ? 1 : 0);
+      },
+    });
+    new Gauge({
+      name: 'modelgate_discovery_last_sync_timestamp_seconds',
+      help: 'When each watch last completed a full list (Unix seconds).',
+      labelNames: ['kind', 'namespace'],
+      registers,
+      collect() {
+        this.reset();
+        for (const w of watches()) if (w.lastSyncAt !== undefined) this.set({ kind: w.kind, namespace: w.namespace }, w.lastSyncAt / 1000);
+      },
+    });
+  }
+  if (sources.leader) {
+    const leader = sources.leader.bind(sources);
+    new Gauge({
+      name: 'modelgate_leader',
+      help: '1 on the replica that holds the status-writer lease.',
+      registers,
+      collect() {
+        this.set(leader() ? 1 : 0);
+      },
+    });
+  }
+  return {
+    keyReloads: new Counter({
+      name: 'modelgate_keys_reloads_total',
+      help: 'Reloads of the API keys file, by result (success or failure).',
+      labelNames: ['result'],
+      registers,
+    }),
+    discoveryEvents: new Counter({
+      name: 'modelgate_discovery_events_total',
+      help: 'Watch events applied, by kind (endpointslices, modelpools, modeldeployments) and type (add, update, delete).',
+      labelNames: ['kind', 'type'],
+      registers,
+    }),
+    watchRestarts: new Counter({
+      name: 'modelgate_discovery_watch_restarts_total',
+      help: 'Watches restarted after an error or a failed relist.',
+      labelNames: ['kind', 'namespace'],
+      registers,
+    }),
+    statusWrites: new Counter({
+      name: 'modelgate_status_writes_total',
+      help: 'Status writes to ModelPool and ModelDeployment objects, by result.',
+      labelNames: ['kind', 'result'],
+      registers,
+    }),
+  };
+}

@@ -1,0 +1,110 @@
+/**
+ * What routing decides from: the endpoints each pool and deployment can use and this router's
+ * in-flight count per endpoint (read at scrape time), the engines' own load samples and how their
+ * scrapes went, and how often prefix affinity found a replica that likely had the prompt cached.
+ */
+import { Counter, Gauge, type Registry } from 'prom-client';
+import { type EngineLoad } from '../core/types.js';
+
+/** Live state the routing gauges read at scrape time. */
+export interface RoutingStateSources {
+  /** Outstanding requests per endpoint. */
+  inFlight(): Iterable<{ pool: string; endpoint: string; count: number }>;
+  /** Routable endpoints per pool. */
+  readyEndpoints(): Iterable<{ pool: string; count: number }>;
+  /** Routable endpoints per deployment, over the pools it targets with a weight above 0. */
+  deploymentReadyEndpoints(): Iterable<{ deployment: string; count: number }>;
+}
+
+/** What {@link observeRoutingGauges} reads at scrape time. */
+export interface RoutingSources {
+  engine: () => Iterable<{ pool: string; endpoint: string; load: EngineLoad }>;
+  prefixBlocks: () => number;
+}
+
+export interface RoutingMetrics {
+  prefixBlocks: Counter<'pool' | 'result'>;
+  engineScrapes: Counter<'pool' | 'result'>;
+}
+
+export function routingMetrics(registers: Registry[], sources: RoutingStateSources): RoutingMetrics {
+  new Gauge({
+    name: 'modelgate_deployment_ready_endpoints',
+    help: 'Routable endpoints across the pools each deployment targets.',
+    labelNames: ['deployment'],
+    registers,
+    collect() {
+      this.reset();
+      for (const d of sources.deploymentReadyEndpoints()) this.set({ deployment: d.deployment }, d.count);
+    },
+  });
+  new Gauge({
+    name: 'modelgate_endpoint_in_flight_requests',
+    help: 'Requests this router has outstanding on each endpoint.',
+    labelNames: ['pool', 'endpoint'],
+    registers,
+    collect() {
+      this.reset();
+      for (const e of sources.inFlight()) this.set({ pool: e.pool, endpoint: e.endpoint }, e.count);
+    },
+  });
+  new Gauge({
+    name: 'modelgate_pool_ready_endpoints',
+    help: 'Endpoints of each pool that can take traffic.',
+    labelNames: ['pool'],
+    registers,
+    collect() {
+      this.reset();
+      for (const p of sources.readyEndpoints()) this.set({ pool: p.pool }, p.count);
+    },
+  });
+  return {
+    prefixBlocks: new Counter({
+      name: 'modelgate_prefix_blocks_total',
+      help: 'Prompt blocks of routed chat requests, by whether the chosen replica likely had them cached (hit) or not (miss).',
+      labelNames: ['pool', 'result'],
+      registers,
+    }),
+    engineScrapes: new Counter({
+      name: 'modelgate_engine_scrapes_total',
+      help: "Scrapes of replicas' engine metrics, by result (ok, error, timeout, unparsable).",
+      labelNames: ['pool', 'result'],
+      registers,
+    }),
+  };
+}
+
+/** Gauges read from the routing layer at scrape time; registered once per registry. */
+export function observeRoutingGauges(registers: Registry[], sources: RoutingSources): void {
+  new Gauge({
+    name: 'modelgate_engine_requests',
+    help: 'Requests each replica reports on its own metrics (fresh samples only), by state: waiting or running.',
+    labelNames: ['pool', 'endpoint', 'state'],
+    registers,
+    collect() {
+      this.reset();
+      for (const { pool, endpoint, load } of sources.engine()) {
+        this.set({ pool, endpoint, state: 'waiting' }, load.waiting);
+        this.set({ pool, endpoint, state: 'running' }, load.running);
+      }
+    },
+  });
+  new Gauge({
+    name: 'modelgate_engine_kv_cache_usage_ratio',
+    help: 'KV-cache use each replica reports (0..1; fresh samples only).',
+    labelNames: ['pool', 'endpoint'],
+    registers,
+    collect() {
+      this.reset();
+      for (const { pool, endpoint, load } of sources.engine()) if (load.kvCacheUsage !== undefined) this.set({ pool, endpoint }, load.kvCacheUsage);
+    },
+  });
+  new Gauge({
+    name: 'modelgate_prefix_index_blocks',
+    help: 'Prompt block hashes the prefix-affinity index remembers, over all replicas.',
+    registers,
+    collect() {
+      this.set(sources.prefixBlocks());
+    },
+  });
+}

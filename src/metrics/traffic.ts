@@ -1,0 +1,73 @@
+/**
+ * What clients got: requests by route and status, durations, and for streams the time to first
+ * token, inter-token gaps, token counts and how each response ended. Buckets span an embedding's
+ * few milliseconds to a long generation's minutes.
+ */
+import { Counter, Histogram, type Registry } from 'prom-client';
+
+/** Seconds; from a few ms (an embedding) to several minutes (a long generation). */
+const DURATION_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600];
+/** Time to first token: 10 ms (a cached prefix) to 60 s (a long prompt on a busy engine). */
+const TTFT_BUCKETS = [0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 0.75, 1, 2.5, 5, 10, 20, 30, 60];
+/** Inter-token latency: 10 ms (a small model) upward; a long gap means a stall. */
+const ITL_BUCKETS = [0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1, 2.5, 10, 60];
+
+export interface TrafficMetrics {
+  requests: Counter<'route' | 'deployment' | 'pool' | 'code'>;
+  duration: Histogram<'route' | 'deployment' | 'pool'>;
+  ttft: Histogram<'deployment' | 'pool'>;
+  itl: Histogram<'deployment' | 'pool'>;
+  promptTokens: Counter<'deployment' | 'pool'>;
+  completionTokens: Counter<'deployment' | 'pool'>;
+  streamEnds: Counter<'deployment' | 'pool' | 'end'>;
+}
+
+export function trafficMetrics(registers: Registry[]): TrafficMetrics {
+  return {
+    requests: new Counter({
+      name: 'modelgate_requests_total',
+      help: 'Requests answered, by route, deployment, pool and HTTP status code.',
+      labelNames: ['route', 'deployment', 'pool', 'code'],
+      registers,
+    }),
+    duration: new Histogram({
+      name: 'modelgate_request_duration_seconds',
+      help: 'Time from the request arriving to its response (or stream) ending.',
+      labelNames: ['route', 'deployment', 'pool'],
+      buckets: DURATION_BUCKETS,
+      registers,
+    }),
+    ttft: new Histogram({
+      name: 'modelgate_time_to_first_token_seconds',
+      help: 'Streams: from the request sent to the engine to the first event carrying content.',
+      labelNames: ['deployment', 'pool'],
+      buckets: TTFT_BUCKETS,
+      registers,
+    }),
+    itl: new Histogram({
+      name: 'modelgate_inter_token_latency_seconds',
+      help: 'Streams: time between consecutive content events.',
+      labelNames: ['deployment', 'pool'],
+      buckets: ITL_BUCKETS,
+      registers,
+    }),
+    promptTokens: new Counter({
+      name: 'modelgate_prompt_tokens_total',
+      help: 'Prompt tokens, from the usage the engines report (a stream that ended without usage adds none).',
+      labelNames: ['deployment', 'pool'],
+      registers,
+    }),
+    completionTokens: new Counter({
+      name: 'modelgate_completion_tokens_total',
+      help: 'Completion tokens, from the usage the engines report; for a stream that ended without usage (client gone, stream broken), estimated as one per content event delivered.',
+      labelNames: ['deployment', 'pool'],
+      registers,
+    }),
+    streamEnds: new Counter({
+      name: 'modelgate_response_ends_total',
+      help: 'How responses that had started ended: complete, client_gone, client_stalled (the client accepted no bytes for server.clientStallTimeoutMs), upstream_broken, idle_timeout, deadline.',
+      labelNames: ['deployment', 'pool', 'end'],
+      registers,
+    }),
+  };
+}

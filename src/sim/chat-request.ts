@@ -1,0 +1,131 @@
+/**
+ * Chat completion requests for the simulator: checked as vLLM checks them (same messages, same
+ * `param`), and the messages rendered the way a chat template would, so that prompt length and
+ * prefix blocks are stable.
+ */
+import { modelNotFound } from './errors.js';
+import { asObject, fail, optionalBool, optionalInt, RequestError, type Body } from './request-checks.js';
+import { countTokens } from './text.js';
+
+export interface ChatLimits {
+  models: readonly string[];
+  maxModelLen: number;
+  /** Range of the "natural" answer length (tokens until the synthetic EOS). */
+  outputTokens: { min: number; max: number };
+}
+
+export interface ChatJob {
+  model: string;
+  promptText: string;
+  promptTokens: number;
+  maxTokens: number;
+  minTokens: number;
+  ignoreEos: boolean;
+  n: number;
+  stop: string[];
+  stream: boolean;
+  includeUsage: boolean;
+  logprobs: boolean;
+  topLogprobs: number;
+  seed: number | undefined;
+}
+
+const ROLES = new Set(['system', 'developer', 'user', 'assistant', 'tool', 'function']);
+const MAX_LOGPROBS = 20;
+
+/** Renders messages the way a chat template would, so prompt length and prefix blocks are stable. */
+function renderPrompt(messages: unknown[]): string {
+  let out = '';
+  messages.forEach((raw, i) => {
+    if (typeof raw !== 'object' || raw === null || Array.isArray(raw)) fail(`messages[${i}] must be an object.`, `messages[${i}]`);
+    const message = raw as Body;
+    const role = message.role;
+    if (typeof role !== 'string' || !ROLES.has(role)) {
+      fail(`messages[${i}].role must be one of ${[...ROLES].join(', ')}.`, `messages[${i}].role`);
+    }
+    out += `<|im_start|>${role}\n${renderContent(message.content, i)}<|im_end|>\n`;
+  });
+  return out + '<|im_start|>assistant\n';
+}
+
+function renderContent(content: unknown, i: number): string {
+  if (content === undefined || content === null) return '';
+  if (typeof content === 'string') return content;
+  if (!Array.isArray(content)) fail(`messages[${i}].content must be a string or an array of content parts.`, `messages[${i}].content`);
+  return content
+    .map((part: unknown, j) => {
+      const p = part as Body | null;
+      if (typeof p !== 'object' || p === null) fail(`messages[${i}].content[${j}] must be an object.`, `messages[${i}].content[${j}]`);
+      if (p.type === 'text') {
+        if (typeof p.text !== 'string') fail(`messages[${i}].content[${j}].text must be a string.`, `messages[${i}].content[${j}].text`);
+        return p.text;
+      }
+      return `<${String(p.type)}>`; // images, audio…: a placeholder token or two
+    })
+    .join('\n');
+}
+
+function parseStop(body: Body): string[] {
+  const stop = body.stop;
+  if (stop === undefined || stop === null) return [];
+  if (typeof stop === 'string') return stop === '' ? [] : [stop];
+  if (Array.isArray(stop) && stop.every((s) => typeof s === 'string')) return (stop).filter((s) => s !== '');
+  return fail('stop must be a string or a list of strings.', 'stop');
+}
+
+/** Validates a chat request like vLLM and turns it into a job. Throws {@link RequestError}. */
+export function parseChatRequest(raw: unknown, limits: ChatLimits): ChatJob {
+  const body = asObject(raw);
+  const model = body.model ?? limits.models[0];
+  if (typeof model !== 'string') fail('model must be a string.', 'model');
+  if (!limits.models.includes(model)) throw new RequestError(modelNotFound(model));
+  if (!Array.isArray(body.messages) || body.messages.length === 0) fail('messages must be a non-empty list.', 'messages');
+  const promptText = renderPrompt(body.messages);
+  const promptTokens = countTokens(promptText);
+
+  const stream = optionalBool(body, 'stream') ?? false;
+  const streamOptions = body.stream_options;
+  if (streamOptions !== undefined && streamOptions !== null) {
+    if (!stream) fail('Stream options can only be defined when `stream=True`.', 'stream_options');
+    if (typeof streamOptions !== 'object' || Array.isArray(streamOptions)) fail('stream_options must be an object.', 'stream_options');
+  }
+  // vLLM's StreamOptions defaults include_usage to true once stream_options is present.
+  const includeUsage = streamOptions ? optionalBool(streamOptions as Body, 'include_usage') ?? true : false;
+
+  const logprobs = optionalBool(body, 'logprobs') ?? false;
+  const topLogprobs = optionalInt(body, 'top_logprobs', 0, MAX_LOGPROBS) ?? 0;
+  if (topLogprobs > 0 && !logprobs) fail('when using `top_logprobs`, `logprobs` must be set to true.', 'top_logprobs');
+
+  if (promptTokens >= limits.maxModelLen) {
+    fail(
+      `This model's maximum context length is ${limits.maxModelLen} tokens. However, your request has ${promptTokens} input tokens. Please reduce the length of the input messages.`,
+      'input_tokens',
+    );
+  }
+  const requested = optionalInt(body, 'max_completion_tokens', 1) ?? optionalInt(body, 'max_tokens', 1);
+  if (requested !== undefined && promptTokens + requested > limits.maxModelLen) {
+    fail(
+      `'max_tokens' or 'max_completion_tokens' is too large: ${requested}. This model's maximum context length is ${limits.maxModelLen} tokens and your request has ${promptTokens} input tokens (${requested} > ${limits.maxModelLen} - ${promptTokens}).`,
+      'max_tokens',
+    );
+  }
+  const maxTokens = requested ?? limits.maxModelLen - promptTokens;
+  const minTokens = optionalInt(body, 'min_tokens', 0) ?? 0;
+  if (minTokens > maxTokens) fail(`min_tokens must be less than or equal to max_tokens=${maxTokens}, got ${minTokens}.`, 'min_tokens');
+
+  return {
+    model,
+    promptText,
+    promptTokens,
+    maxTokens,
+    minTokens,
+    ignoreEos: optionalBool(body, 'ignore_eos') ?? false,
+    n: optionalInt(body, 'n', 1, 128) ?? 1,
+    stop: parseStop(body),
+    stream,
+    includeUsage,
+    logprobs,
+    topLogprobs,
+    seed: optionalInt(body, 'seed', Number.MIN_SAFE_INTEGER),
+  };
+}
