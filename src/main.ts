@@ -106,7 +106,8 @@ export async function createRouter(config: Config, options: RouterOptions = {}):
     pools: () => discovery.pools(),
     scheduler: systemScheduler,
     now: () => clock.now(),
-    onChange: (pool, endpoint, healthy) => healthLog[healthy ? 'info' : 'warn']({ pool, endpoint }, healthy ? 'health check passes again: endpoint back in rotation' : 'health check failing: endpoint ejected'),
+    onChange: (pool, endpoint, healthy) =>
+      healthLog[healthy ? 'info' : 'warn']({ pool, endpoint }, healthy ? 'health check passes again: endpoint back in rotation' : 'health check failing: endpoint ejected'),
   });
   const prefixIndex = new PrefixIndex();
   const engineMetrics = new EngineMetricsScraper({

@@ -58,10 +58,14 @@ describe('modelgate demo', () => {
     // Two scrapes of each replica (llama-8b has two, bge-small one): repeated success, not a lucky first one.
     const enough = (s: Map<string, number>): boolean => (s.get('llama-8b/ok') ?? 0) >= 4 && (s.get('bge-small/ok') ?? 0) >= 2;
     let scrapes = new Map<string, number>();
-    await waitFor(async () => {
-      scrapes = await engineScrapes(demo);
-      return enough(scrapes) || failed(scrapes).length > 0;
-    }, 'two successful engine scrapes of every replica', 15_000);
+    await waitFor(
+      async () => {
+        scrapes = await engineScrapes(demo);
+        return enough(scrapes) || failed(scrapes).length > 0;
+      },
+      'two successful engine scrapes of every replica',
+      15_000,
+    );
     expect(failed(scrapes)).toEqual([]);
     expect(enough(scrapes)).toBe(true);
   });
@@ -127,7 +131,11 @@ describe('runDemo', () => {
     await waitFor(() => out.text().includes('modelgate demo is running.'), 'the instructions');
     expect(out.text()).toContain(`${d.router.apiUrl}/v1`);
     await hello(d);
-    const jsonLines = (): string[] => out.text().split('\n').filter((l) => l.startsWith('{'));
+    const jsonLines = (): string[] =>
+      out
+        .text()
+        .split('\n')
+        .filter((l) => l.startsWith('{'));
     await waitFor(() => accessLog(jsonLines()).length > 0, 'an access-log line');
     expect(accessLog(jsonLines())[0]).toMatchObject({ level: 30, service: 'modelgate', path: '/v1/chat/completions', status: 200 });
   });

@@ -24,7 +24,10 @@ describe('Dockerfile', () => {
   });
 
   it('installs dev dependencies only in the build stage and ships dist/ with production dependencies', () => {
-    const buildRuns = instructions.slice(0, instructions.indexOf(stages[1] as unknown as Instruction)).filter((i) => i.getKeyword() === 'RUN').map(args);
+    const buildRuns = instructions
+      .slice(0, instructions.indexOf(stages[1] as unknown as Instruction))
+      .filter((i) => i.getKeyword() === 'RUN')
+      .map(args);
     expect(buildRuns.join('\n')).toMatch(/npm ci/);
     expect(buildRuns.join('\n')).toMatch(/npm prune --omit=dev/);
     expect(final('RUN')).toHaveLength(0);

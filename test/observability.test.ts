@@ -14,8 +14,12 @@ import { chatSetup, KEY, startTestRouter } from './helpers/router.js';
 import { startTestSim } from './helpers/sim.js';
 
 const read = (path: string): string => readFileSync(new URL(`../${path}`, import.meta.url), 'utf8');
-const dashboard = JSON.parse(read('charts/modelgate/dashboards/modelgate.json')) as { panels: Array<{ id: number; type: string; title: string; gridPos: { h: number; w: number; x: number; y: number }; datasource?: { uid: string }; targets?: Array<{ expr: string; refId: string }> }> };
-const rules = parse(read('charts/modelgate/alerts/modelgate.rules.yaml')) as { groups: Array<{ name: string; rules: Array<{ alert: string; expr: string; for: string; labels: { severity: string }; annotations: { summary: string; description: string } }> }> };
+const dashboard = JSON.parse(read('charts/modelgate/dashboards/modelgate.json')) as {
+  panels: Array<{ id: number; type: string; title: string; gridPos: { h: number; w: number; x: number; y: number }; datasource?: { uid: string }; targets?: Array<{ expr: string; refId: string }> }>;
+};
+const rules = parse(read('charts/modelgate/alerts/modelgate.rules.yaml')) as {
+  groups: Array<{ name: string; rules: Array<{ alert: string; expr: string; for: string; labels: { severity: string }; annotations: { summary: string; description: string } }> }>;
+};
 const prometheusRule = parse(read('manifests/monitoring/prometheusrule.yaml')) as { kind: string; spec: { groups: unknown } };
 const readme = read('README.md');
 
@@ -31,7 +35,10 @@ function collect(text: string): void {
 beforeAll(async () => {
   const sim = await startTestSim({ model: ['served/llm'] });
   const staticRouter = await startTestRouter({ ...chatSetup([sim.url]), pools: [{ name: 'llm', servedModelName: 'served/llm', endpoints: [sim.url], resilience: { maxConcurrencyPerReplica: 4 } }] });
-  await rawRequest(`${staticRouter.router.apiUrl}/v1/chat/completions`, { headers: { authorization: `Bearer ${KEY}` }, body: { model: 'llm', messages: [{ role: 'user', content: 'hi' }], stream: true } });
+  await rawRequest(`${staticRouter.router.apiUrl}/v1/chat/completions`, {
+    headers: { authorization: `Bearer ${KEY}` },
+    body: { model: 'llm', messages: [{ role: 'user', content: 'hi' }], stream: true },
+  });
   collect((await rawRequest(`${staticRouter.router.adminUrl}/metrics`)).body);
   await staticRouter.close();
   await sim.close();
@@ -42,7 +49,11 @@ beforeAll(async () => {
   fake.apply('modeldeployments', modelDeployment('llama', 'llama', [], [{ pool: 'llama' }]));
   fake.apply('endpointslices', endpointSlice('llama-1', 'llama', [{ pod: pods[0]! }]));
   const kubeRouter = await startKubeRouter(fake);
-  await eventually(() => rawRequest(`${kubeRouter.router.adminUrl}/readyz`).then((r) => r.status), (s) => s === 200, 'ready');
+  await eventually(
+    () => rawRequest(`${kubeRouter.router.adminUrl}/readyz`).then((r) => r.status),
+    (s) => s === 200,
+    'ready',
+  );
   collect((await rawRequest(`${kubeRouter.router.adminUrl}/metrics`)).body);
   await kubeRouter.close();
   await pods[0]!.sim.close();
@@ -52,7 +63,13 @@ afterAll(() => undefined);
 
 /** The metric families an expression names (histogram samples map to their family). */
 function families(expr: string): string[] {
-  return [...new Set([...expr.matchAll(/\bmodelgate_[a-z0-9_]+/g)].map((m) => m[0].replace(/_(bucket|sum|count)$/, (suffix, _s, offset: number, whole: string) => (exported.get(whole.slice(0, offset)) === 'histogram' ? '' : suffix))))];
+  return [
+    ...new Set(
+      [...expr.matchAll(/\bmodelgate_[a-z0-9_]+/g)].map((m) =>
+        m[0].replace(/_(bucket|sum|count)$/, (suffix, _s, offset: number, whole: string) => (exported.get(whole.slice(0, offset)) === 'histogram' ? '' : suffix)),
+      ),
+    ),
+  ];
 }
 
 function parses(expr: string): boolean {
@@ -81,7 +98,12 @@ describe('Grafana dashboard', () => {
     const boxes = dashboard.panels.map((p) => ({ title: p.title, ...p.gridPos }));
     for (const b of boxes) expect({ title: b.title, fits: b.x >= 0 && b.w > 0 && b.h > 0 && b.x + b.w <= 24 }).toEqual({ title: b.title, fits: true });
     for (const p of dashboard.panels.filter((x) => x.type === 'row')) expect({ title: p.title, ...p.gridPos }).toMatchObject({ title: p.title, h: 1, w: 24, x: 0 });
-    const overlapping = boxes.flatMap((a, i) => boxes.slice(i + 1).filter((b) => a.x < b.x + b.w && b.x < a.x + a.w && a.y < b.y + b.h && b.y < a.y + a.h).map((b) => `${a.title} / ${b.title}`));
+    const overlapping = boxes.flatMap((a, i) =>
+      boxes
+        .slice(i + 1)
+        .filter((b) => a.x < b.x + b.w && b.x < a.x + a.w && a.y < b.y + b.h && b.y < a.y + a.h)
+        .map((b) => `${a.title} / ${b.title}`),
+    );
     expect(overlapping).toEqual([]);
     const reading = [...boxes].sort((a, b) => a.y - b.y || a.x - b.x).map((b) => b.title);
     expect(boxes.map((b) => b.title)).toEqual(reading);
@@ -89,10 +111,27 @@ describe('Grafana dashboard', () => {
 
   it('shows traffic, errors, latency, TTFT, tokens, in-flight, queues, breakers, ready replicas, balance and routing', () => {
     const all = panelTargets.map((t) => t.expr).join('\n');
-    for (const name of ['modelgate_requests_total', 'modelgate_request_duration_seconds_bucket', 'modelgate_time_to_first_token_seconds_bucket', 'modelgate_completion_tokens_total', 'modelgate_endpoint_in_flight_requests', 'modelgate_queue_depth', 'modelgate_breaker_state', 'modelgate_pool_ready_endpoints', 'modelgate_upstream_attempts_total']) {
+    for (const name of [
+      'modelgate_requests_total',
+      'modelgate_request_duration_seconds_bucket',
+      'modelgate_time_to_first_token_seconds_bucket',
+      'modelgate_completion_tokens_total',
+      'modelgate_endpoint_in_flight_requests',
+      'modelgate_queue_depth',
+      'modelgate_breaker_state',
+      'modelgate_pool_ready_endpoints',
+      'modelgate_upstream_attempts_total',
+    ]) {
       expect(all).toContain(name);
     }
-    for (const name of ['modelgate_prefix_blocks_total', 'modelgate_engine_requests', 'modelgate_engine_kv_cache_usage_ratio', 'modelgate_engine_scrapes_total', 'modelgate_fallbacks_total', 'reason="shed"']) {
+    for (const name of [
+      'modelgate_prefix_blocks_total',
+      'modelgate_engine_requests',
+      'modelgate_engine_kv_cache_usage_ratio',
+      'modelgate_engine_scrapes_total',
+      'modelgate_fallbacks_total',
+      'reason="shed"',
+    ]) {
       expect(all).toContain(name);
     }
   });
@@ -104,7 +143,18 @@ describe('Grafana dashboard', () => {
 
 describe('alert rules', () => {
   it('cover no ready replicas, 5xx ratio, open breakers, queue saturation, shedding, fallbacks, engine scrapes and stale discovery', () => {
-    expect(ruleExprs.map((r) => r.alert)).toEqual(expect.arrayContaining(['ModelgateDeploymentNoReadyReplicas', 'ModelgateHigh5xxRatio', 'ModelgateBreakerOpen', 'ModelgateQueueSaturated', 'ModelgateRequestsShed', 'ModelgateRequestsFallingBack', 'ModelgateEngineMetricsFailing', 'ModelgateDiscoveryStale']));
+    expect(ruleExprs.map((r) => r.alert)).toEqual(
+      expect.arrayContaining([
+        'ModelgateDeploymentNoReadyReplicas',
+        'ModelgateHigh5xxRatio',
+        'ModelgateBreakerOpen',
+        'ModelgateQueueSaturated',
+        'ModelgateRequestsShed',
+        'ModelgateRequestsFallingBack',
+        'ModelgateEngineMetricsFailing',
+        'ModelgateDiscoveryStale',
+      ]),
+    );
   });
 
   it('have unique names, and page for a shed request only once (ModelgateRequestsRejected leaves shed to ModelgateRequestsShed)', () => {

@@ -36,7 +36,8 @@ describe('README', () => {
     const walk = (schema: { properties?: Record<string, unknown>; items?: unknown }, prefix: string): void => {
       for (const [name, child] of Object.entries(schema.properties ?? {})) {
         const sub = child as { properties?: Record<string, unknown>; items?: { properties?: Record<string, unknown> } };
-        if (child === resilienceOverridesSchema || child === routingOverridesSchema) paths.push(`${prefix}${name}`); // its fields have their own table
+        if (child === resilienceOverridesSchema || child === routingOverridesSchema)
+          paths.push(`${prefix}${name}`); // its fields have their own table
         else if (sub.properties) walk(sub, `${prefix}${name}.`);
         else if (sub.items?.properties && prefix === '') walk(sub.items, `${prefix}${name}[].`);
         else paths.push(`${prefix}${name}`);
@@ -122,7 +123,11 @@ function headingAnchors(markdown: string): Set<string> {
   for (const line of proseLines(markdown, true)) {
     const heading = /^ {0,3}#{1,6}\s+(.*?)\s*#*\s*$/.exec(line)?.[1];
     if (heading === undefined) continue;
-    const base = heading.replaceAll('`', '').toLowerCase().replace(/[^\p{L}\p{N}\s_-]/gu, '').replace(/\s/g, '-');
+    const base = heading
+      .replaceAll('`', '')
+      .toLowerCase()
+      .replace(/[^\p{L}\p{N}\s_-]/gu, '')
+      .replace(/\s/g, '-');
     const n = seen.get(base) ?? 0;
     seen.set(base, n + 1);
     anchors.add(n === 0 ? base : `${base}-${n}`);
@@ -173,7 +178,15 @@ function inlineCodePaths(markdown: string): Array<{ line: number; path: string }
 
 describe('Markdown links', () => {
   it('finds links in prose and ignores code', () => {
-    const sample = ['See [a](#x), ![b](img.png) and <https://example.com>.', '```sh', 'curl [c](http://127.0.0.1:8080) # not a heading', '```', 'Not `[d](../e)` nor `https://f`.', '[g]: https://g.h', 'bare https://x.y/z'].join('\n');
+    const sample = [
+      'See [a](#x), ![b](img.png) and <https://example.com>.',
+      '```sh',
+      'curl [c](http://127.0.0.1:8080) # not a heading',
+      '```',
+      'Not `[d](../e)` nor `https://f`.',
+      '[g]: https://g.h',
+      'bare https://x.y/z',
+    ].join('\n');
     expect(linkTargets(sample).map((l) => l.target)).toEqual(['#x', 'img.png', 'https://example.com', 'https://g.h', 'https://x.y/z']);
     expect(headingAnchors('# The simulated engine: `modelgate sim`\n## A\n## A')).toEqual(new Set(['the-simulated-engine-modelgate-sim', 'a', 'a-1']));
     const ownAnchors = (): Set<string> => new Set(['quick-start']);
@@ -247,7 +260,12 @@ function actualImports(): Map<string, PartImports> {
     const record = (specifier: string, typeOnly: boolean): void => {
       if (specifier.startsWith('node:')) return;
       if (!specifier.startsWith('.')) {
-        entry.packages.add(specifier.split('/').slice(0, specifier.startsWith('@') ? 2 : 1).join('/'));
+        entry.packages.add(
+          specifier
+            .split('/')
+            .slice(0, specifier.startsWith('@') ? 2 : 1)
+            .join('/'),
+        );
         return;
       }
       const to = partOf(resolve(dirname(file), specifier.replace(/\.js$/, '.ts')));
@@ -277,7 +295,10 @@ function documentedImports(): Map<string, PartImports> {
   const table = architecture.split('<!-- imports:start -->')[1]?.split('<!-- imports:end -->')[0] ?? '';
   const byPart = new Map<string, PartImports>();
   for (const row of table.split('\n').filter((l) => l.startsWith('| `'))) {
-    const [part = '', parts = '', packages = ''] = row.split('|').slice(1, 4).map((c) => c.trim());
+    const [part = '', parts = '', packages = ''] = row
+      .split('|')
+      .slice(1, 4)
+      .map((c) => c.trim());
     const names = (cell: string): string[] => [...cell.matchAll(/`([^`]+)`( \(types\))?/g)].map((m) => (m[2] ? `${m[1]} (types)` : (m[1] as string)));
     byPart.set(part.replaceAll('`', ''), {
       parts: new Map(names(parts).map((n) => [n.replace(' (types)', ''), !n.endsWith('(types)')])),

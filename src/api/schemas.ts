@@ -84,12 +84,7 @@ export const embeddingsRequestSchema = {
     model: { type: 'string', minLength: 1 },
     input: {
       description: 'a non-empty string, a non-empty list of non-empty strings, a list of token ids, or a list of non-empty token-id lists',
-      anyOf: [
-        { type: 'string', minLength: 1 },
-        { type: 'array', minItems: 1, items: { type: 'string', minLength: 1 } },
-        tokenIds,
-        { type: 'array', minItems: 1, items: tokenIds },
-      ],
+      anyOf: [{ type: 'string', minLength: 1 }, { type: 'array', minItems: 1, items: { type: 'string', minLength: 1 } }, tokenIds, { type: 'array', minItems: 1, items: tokenIds }],
     },
     encoding_format: nullable({ enum: ['float', 'base64'] }),
     dimensions: nullable({ type: 'integer', minimum: 1 }),

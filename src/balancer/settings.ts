@@ -89,7 +89,7 @@ export const routingOverridesSchema = {
       type: 'object',
       additionalProperties: false,
       properties: {
-        header: { type: 'string', pattern: '^[A-Za-z0-9!#$%&\'*+.^_`|~-]+$' },
+        header: { type: 'string', pattern: "^[A-Za-z0-9!#$%&'*+.^_`|~-]+$" },
         loadFactor: { type: 'number', minimum: 1 },
       },
     },

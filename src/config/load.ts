@@ -108,7 +108,12 @@ export function buildConfig(data: unknown, baseDir: string, env: NodeJS.ProcessE
   if (!validateConfig(copy)) {
     // A typo shows up twice (the field it should be is missing, the one written is unknown): report both.
     const described = describeSchemaErrors(validateConfig.errors as SchemaError[]);
-    throw new ConfigError(described.slice(0, 3).map((d) => d.message).join('; ') || 'invalid config');
+    throw new ConfigError(
+      described
+        .slice(0, 3)
+        .map((d) => d.message)
+        .join('; ') || 'invalid config',
+    );
   }
   const config = copy as Config;
   config.resilience = mergeResilience(RESILIENCE_DEFAULTS, (copy as { resilience?: ResilienceOverrides }).resilience);

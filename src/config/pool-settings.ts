@@ -49,8 +49,7 @@ export function poolResolver(base: { resilience: ResilienceSettings; routing: Ro
   return (pool, path) => {
     const { resilience, routing } = pool.overrides;
     const problem =
-      (resilience === undefined ? undefined : resilienceProblem(resilience, base.resilience, `${path}.resilience`)) ??
-      (routing === undefined ? undefined : routingProblem(routing, `${path}.routing`));
+      (resilience === undefined ? undefined : resilienceProblem(resilience, base.resilience, `${path}.resilience`)) ?? (routing === undefined ? undefined : routingProblem(routing, `${path}.routing`));
     if (problem) return { problem };
     const ownRouting = routing as RoutingOverrides | undefined;
     const { overrides: _overrides, ...plain } = pool;

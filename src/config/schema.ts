@@ -117,7 +117,7 @@ export const configSchema = {
         gracePeriodMs: { type: 'integer', minimum: 0, default: 30_000 },
         clientStallTimeoutMs: { type: 'integer', minimum: 100, default: 30_000 },
         trustedProxies: { type: 'array', items: { type: 'string', minLength: 1 }, uniqueItems: true, default: [] },
-        forwardHeaders: { type: 'array', items: { type: 'string', pattern: '^[A-Za-z0-9!#$%&\'*+.^_`|~-]+$' }, uniqueItems: true, default: [] },
+        forwardHeaders: { type: 'array', items: { type: 'string', pattern: "^[A-Za-z0-9!#$%&'*+.^_`|~-]+$" }, uniqueItems: true, default: [] },
       },
     },
     admin: {
@@ -180,7 +180,7 @@ export const configSchema = {
       type: 'object',
       additionalProperties: false,
       default: {},
-      properties: { header: { type: 'string', pattern: '^[A-Za-z0-9!#$%&\'*+.^_`|~-]+$', default: 'x-modelgate-priority' } },
+      properties: { header: { type: 'string', pattern: "^[A-Za-z0-9!#$%&'*+.^_`|~-]+$", default: 'x-modelgate-priority' } },
     },
     pools: {
       type: 'array',

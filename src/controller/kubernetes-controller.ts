@@ -76,7 +76,8 @@ export class KubernetesController {
     const before = new Set(this.registry.conflicts.map((c) => `${c.kind}:${c.name}:${c.loser}`));
     this.registry = new Registry(pools, deployments);
     for (const c of this.registry.conflicts) {
-      if (!before.has(`${c.kind}:${c.name}:${c.loser}`)) this.options.logger.warn({ name: c.name, kind: c.kind, winner: c.winner, loser: c.loser }, 'model name conflict: the oldest deployment keeps it');
+      if (!before.has(`${c.kind}:${c.name}:${c.loser}`))
+        this.options.logger.warn({ name: c.name, kind: c.kind, winner: c.winner, loser: c.loser }, 'model name conflict: the oldest deployment keeps it');
     }
   }
 
@@ -86,8 +87,24 @@ export class KubernetesController {
     const views = new Map<Deployment, DeploymentView>();
     for (const view of state.deployments) if (view.deployment) views.set(view.deployment, view);
     return [
-      ...state.pools.map((p): Desired => ({ kind: 'modelpools', namespace: p.namespace, name: p.name, key: `modelpools/${p.key}`, status: poolStatus(p, now), current: p.object.status, resourceVersion: p.object.metadata?.resourceVersion })),
-      ...state.deployments.map((d): Desired => ({ kind: 'modeldeployments', namespace: d.namespace, name: d.name, key: `modeldeployments/${d.key}`, status: deploymentStatus(d, this.registry, views, now), current: d.object.status, resourceVersion: d.object.metadata?.resourceVersion })),
+      ...state.pools.map((p): Desired => ({
+        kind: 'modelpools',
+        namespace: p.namespace,
+        name: p.name,
+        key: `modelpools/${p.key}`,
+        status: poolStatus(p, now),
+        current: p.object.status,
+        resourceVersion: p.object.metadata?.resourceVersion,
+      })),
+      ...state.deployments.map((d): Desired => ({
+        kind: 'modeldeployments',
+        namespace: d.namespace,
+        name: d.name,
+        key: `modeldeployments/${d.key}`,
+        status: deploymentStatus(d, this.registry, views, now),
+        current: d.object.status,
+        resourceVersion: d.object.metadata?.resourceVersion,
+      })),
     ];
   }
 

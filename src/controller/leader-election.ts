@@ -78,7 +78,14 @@ export class LeaderElector {
     const seconds = Math.ceil(leaseDurationMs / 1000);
     const lease = await this.api.readLease(namespace, name);
     if (!lease) {
-      const created = await this.api.createLease(namespace, name, { holderIdentity: identity, leaseDurationSeconds: seconds, acquireTime: new Date(), renewTime: new Date(), leaseTransitions: 0, resourceVersion: undefined });
+      const created = await this.api.createLease(namespace, name, {
+        holderIdentity: identity,
+        leaseDurationSeconds: seconds,
+        acquireTime: new Date(),
+        renewTime: new Date(),
+        leaseTransitions: 0,
+        resourceVersion: undefined,
+      });
       if (created) this.renewed(now);
       return;
     }

@@ -68,13 +68,17 @@ export function deploymentStatus(view: DeploymentView, catalog: ModelCatalog, vi
   if (!dep) {
     return {
       observedGeneration: g,
-      conditions: [condition(previous, at, g, 'Accepted', false, 'InvalidSpec', view.problem ?? 'The spec is invalid.'), condition(previous, at, g, 'Conflicted', false, 'NoConflict', 'Not checked: the spec is invalid.')],
+      conditions: [
+        condition(previous, at, g, 'Accepted', false, 'InvalidSpec', view.problem ?? 'The spec is invalid.'),
+        condition(previous, at, g, 'Conflicted', false, 'NoConflict', 'Not checked: the spec is invalid.'),
+      ],
     };
   }
   const missing = dep.targets.filter((t) => !catalog.pool(t.pool)).map((t) => t.pool.slice(view.namespace.length + 1));
-  const accepted = missing.length === 0
-    ? condition(previous, at, g, 'Accepted', true, 'Accepted', 'Every target pool exists.')
-    : condition(previous, at, g, 'Accepted', false, 'PoolNotFound', `No ModelPool named ${missing.map((m) => `"${m}"`).join(', ')} in namespace ${view.namespace}.`);
+  const accepted =
+    missing.length === 0
+      ? condition(previous, at, g, 'Accepted', true, 'Accepted', 'Every target pool exists.')
+      : condition(previous, at, g, 'Accepted', false, 'PoolNotFound', `No ModelPool named ${missing.map((m) => `"${m}"`).join(', ')} in namespace ${view.namespace}.`);
   const held = new Set(catalog.namesOf(dep));
   const lost = [...new Set([dep.id, ...dep.aliases, dep.model])].filter((n) => !held.has(n));
   const holders = lost.map((name) => {
@@ -82,9 +86,10 @@ export function deploymentStatus(view: DeploymentView, catalog: ModelCatalog, vi
     const winnerView = winner ? views.get(winner) : undefined;
     return `"${name}" is held by ModelDeployment ${winnerView ? winnerView.key : (winner?.id ?? 'unknown')}`;
   });
-  const conflicted = lost.length > 0
-    ? condition(previous, at, g, 'Conflicted', true, 'NameConflict', `${holders.join('; ')} (the oldest object keeps a name).`)
-    : condition(previous, at, g, 'Conflicted', false, 'NoConflict', 'Every name of this deployment reaches it.');
+  const conflicted =
+    lost.length > 0
+      ? condition(previous, at, g, 'Conflicted', true, 'NameConflict', `${holders.join('; ')} (the oldest object keeps a name).`)
+      : condition(previous, at, g, 'Conflicted', false, 'NoConflict', 'Every name of this deployment reaches it.');
   return { observedGeneration: g, conditions: [accepted, conflicted] };
 }
 

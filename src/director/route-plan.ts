@@ -27,9 +27,7 @@ const KIND_NAMES: Record<Capability, string> = { chat: 'chat completions', embed
 
 /** The deployment's pools that serve `kind` and have an endpoint: one chosen by target weight first, then the rest by weight. */
 function poolsOf(input: RoutePlanInput, deployment: Deployment, kind: Capability): { wrongKind: boolean; ready: PoolSpec[] } {
-  const known = deployment.targets
-    .map((target) => ({ weight: target.weight, pool: input.catalog.pool(target.pool) }))
-    .filter((t): t is { weight: number; pool: PoolSpec } => t.pool !== undefined);
+  const known = deployment.targets.map((target) => ({ weight: target.weight, pool: input.catalog.pool(target.pool) })).filter((t): t is { weight: number; pool: PoolSpec } => t.pool !== undefined);
   const capable = known.filter((t) => t.pool.capabilities.includes(kind));
   const ready = capable.filter((t) => t.weight > 0 && input.hasEndpoints(t.pool.name));
   const chosen = pickWeighted(ready, input.random);

@@ -8,12 +8,7 @@ export class StaticEndpoints implements EndpointSource, Syncable {
   private readonly byPool: ReadonlyMap<string, readonly Endpoint[]>;
 
   constructor(pools: readonly PoolConfig[]) {
-    this.byPool = new Map(
-      pools.map((pool) => [
-        pool.name,
-        Object.freeze(pool.endpoints.map((ep) => Object.freeze({ id: ep.url, pool: pool.name, url: new URL(ep.url), weight: ep.weight }))),
-      ]),
-    );
+    this.byPool = new Map(pools.map((pool) => [pool.name, Object.freeze(pool.endpoints.map((ep) => Object.freeze({ id: ep.url, pool: pool.name, url: new URL(ep.url), weight: ep.weight })))]));
   }
 
   snapshot(pool: string): readonly Endpoint[] {

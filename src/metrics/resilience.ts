@@ -51,7 +51,7 @@ export function resilienceMetrics(registers: Registry[], sources: AdmissionSourc
     }),
     queueWait: new Histogram({
       name: 'modelgate_queue_wait_seconds',
-      help: 'Time requests waited in a pool\'s admission queue, by how the wait ended (admitted, timeout, abandoned).',
+      help: "Time requests waited in a pool's admission queue, by how the wait ended (admitted, timeout, abandoned).",
       labelNames: ['pool', 'result'],
       buckets: [0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60],
       registers,
@@ -86,7 +86,7 @@ export function observeResilienceGauges(registers: Registry[], sources: Resilien
   });
   new Gauge({
     name: 'modelgate_queue_depth',
-    help: 'Requests waiting in each pool\'s admission queue.',
+    help: "Requests waiting in each pool's admission queue.",
     labelNames: ['pool'],
     registers,
     collect() {

@@ -25,7 +25,8 @@ function skipWs(text: string, i: number): number {
 function skipString(text: string, i: number): number {
   for (i++; i < text.length; i++) {
     const c = text.charCodeAt(i);
-    if (c === 0x5c) i++; // backslash: skip the escaped character
+    if (c === 0x5c)
+      i++; // backslash: skip the escaped character
     else if (c === 0x22) return i + 1;
   }
   return i;

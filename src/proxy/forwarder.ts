@@ -181,7 +181,10 @@ export class Forwarder {
     for (const [name, value] of Object.entries(attempt.spec.headers)) if (value !== undefined) proxyReq.setHeader(name, value);
     const socket = proxyReq.socket;
     if (socket?.connecting) {
-      const timer = this.scheduler.setTimeout(() => this.fail(attempt, { kind: 'failed', reason: 'connect_timeout', detail: `no connection within ${attempt.spec.timeouts.connectMs} ms` }), attempt.spec.timeouts.connectMs);
+      const timer = this.scheduler.setTimeout(
+        () => this.fail(attempt, { kind: 'failed', reason: 'connect_timeout', detail: `no connection within ${attempt.spec.timeouts.connectMs} ms` }),
+        attempt.spec.timeouts.connectMs,
+      );
       socket.once('connect', () => this.scheduler.clearTimeout(timer));
       socket.once('close', () => this.scheduler.clearTimeout(timer));
     }

@@ -7,7 +7,12 @@ const HOP_BY_HOP = ['connection', 'keep-alive', 'proxy-connection', 'proxy-authe
 /** Names listed in `Connection` are hop-by-hop too. */
 function connectionTokens(headers: IncomingHttpHeaders): string[] {
   const value = headers.connection;
-  return typeof value === 'string' ? value.split(',').map((t) => t.trim().toLowerCase()).filter(Boolean) : [];
+  return typeof value === 'string'
+    ? value
+        .split(',')
+        .map((t) => t.trim().toLowerCase())
+        .filter(Boolean)
+    : [];
 }
 
 /**
@@ -49,11 +54,7 @@ export interface ForwardedFor {
  * The headers an engine gets for one request: the allow-listed ones the client sent, then the
  * router's own — request id, `x-forwarded-*` from what it saw, and the pool's key (or none).
  */
-export function upstreamHeaders(
-  client: IncomingHttpHeaders,
-  allowed: ReadonlySet<string>,
-  own: { requestId: string; forwarded: ForwardedFor; backendKey: string | undefined },
-): OutgoingHttpHeaders {
+export function upstreamHeaders(client: IncomingHttpHeaders, allowed: ReadonlySet<string>, own: { requestId: string; forwarded: ForwardedFor; backendKey: string | undefined }): OutgoingHttpHeaders {
   const out: OutgoingHttpHeaders = {};
   const hop = connectionTokens(client);
   for (const name of allowed) {

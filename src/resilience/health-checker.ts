@@ -66,7 +66,14 @@ export class HealthChecker {
   /** One round: probes the endpoints of every enabled pool whose interval has passed. */
   async runOnce(): Promise<void> {
     const now = this.deps.now();
-    const due = this.deps.pools().filter((p) => p.resilience.healthCheck.enabled && (p.resilience.healthCheck.path ?? HEALTH_PATHS[p.engine]) !== undefined && now - (this.lastRun.get(p.name) ?? -Infinity) >= p.resilience.healthCheck.intervalMs);
+    const due = this.deps
+      .pools()
+      .filter(
+        (p) =>
+          p.resilience.healthCheck.enabled &&
+          (p.resilience.healthCheck.path ?? HEALTH_PATHS[p.engine]) !== undefined &&
+          now - (this.lastRun.get(p.name) ?? -Infinity) >= p.resilience.healthCheck.intervalMs,
+      );
     const jobs: Array<() => Promise<void>> = [];
     const live = new Set<string>();
     for (const pool of this.deps.pools()) for (const ep of this.deps.endpoints.snapshot(pool.name)) live.add(ep.id);
@@ -80,9 +87,11 @@ export class HealthChecker {
     }
     for (const id of this.states.keys()) if (!live.has(id)) this.states.delete(id);
     let next = 0;
-    await Promise.all(Array.from({ length: Math.min(CONCURRENCY, jobs.length) }, async () => {
-      while (next < jobs.length) await (jobs[next++] as () => Promise<void>)();
-    }));
+    await Promise.all(
+      Array.from({ length: Math.min(CONCURRENCY, jobs.length) }, async () => {
+        while (next < jobs.length) await (jobs[next++] as () => Promise<void>)();
+      }),
+    );
   }
 
   private record(pool: PoolSpec, endpoint: string, ok: boolean): void {
@@ -122,7 +131,10 @@ export class HealthChecker {
 
   /** Ticks as often as the most frequent enabled pool needs (at least every 100 ms, at most every 5 s). */
   private tickMs(): number {
-    const intervals = this.deps.pools().filter((p) => p.resilience.healthCheck.enabled).map((p) => p.resilience.healthCheck.intervalMs);
+    const intervals = this.deps
+      .pools()
+      .filter((p) => p.resilience.healthCheck.enabled)
+      .map((p) => p.resilience.healthCheck.intervalMs);
     return Math.max(100, Math.min(5_000, ...intervals));
   }
 }

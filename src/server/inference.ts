@@ -59,7 +59,19 @@ export function inferenceHandler(deps: InferenceDeps, kind: InferenceKind) {
     const priority = requestPriority(principal.priority, req.headers[deps.priorityHeader], deps.priorityHeader);
     ctx.priority = priority;
     if (ctx.closed) return; // the client left while the body was read
-    const request = { kind, deployment, asked: body.model, body, raw, text, priority, requestId: ctx.requestId, headers: req.headers, forwarded: forwardedFor(req, deps.trustedProxies), signal: ctx.abort.signal };
+    const request = {
+      kind,
+      deployment,
+      asked: body.model,
+      body,
+      raw,
+      text,
+      priority,
+      requestId: ctx.requestId,
+      headers: req.headers,
+      forwarded: forwardedFor(req, deps.trustedProxies),
+      signal: ctx.abort.signal,
+    };
     const directed = deps.director.direct(req, res, request);
     ctx.exchange = directed.then(
       (report) => {

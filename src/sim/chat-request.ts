@@ -69,7 +69,7 @@ function parseStop(body: Body): string[] {
   const stop = body.stop;
   if (stop === undefined || stop === null) return [];
   if (typeof stop === 'string') return stop === '' ? [] : [stop];
-  if (Array.isArray(stop) && stop.every((s) => typeof s === 'string')) return (stop).filter((s) => s !== '');
+  if (Array.isArray(stop) && stop.every((s) => typeof s === 'string')) return stop.filter((s) => s !== '');
   return fail('stop must be a string or a list of strings.', 'stop');
 }
 
@@ -90,7 +90,7 @@ export function parseChatRequest(raw: unknown, limits: ChatLimits): ChatJob {
     if (typeof streamOptions !== 'object' || Array.isArray(streamOptions)) fail('stream_options must be an object.', 'stream_options');
   }
   // vLLM's StreamOptions defaults include_usage to true once stream_options is present.
-  const includeUsage = streamOptions ? optionalBool(streamOptions as Body, 'include_usage') ?? true : false;
+  const includeUsage = streamOptions ? (optionalBool(streamOptions as Body, 'include_usage') ?? true) : false;
 
   const logprobs = optionalBool(body, 'logprobs') ?? false;
   const topLogprobs = optionalInt(body, 'top_logprobs', 0, MAX_LOGPROBS) ?? 0;

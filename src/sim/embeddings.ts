@@ -62,9 +62,7 @@ export function parseEmbeddingRequest(raw: unknown, limits: EmbeddingLimits): Em
   if (encoding !== 'float' && encoding !== 'base64') fail('encoding_format must be "float" or "base64".', 'encoding_format');
   const dimensions = optionalInt(body, 'dimensions', 1) ?? limits.dimension;
   if (dimensions > limits.dimension) {
-    throw new RequestError(
-      vllmError(400, 'BadRequestError', `dimensions must be at most ${limits.dimension} for this model, got ${dimensions}.`, 'dimensions'),
-    );
+    throw new RequestError(vllmError(400, 'BadRequestError', `dimensions must be at most ${limits.dimension} for this model, got ${dimensions}.`, 'dimensions'));
   }
   return { model, inputs, promptTokens: inputs.reduce((s, i) => s + i.tokens, 0), encoding, dimensions };
 }

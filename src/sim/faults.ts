@@ -50,9 +50,7 @@ export function parseFault(spec: string): Fault {
     const name = eq < 0 ? item : item.slice(0, eq);
     const rule = NUMERIC[name];
     if (!rule) {
-      throw new FaultSpecError(
-        `unknown fault "${name}"; use status=N, retry-after=S, hang, slow-start=MS, die-after=N, stall-after=N or error-after=N`,
-      );
+      throw new FaultSpecError(`unknown fault "${name}"; use status=N, retry-after=S, hang, slow-start=MS, die-after=N, stall-after=N or error-after=N`);
     }
     const value = Number(item.slice(eq + 1));
     if (eq < 0 || !Number.isInteger(value) || value < rule.min || value > rule.max) {

@@ -130,9 +130,7 @@ function sglang(engine: SimEngine, modelName: string): string {
     .family('sglang:num_queue_reqs', 'gauge', 'The number of requests in the waiting queue.', sched(engine.numWaiting))
     .family('sglang:cache_hit_rate', 'gauge', 'The prefix cache hit rate.', sched(s.prefixQueries === 0 ? 0 : s.prefixHits / s.prefixQueries))
     .family('sglang:max_total_num_tokens', 'gauge', 'Maximum total number of tokens in the KV cache pool.', sched(engine.blockSize * engine.kvCacheBlocks))
-    .family('sglang:cache_config_info', 'gauge', 'Information about the cache configuration.', [
-      [labels(scheduler, `num_pages="${engine.kvCacheBlocks}",page_size="${engine.blockSize}"`), 1],
-    ])
+    .family('sglang:cache_config_info', 'gauge', 'Information about the cache configuration.', [[labels(scheduler, `num_pages="${engine.kvCacheBlocks}",page_size="${engine.blockSize}"`), 1]])
     .histogram('sglang:queue_time_seconds', 'Histogram of queueing time in seconds.', scheduler, s.queueTime)
     .family('sglang:prompt_tokens_total', 'counter', 'Number of prefill tokens processed.', tokenizer(s.promptTokens))
     .family('sglang:generation_tokens_total', 'counter', 'Number of generation tokens processed.', tokenizer(s.generationTokens))

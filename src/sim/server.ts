@@ -180,7 +180,22 @@ export class SimServer {
         root: id,
         parent: null,
         max_model_len: this.options.maxModelLen,
-        permission: [{ id: `modelperm-${newId()}`, object: 'model_permission', created, allow_create_engine: false, allow_sampling: true, allow_logprobs: true, allow_search_indices: false, allow_view: true, allow_fine_tuning: false, organization: '*', group: null, is_blocking: false }],
+        permission: [
+          {
+            id: `modelperm-${newId()}`,
+            object: 'model_permission',
+            created,
+            allow_create_engine: false,
+            allow_sampling: true,
+            allow_logprobs: true,
+            allow_search_indices: false,
+            allow_view: true,
+            allow_fine_tuning: false,
+            organization: '*',
+            group: null,
+            is_blocking: false,
+          },
+        ],
       })),
     });
   }

@@ -14,7 +14,11 @@ export function discoveryGauges(discovery: DiscoveryWiring, inFlight: InFlight, 
         count: d.targets.filter((t) => t.weight > 0 && catalog.pool(t.pool)).reduce((n, t) => n + discovery.endpoints.snapshot(t.pool).length, 0),
       }));
     },
-    queueLimits: () => discovery.pools().filter((p) => p.resilience.maxConcurrencyPerReplica > 0).map((p) => ({ pool: p.name, limit: p.resilience.queue.maxSize })),
+    queueLimits: () =>
+      discovery
+        .pools()
+        .filter((p) => p.resilience.maxConcurrencyPerReplica > 0)
+        .map((p) => ({ pool: p.name, limit: p.resilience.queue.maxSize })),
     ...(kubernetes ? { watches: () => discovery.watches(), leader: () => discovery.isLeader() } : {}),
   };
 }

@@ -37,7 +37,10 @@ export function kubernetesDiscovery(config: Config, resolve: PoolResolver, logge
       const key = `${kind}/${namespace}`;
       if (error !== undefined) {
         metrics().recordWatchRestart(kind, namespace);
-        logger.warn({ kind, namespace: namespace || '(all)', error: state.lastError, restarts: state.restarts }, state.synced ? 'Kubernetes watch failed; serving the last known state until it recovers' : 'Kubernetes watch failed before its first sync');
+        logger.warn(
+          { kind, namespace: namespace || '(all)', error: state.lastError, restarts: state.restarts },
+          state.synced ? 'Kubernetes watch failed; serving the last known state until it recovers' : 'Kubernetes watch failed before its first sync',
+        );
       } else if (wasUp.get(key) !== true) {
         logger.info({ kind, namespace: namespace || '(all)' }, 'Kubernetes watch synced');
       }
@@ -88,4 +91,3 @@ export function kubernetesDiscovery(config: Config, resolve: PoolResolver, logge
     },
   };
 }
-

@@ -40,7 +40,6 @@ export function closeServer(server: Server): Promise<void> {
   });
 }
 
-
 /**
  * The API server. Slowloris guards: a client gets headersTimeoutMs to send its headers and
  * requestTimeoutMs for its whole request. Node enforces both only when it checks, every

@@ -42,4 +42,3 @@ export function staticDiscovery(config: Config, created: number, resolve: PoolRe
     stop: () => Promise.resolve(),
   };
 }
-

@@ -23,9 +23,14 @@ describe('validateRequest (property)', () => {
   it('accepts every well-formed chat request with arbitrary extra fields', () => {
     const message = fc.record({ role: fc.constantFrom('system', 'developer', 'user', 'assistant', 'tool'), content: fc.oneof(fc.string(), fc.constant(null)) });
     fc.assert(
-      fc.property(fc.string({ minLength: 1 }), fc.array(message, { minLength: 1, maxLength: 4 }), fc.dictionary(fc.stringMatching(/^x_[a-z]{1,8}$/), fc.jsonValue({ maxDepth: 2 })), (model, messages, extra) => {
-        expect(() => validateRequest('chat', { ...extra, model, messages })).not.toThrow();
-      }),
+      fc.property(
+        fc.string({ minLength: 1 }),
+        fc.array(message, { minLength: 1, maxLength: 4 }),
+        fc.dictionary(fc.stringMatching(/^x_[a-z]{1,8}$/), fc.jsonValue({ maxDepth: 2 })),
+        (model, messages, extra) => {
+          expect(() => validateRequest('chat', { ...extra, model, messages })).not.toThrow();
+        },
+      ),
       { numRuns: 300 },
     );
   });

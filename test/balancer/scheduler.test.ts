@@ -16,12 +16,28 @@ const replay = (...values: number[]): (() => number) => {
 };
 const only = (name: ScorerName): RoutingSettings => ({ ...ROUTING_DEFAULTS, scorers: [{ name, weight: 1 }] });
 const LOR = only('outstanding');
-const sample = (waiting: number, running: number, kvCacheUsage?: number, localAtSample = 0): EngineLoad => ({ waiting, running, at: 0, localAtSample, ...(kvCacheUsage === undefined ? {} : { kvCacheUsage }) });
+const sample = (waiting: number, running: number, kvCacheUsage?: number, localAtSample = 0): EngineLoad => ({
+  waiting,
+  running,
+  at: 0,
+  localAtSample,
+  ...(kvCacheUsage === undefined ? {} : { kvCacheUsage }),
+});
 const input = (over: Partial<ScoringInput>): ScoringInput => {
   const candidates = over.candidates ?? [ep('a'), ep('b'), ep('c')];
   const local = over.local ?? candidates.map(() => 0);
   const engine = over.engine ?? candidates.map(() => undefined);
-  return { candidates, local, engine, load: estimatedLoads(candidates, local, engine), prefixMatched: candidates.map(() => 0), prefixTotal: 0, sessionKey: undefined, settings: ROUTING_DEFAULTS, ...over };
+  return {
+    candidates,
+    local,
+    engine,
+    load: estimatedLoads(candidates, local, engine),
+    prefixMatched: candidates.map(() => 0),
+    prefixTotal: 0,
+    sessionKey: undefined,
+    settings: ROUTING_DEFAULTS,
+    ...over,
+  };
 };
 const scores = (values: Float64Array): number[] => [...values].map((v) => Math.round(v * 1000) / 1000);
 
@@ -37,7 +53,14 @@ describe('schedule with the outstanding scorer alone (least outstanding requests
     ['load per unit of weight: 4 on weight 4 beats 2 on weight 1', [ep('a', 4), ep('b', 1)], { a: 4, b: 2 }, [0.1], 'a'],
   ])('picks %s', (_name, candidates, loads, random, expected) => {
     const load = loads as Record<string, number>;
-    const picked = schedule(candidates, candidates.map((c) => load[c.id] ?? 0), [], {}, LOR, replay(...random));
+    const picked = schedule(
+      candidates,
+      candidates.map((c) => load[c.id] ?? 0),
+      [],
+      {},
+      LOR,
+      replay(...random),
+    );
     expect(picked?.endpoint.id).toBe(expected);
   });
 
@@ -96,7 +119,13 @@ describe('the default profile', () => {
   });
 
   it('skips scorers of weight 0', () => {
-    const settings: RoutingSettings = { ...ROUTING_DEFAULTS, scorers: [{ name: 'outstanding', weight: 1 }, { name: 'prefix', weight: 0 }] };
+    const settings: RoutingSettings = {
+      ...ROUTING_DEFAULTS,
+      scorers: [
+        { name: 'outstanding', weight: 1 },
+        { name: 'prefix', weight: 0 },
+      ],
+    };
     const picked = schedule([ep('a'), ep('b')], [1, 0], [], { prefixMatched: [10, 0], prefixTotal: 10 }, settings, replay(0.5));
     expect(picked?.endpoint.id).toBe('b');
   });
@@ -145,9 +174,33 @@ describe('scorers', () => {
 describe('pickWeighted', () => {
   it.each([
     ['nothing when every weight is 0', [{ id: 'a', weight: 0 }], [0.5], undefined],
-    ['the first item below the drawn point', [{ id: 'a', weight: 1 }, { id: 'b', weight: 3 }], [0.2], 'a'],
-    ['later items for higher draws', [{ id: 'a', weight: 1 }, { id: 'b', weight: 3 }], [0.3], 'b'],
-    ['skipping zero weights', [{ id: 'a', weight: 0 }, { id: 'b', weight: 2 }], [0.99], 'b'],
+    [
+      'the first item below the drawn point',
+      [
+        { id: 'a', weight: 1 },
+        { id: 'b', weight: 3 },
+      ],
+      [0.2],
+      'a',
+    ],
+    [
+      'later items for higher draws',
+      [
+        { id: 'a', weight: 1 },
+        { id: 'b', weight: 3 },
+      ],
+      [0.3],
+      'b',
+    ],
+    [
+      'skipping zero weights',
+      [
+        { id: 'a', weight: 0 },
+        { id: 'b', weight: 2 },
+      ],
+      [0.99],
+      'b',
+    ],
   ])('returns %s', (_name, items, random, expected) => {
     expect(pickWeighted(items, replay(...random))?.id).toBe(expected);
   });

@@ -30,7 +30,11 @@ function node(schema: Obj, ...path: string[]): Obj {
 function withoutDescriptions(value: unknown): unknown {
   if (Array.isArray(value)) return value.map(withoutDescriptions);
   if (typeof value !== 'object' || value === null) return value;
-  return Object.fromEntries(Object.entries(value).filter(([k]) => k !== 'description').map(([k, v]) => [k, withoutDescriptions(v)]));
+  return Object.fromEntries(
+    Object.entries(value)
+      .filter(([k]) => k !== 'description')
+      .map(([k, v]) => [k, withoutDescriptions(v)]),
+  );
 }
 
 describe('charts/modelgate files', () => {
@@ -90,7 +94,7 @@ describe('charts/modelgate values.schema.json', () => {
     expect(withoutDescriptions(node(keys, 'priority'))).toEqual({ type: 'string', enum: [...PRIORITIES] });
   });
 
-  it('accepts in config.server the router\'s server fields except those the chart sets (host, port, drain), with the same bounds', () => {
+  it("accepts in config.server the router's server fields except those the chart sets (host, port, drain), with the same bounds", () => {
     const router = node(configSchema, 'server').properties as Record<string, Obj>;
     const chart = node(valuesSchema, 'config', 'server').properties as Record<string, Obj>;
     const expected = Object.fromEntries(
@@ -101,7 +105,7 @@ describe('charts/modelgate values.schema.json', () => {
     expect(withoutDescriptions(chart)).toEqual(expected);
   });
 
-  it('checks modelPools[].spec and modelDeployments[].spec with the CRDs\' own schemas', () => {
+  it("checks modelPools[].spec and modelDeployments[].spec with the CRDs' own schemas", () => {
     const definitions = valuesSchema.definitions as Obj;
     const specOf = (kind: string): Obj => {
       const crd = loadCrds().find((c) => c.kind === kind);
@@ -119,7 +123,11 @@ describe('charts/modelgate values.yaml', () => {
 
   it('matches the values schema (it is what the chart renders with, plus a key)', () => {
     const values = parse(text) as Obj;
-    expect(Object.keys(values).sort()).toEqual(Object.keys(valuesSchema.properties as Obj).filter((k) => k !== 'global').sort());
+    expect(Object.keys(values).sort()).toEqual(
+      Object.keys(valuesSchema.properties as Obj)
+        .filter((k) => k !== 'global')
+        .sort(),
+    );
   });
 
   it('documents every key: a "# --" comment on the key or on an enclosing key', () => {

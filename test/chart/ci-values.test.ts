@@ -40,9 +40,7 @@ beforeAll(async () => {
 
 describe('charts/modelgate ci values', () => {
   it('has the values files CI renders', () => {
-    expect(CI_FILES).toEqual(
-      expect.arrayContaining(['ci/default-values.yaml', 'ci/all-namespaces-values.yaml', 'ci/existing-secret-values.yaml', 'ci/full-values.yaml', 'ci/namespaces-values.yaml']),
-    );
+    expect(CI_FILES).toEqual(expect.arrayContaining(['ci/default-values.yaml', 'ci/all-namespaces-values.yaml', 'ci/existing-secret-values.yaml', 'ci/full-values.yaml', 'ci/namespaces-values.yaml']));
   });
 
   it('passes helm lint --strict with the defaults and one key', async () => {
@@ -127,7 +125,8 @@ describe('charts/modelgate release', () => {
     for (const file of CI_FILES) {
       for (const o of objectsOf(file)) {
         if (o.kind === 'ClusterRole' || o.kind === 'ClusterRoleBinding') expect(o.metadata.namespace).toBeUndefined();
-        else if (!elsewhere.has(o.kind)) expect({ file, object: `${o.kind} ${o.metadata.name}`, namespace: o.metadata.namespace }).toEqual({ file, object: `${o.kind} ${o.metadata.name}`, namespace: NAMESPACE });
+        else if (!elsewhere.has(o.kind))
+          expect({ file, object: `${o.kind} ${o.metadata.name}`, namespace: o.metadata.namespace }).toEqual({ file, object: `${o.kind} ${o.metadata.name}`, namespace: NAMESPACE });
         else expect(typeof o.metadata.namespace).toBe('string');
       }
     }

@@ -14,7 +14,13 @@ type Obj = Record<string, unknown>;
 const SELECTOR = { 'app.kubernetes.io/name': 'modelgate', 'app.kubernetes.io/instance': 'modelgate' };
 const OPTIONAL = ['NetworkPolicy', 'ServiceMonitor', 'PrometheusRule', 'Ingress', 'HTTPRoute', 'ModelPool', 'ModelDeployment', 'HorizontalPodAutoscaler'];
 const specOf = (o: K8sObject): Obj => o.spec as Obj;
-const POOL_ROUTING = { scorers: [{ name: 'prefix', weight: 3 }, { name: 'outstanding', weight: 2 }], session: { header: 'x-conversation-id' } };
+const POOL_ROUTING = {
+  scorers: [
+    { name: 'prefix', weight: 3 },
+    { name: 'outstanding', weight: 2 },
+  ],
+  session: { header: 'x-conversation-id' },
+};
 
 const variants = new Variants();
 const get = (name: string): K8sObject[] => variants.get(name);
@@ -33,7 +39,10 @@ beforeAll(async () => {
       [],
       {
         'watch.namespaces': [NAMESPACE, 'models'],
-        modelPools: [{ name: 'llama-8b', spec: pool }, { name: 'llama-8b', namespace: 'models', spec: { ...pool, engine: 'vllm', capabilities: ['chat'], routing: POOL_ROUTING } }],
+        modelPools: [
+          { name: 'llama-8b', spec: pool },
+          { name: 'llama-8b', namespace: 'models', spec: { ...pool, engine: 'vllm', capabilities: ['chat'], routing: POOL_ROUTING } },
+        ],
         modelDeployments: [
           { name: 'llama-8b-prod', labels: { tier: 'prod' }, spec: { model: 'llama-3.1-8b-instruct', aliases: ['default'], targets: [{ pool: 'llama-8b', weight: 100 }] } },
           { name: 'llama-8b-next', spec: { model: 'llama-3.1-8b-instruct-next', targets: [{ pool: 'llama-8b' }], fallbacks: ['llama-8b-prod'] } },
@@ -66,8 +75,18 @@ describe('chart NetworkPolicy', () => {
 
   it('allows egress to DNS, the API server ports and the pods of the watched namespaces', () => {
     expect(specOf(only(get('netpol'), 'NetworkPolicy')).egress).toEqual([
-      { ports: [{ port: 53, protocol: 'UDP' }, { port: 53, protocol: 'TCP' }] },
-      { ports: [{ port: 443, protocol: 'TCP' }, { port: 6443, protocol: 'TCP' }] },
+      {
+        ports: [
+          { port: 53, protocol: 'UDP' },
+          { port: 53, protocol: 'TCP' },
+        ],
+      },
+      {
+        ports: [
+          { port: 443, protocol: 'TCP' },
+          { port: 6443, protocol: 'TCP' },
+        ],
+      },
       { to: [{ namespaceSelector: { matchLabels: { 'kubernetes.io/metadata.name': NAMESPACE } } }] },
     ]);
     const all = specOf(only(get('netpolAll'), 'NetworkPolicy')).egress as Obj[];
@@ -81,15 +100,29 @@ describe('chart NetworkPolicy', () => {
   });
 
   it('takes the peers of apiFrom, metricsFrom and the egress settings from the values', () => {
-    const values = parse(readFileSync(join(CHART_DIR, 'ci/full-values.yaml'), 'utf8')) as { networkPolicy: { apiFrom: Obj[]; metricsFrom: Obj[]; egress: { engines: { to: Obj[] }; extraRules: Obj[] } } };
+    const values = parse(readFileSync(join(CHART_DIR, 'ci/full-values.yaml'), 'utf8')) as {
+      networkPolicy: { apiFrom: Obj[]; metricsFrom: Obj[]; egress: { engines: { to: Obj[] }; extraRules: Obj[] } };
+    };
     const spec = specOf(only(get('full'), 'NetworkPolicy'));
     expect(spec.ingress).toEqual([
       { ports: [{ port: 'http', protocol: 'TCP' }], from: values.networkPolicy.apiFrom },
       { ports: [{ port: 'admin', protocol: 'TCP' }], from: values.networkPolicy.metricsFrom },
     ]);
     const egress = spec.egress as Obj[];
-    expect(egress[1]).toEqual({ ports: [{ port: 443, protocol: 'TCP' }, { port: 6443, protocol: 'TCP' }], to: [{ ipBlock: { cidr: '10.0.0.1/32' } }, { ipBlock: { cidr: '172.20.0.10/32' } }] });
-    expect(egress[2]).toEqual({ to: values.networkPolicy.egress.engines.to, ports: [{ port: 8000, protocol: 'TCP' }, { port: 8080, protocol: 'TCP' }] });
+    expect(egress[1]).toEqual({
+      ports: [
+        { port: 443, protocol: 'TCP' },
+        { port: 6443, protocol: 'TCP' },
+      ],
+      to: [{ ipBlock: { cidr: '10.0.0.1/32' } }, { ipBlock: { cidr: '172.20.0.10/32' } }],
+    });
+    expect(egress[2]).toEqual({
+      to: values.networkPolicy.egress.engines.to,
+      ports: [
+        { port: 8000, protocol: 'TCP' },
+        { port: 8080, protocol: 'TCP' },
+      ],
+    });
     expect(egress.slice(3)).toEqual(values.networkPolicy.egress.extraRules);
   });
 });

@@ -14,7 +14,14 @@ describe('k8s schema check', () => {
   it('accepts valid objects of the built-in, Prometheus Operator, Gateway API and modelgate kinds', () => {
     expect(schemaErrors(deployment({ ports: [{ name: 'http', containerPort: 8080 }] }))).toEqual([]);
     expect(schemaErrors({ apiVersion: 'monitoring.coreos.com/v1', kind: 'ServiceMonitor', metadata: { name: 'm' }, spec: { selector: {}, endpoints: [{ port: 'admin' }] } })).toEqual([]);
-    expect(schemaErrors({ apiVersion: 'gateway.networking.k8s.io/v1', kind: 'HTTPRoute', metadata: { name: 'r' }, spec: { parentRefs: [{ name: 'gw' }], rules: [{ matches: [{ path: { type: 'PathPrefix', value: '/v1' } }] }] } })).toEqual([]);
+    expect(
+      schemaErrors({
+        apiVersion: 'gateway.networking.k8s.io/v1',
+        kind: 'HTTPRoute',
+        metadata: { name: 'r' },
+        spec: { parentRefs: [{ name: 'gw' }], rules: [{ matches: [{ path: { type: 'PathPrefix', value: '/v1' } }] }] },
+      }),
+    ).toEqual([]);
     expect(schemaErrors(pool({ service: { name: 'llama-8b', port: 'http' }, servedModelName: 'm' }))).toEqual([]);
   });
 
@@ -26,7 +33,9 @@ describe('k8s schema check', () => {
 
   it('fails wrong types and enums in built-in kinds', () => {
     expect(schemaErrors(deployment({ ports: [{ containerPort: '8080' }] })).join('\n')).toContain('containerPort must be integer');
-    expect(schemaErrors({ apiVersion: 'gateway.networking.k8s.io/v1', kind: 'HTTPRoute', metadata: { name: 'r' }, spec: { rules: [{ matches: [{ path: { type: 'Glob', value: '/v1' } }] }] } })).not.toEqual([]);
+    expect(
+      schemaErrors({ apiVersion: 'gateway.networking.k8s.io/v1', kind: 'HTTPRoute', metadata: { name: 'r' }, spec: { rules: [{ matches: [{ path: { type: 'Glob', value: '/v1' } }] }] } }),
+    ).not.toEqual([]);
   });
 
   it('fails unknown fields and broken values in modelgate kinds', () => {

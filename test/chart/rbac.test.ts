@@ -78,7 +78,7 @@ describe('chart RBAC', () => {
     expect(discovery(objects).namespaces).toEqual(['models', 'embeddings']);
   });
 
-  it('binds every role to the router ServiceAccount in the release namespace, in the role\'s own namespace', () => {
+  it("binds every role to the router ServiceAccount in the release namespace, in the role's own namespace", () => {
     for (const variant of ['base', 'all', 'two']) {
       const objects = get(variant);
       for (const b of bindings(objects)) {

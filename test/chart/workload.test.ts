@@ -67,7 +67,12 @@ beforeAll(async () => {
     ports: { service: { port: 80, adminPort: 9100 } },
     longName: { nameOverride: 'n'.repeat(60) },
     routing: { 'config.routing': ROUTING, 'config.priority.header': 'x-llm-priority' },
-    priorityKeys: { 'auth.keys': [{ ...A_KEY, priority: 'critical' }, { name: 'batch', key: 'sk-batch-0123456789', priority: 'sheddable' }] },
+    priorityKeys: {
+      'auth.keys': [
+        { ...A_KEY, priority: 'critical' },
+        { name: 'batch', key: 'sk-batch-0123456789', priority: 'sheddable' },
+      ],
+    },
   };
   await variants.render(Object.fromEntries(Object.entries(matrix).map(([name, set]) => [name, [[], { ...KEYS, ...set }]])));
 });
@@ -110,11 +115,17 @@ describe('chart Deployment: the pod', () => {
 
   it('listens where the config says: the service ports are the config ports', () => {
     const container = containerOf(get('ports'));
-    expect(container.ports?.map((p) => [p.name, p.containerPort])).toEqual([['http', 80], ['admin', 9100]]);
+    expect(container.ports?.map((p) => [p.name, p.containerPort])).toEqual([
+      ['http', 80],
+      ['admin', 9100],
+    ]);
     expect(configOf(get('ports')).server).toMatchObject({ host: '0.0.0.0', port: 80 });
     expect(configOf(get('ports')).admin.port).toBe(9100);
     const service = only(get('ports'), 'Service') as K8sObject & { spec: { ports: Array<{ name: string; port: number; targetPort: string }> } };
-    expect(service.spec.ports.map((p) => [p.name, p.port, p.targetPort])).toEqual([['http', 80, 'http'], ['admin', 9100, 'admin']]);
+    expect(service.spec.ports.map((p) => [p.name, p.port, p.targetPort])).toEqual([
+      ['http', 80, 'http'],
+      ['admin', 9100, 'admin'],
+    ]);
   });
 
   it('passes its name and namespace from the downward API, then extraEnv', () => {
@@ -197,7 +208,11 @@ describe('chart router config: routing and priority', () => {
   it('hands the router a routing block it merges over ROUTING_DEFAULTS: the scorer list replaced, weights defaulting to 1, other groups field by field', () => {
     const config = buildConfig(parse(routerConfigText(get('routing'))) as unknown, '/etc/modelgate/config', { POD_NAME: 'x', POD_NAMESPACE: 'ns' });
     expect(config.routing).toEqual({
-      scorers: [{ name: 'prefix', weight: 3 }, { name: 'outstanding', weight: 2 }, { name: 'session', weight: 1 }],
+      scorers: [
+        { name: 'prefix', weight: 3 },
+        { name: 'outstanding', weight: 2 },
+        { name: 'session', weight: 1 },
+      ],
       engineMetrics: { ...ROUTING_DEFAULTS.engineMetrics, path: '/engine/metrics', intervalMs: 2000 },
       prefix: ROUTING_DEFAULTS.prefix,
       session: { ...ROUTING_DEFAULTS.session, header: 'x-conversation-id' },
@@ -295,7 +310,11 @@ describe('chart values schema', () => {
     ['a short key', { 'auth.keys': [{ name: 'a', key: 'short' }] }, 'minLength'],
     ['a key with both key and keySha256', { 'auth.keys': [{ name: 'a', key: 'sk-0123456789', keySha256: 'a'.repeat(64) }] }, 'oneOf'],
     ['retries above 10', { 'config.resilience.retries.maxRetries': 11 }, 'maximum'],
-    ['a ModelPool spec with an unknown field', { modelPools: [{ name: 'p', spec: { service: { name: 's' }, servedModelName: 'm', servedModel: 'x' } }] }, "additional properties 'servedModel' not allowed"],
+    [
+      'a ModelPool spec with an unknown field',
+      { modelPools: [{ name: 'p', spec: { service: { name: 's' }, servedModelName: 'm', servedModel: 'x' } }] },
+      "additional properties 'servedModel' not allowed",
+    ],
     ['an HTTPRoute without parentRefs', { 'httpRoute.enabled': true }, 'minItems'],
     ['an unknown scorer', { 'config.routing.scorers': [{ name: 'random' }] }, "value must be one of 'outstanding', 'queue', 'kv-cache', 'prefix', 'session'"],
     ['an empty scorer list', { 'config.routing.scorers': [] }, 'minItems'],
@@ -305,7 +324,11 @@ describe('chart values schema', () => {
     ['a metrics path without a slash', { 'config.routing.engineMetrics.path': 'metrics' }, "does not match pattern '^/'"],
     ['a priority header with a space', { 'config.priority.header': 'x priority' }, 'does not match pattern'],
     ['an unknown key priority', { 'auth.keys': [{ ...A_KEY, priority: 'urgent' }] }, "value must be one of 'critical', 'standard', 'sheddable'"],
-    ['a ModelPool scorer that does not exist', { modelPools: [{ name: 'p', spec: { service: { name: 's' }, servedModelName: 'm', routing: { scorers: [{ name: 'lru' }] } } }] }, 'value must be one of'],
+    [
+      'a ModelPool scorer that does not exist',
+      { modelPools: [{ name: 'p', spec: { service: { name: 's' }, servedModelName: 'm', routing: { scorers: [{ name: 'lru' }] } } }] },
+      'value must be one of',
+    ],
     ['a ModelDeployment fallback with capitals', { modelDeployments: [{ name: 'd', spec: { model: 'm', targets: [{ pool: 'p' }], fallbacks: ['Other'] } }] }, 'does not match pattern'],
   ] as const)('rejects %s', async (_what, set, message) => {
     const result = await render([], { ...KEYS, ...set });
@@ -320,7 +343,11 @@ describe('chart values schema', () => {
       { modelPools: [{ name: 'p', spec: { service: { name: 's' }, servedModelName: 'm', routing: { scorers: [{ name: 'queue' }, { name: 'queue' }] } } }] },
       'modelPools "p": spec.routing.scorers: the scorer "queue" is listed twice',
     ],
-    ['a ModelDeployment is its own fallback', { modelDeployments: [{ name: 'd', spec: { model: 'm', targets: [{ pool: 'p' }], fallbacks: ['e', 'd'] } }] }, 'modelDeployments "d": spec.fallbacks names the deployment itself'],
+    [
+      'a ModelDeployment is its own fallback',
+      { modelDeployments: [{ name: 'd', spec: { model: 'm', targets: [{ pool: 'p' }], fallbacks: ['e', 'd'] } }] },
+      'modelDeployments "d": spec.fallbacks names the deployment itself',
+    ],
   ] as const)('fails the render, saying what to fix, when %s (the schema cannot say it)', async (_what, set, message) => {
     const result = await render([], { ...KEYS, ...set });
     expect(result.code).not.toBe(0);

@@ -5,7 +5,10 @@ import { ConfigError } from '../../src/config/load.js';
 describe('parseKeysFile', () => {
   it('reads names, keys or their SHA-256, and model lists', () => {
     const entries = parseKeysFile(`- name: a\n  key: sk-aaaaaaaa\n- name: b\n  keySha256: ${'ab'.repeat(32)}\n  models: [x, y]\n`, 'keys.yaml');
-    expect(entries).toEqual([{ name: 'a', key: 'sk-aaaaaaaa' }, { name: 'b', keySha256: 'ab'.repeat(32), models: ['x', 'y'] }]);
+    expect(entries).toEqual([
+      { name: 'a', key: 'sk-aaaaaaaa' },
+      { name: 'b', keySha256: 'ab'.repeat(32), models: ['x', 'y'] },
+    ]);
   });
 
   it('reads a key’s priority class', () => {

@@ -51,7 +51,10 @@ describe('buildConfig', () => {
       engine: 'vllm',
       servedModelName: 'm',
       capabilities: ['chat'],
-      endpoints: [{ url: 'http://127.0.0.1:9001', weight: 1 }, { url: 'http://127.0.0.1:9002', weight: 3 }],
+      endpoints: [
+        { url: 'http://127.0.0.1:9001', weight: 1 },
+        { url: 'http://127.0.0.1:9002', weight: 3 },
+      ],
     });
     expect(config.deployments[0]).toEqual({ id: 'd', model: 'm', aliases: [], targets: [{ pool: 'p', weight: 100 }], fallbacks: [] });
   });
@@ -78,7 +81,14 @@ describe('buildConfig', () => {
     [{ ...minimal, pools, deployments: [{ id: 'd', model: 'm', targets: [] }] }, 'deployments[0].targets must have at least 1 item'],
     [{ ...minimal, pools, deployments: [{ id: 'd', model: 'm', targets: [{ pool: 'p', weight: 0 }] }] }, 'deployments[0].targets: at least one target needs a weight above 0'],
     [
-      { ...minimal, pools, deployments: [{ id: 'a', model: 'm', targets: [{ pool: 'p' }] }, { id: 'b', model: 'n', aliases: ['m'], targets: [{ pool: 'p' }] }] },
+      {
+        ...minimal,
+        pools,
+        deployments: [
+          { id: 'a', model: 'm', targets: [{ pool: 'p' }] },
+          { id: 'b', model: 'n', aliases: ['m'], targets: [{ pool: 'p' }] },
+        ],
+      },
       'deployments[1].aliases[0]: "m" already names deployment "a"',
     ],
     [{ ...minimal, pools: [{ name: 'p', servedModelName: 'm', backendKeyFile: '/nonexistent/key' }] }, 'pools[0].backendKeyFile: cannot read /nonexistent/key: ENOENT'],
@@ -111,7 +121,10 @@ describe('routing settings, fallbacks and priority', () => {
       '/x',
     );
     expect(config.routing.prefix).toEqual({ ...ROUTING_DEFAULTS.prefix, maxLoadGap: 8 });
-    expect(config.routing.scorers).toEqual([{ name: 'prefix', weight: 3 }, { name: 'outstanding', weight: 1 }]);
+    expect(config.routing.scorers).toEqual([
+      { name: 'prefix', weight: 3 },
+      { name: 'outstanding', weight: 1 },
+    ]);
     expect(config.routing.engineMetrics).toEqual(ROUTING_DEFAULTS.engineMetrics);
     expect(config.pools[0]?.routing).toEqual({ session: { header: 'x-conv' } });
     expect(config.priority).toEqual({ header: 'x-modelgate-priority' });

@@ -107,7 +107,17 @@ describe('LeaderElector', () => {
     const leases = new Leases();
     const ticker = new Ticker();
     const changes: boolean[] = [];
-    const a = new LeaderElector(leases, { namespace: 'n', name: 'l', identity: 'a', leaseDurationMs: 3000, renewIntervalMs: 1000, clock: { now: () => ticker.now }, scheduler: ticker, onChange: (l) => changes.push(l), onError: () => undefined });
+    const a = new LeaderElector(leases, {
+      namespace: 'n',
+      name: 'l',
+      identity: 'a',
+      leaseDurationMs: 3000,
+      renewIntervalMs: 1000,
+      clock: { now: () => ticker.now },
+      scheduler: ticker,
+      onChange: (l) => changes.push(l),
+      onError: () => undefined,
+    });
     a.start();
     await ticker.advance(0);
     leases.failing = true;

@@ -11,8 +11,18 @@ const t1 = new Date('2026-11-21T10:05:00Z');
 
 function pool(ready: number, replicas: number, status?: unknown, problem?: string): PoolView {
   return {
-    key: 'models/llama', namespace: 'models', name: 'llama', generation: 4, replicas, readyReplicas: ready,
-    ...(problem ? { problem } : { spec: { name: 'models/llama', engine: 'vllm', servedModelName: 'm', capabilities: ['chat'], resilience: RESILIENCE_DEFAULTS, routing: ROUTING_DEFAULTS }, service: { name: 'llama-svc', port: 'http' } }),
+    key: 'models/llama',
+    namespace: 'models',
+    name: 'llama',
+    generation: 4,
+    replicas,
+    readyReplicas: ready,
+    ...(problem
+      ? { problem }
+      : {
+          spec: { name: 'models/llama', engine: 'vllm', servedModelName: 'm', capabilities: ['chat'], resilience: RESILIENCE_DEFAULTS, routing: ROUTING_DEFAULTS },
+          service: { name: 'llama-svc', port: 'http' },
+        }),
     object: { metadata: { namespace: 'models', name: 'llama', generation: 4 }, status },
   };
 }
@@ -38,7 +48,11 @@ describe('poolStatus', () => {
   it('says why a pool is not ready, and why it is not accepted', () => {
     expect(poolStatus(pool(0, 2), t0).conditions[1]).toMatchObject({ status: 'False', reason: 'NoReadyEndpoints' });
     expect(poolStatus(pool(0, 0), t0).conditions[1]).toMatchObject({ status: 'False', reason: 'NoEndpoints' });
-    expect(poolStatus(pool(0, 0, undefined, 'spec.servedModelName is required'), t0).conditions[0]).toMatchObject({ status: 'False', reason: 'InvalidSpec', message: 'spec.servedModelName is required' });
+    expect(poolStatus(pool(0, 0, undefined, 'spec.servedModelName is required'), t0).conditions[0]).toMatchObject({
+      status: 'False',
+      reason: 'InvalidSpec',
+      message: 'spec.servedModelName is required',
+    });
   });
 
   it('keeps lastTransitionTime while a condition keeps its status, and moves it when the status flips', () => {
@@ -59,7 +73,10 @@ describe('deploymentStatus', () => {
     const registry = new Registry(pools, [view.deployment!]);
     const status = deploymentStatus(view, registry, new Map([[view.deployment!, view]]), t0);
     expect(status.observedGeneration).toBe(2);
-    expect(status.conditions.map((c) => [c.type, c.status, c.reason])).toEqual([['Accepted', 'True', 'Accepted'], ['Conflicted', 'False', 'NoConflict']]);
+    expect(status.conditions.map((c) => [c.type, c.status, c.reason])).toEqual([
+      ['Accepted', 'True', 'Accepted'],
+      ['Conflicted', 'False', 'NoConflict'],
+    ]);
   });
 
   it('does not accept a deployment targeting a pool missing from its namespace', () => {
@@ -73,7 +90,10 @@ describe('deploymentStatus', () => {
     const older = deployment('older', 100, 'llama-a', ['default'], ['llama']);
     const younger = deployment('younger', 200, 'llama-b', ['default'], ['llama']);
     const registry = new Registry(pools, [younger.deployment!, older.deployment!]);
-    const views = new Map([[older.deployment!, older], [younger.deployment!, younger]]);
+    const views = new Map([
+      [older.deployment!, older],
+      [younger.deployment!, younger],
+    ]);
     expect(deploymentStatus(older, registry, views, t0).conditions[1]).toMatchObject({ status: 'False' });
     expect(deploymentStatus(younger, registry, views, t0).conditions[1]).toMatchObject({
       status: 'True',

@@ -107,7 +107,12 @@ describe('Director.direct: the plan', () => {
 
   it.each([
     { case: 'a stream without usage asked: usage asked for, and stripped', body: { ...chat, stream: true }, strip: true, options: { include_usage: true } },
-    { case: 'stream options kept while usage is added', body: { ...chat, stream: true, stream_options: { continuous_usage_stats: false } }, strip: true, options: { continuous_usage_stats: false, include_usage: true } },
+    {
+      case: 'stream options kept while usage is added',
+      body: { ...chat, stream: true, stream_options: { continuous_usage_stats: false } },
+      strip: true,
+      options: { continuous_usage_stats: false, include_usage: true },
+    },
     { case: 'a stream whose client asked for usage: untouched', body: { ...chat, stream: true, stream_options: { include_usage: true } }, strip: false, options: { include_usage: true } },
     { case: 'no stream: no usage option', body: chat, strip: false, options: undefined },
   ])('chat, $case', async ({ body, strip, options }) => {

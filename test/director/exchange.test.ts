@@ -320,7 +320,11 @@ describe('ExchangeRunner: success and retries within a pool', () => {
 
   it('gives up with the router’s error when the retry budget is spent (maxRetries 2: three attempts)', async () => {
     const A = pool('A');
-    const t = setup({ route: [step(A)], endpoints: { A: ['a1', 'a2', 'a3', 'a4'] }, script: { a1: [failed('connect')], a2: [failed('reset')], a3: [failed('connect_timeout', 'no connection within 5 ms')] } });
+    const t = setup({
+      route: [step(A)],
+      endpoints: { A: ['a1', 'a2', 'a3', 'a4'] },
+      script: { a1: [failed('connect')], a2: [failed('reset')], a3: [failed('connect_timeout', 'no connection within 5 ms')] },
+    });
     const report = await t.run();
     expect(t.forwarder.endpoints).toEqual(['a1', 'a2', 'a3']);
     expect(t.sleeps).toHaveLength(2);
@@ -377,15 +381,7 @@ describe('ExchangeRunner: moving on to the next pool', () => {
       script: { a1: [failed('connect')], a2: [upstream(503)], b1: [failed('reset')], b2: [committed()] },
     });
     const report = await t.run();
-    expect(t.events).toEqual([
-      'attempt A/a1 connect',
-      'retry A connect',
-      'attempt A/a2 upstream_503',
-      'fallback A@dep → B@dep',
-      'attempt B/b1 reset',
-      'retry B reset',
-      'attempt B/b2 committed',
-    ]);
+    expect(t.events).toEqual(['attempt A/a1 connect', 'retry A connect', 'attempt A/a2 upstream_503', 'fallback A@dep → B@dep', 'attempt B/b1 reset', 'retry B reset', 'attempt B/b2 committed']);
     expect(t.sleeps).toEqual([65, 65]); // each pool's first retry
     expect(report.pool).toBe(B);
     expect(report.fallback).toBeUndefined(); // same deployment, another pool

@@ -84,7 +84,13 @@ describe('planRoute: fallbacks', () => {
   const embeddingsOnly = deployment('vectors', { emb: 1 });
 
   it.each([
-    { case: 'appended after the own pools, in the fallback’s order; its own fallback (third) not followed', fallbacks: ['backup'], own: { a: 1 }, without: [], route: ['a@main', 'b@backup', 'c@backup'] },
+    {
+      case: 'appended after the own pools, in the fallback’s order; its own fallback (third) not followed',
+      fallbacks: ['backup'],
+      own: { a: 1 },
+      without: [],
+      route: ['a@main', 'b@backup', 'c@backup'],
+    },
     { case: 'a pool already on the route is not listed twice', fallbacks: ['backup'], own: { a: 1, b: 1 }, without: [], route: ['a@main', 'b@main', 'c@backup'] },
     { case: 'a fallback’s own fallback is reached only when listed directly', fallbacks: ['backup', 'third'], own: { a: 1 }, without: [], route: ['a@main', 'b@backup', 'c@backup', 'd@third'] },
     { case: 'several fallbacks, in the listed order', fallbacks: ['third', 'backup'], own: { a: 1 }, without: [], route: ['a@main', 'd@third', 'b@backup', 'c@backup'] },

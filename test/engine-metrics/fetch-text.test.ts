@@ -39,7 +39,10 @@ afterEach(async () => {
 async function setup(handler: http.RequestListener, maxBytes?: number): Promise<{ server: TestServer; fetcher: MetricsFetcher }> {
   const server = await serve(handler);
   const fetcher = createMetricsFetcher(maxBytes);
-  cleanups.push(() => server.close(), () => fetcher.close());
+  cleanups.push(
+    () => server.close(),
+    () => fetcher.close(),
+  );
   return { server, fetcher };
 }
 

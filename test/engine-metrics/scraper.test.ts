@@ -6,7 +6,6 @@ import { EngineMetricsScraper, type ScrapeResult } from '../../src/engine-metric
 import { ScrapeError } from '../../src/engine-metrics/fetch-text.js';
 import { FakeTime, flush } from '../helpers/fake-time.js';
 
-
 interface Call {
   url: string;
   timeoutMs: number;

@@ -195,7 +195,12 @@ describe('FakeKubeApi with the real @kubernetes/client-node API clients', () => 
     const pool = { group: 'modelgate.io', version: 'v1alpha1', namespace: NS, plural: 'modelpools', name: 'chat' };
 
     const list: unknown = await custom.listNamespacedCustomObject({ group: pool.group, version: pool.version, namespace: NS, plural: pool.plural });
-    expect(list).toMatchObject({ apiVersion: 'modelgate.io/v1alpha1', kind: 'ModelPoolList', metadata: { resourceVersion: '1001' }, items: [{ kind: 'ModelPool', metadata: { name: 'chat', generation: 1 } }] });
+    expect(list).toMatchObject({
+      apiVersion: 'modelgate.io/v1alpha1',
+      kind: 'ModelPoolList',
+      metadata: { resourceVersion: '1001' },
+      items: [{ kind: 'ModelPool', metadata: { name: 'chat', generation: 1 } }],
+    });
 
     const status = { readyReplicas: 2, conditions: [{ type: 'Ready', status: 'True' }] };
     const patched: unknown = await custom.patchNamespacedCustomObjectStatus({ ...pool, body: { status } }, setHeaderOptions('Content-Type', PatchStrategy.MergePatch));
@@ -235,7 +240,10 @@ describe('FakeKubeApi with the real @kubernetes/client-node API clients', () => 
 });
 
 /** Reads a watch response line by line until `done` holds for the events so far or the stream ends. */
-async function readEvents(url: string, done: (events: Array<{ type: string; object: Record<string, unknown> }>) => boolean = () => false): Promise<Array<{ type: string; object: Record<string, unknown> }>> {
+async function readEvents(
+  url: string,
+  done: (events: Array<{ type: string; object: Record<string, unknown> }>) => boolean = () => false,
+): Promise<Array<{ type: string; object: Record<string, unknown> }>> {
   const controller = new AbortController();
   const res = await fetch(url, { signal: controller.signal });
   expect(res.status).toBe(200);

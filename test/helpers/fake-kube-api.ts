@@ -442,7 +442,8 @@ export class FakeKubeApi {
   private create({ route, body, res }: Call): void {
     const obj = parseObject(body);
     const namespace = route.namespace ?? 'default';
-    if (obj.metadata.namespace !== undefined && obj.metadata.namespace !== namespace) throw new StatusError(400, 'the namespace of the provided object does not match the namespace sent on the request');
+    if (obj.metadata.namespace !== undefined && obj.metadata.namespace !== namespace)
+      throw new StatusError(400, 'the namespace of the provided object does not match the namespace sent on the request');
     if (this.find(route.resource, namespace, obj.metadata.name) !== undefined) {
       throw new StatusError(409, `${route.resource}.${route.type.group} "${obj.metadata.name}" already exists`, { reason: 'AlreadyExists', details: detailsOf(route, obj.metadata.name) });
     }
@@ -572,7 +573,8 @@ function parseSelector(selector: string | undefined): Requirement[] {
   return selector.split(',').map((raw) => {
     const term = raw.trim();
     const match = /^(!?)([A-Za-z0-9._/-]+)(?:(==|!=|=)([A-Za-z0-9._-]*))?$/.exec(term);
-    if (match === null || (match[1] === '!' && match[3] !== undefined)) throw new StatusError(400, `unable to parse requirement: ${JSON.stringify(term)} (the fake supports key, !key, key=value, key==value, key!=value)`);
+    if (match === null || (match[1] === '!' && match[3] !== undefined))
+      throw new StatusError(400, `unable to parse requirement: ${JSON.stringify(term)} (the fake supports key, !key, key=value, key==value, key!=value)`);
     const [, not, key = '', op, value = ''] = match;
     if (not === '!') return { key, op: 'absent', value };
     if (op === undefined) return { key, op: 'exists', value };
@@ -613,7 +615,11 @@ function project(event: HistoryEvent, watch: Pick<Watcher, 'resource' | 'namespa
 
 function checkVersion(route: Route, stored: StoredObject, expected: string | undefined): void {
   if (expected === undefined || expected === '' || expected === stored.metadata.resourceVersion) return;
-  throw new StatusError(409, `Operation cannot be fulfilled on ${route.resource}.${route.type.group} "${stored.metadata.name}": the object has been modified; please apply your changes to the latest version and try again`, { details: detailsOf(route, stored.metadata.name) });
+  throw new StatusError(
+    409,
+    `Operation cannot be fulfilled on ${route.resource}.${route.type.group} "${stored.metadata.name}": the object has been modified; please apply your changes to the latest version and try again`,
+    { details: detailsOf(route, stored.metadata.name) },
+  );
 }
 
 /** Spec = every field but apiVersion, kind, metadata and status (EndpointSlices keep theirs at the top level). */

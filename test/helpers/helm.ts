@@ -38,10 +38,18 @@ export type SetValues = Record<string, unknown>;
 /** Runs helm with `args`; resolves with its exit code and output, whatever the code. */
 export function helm(args: string[]): Promise<HelmResult> {
   return new Promise((resolve, reject) => {
-    execFile(HELM, args, { maxBuffer: 64 * 1024 * 1024, env: { ...process.env, HELM_CACHE_HOME: '/tmp/modelgate-helm/cache', HELM_CONFIG_HOME: '/tmp/modelgate-helm/config', HELM_DATA_HOME: '/tmp/modelgate-helm/data' } }, (err, stdout, stderr) => {
-      if (err && typeof err.code !== 'number') return reject(new Error(`cannot run ${HELM} (npm run fetch-tools puts it there): ${err.message}`));
-      resolve({ code: err ? Number(err.code) : 0, stdout, stderr });
-    });
+    execFile(
+      HELM,
+      args,
+      {
+        maxBuffer: 64 * 1024 * 1024,
+        env: { ...process.env, HELM_CACHE_HOME: '/tmp/modelgate-helm/cache', HELM_CONFIG_HOME: '/tmp/modelgate-helm/config', HELM_DATA_HOME: '/tmp/modelgate-helm/data' },
+      },
+      (err, stdout, stderr) => {
+        if (err && typeof err.code !== 'number') return reject(new Error(`cannot run ${HELM} (npm run fetch-tools puts it there): ${err.message}`));
+        resolve({ code: err ? Number(err.code) : 0, stdout, stderr });
+      },
+    );
   });
 }
 
@@ -54,10 +62,7 @@ export function ciValuesFiles(): string[] {
 }
 
 function valueArgs(valuesFiles: string[], set: SetValues): string[] {
-  return [
-    ...valuesFiles.flatMap((f) => ['-f', join(CHART_DIR, f)]),
-    ...Object.entries(set).flatMap(([path, value]) => ['--set-json', `${path}=${JSON.stringify(value)}`]),
-  ];
+  return [...valuesFiles.flatMap((f) => ['-f', join(CHART_DIR, f)]), ...Object.entries(set).flatMap(([path, value]) => ['--set-json', `${path}=${JSON.stringify(value)}`])];
 }
 
 /** `helm template` with values files (relative to the chart) and `--set-json` values; the raw result. */

@@ -15,15 +15,24 @@ export interface Recorded {
 export type Reply = (req: Recorded, res: ServerResponse) => void;
 
 export const okChat: Reply = (req, res) => {
-  const body = JSON.stringify({ id: 'chatcmpl-up', object: 'chat.completion', created: 1, model: (JSON.parse(req.body) as { model: string }).model, choices: [{ index: 0, message: { role: 'assistant', content: 'ok' }, finish_reason: 'stop' }], usage: { prompt_tokens: 1, completion_tokens: 1, total_tokens: 2 } });
+  const body = JSON.stringify({
+    id: 'chatcmpl-up',
+    object: 'chat.completion',
+    created: 1,
+    model: (JSON.parse(req.body) as { model: string }).model,
+    choices: [{ index: 0, message: { role: 'assistant', content: 'ok' }, finish_reason: 'stop' }],
+    usage: { prompt_tokens: 1, completion_tokens: 1, total_tokens: 2 },
+  });
   res.writeHead(200, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) });
   res.end(body);
 };
 
-export const replyWith = (status: number, body: string, headers: Record<string, string> = { 'content-type': 'application/json' }): Reply => (_req, res) => {
-  res.writeHead(status, { ...headers, 'content-length': Buffer.byteLength(body) });
-  res.end(body);
-};
+export const replyWith =
+  (status: number, body: string, headers: Record<string, string> = { 'content-type': 'application/json' }): Reply =>
+  (_req, res) => {
+    res.writeHead(status, { ...headers, 'content-length': Buffer.byteLength(body) });
+    res.end(body);
+  };
 
 export interface RecordingUpstream {
   url: string;

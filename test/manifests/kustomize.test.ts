@@ -23,7 +23,11 @@ function kustomize(dir: string): Promise<K8sObject[]> {
   });
 }
 
-const filesIn = (dir: string): string[] => readdirSync(join(MANIFESTS, dir)).filter((f) => /\.ya?ml$/.test(f)).sort().map((f) => `${dir}/${f}`);
+const filesIn = (dir: string): string[] =>
+  readdirSync(join(MANIFESTS, dir))
+    .filter((f) => /\.ya?ml$/.test(f))
+    .sort()
+    .map((f) => `${dir}/${f}`);
 const id = (o: K8sObject): string => `${o.kind} ${o.metadata.namespace ?? ''}/${o.metadata.name}`;
 
 let root: K8sObject[] = [];

@@ -65,8 +65,7 @@ const manifests: Manifest[] = files.flatMap(({ file, text }) =>
     .filter((value) => value !== null)
     .map((value) => ({ file, value: obj(value, `a document of ${file}`) })),
 );
-const ofKind = (kind: string, dir?: string): Manifest[] =>
-  manifests.filter((m) => m.value.kind === kind && (dir === undefined || m.file.startsWith(`${dir}/`)));
+const ofKind = (kind: string, dir?: string): Manifest[] => manifests.filter((m) => m.value.kind === kind && (dir === undefined || m.file.startsWith(`${dir}/`)));
 const examples = manifests.filter((m) => m.file.startsWith('examples/'));
 
 // ---------------------------------------------------------------------------------------------
@@ -326,7 +325,10 @@ describe('manifests: the CRD schemas accept the examples and reject broken objec
     const pool = { ...example('ModelPool', 'llama-8b'), status: { replicas: 2, readyReplicas: 2, observedGeneration: 1, conditions: [condition] } };
     expect(validate('ModelPool', pool)).toEqual([]);
     const conflicted = { ...condition, type: 'Conflicted', reason: 'NameConflict', message: '"default" is held by ModelDeployment models/other.' };
-    const dep = { ...example('ModelDeployment', 'llama-8b-prod'), status: { observedGeneration: 3, conditions: [{ ...condition, type: 'Accepted', reason: 'PoolNotFound', status: 'False' }, conflicted] } };
+    const dep = {
+      ...example('ModelDeployment', 'llama-8b-prod'),
+      status: { observedGeneration: 3, conditions: [{ ...condition, type: 'Accepted', reason: 'PoolNotFound', status: 'False' }, conflicted] },
+    };
     expect(validate('ModelDeployment', dep)).toEqual([]);
   });
 
@@ -353,8 +355,16 @@ describe('manifests: the CRD schemas accept the examples and reject broken objec
     ['service name with capitals', (p) => (p.spec.service.name = 'Llama'), 'must match pattern'],
     ['a misspelt field (servedModel)', (p) => (p.spec.servedModel = 'x'), 'must NOT have additional properties'],
     ['a negative readyReplicas', (p) => (p.status = { readyReplicas: -1 }), 'must be >= 0'],
-    ['a condition without reason', (p) => (p.status = { conditions: [{ type: 'Ready', status: 'True', message: '', lastTransitionTime: '2025-01-01T00:00:00Z' }] }), "must have required property 'reason'"],
-    ['a condition status yes', (p) => (p.status = { conditions: [{ type: 'Ready', status: 'yes', reason: 'R', message: '', lastTransitionTime: '2025-01-01T00:00:00Z' }] }), 'must be equal to one of the allowed values'],
+    [
+      'a condition without reason',
+      (p) => (p.status = { conditions: [{ type: 'Ready', status: 'True', message: '', lastTransitionTime: '2025-01-01T00:00:00Z' }] }),
+      "must have required property 'reason'",
+    ],
+    [
+      'a condition status yes',
+      (p) => (p.status = { conditions: [{ type: 'Ready', status: 'yes', reason: 'R', message: '', lastTransitionTime: '2025-01-01T00:00:00Z' }] }),
+      'must be equal to one of the allowed values',
+    ],
     ['an unknown scorer', (p) => (p.spec.routing = { scorers: [{ name: 'random' }] }), 'must be equal to one of the allowed values'],
     ['an empty scorer list', (p) => (p.spec.routing = { scorers: [] }), 'must NOT have fewer than 1 items'],
     ['a scorer without name', (p) => (p.spec.routing = { scorers: [{ weight: 2 }] }), "must have required property 'name'"],
@@ -379,7 +389,13 @@ describe('manifests: the CRD schemas accept the examples and reject broken objec
   const poolOk: Array<[string, (p: PoolObject) => void]> = [
     ['port by number', (p) => (p.spec.service.port = 8000)],
     ['no port', (p) => delete p.spec.service.port],
-    ['no engine and no capabilities (defaults)', (p) => { delete p.spec.engine; delete p.spec.capabilities; }],
+    [
+      'no engine and no capabilities (defaults)',
+      (p) => {
+        delete p.spec.engine;
+        delete p.spec.capabilities;
+      },
+    ],
     ['both capabilities', (p) => (p.spec.capabilities = ['chat', 'embeddings'])],
     ['scorers without weights', (p) => (p.spec.routing = { scorers: [{ name: 'prefix' }, { name: 'outstanding' }] })],
     [
@@ -468,8 +484,7 @@ describe('manifests: the CRD schemas accept the examples and reject broken objec
 // RBAC
 
 const triple = (group: string, resource: string, verb: string): string => `${group}|${resource}|${verb}`;
-const expand = (groups: string[], resources: string[], verbs: string[]): string[] =>
-  groups.flatMap((g) => resources.flatMap((r) => verbs.map((v) => triple(g, r, v))));
+const expand = (groups: string[], resources: string[], verbs: string[]): string[] => groups.flatMap((g) => resources.flatMap((r) => verbs.map((v) => triple(g, r, v))));
 const WATCH = [
   ...expand(['discovery.k8s.io'], ['endpointslices'], ['get', 'list', 'watch']),
   ...expand([GROUP], ['modelpools', 'modeldeployments'], ['get', 'list', 'watch']),
@@ -539,9 +554,10 @@ describe('manifests: RBAC is least privilege', () => {
       expect(b.value.subjects).toEqual([SUBJECT]);
       const ref = obj(b.value.roleRef, 'roleRef');
       expect(ref.apiGroup).toBe('rbac.authorization.k8s.io');
-      const target = b.value.kind === 'ClusterRoleBinding'
-        ? clusterRoles.find((r) => nameOf(r) === ref.name && ref.kind === 'ClusterRole')
-        : roles.find((r) => nameOf(r) === ref.name && ref.kind === 'Role' && namespaceOf(r) === namespaceOf(b) && r.file === b.file);
+      const target =
+        b.value.kind === 'ClusterRoleBinding'
+          ? clusterRoles.find((r) => nameOf(r) === ref.name && ref.kind === 'ClusterRole')
+          : roles.find((r) => nameOf(r) === ref.name && ref.kind === 'Role' && namespaceOf(r) === namespaceOf(b) && r.file === b.file);
       expect({ binding: `${b.file} ${nameOf(b)}`, found: target !== undefined }).toEqual({ binding: `${b.file} ${nameOf(b)}`, found: true });
     }
   });
@@ -554,13 +570,13 @@ describe('manifests: examples', () => {
   const inNamespace = (kind: string, namespace: unknown): Manifest[] => examples.filter((m) => m.value.kind === kind && namespaceOf(m) === namespace);
   const labelsMatch = (selector: Obj, labels: Obj): boolean => Object.entries(selector).every(([k, v]) => labels[k] === v);
   const podLabels = (d: Manifest): Obj => obj(obj(obj(specOf(d).template, 'template').metadata, 'template.metadata').labels, 'template labels');
-  const containers = (d: Manifest): Obj[] =>
-    list(obj(obj(specOf(d).template, 'template').spec, 'pod spec').containers, 'containers').map((c) => obj(c, 'container'));
+  const containers = (d: Manifest): Obj[] => list(obj(obj(specOf(d).template, 'template').spec, 'pod spec').containers, 'containers').map((c) => obj(c, 'container'));
   const containerPorts = (d: Manifest): Obj[] => containers(d).flatMap((c) => list(c.ports ?? [], 'ports').map((p) => obj(p, 'port')));
 
   it('gives every example object a namespace', () => {
     expect(examples.length).toBeGreaterThan(0);
-    for (const m of examples) expect({ file: m.file, name: nameOf(m), namespace: namespaceOf(m) }).toEqual({ file: m.file, name: nameOf(m), namespace: expect.stringMatching(/^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/) });
+    for (const m of examples)
+      expect({ file: m.file, name: nameOf(m), namespace: namespaceOf(m) }).toEqual({ file: m.file, name: nameOf(m), namespace: expect.stringMatching(/^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/) });
   });
 
   it('has the ModelPools and ModelDeployments the README names', () => {
@@ -569,7 +585,13 @@ describe('manifests: examples', () => {
     expect(names('ModelDeployment')).toEqual(['bge-small', 'llama-8b-next', 'llama-8b-prod']);
     const prod = examples.filter((m) => m.value.kind === 'ModelDeployment' && nameOf(m) === 'llama-8b-prod');
     expect(prod.map((m) => [m.file, specOf(m).targets])).toEqual([
-      ['examples/canary.yaml', [{ pool: 'llama-8b', weight: 90 }, { pool: 'llama-8b-canary', weight: 10 }]],
+      [
+        'examples/canary.yaml',
+        [
+          { pool: 'llama-8b', weight: 90 },
+          { pool: 'llama-8b-canary', weight: 10 },
+        ],
+      ],
       ['examples/vllm-llama.yaml', [{ pool: 'llama-8b', weight: 100 }]],
     ]);
   });
@@ -602,7 +624,11 @@ describe('manifests: examples', () => {
         'examples/vllm-llama.yaml',
         'llama-8b',
         {
-          scorers: [{ name: 'prefix', weight: 3 }, { name: 'outstanding', weight: 2 }, { name: 'session', weight: 10 }],
+          scorers: [
+            { name: 'prefix', weight: 3 },
+            { name: 'outstanding', weight: 2 },
+            { name: 'session', weight: 10 },
+          ],
           session: { header: 'x-conversation-id' },
         },
       ],

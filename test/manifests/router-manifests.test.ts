@@ -62,7 +62,12 @@ describe('ModelPool CRD and the config', () => {
   };
   /** Field names and leaf types, sorted; an enum without a type (the router's schema) has its values' type, as in the CRD. */
   const shape = (node: Node): unknown => {
-    if (node.properties) return Object.fromEntries(Object.entries(node.properties).map(([k, v]) => [k, shape(v)]).sort(([a], [b]) => String(a).localeCompare(String(b))));
+    if (node.properties)
+      return Object.fromEntries(
+        Object.entries(node.properties)
+          .map(([k, v]) => [k, shape(v)])
+          .sort(([a], [b]) => String(a).localeCompare(String(b))),
+      );
     if (node.items) return [shape(node.items)];
     return node.type ?? (node.enum ? typeof node.enum[0] : undefined);
   };
@@ -163,7 +168,10 @@ describe('ModelPool CRD and the config', () => {
     const { scorers, ...groups } = ROUTING_DEFAULTS;
     expect(routing.properties.scorers?.description).toContain(`(default ${scorers.map((s) => `${s.name} ${s.weight}`).join(', ')})`);
     const quoted = Object.entries(groups).flatMap(([group, fields]) =>
-      Object.entries(fields as Record<string, unknown>).map(([field, value]) => [`${group}.${field}`, routing.properties[group]?.properties?.[field]?.description.includes(`(default ${String(value)})`)]),
+      Object.entries(fields as Record<string, unknown>).map(([field, value]) => [
+        `${group}.${field}`,
+        routing.properties[group]?.properties?.[field]?.description.includes(`(default ${String(value)})`),
+      ]),
     );
     expect(quoted.length).toBeGreaterThanOrEqual(12);
     expect(quoted.filter(([, ok]) => !ok)).toEqual([]);

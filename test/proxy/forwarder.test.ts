@@ -91,7 +91,11 @@ describe('Forwarder.attempt', () => {
     expect(res.headers['x-request-id']).toBe('r1');
     expect(seen.url).toBe('/v1/chat/completions');
     expect(seen.body).toBe('{"model":"m"}');
-    expect(Object.keys(seen.headers ?? {}).filter((h) => h !== 'connection').sort()).toEqual(['content-length', 'content-type', 'host', 'x-request-id']);
+    expect(
+      Object.keys(seen.headers ?? {})
+        .filter((h) => h !== 'connection')
+        .sort(),
+    ).toEqual(['content-length', 'content-type', 'host', 'x-request-id']);
     expect(results.map((r) => r.kind)).toEqual(['committed']);
   });
 

@@ -26,7 +26,11 @@ describe('admin port', () => {
   });
 
   it('serves Prometheus metrics with request counts and pool readiness, bounded labels only', async () => {
-    await request(gateway.router.api).post('/v1/chat/completions').set({ Authorization: `Bearer ${KEY}`, 'Content-Type': 'application/json' }).send('{"model":"llm","messages":[{"role":"user","content":"secret prompt"}]}').expect(200);
+    await request(gateway.router.api)
+      .post('/v1/chat/completions')
+      .set({ Authorization: `Bearer ${KEY}`, 'Content-Type': 'application/json' })
+      .send('{"model":"llm","messages":[{"role":"user","content":"secret prompt"}]}')
+      .expect(200);
     await request(gateway.router.api).get('/v1/models').expect(401);
     const res = await request(gateway.router.admin).get('/metrics').expect(200);
     expect(res.headers['content-type']).toMatch(/^text\/plain/);

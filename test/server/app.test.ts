@@ -90,7 +90,19 @@ describe('the API app', () => {
     await request(api).post('/v1/chat/completions').set({ authorization: 'Bearer sk-all', 'x-request-id': 'req-42' }).send(chat).expect(200);
     await waitFor(() => logs.some((l) => l.includes('"msg":"request"')), 'the access log line');
     const line = JSON.parse(logs.find((l) => l.includes('"msg":"request"')) ?? '{}') as Record<string, unknown>;
-    expect(line).toMatchObject({ requestId: 'req-42', key: 'all', model: 'default', deployment: 'm-prod', pool: 'p', fallback: 'other-prod', endpoint: 'e1', completionTokens: 7, tokensEstimated: true, failure: 'client_gone', status: 200 });
+    expect(line).toMatchObject({
+      requestId: 'req-42',
+      key: 'all',
+      model: 'default',
+      deployment: 'm-prod',
+      pool: 'p',
+      fallback: 'other-prod',
+      endpoint: 'e1',
+      completionTokens: 7,
+      tokensEstimated: true,
+      failure: 'client_gone',
+      status: 200,
+    });
     expect(line.promptTokens).toBeUndefined();
   });
 });

@@ -68,7 +68,10 @@ describe('least outstanding requests', () => {
     expect([held(a), held(b)]).toEqual([2, 2]);
 
     // replica-0 answers its two; replica-1 still has two outstanding.
-    await runOnFakeTime(clocks[0]!, waitFor(() => held(a) === 0 && gateway.router.inFlight.total() === 2, 'replica-0 to answer its two'));
+    await runOnFakeTime(
+      clocks[0]!,
+      waitFor(() => held(a) === 0 && gateway.router.inFlight.total() === 2, 'replica-0 to answer its two'),
+    );
 
     // Two more: both to replica-0 (0, then 1, against 2). Round robin would send one to replica-1.
     const second = [send(), send()];
@@ -101,7 +104,16 @@ describe('weighted deployment targets', () => {
         { name: 'stable', servedModelName: 'served/llm', endpoints: [a!.url] },
         { name: 'canary', servedModelName: 'served/llm', endpoints: [b!.url] },
       ],
-      deployments: [{ id: 'llm', model: 'llm', targets: [{ pool: 'stable', weight: 90 }, { pool: 'canary', weight: 10 }] }],
+      deployments: [
+        {
+          id: 'llm',
+          model: 'llm',
+          targets: [
+            { pool: 'stable', weight: 90 },
+            { pool: 'canary', weight: 10 },
+          ],
+        },
+      ],
     });
     const { replicas } = await closedLoop(4, 400, () => rawRequest(`${gateway.router.apiUrl}/v1/chat/completions`, { headers: { authorization: `Bearer ${KEY}` }, body: { ...body, max_tokens: 1 } }));
     const canary = share(replicas, 'replica-1');
@@ -116,7 +128,16 @@ describe('weighted deployment targets', () => {
         { name: 'live', servedModelName: 'served/llm', endpoints: [a!.url] },
         { name: 'drained', servedModelName: 'served/llm', endpoints: [] },
       ],
-      deployments: [{ id: 'llm', model: 'llm', targets: [{ pool: 'live', weight: 1 }, { pool: 'drained', weight: 99 }] }],
+      deployments: [
+        {
+          id: 'llm',
+          model: 'llm',
+          targets: [
+            { pool: 'live', weight: 1 },
+            { pool: 'drained', weight: 99 },
+          ],
+        },
+      ],
     });
     const { replicas } = await closedLoop(2, 20, () => rawRequest(`${gateway.router.apiUrl}/v1/chat/completions`, { headers: { authorization: `Bearer ${KEY}` }, body: { ...body, max_tokens: 1 } }));
     expect(share(replicas, 'replica-0')).toBe(1);

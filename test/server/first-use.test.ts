@@ -78,7 +78,13 @@ describe('fallbacks', () => {
   it('moves on when every attempt in a pool got a retryable error, and never for an error that is the request’s own', async () => {
     const busy = await startTestSim({ model: ['served/small'], fault: 'status=503' });
     try {
-      const { client } = await gateway({ ...fallbackSetup({ retries: { initialBackoffMs: 1, maxBackoffMs: 2 } }), pools: [{ name: 'small', servedModelName: 'served/small', endpoints: [busy.url] }, { name: 'big', servedModelName: 'served/big', endpoints: [live.url] }] });
+      const { client } = await gateway({
+        ...fallbackSetup({ retries: { initialBackoffMs: 1, maxBackoffMs: 2 } }),
+        pools: [
+          { name: 'small', servedModelName: 'served/small', endpoints: [busy.url] },
+          { name: 'big', servedModelName: 'served/big', endpoints: [live.url] },
+        ],
+      });
       expect((await client.chat.completions.create({ model: 'small', messages: [{ role: 'user', content: 'hi' }], max_tokens: 3 })).choices).toHaveLength(1);
       const err = await client.chat.completions.create({ model: 'big', messages: [{ role: 'user', content: 'x '.repeat(200) }] }).catch((e: unknown) => e);
       expect(err).toBeInstanceOf(OpenAI.BadRequestError); // not retryable: passed on, no fallback

@@ -84,7 +84,11 @@ describe('headers', () => {
       deployments: [{ id: 'llm', model: 'llm', targets: [{ pool: 'llm' }] }],
     });
     try {
-      await request(keyed.router.api).post('/v1/chat/completions').set({ ...auth, 'Content-Type': 'application/json' }).send('{"model":"llm","messages":[{"role":"user","content":"x"}]}').expect(200);
+      await request(keyed.router.api)
+        .post('/v1/chat/completions')
+        .set({ ...auth, 'Content-Type': 'application/json' })
+        .send('{"model":"llm","messages":[{"role":"user","content":"x"}]}')
+        .expect(200);
       expect(upstream.requests[0]!.headers.authorization).toBe('Bearer sk-backend-secret');
     } finally {
       await keyed.close();
@@ -109,12 +113,54 @@ describe('headers', () => {
 
 describe('upstream errors', () => {
   const table: Array<[string, number, string, Record<string, string>, number, object]> = [
-    ['vLLM nested error with an integer code', 404, '{"error":{"message":"The model `served/llm` does not exist.","type":"NotFoundError","param":"model","code":404}}', {}, 404, { message: 'The model `served/llm` does not exist.', type: 'invalid_request_error', param: 'model', code: 'model_not_found' }],
-    ['vLLM context-length error', 400, '{"error":{"message":"This model\'s maximum context length is 8 tokens. However, your request has 9 input tokens.","type":"BadRequestError","param":"input_tokens","code":400}}', {}, 400, { type: 'invalid_request_error', param: 'input_tokens', code: 'context_length_exceeded' }],
-    ['old vLLM / TEI flat error', 400, '{"object":"error","message":"bad field","type":"BadRequestError","param":null,"code":400}', {}, 400, { message: 'bad field', type: 'invalid_request_error', param: null, code: null }],
-    ['TGI flat error', 429, '{"error":"Model is overloaded","error_type":"overloaded"}', { 'retry-after': '3' }, 429, { message: 'Model is overloaded', type: 'rate_limit_error', param: null, code: 'overloaded' }],
-    ['TGI 424 generation error', 424, '{"error":"Request failed during generation","error_type":"generation"}', {}, 502, { message: 'Request failed during generation', type: 'server_error', code: 'generation' }],
-    ['plain-text body', 422, 'Failed to deserialize the JSON body', { 'content-type': 'text/plain' }, 422, { message: 'Failed to deserialize the JSON body', type: 'invalid_request_error', param: null, code: null }],
+    [
+      'vLLM nested error with an integer code',
+      404,
+      '{"error":{"message":"The model `served/llm` does not exist.","type":"NotFoundError","param":"model","code":404}}',
+      {},
+      404,
+      { message: 'The model `served/llm` does not exist.', type: 'invalid_request_error', param: 'model', code: 'model_not_found' },
+    ],
+    [
+      'vLLM context-length error',
+      400,
+      '{"error":{"message":"This model\'s maximum context length is 8 tokens. However, your request has 9 input tokens.","type":"BadRequestError","param":"input_tokens","code":400}}',
+      {},
+      400,
+      { type: 'invalid_request_error', param: 'input_tokens', code: 'context_length_exceeded' },
+    ],
+    [
+      'old vLLM / TEI flat error',
+      400,
+      '{"object":"error","message":"bad field","type":"BadRequestError","param":null,"code":400}',
+      {},
+      400,
+      { message: 'bad field', type: 'invalid_request_error', param: null, code: null },
+    ],
+    [
+      'TGI flat error',
+      429,
+      '{"error":"Model is overloaded","error_type":"overloaded"}',
+      { 'retry-after': '3' },
+      429,
+      { message: 'Model is overloaded', type: 'rate_limit_error', param: null, code: 'overloaded' },
+    ],
+    [
+      'TGI 424 generation error',
+      424,
+      '{"error":"Request failed during generation","error_type":"generation"}',
+      {},
+      502,
+      { message: 'Request failed during generation', type: 'server_error', code: 'generation' },
+    ],
+    [
+      'plain-text body',
+      422,
+      'Failed to deserialize the JSON body',
+      { 'content-type': 'text/plain' },
+      422,
+      { message: 'Failed to deserialize the JSON body', type: 'invalid_request_error', param: null, code: null },
+    ],
     ['empty body', 503, '', {}, 503, { message: 'The model server answered with status 503.', type: 'server_error' }],
     ['engine refusing the router credentials', 401, '{"error":"Unauthorized"}', {}, 502, { type: 'server_error', code: 'upstream_auth_failed' }],
   ];
@@ -133,7 +179,11 @@ describe('upstream errors', () => {
     await dead.close();
     const gone = await buildTestRouter(chatSetup([url]));
     try {
-      const res = await request(gone.router.api).post('/v1/chat/completions').set({ ...auth, 'Content-Type': 'application/json' }).send('{"model":"llm","messages":[{"role":"user","content":"x"}]}').expect(502);
+      const res = await request(gone.router.api)
+        .post('/v1/chat/completions')
+        .set({ ...auth, 'Content-Type': 'application/json' })
+        .send('{"model":"llm","messages":[{"role":"user","content":"x"}]}')
+        .expect(502);
       expect((res.body as { error: { code: string; message: string } }).error.code).toBe('upstream_connection_failed');
       expect(JSON.stringify(res.body)).not.toContain(url.replace('http://', ''));
       expect(gone.router.inFlight.total()).toBe(0);

@@ -177,7 +177,15 @@ describe('the path checked is the path forwarded', () => {
 describe('client credentials', () => {
   it('never reach the engine: only the documented allow-list does, plus what the operator adds', async () => {
     const g = await gateway({ server: { forwardHeaders: ['X-Tenant'] } });
-    const sent = { cookie: 'session=abc', 'x-api-key': 'sk-other-credential', 'proxy-authorization': 'Basic eA==', 'x-tenant': 'team-a', 'x-custom': 'dropped', 'x-session-id': 'conv-1', 'x-modelgate-priority': 'sheddable' };
+    const sent = {
+      cookie: 'session=abc',
+      'x-api-key': 'sk-other-credential',
+      'proxy-authorization': 'Basic eA==',
+      'x-tenant': 'team-a',
+      'x-custom': 'dropped',
+      'x-session-id': 'conv-1',
+      'x-modelgate-priority': 'sheddable',
+    };
     expect((await chat(g, sent)).status).toBe(200);
     const seen = upstream.requests[0]?.headers ?? {};
     for (const name of ['cookie', 'x-api-key', 'proxy-authorization', 'x-custom']) expect(seen[name]).toBeUndefined();
@@ -187,7 +195,19 @@ describe('client credentials', () => {
     expect(seen['x-session-id']).toBe('conv-1'); // the pool's session header
     expect(seen['x-modelgate-priority']).toBe('sheddable');
     expect(Object.keys(seen).sort()).toEqual(
-      ['content-length', 'content-type', 'host', 'x-forwarded-for', 'x-forwarded-host', 'x-forwarded-port', 'x-forwarded-proto', 'x-modelgate-priority', 'x-request-id', 'x-session-id', 'x-tenant'].sort(),
+      [
+        'content-length',
+        'content-type',
+        'host',
+        'x-forwarded-for',
+        'x-forwarded-host',
+        'x-forwarded-port',
+        'x-forwarded-proto',
+        'x-modelgate-priority',
+        'x-request-id',
+        'x-session-id',
+        'x-tenant',
+      ].sort(),
     );
   });
 
@@ -202,8 +222,12 @@ describe('hidden models', () => {
     const hidden = await chat(g, {}, LIMITED);
     const missing = await rawRequest(`${g.router.apiUrl}/v1/chat/completions`, { headers: { authorization: `Bearer ${LIMITED}` }, body: { ...chatBody, model: 'llx' } });
     expect([hidden.status, missing.status]).toEqual([404, 404]);
-    expect(JSON.parse(hidden.body)).toEqual({ error: { message: 'The model `llm` does not exist or you do not have access to it.', type: 'invalid_request_error', param: 'model', code: 'model_not_found' } });
-    expect(JSON.parse(missing.body)).toEqual({ error: { message: 'The model `llx` does not exist or you do not have access to it.', type: 'invalid_request_error', param: 'model', code: 'model_not_found' } });
+    expect(JSON.parse(hidden.body)).toEqual({
+      error: { message: 'The model `llm` does not exist or you do not have access to it.', type: 'invalid_request_error', param: 'model', code: 'model_not_found' },
+    });
+    expect(JSON.parse(missing.body)).toEqual({
+      error: { message: 'The model `llx` does not exist or you do not have access to it.', type: 'invalid_request_error', param: 'model', code: 'model_not_found' },
+    });
     const retrieve = (id: string): Promise<RawResponse> => rawRequest(`${g.router.apiUrl}/v1/models/${id}`, { headers: { authorization: `Bearer ${LIMITED}` } });
     expect((await retrieve('llm')).status).toBe(404);
     expect((await retrieve('llx')).status).toBe(404);

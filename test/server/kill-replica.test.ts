@@ -21,7 +21,14 @@ describe('killing a replica under steady load', () => {
     const victim = replicas[0]!;
     const victimUrl = victim.url;
     const g = await startTestRouter({
-      pools: [{ name: 'llm', servedModelName: 'served/llm', endpoints: replicas.map((s) => s.url), resilience: { retries: { maxRetries: 2, initialBackoffMs: 5, maxBackoffMs: 20 }, breaker: { failureThreshold: 3, cooldownMs: 400, closeAfterSuccesses: 1 } } }],
+      pools: [
+        {
+          name: 'llm',
+          servedModelName: 'served/llm',
+          endpoints: replicas.map((s) => s.url),
+          resilience: { retries: { maxRetries: 2, initialBackoffMs: 5, maxBackoffMs: 20 }, breaker: { failureThreshold: 3, cooldownMs: 400, closeAfterSuccesses: 1 } },
+        },
+      ],
       deployments: [{ id: 'llm', model: 'llm', targets: [{ pool: 'llm' }] }],
     });
     cleanups.push(() => g.close());
@@ -64,7 +71,10 @@ describe('killing a replica under steady load', () => {
     await load;
 
     const metrics = (await rawRequest(`${g.router.adminUrl}/metrics`)).body;
-    const retried = metrics.split('\n').filter((l) => l.startsWith('modelgate_retries_total{')).reduce((sum, l) => sum + Number(l.slice(l.lastIndexOf(' ') + 1)), 0);
+    const retried = metrics
+      .split('\n')
+      .filter((l) => l.startsWith('modelgate_retries_total{'))
+      .reduce((sum, l) => sum + Number(l.slice(l.lastIndexOf(' ') + 1)), 0);
     console.log(`kill-a-replica: ${JSON.stringify({ ...counts, retried })}`);
 
     expect(counts.failed).toBe(0);

@@ -156,8 +156,28 @@ describe('metrics after traffic', () => {
 });
 
 describe('access log', () => {
-  interface Line { requestId?: string; key?: string; status?: number; deployment?: string; pool?: string; endpoint?: string; ttftMs?: number; promptTokens?: number; completionTokens?: number; bytes?: number; attempts?: unknown[]; failure?: string; incomplete?: boolean; durationMs?: number }
-  const lines = (): Line[] => g.logs.join('').split('\n').filter((l) => l.includes('"msg":"request"')).map((l) => JSON.parse(l) as Line);
+  interface Line {
+    requestId?: string;
+    key?: string;
+    status?: number;
+    deployment?: string;
+    pool?: string;
+    endpoint?: string;
+    ttftMs?: number;
+    promptTokens?: number;
+    completionTokens?: number;
+    bytes?: number;
+    attempts?: unknown[];
+    failure?: string;
+    incomplete?: boolean;
+    durationMs?: number;
+  }
+  const lines = (): Line[] =>
+    g.logs
+      .join('')
+      .split('\n')
+      .filter((l) => l.includes('"msg":"request"'))
+      .map((l) => JSON.parse(l) as Line);
 
   it('writes one line per request with ids, key name, timing, tokens and bytes', () => {
     const all = lines();

@@ -16,11 +16,7 @@ const HASHED = 'sk-hashed-key-22';
 beforeAll(async () => {
   upstream = await startUpstream();
   gateway = await buildTestRouter({
-    keysYaml: [
-      `- name: tester\n  key: ${KEY}`,
-      `- name: limited\n  key: ${LIMITED}\n  models: [embed]`,
-      `- name: hashed\n  keySha256: ${sha256(HASHED).toString('hex')}\n  models: ['*']`,
-    ].join('\n'),
+    keysYaml: [`- name: tester\n  key: ${KEY}`, `- name: limited\n  key: ${LIMITED}\n  models: [embed]`, `- name: hashed\n  keySha256: ${sha256(HASHED).toString('hex')}\n  models: ['*']`].join('\n'),
     server: { maxBodyBytes: 4096 },
     pools: [
       { name: 'chat-pool', servedModelName: 'served/chat', capabilities: ['chat'], endpoints: [upstream.url] },
@@ -76,7 +72,10 @@ describe('authentication', () => {
     expect(Object.keys(hidden.headers).sort()).toEqual(Object.keys(missing.headers).sort());
     const res = await request(gateway.router.api).get('/v1/models').set('Authorization', `Bearer ${LIMITED}`).expect(200);
     expect((res.body as { data: Array<{ id: string }> }).data.map((m) => m.id).sort()).toEqual(['embed', 'embed-prod', 'text-embedding-3-small']);
-    const embedded = await request(gateway.router.api).post('/v1/embeddings').set({ Authorization: `Bearer ${LIMITED}`, 'Content-Type': 'application/json' }).send('{"model":"text-embedding-3-small","input":"x"}');
+    const embedded = await request(gateway.router.api)
+      .post('/v1/embeddings')
+      .set({ Authorization: `Bearer ${LIMITED}`, 'Content-Type': 'application/json' })
+      .send('{"model":"text-embedding-3-small","input":"x"}');
     expect(embedded.status).toBe(200);
   });
 
@@ -92,7 +91,11 @@ describe('authentication', () => {
 describe('keys file reload', () => {
   it('picks up a new key without a restart, and keeps the old keys when the new file is bad', async () => {
     const local = await buildTestRouter({ pools: [], deployments: [] });
-    const models = (key: string): Promise<number> => request(local.router.api).get('/v1/models').set('Authorization', `Bearer ${key}`).then((r) => r.status);
+    const models = (key: string): Promise<number> =>
+      request(local.router.api)
+        .get('/v1/models')
+        .set('Authorization', `Bearer ${key}`)
+        .then((r) => r.status);
     try {
       expect(await models('sk-rotated-key-9')).toBe(401);
       await writeFile(local.keysFile, '- name: rotated\n  key: sk-rotated-key-9\n');
@@ -160,17 +163,59 @@ describe('validation', () => {
 
   it('accepts every field of the convention, nulls and unknown fields', async () => {
     const body = {
-      model: 'chat', messages: [{ role: 'system', content: 's' }, { role: 'developer', content: 'd' }, { role: 'user', content: [{ type: 'text', text: 'u' }, { type: 'image_url', image_url: { url: 'data:' } }] }, { role: 'assistant', content: null, tool_calls: [] }, { role: 'tool', content: 't', tool_call_id: '1' }],
-      temperature: 0.7, top_p: 0.9, top_k: 40, min_p: 0.05, n: 2, max_tokens: 10, max_completion_tokens: 10, min_tokens: 1, stop: ['\n'], stream: false, stream_options: null,
-      presence_penalty: -2, frequency_penalty: 2, repetition_penalty: 1.1, logprobs: true, top_logprobs: 20, logit_bias: { '50256': -100 }, seed: 7,
-      response_format: { type: 'json_object' }, tools: [{ type: 'function', function: { name: 'f', parameters: {} } }], tool_choice: 'auto', parallel_tool_calls: true,
-      functions: [{ name: 'g' }], function_call: 'none', user: 'u-1', metadata: { team: 'a' }, extra_body: { guided_json: {} }, vendor_field: 1,
+      model: 'chat',
+      messages: [
+        { role: 'system', content: 's' },
+        { role: 'developer', content: 'd' },
+        {
+          role: 'user',
+          content: [
+            { type: 'text', text: 'u' },
+            { type: 'image_url', image_url: { url: 'data:' } },
+          ],
+        },
+        { role: 'assistant', content: null, tool_calls: [] },
+        { role: 'tool', content: 't', tool_call_id: '1' },
+      ],
+      temperature: 0.7,
+      top_p: 0.9,
+      top_k: 40,
+      min_p: 0.05,
+      n: 2,
+      max_tokens: 10,
+      max_completion_tokens: 10,
+      min_tokens: 1,
+      stop: ['\n'],
+      stream: false,
+      stream_options: null,
+      presence_penalty: -2,
+      frequency_penalty: 2,
+      repetition_penalty: 1.1,
+      logprobs: true,
+      top_logprobs: 20,
+      logit_bias: { '50256': -100 },
+      seed: 7,
+      response_format: { type: 'json_object' },
+      tools: [{ type: 'function', function: { name: 'f', parameters: {} } }],
+      tool_choice: 'auto',
+      parallel_tool_calls: true,
+      functions: [{ name: 'g' }],
+      function_call: 'none',
+      user: 'u-1',
+      metadata: { team: 'a' },
+      extra_body: { guided_json: {} },
+      vendor_field: 1,
     };
     expect((await chat(body)).status).toBe(200);
   });
 
   it('validates embeddings input: strings, token ids, never empty', async () => {
-    const embed = (input: unknown): Promise<number> => request(gateway.router.api).post('/v1/embeddings').set({ Authorization: `Bearer ${KEY}`, 'Content-Type': 'application/json' }).send(JSON.stringify({ model: 'embed', input })).then((r) => r.status);
+    const embed = (input: unknown): Promise<number> =>
+      request(gateway.router.api)
+        .post('/v1/embeddings')
+        .set({ Authorization: `Bearer ${KEY}`, 'Content-Type': 'application/json' })
+        .send(JSON.stringify({ model: 'embed', input }))
+        .then((r) => r.status);
     for (const ok of ['text', ['a', 'b'], [1, 2], [[1], [2, 3]]]) expect(await embed(ok)).toBe(200);
     for (const bad of ['', [], [''], [[]], [1.5], [-1], { text: 'x' }]) expect(await embed(bad)).toBe(400);
   });
@@ -189,7 +234,10 @@ describe('model resolution', () => {
 
   it('answers 400 to chat sent to an embeddings model and the reverse', async () => {
     expectError(await chat({ model: 'embed', messages: hello }), 400, 'model_capability_mismatch', 'model');
-    const res = await request(gateway.router.api).post('/v1/embeddings').set({ Authorization: `Bearer ${KEY}`, 'Content-Type': 'application/json' }).send('{"model":"default","input":"x"}');
+    const res = await request(gateway.router.api)
+      .post('/v1/embeddings')
+      .set({ Authorization: `Bearer ${KEY}`, 'Content-Type': 'application/json' })
+      .send('{"model":"default","input":"x"}');
     expectError(res, 400, 'model_capability_mismatch', 'model');
   });
 

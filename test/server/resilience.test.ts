@@ -100,7 +100,10 @@ describe('retries before the first byte', () => {
 
   it('stops after retries.maxRetries and answers with the engine’s last error', async () => {
     const replicas = await sims(4, { fault: 'status=502' });
-    const g = await gateway(replicas.map((s) => s.url), { ...fast, retries: { maxRetries: 2, initialBackoffMs: 1, maxBackoffMs: 2 } });
+    const g = await gateway(
+      replicas.map((s) => s.url),
+      { ...fast, retries: { maxRetries: 2, initialBackoffMs: 1, maxBackoffMs: 2 } },
+    );
     const res = await chat(g);
     expect(res.status).toBe(502);
     expect(JSON.parse(res.body)).toMatchObject({ error: { type: 'server_error', message: 'Injected failure (status 502).' } });

@@ -47,7 +47,7 @@ function chat(g: TestRouter<RunningRouter>, messages: object[], extra: RawReques
   return rawRequest(`${g.router.apiUrl}/v1/chat/completions`, {
     ...extra,
     headers: { authorization: `Bearer ${KEY}`, ...extra.headers },
-    body: { model: 'llm', messages, max_tokens: 4, ...(extra.body) },
+    body: { model: 'llm', messages, max_tokens: 4, ...extra.body },
   });
 }
 
@@ -62,7 +62,10 @@ describe('prefix affinity', () => {
     const g = await gateway(replicas.map((r) => r.url));
     const seen = new Set<string>();
     for (let i = 0; i < 8; i++) {
-      const res = await chat(g, [{ role: 'system', content: SYSTEM_A }, { role: 'user', content: `question ${i}` }]);
+      const res = await chat(g, [
+        { role: 'system', content: SYSTEM_A },
+        { role: 'user', content: `question ${i}` },
+      ]);
       expect(res.status).toBe(200);
       seen.add(replicaOf(res));
     }
@@ -92,20 +95,44 @@ describe('prefix affinity', () => {
 
   it('spreads the same prompts when the profile leaves prefix out (control)', async () => {
     const replicas = await sims(3);
-    const g = await gateway(replicas.map((r) => r.url), { scorers: [{ name: 'outstanding' }] });
+    const g = await gateway(
+      replicas.map((r) => r.url),
+      { scorers: [{ name: 'outstanding' }] },
+    );
     const seen = new Set<string>();
-    for (let i = 0; i < 12; i++) seen.add(replicaOf(await chat(g, [{ role: 'system', content: SYSTEM_A }, { role: 'user', content: `q${i}` }])));
+    for (let i = 0; i < 12; i++)
+      seen.add(
+        replicaOf(
+          await chat(g, [
+            { role: 'system', content: SYSTEM_A },
+            { role: 'user', content: `q${i}` },
+          ]),
+        ),
+      );
     expect(seen.size).toBeGreaterThan(1);
   });
 
   it('spills a popular prompt to other replicas once its holder is more than maxLoadGap busier (the load guard)', async () => {
     const replicas = await sims(3, { itlMs: 20 });
-    const g = await gateway(replicas.map((r) => r.url), { prefix: { maxLoadGap: 2 } });
-    const warm = await chat(g, [{ role: 'system', content: SYSTEM_A }, { role: 'user', content: 'warm up' }]);
+    const g = await gateway(
+      replicas.map((r) => r.url),
+      { prefix: { maxLoadGap: 2 } },
+    );
+    const warm = await chat(g, [
+      { role: 'system', content: SYSTEM_A },
+      { role: 'user', content: 'warm up' },
+    ]);
     const holder = replicaOf(warm);
     const load = new AbortController();
     const streams = Array.from({ length: 9 }, (_, i) =>
-      chat(g, [{ role: 'system', content: SYSTEM_A }, { role: 'user', content: `stream ${i}` }], { signal: load.signal, body: { max_tokens: 6000, ignore_eos: true, stream: true } }),
+      chat(
+        g,
+        [
+          { role: 'system', content: SYSTEM_A },
+          { role: 'user', content: `stream ${i}` },
+        ],
+        { signal: load.signal, body: { max_tokens: 6000, ignore_eos: true, stream: true } },
+      ),
     );
     await waitFor(() => replicas.reduce((n, r) => n + r.engine.numRunning, 0) === 9, 'nine streams running');
     const running = Object.fromEntries(replicas.map((r) => [nameOf(r), r.engine.numRunning]));
@@ -132,7 +159,10 @@ describe('session affinity', () => {
 
   it('reads the header the pool names', async () => {
     const replicas = await sims(3);
-    const g = await gateway(replicas.map((r) => r.url), { session: { header: 'x-conversation' } });
+    const g = await gateway(
+      replicas.map((r) => r.url),
+      { session: { header: 'x-conversation' } },
+    );
     const seen = new Set<string>();
     for (let i = 0; i < 6; i++) seen.add(replicaOf(await chat(g, [{ role: 'user', content: `m${i}` }], { headers: { 'x-conversation': 'c-42' } })));
     expect(seen.size).toBe(1);
@@ -202,10 +232,7 @@ describe('priorities', () => {
     const holder = longStream(`${g.router.apiUrl}/v1/chat/completions`, hold.signal, auth(KEY), 'llm');
     await waitFor(() => sim!.engine.numRunning === 1, 'the slot to be taken');
     const order: string[] = [];
-    const queued = [
-      chat(g, [{ role: 'user', content: 's1' }]).then((r) => order.push(`s1:${r.status}`)),
-      chat(g, [{ role: 'user', content: 's2' }]).then((r) => order.push(`s2:${r.status}`)),
-    ];
+    const queued = [chat(g, [{ role: 'user', content: 's1' }]).then((r) => order.push(`s1:${r.status}`)), chat(g, [{ role: 'user', content: 's2' }]).then((r) => order.push(`s2:${r.status}`))];
     await waitFor(async () => metricSum(await adminMetrics(g), 'modelgate_queue_depth') === 2, 'two standard requests queued');
     const critical = chat(g, [{ role: 'user', content: 'c' }], { headers: auth('sk-ops-0123456789') }).then((r) => order.push(`c:${r.status}`));
     await waitFor(async () => metricSum(await adminMetrics(g), 'modelgate_queue_depth') === 3, 'the critical request queued');

@@ -48,7 +48,9 @@ function stalledClient(): { readAll: () => Promise<string>; destroy: () => void 
   const { hostname, port } = new URL(g.router.apiUrl);
   const socket = net.connect(Number(port), hostname);
   const body = JSON.stringify({ model: 'llm', messages: [{ role: 'user', content: 'go on' }], stream: true, max_tokens: 5_000_000, ignore_eos: true, n: 8 });
-  socket.write(`POST /v1/chat/completions HTTP/1.1\r\nHost: ${hostname}:${port}\r\nAuthorization: Bearer ${KEY}\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`);
+  socket.write(
+    `POST /v1/chat/completions HTTP/1.1\r\nHost: ${hostname}:${port}\r\nAuthorization: Bearer ${KEY}\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`,
+  );
   socket.pause(); // does not read: the kernel buffers fill, then the router's writes stop draining
   socket.on('error', () => undefined);
   let tail = '';
@@ -71,7 +73,10 @@ describe('a client that stops reading', () => {
       let served = 0;
       await waitFor(
         async () => {
-          const res = await rawRequest(`${g.router.apiUrl}/v1/chat/completions`, { headers: { authorization: `Bearer ${KEY}` }, body: { model: 'llm', messages: [{ role: 'user', content: 'hi' }], max_tokens: 4 } });
+          const res = await rawRequest(`${g.router.apiUrl}/v1/chat/completions`, {
+            headers: { authorization: `Bearer ${KEY}` },
+            body: { model: 'llm', messages: [{ role: 'user', content: 'hi' }], max_tokens: 4 },
+          });
           expect(res.status).toBe(200);
           served += 1;
           return metricSum(await adminMetrics(g), 'modelgate_response_ends_total', { end: 'client_stalled' }) === STALLED;
@@ -94,14 +99,20 @@ describe('a client that stops reading', () => {
       await waitFor(async () => (await engineAborts(sims[0]!)) + (await engineAborts(sims[1]!)) === STALLED, 'the engines to see the streams cancelled', 10_000);
       await waitFor(() => g.router.inFlight.total() === 0, 'the stalled requests to leave the router');
       // the operator's view: each cut is logged as the client's failure
-      const lines = g.logs.join('').split('\n').filter((l) => l.includes('"msg":"request"') && l.includes('"failure":"client_stalled"'));
+      const lines = g.logs
+        .join('')
+        .split('\n')
+        .filter((l) => l.includes('"msg":"request"') && l.includes('"failure":"client_stalled"'));
       expect(lines).toHaveLength(STALLED);
     } finally {
       for (const c of clients) c.destroy();
     }
     // after the storm, every replica still serves
     for (let i = 0; i < 4; i++) {
-      const res = await rawRequest(`${g.router.apiUrl}/v1/chat/completions`, { headers: { authorization: `Bearer ${KEY}` }, body: { model: 'llm', messages: [{ role: 'user', content: 'hi' }], max_tokens: 4 } });
+      const res = await rawRequest(`${g.router.apiUrl}/v1/chat/completions`, {
+        headers: { authorization: `Bearer ${KEY}` },
+        body: { model: 'llm', messages: [{ role: 'user', content: 'hi' }], max_tokens: 4 },
+      });
       expect(res.status).toBe(200);
     }
   }, 90_000);

@@ -13,7 +13,12 @@ let gateway: TestRouter<RunningRouter>;
 beforeAll(async () => {
   sims = await Promise.all([startTestSim({ model: ['served/llm'], itlMs: 20 }), startTestSim({ model: ['served/llm'], itlMs: 20 })]);
   // the simulator's per-request fault header is not on the default allow-list: forwarded as an operator would
-  gateway = await startTestRouter(chatSetup(sims.map((s) => s.url), { server: { forwardHeaders: ['x-sim-fault'] } }));
+  gateway = await startTestRouter(
+    chatSetup(
+      sims.map((s) => s.url),
+      { server: { forwardHeaders: ['x-sim-fault'] } },
+    ),
+  );
 });
 afterAll(async () => {
   await gateway.close();
@@ -93,7 +98,8 @@ describe('streaming through the router', () => {
     const storm: Array<Promise<RawResponse>> = [];
     for (let i = 0; i < 60; i++) {
       const mode = i % 4;
-      if (mode === 0) storm.push(chat({ stream: true, max_tokens: 500, ignore_eos: true }, { abortAfterMs: 1 + (i % 7) })); // often before the first byte
+      if (mode === 0)
+        storm.push(chat({ stream: true, max_tokens: 500, ignore_eos: true }, { abortAfterMs: 1 + (i % 7) })); // often before the first byte
       else if (mode === 1) storm.push(chat({ stream: true, max_tokens: 500, ignore_eos: true }, { onChunk: (_d, all) => all.split('"content":" ').length > 1 + (i % 3) }));
       else if (mode === 2) storm.push(chat({ stream: true, max_tokens: 500, ignore_eos: true }, { headers: { 'x-sim-fault': `die-after=${i % 3}` } }));
       else storm.push(chat({ stream: true, max_tokens: 3 }, { headers: { 'x-sim-fault': i % 8 === 3 ? 'status=500' : 'none' } }));

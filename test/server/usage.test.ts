@@ -61,7 +61,10 @@ async function chatBytes(body: object): Promise<Buffer> {
 const sentUpstream = (): Record<string, unknown> => JSON.parse(upstream.requests[0]!.body) as Record<string, unknown>;
 const metric = async (name: string): Promise<number> => {
   const text = (await rawRequest(`${g.router.adminUrl}/metrics`)).body;
-  return text.split('\n').filter((l) => l.startsWith(`${name}{`)).reduce((n, l) => n + Number(l.slice(l.lastIndexOf(' ') + 1)), 0);
+  return text
+    .split('\n')
+    .filter((l) => l.startsWith(`${name}{`))
+    .reduce((n, l) => n + Number(l.slice(l.lastIndexOf(' ') + 1)), 0);
 };
 
 describe('stream usage', () => {

@@ -70,7 +70,17 @@ describe('simulator discovery endpoints', () => {
   it('serves /metrics in Prometheus text with vLLM names', async () => {
     const res = await rawRequest(`${sim.url}/metrics`);
     expect(res.headers['content-type']).toBe('text/plain; version=0.0.4; charset=utf-8');
-    for (const name of ['vllm:num_requests_running', 'vllm:num_requests_waiting', 'vllm:kv_cache_usage_perc', 'vllm:cache_config_info', 'vllm:prefix_cache_queries_total', 'vllm:prefix_cache_hits_total', 'vllm:prompt_tokens_total', 'vllm:generation_tokens_total', 'vllm:time_to_first_token_seconds_bucket']) {
+    for (const name of [
+      'vllm:num_requests_running',
+      'vllm:num_requests_waiting',
+      'vllm:kv_cache_usage_perc',
+      'vllm:cache_config_info',
+      'vllm:prefix_cache_queries_total',
+      'vllm:prefix_cache_hits_total',
+      'vllm:prompt_tokens_total',
+      'vllm:generation_tokens_total',
+      'vllm:time_to_first_token_seconds_bucket',
+    ]) {
       expect(res.body).toMatch(new RegExp(`^${name}\\{[^}]*model_name="sim-model"[^}]*\\} \\d`, 'm'));
     }
   });

@@ -15,12 +15,9 @@ describe('parseFault', () => {
     expect(parseFault(spec)).toEqual(expected);
   });
 
-  it.each([['explode'], ['status=abc'], ['status=99'], ['die-after=-1'], ['slow-start=1.5'], ['status']])(
-    'rejects %j with a message that lists the valid faults or the range',
-    (spec) => {
-      expect(() => parseFault(spec)).toThrow(FaultSpecError);
-    },
-  );
+  it.each([['explode'], ['status=abc'], ['status=99'], ['die-after=-1'], ['slow-start=1.5'], ['status']])('rejects %j with a message that lists the valid faults or the range', (spec) => {
+    expect(() => parseFault(spec)).toThrow(FaultSpecError);
+  });
 
   it('lets a later fault override an earlier one field by field', () => {
     expect(mergeFaults({ status: 500, slowStartMs: 10 }, { status: 503 })).toEqual({ status: 503, slowStartMs: 10 });

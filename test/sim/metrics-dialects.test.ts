@@ -202,7 +202,10 @@ function expositionProblems(text: string, options: { help: boolean }): string[] 
     series.add(name + labels);
     const v = Number(value.replace('Inf', 'Infinity'));
     if (types.get(family) === 'counter' && !(v >= 0)) problems.push(`${name}${labels}: negative counter`);
-    const key = `${family}${labels.replace(/,?le="[^"]*"/, '').replace('{,', '{').replace('{}', '')}`;
+    const key = `${family}${labels
+      .replace(/,?le="[^"]*"/, '')
+      .replace('{,', '{')
+      .replace('{}', '')}`;
     if (name.endsWith('_bucket')) {
       if (!/le="/.test(labels)) problems.push(`${name}${labels}: bucket without le`);
       buckets.set(key, [...(buckets.get(key) ?? []), v]);

@@ -80,7 +80,13 @@ describe('simulator with the openai client', () => {
 
   it('embeds token-id input, one list or a batch of lists', async () => {
     const one = await client.embeddings.create({ model: 'embed-sim', input: [101, 2023, 2003] });
-    const batch = await client.embeddings.create({ model: 'embed-sim', input: [[101, 2023, 2003], [7, 8]] });
+    const batch = await client.embeddings.create({
+      model: 'embed-sim',
+      input: [
+        [101, 2023, 2003],
+        [7, 8],
+      ],
+    });
     expect(one.data).toHaveLength(1);
     expect(batch.data).toHaveLength(2);
     expect(batch.data[0]!.embedding).toEqual(one.data[0]!.embedding);

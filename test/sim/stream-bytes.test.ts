@@ -5,8 +5,7 @@ import { rawRequest, sseData } from '../helpers/http.js';
 import { startTestSim } from '../helpers/sim.js';
 
 let sim: SimServer;
-const chat = (body: object): Promise<Awaited<ReturnType<typeof rawRequest>>> =>
-  rawRequest(`${sim.url}/v1/chat/completions`, { body: { messages: [{ role: 'user', content: 'hello' }], ...body } });
+const chat = (body: object): Promise<Awaited<ReturnType<typeof rawRequest>>> => rawRequest(`${sim.url}/v1/chat/completions`, { body: { messages: [{ role: 'user', content: 'hello' }], ...body } });
 
 interface Chunk {
   id: string;
@@ -73,7 +72,9 @@ describe('simulator stream format', () => {
 
   it('interleaves n choices, each with its own role chunk and one finish chunk', async () => {
     const res = await chat({ stream: true, n: 3, max_tokens: 4, seed: 5 });
-    const chunks = sseData(res.body).slice(0, -1).map((e) => JSON.parse(e) as Chunk);
+    const chunks = sseData(res.body)
+      .slice(0, -1)
+      .map((e) => JSON.parse(e) as Chunk);
     for (const index of [0, 1, 2]) {
       const mine = chunks.filter((c) => c.choices[0]!.index === index);
       expect(mine[0]!.choices[0]!.delta.role).toBe('assistant');
@@ -99,7 +100,9 @@ describe('simulator stream format', () => {
     const text = whole.choices[0]!.message.content;
     const stop = text.split(' ')[5]!;
     const res = await chat({ stream: true, max_tokens: 20, ignore_eos: true, seed: 3, stop: [stop] });
-    const chunks = sseData(res.body).slice(0, -1).map((e) => JSON.parse(e) as Chunk);
+    const chunks = sseData(res.body)
+      .slice(0, -1)
+      .map((e) => JSON.parse(e) as Chunk);
     const streamed = chunks.map((c) => c.choices[0]?.delta.content ?? '').join('');
     expect(streamed).toBe(text.slice(0, text.indexOf(stop)));
     expect(chunks.at(-1)!.choices[0]).toMatchObject({ finish_reason: 'stop', stop_reason: stop });

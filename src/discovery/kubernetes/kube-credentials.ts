@@ -160,7 +160,14 @@ export function resolveKubeCredentials(input: KubeCredentialsInput): KubeCredent
   if (input.file) return fromFiles([resolve(input.file)], 'discovery.kubeconfig');
   tried.push('discovery.kubeconfig not set');
 
-  const listed = [...new Set((env.KUBECONFIG ?? '').split(delimiter).filter(Boolean).map((f) => resolve(f)))];
+  const listed = [
+    ...new Set(
+      (env.KUBECONFIG ?? '')
+        .split(delimiter)
+        .filter(Boolean)
+        .map((f) => resolve(f)),
+    ),
+  ];
   if (listed.length > 0) {
     const present = listed.filter((f) => existsSync(f));
     if (present.length > 0) return fromFiles(present, 'KUBECONFIG');

@@ -40,7 +40,13 @@ describe('parseModelPool', () => {
 
 describe('parseModelPool resilience', () => {
   it('applies spec.resilience over the router’s defaults, field by field', () => {
-    const pool = parseModelPool({ metadata: meta, spec: { service: { name: 's' }, servedModelName: 'm', resilience: { timeouts: { firstByteMs: 5000 }, maxConcurrencyPerReplica: 8, healthCheck: { enabled: true, path: '/ping' } } } }, resolve);
+    const pool = parseModelPool(
+      {
+        metadata: meta,
+        spec: { service: { name: 's' }, servedModelName: 'm', resilience: { timeouts: { firstByteMs: 5000 }, maxConcurrencyPerReplica: 8, healthCheck: { enabled: true, path: '/ping' } } },
+      },
+      resolve,
+    );
     expect(pool.spec?.resilience.timeouts).toEqual({ ...RESILIENCE_DEFAULTS.timeouts, firstByteMs: 5000 });
     expect(pool.spec?.resilience.maxConcurrencyPerReplica).toBe(8);
     expect(pool.spec?.resilience.healthCheck).toEqual({ ...RESILIENCE_DEFAULTS.healthCheck, enabled: true, path: '/ping' });
@@ -56,12 +62,7 @@ describe('parseModelPool routing', () => {
     ['no spec.routing: ROUTING_DEFAULTS', undefined, ROUTING_DEFAULTS, ROUTING_DEFAULTS],
     ['no spec.routing: the config routing', undefined, CONFIG, CONFIG],
     ['an empty spec.routing: the config routing', {}, CONFIG, CONFIG],
-    [
-      'a session header: merged field by field over the config (its loadFactor kept)',
-      { session: { header: 'x-session' } },
-      CONFIG,
-      { ...CONFIG, session: { header: 'x-session', loadFactor: 2 } },
-    ],
+    ['a session header: merged field by field over the config (its loadFactor kept)', { session: { header: 'x-session' } }, CONFIG, { ...CONFIG, session: { header: 'x-session', loadFactor: 2 } }],
     [
       'engine metrics off and a queue depth: only those fields change',
       { engineMetrics: { enabled: false, path: '/stats' }, saturation: { queueDepth: 3 } },
@@ -72,7 +73,14 @@ describe('parseModelPool routing', () => {
       'a scorer list: it replaces the default list as a whole, in its order, weights defaulting to 1',
       { scorers: [{ name: 'prefix', weight: 3 }, { name: 'outstanding' }, { name: 'session', weight: 0 }] },
       ROUTING_DEFAULTS,
-      { ...ROUTING_DEFAULTS, scorers: [{ name: 'prefix', weight: 3 }, { name: 'outstanding', weight: 1 }, { name: 'session', weight: 0 }] },
+      {
+        ...ROUTING_DEFAULTS,
+        scorers: [
+          { name: 'prefix', weight: 3 },
+          { name: 'outstanding', weight: 1 },
+          { name: 'session', weight: 0 },
+        ],
+      },
     ],
   ])('%s', (_what, routing, defaults, expected) => {
     const pool = parseModelPool({ metadata: meta, spec: spec(routing) }, poolResolver({ resilience: RESILIENCE_DEFAULTS, routing: defaults }));
@@ -106,7 +114,10 @@ describe('parseModelDeployment', () => {
       id: 'llama',
       model: 'llama-3',
       aliases: ['default'],
-      targets: [{ pool: 'models/a', weight: 100 }, { pool: 'models/b', weight: 5 }],
+      targets: [
+        { pool: 'models/a', weight: 100 },
+        { pool: 'models/b', weight: 5 },
+      ],
       fallbacks: [],
       created: Date.parse('2026-01-02T03:04:05Z') / 1000,
     });

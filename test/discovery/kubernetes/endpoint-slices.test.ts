@@ -34,7 +34,10 @@ describe('poolEndpoints', () => {
   });
 
   it('resolves the port by name, by number, or the only port when none is named', () => {
-    const ports = [{ name: 'http', port: 8000 }, { name: 'metrics', port: 9000 }];
+    const ports = [
+      { name: 'http', port: 8000 },
+      { name: 'metrics', port: 9000 },
+    ];
     expect(urls(poolEndpoints('p', 'metrics', [slice([pod('a', '10.0.0.1')], ports)]))).toEqual(['models/a=10.0.0.1:9000']);
     expect(urls(poolEndpoints('p', 8000, [slice([pod('a', '10.0.0.1')], ports)]))).toEqual(['models/a=10.0.0.1:8000']);
     expect(poolEndpoints('p', undefined, [slice([pod('a', '10.0.0.1')], ports)]).ready).toEqual([]);

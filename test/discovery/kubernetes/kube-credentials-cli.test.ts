@@ -113,7 +113,14 @@ describe('modelgate serve in Kubernetes mode, credentials from the environment',
     cleanups.push(() => Promise.all(pods.map((p) => p.sim.close())));
     fake.apply('modelpools', modelPool('llama', 'llama'));
     fake.apply('modeldeployments', modelDeployment('llama-prod', 'llama-3', ['default'], [{ pool: 'llama' }]));
-    fake.apply('endpointslices', endpointSlice('llama-abc', 'llama', pods.map((pod) => ({ pod }))));
+    fake.apply(
+      'endpointslices',
+      endpointSlice(
+        'llama-abc',
+        'llama',
+        pods.map((pod) => ({ pod })),
+      ),
+    );
 
     const { dir, configFile, home } = await setup();
     const kubeconfig = join(dir, 'laptop', 'config');
@@ -121,12 +128,17 @@ describe('modelgate serve in Kubernetes mode, credentials from the environment',
     await writeFile(kubeconfig, fake.kubeconfig('laptop-token'));
     const router = await serve(configFile, childEnv({ HOME: home, KUBECONFIG: [join(dir, 'laptop', 'not-there'), kubeconfig].join(delimiter) }));
 
-    await eventually(() => rawRequest(`${router.admin}/readyz`).then((r) => r.status), (s) => s === 200, 'the router to become ready', BOUND_MS);
+    await eventually(
+      () => rawRequest(`${router.admin}/readyz`).then((r) => r.status),
+      (s) => s === 200,
+      'the router to become ready',
+      BOUND_MS,
+    );
     const models = await rawRequest(`${router.api}/v1/models`, { headers: { authorization: `Bearer ${KEY}` } });
     expect((JSON.parse(models.body) as { data: Array<{ id: string }> }).data.map((m) => m.id).sort()).toEqual(['default', 'llama-3', 'llama-prod']);
     const chat = (): Promise<string> =>
-      rawRequest(`${router.api}/v1/chat/completions`, { headers: { authorization: `Bearer ${KEY}` }, body: { model: 'default', messages: [{ role: 'user', content: 'hi' }], max_tokens: 1 } }).then((r) =>
-        r.status === 200 ? String(r.headers['x-sim-replica']) : `status ${r.status}`,
+      rawRequest(`${router.api}/v1/chat/completions`, { headers: { authorization: `Bearer ${KEY}` }, body: { model: 'default', messages: [{ role: 'user', content: 'hi' }], max_tokens: 1 } }).then(
+        (r) => (r.status === 200 ? String(r.headers['x-sim-replica']) : `status ${r.status}`),
       );
     await eventually(chat, (answer) => answer === 'pod-a', 'pod-a to answer a chat request for "default"', BOUND_MS);
     // every call the router made to the API server carried the KUBECONFIG user's token

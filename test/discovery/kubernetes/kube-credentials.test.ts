@@ -183,11 +183,23 @@ describe('an unusable kubeconfig is an error naming the file, never skipped', ()
     ['an empty file', '', 'not a kubeconfig (expected a YAML mapping with clusters, users and contexts)'],
     ['a YAML list', '- a\n- b\n', 'not a kubeconfig (expected a YAML mapping with clusters, users and contexts)'],
     ['no current context', kubeconfig({ clusters: [{ name: 'x', server: 'https://x.example' }], contexts: [{ name: 'x', cluster: 'x' }] }), 'no current context (current-context is not set)'],
-    ['a current context it does not define', kubeconfig({ clusters: [{ name: 'x', server: 'https://x.example' }], contexts: [{ name: 'x', cluster: 'x' }], current: 'y' }), 'current-context "y" is not one of its contexts'],
+    [
+      'a current context it does not define',
+      kubeconfig({ clusters: [{ name: 'x', server: 'https://x.example' }], contexts: [{ name: 'x', cluster: 'x' }], current: 'y' }),
+      'current-context "y" is not one of its contexts',
+    ],
     ['a context naming an undefined cluster', kubeconfig({ contexts: [{ name: 'x', cluster: 'gone' }], current: 'x' }), 'context "x" names cluster "gone", which is not defined'],
-    ['a context naming an undefined user', kubeconfig({ clusters: [{ name: 'x', server: 'https://x.example' }], contexts: [{ name: 'x', cluster: 'x', user: 'gone' }], current: 'x' }), 'context "x" names user "gone", which is not defined'],
+    [
+      'a context naming an undefined user',
+      kubeconfig({ clusters: [{ name: 'x', server: 'https://x.example' }], contexts: [{ name: 'x', cluster: 'x', user: 'gone' }], current: 'x' }),
+      'context "x" names user "gone", which is not defined',
+    ],
     ['a cluster without a server URL', kubeconfig({ clusters: [{ name: 'x' }], contexts: [{ name: 'x', cluster: 'x' }], current: 'x' }), 'clusters[0].cluster.server is missing'],
-    ['a server that is not a URL', kubeconfig({ clusters: [{ name: 'x', server: 'x.example:6443' }], contexts: [{ name: 'x', cluster: 'x' }], current: 'x' }), 'cluster "x" has server "x.example:6443", which is not an http(s) URL'],
+    [
+      'a server that is not a URL',
+      kubeconfig({ clusters: [{ name: 'x', server: 'x.example:6443' }], contexts: [{ name: 'x', cluster: 'x' }], current: 'x' }),
+      'cluster "x" has server "x.example:6443", which is not an http(s) URL',
+    ],
   ];
 
   /** The message for `problem` in `file` from `from`; a problem ending in "(" is followed by the parser's words. */

@@ -23,10 +23,22 @@ async function cluster(podNames: string[], options: Parameters<typeof startKubeR
   cleanups.push(() => Promise.all(pods.map((p) => p.sim.close())));
   fake.apply('modelpools', modelPool('llama', 'llama'));
   fake.apply('modeldeployments', modelDeployment('llama-prod', 'llama-3', ['default'], [{ pool: 'llama' }]));
-  fake.apply('endpointslices', endpointSlice('llama-abc', 'llama', pods.map((pod) => ({ pod }))));
+  fake.apply(
+    'endpointslices',
+    endpointSlice(
+      'llama-abc',
+      'llama',
+      pods.map((pod) => ({ pod })),
+    ),
+  );
   const gateway = await startKubeRouter(fake, options);
   cleanups.splice(2, 0, () => gateway.close()); // close the router before the fake and the pods
-  await eventually(() => readyz(gateway.router), (s) => s === 200, 'the router to become ready', BOUND_MS);
+  await eventually(
+    () => readyz(gateway.router),
+    (s) => s === 200,
+    'the router to become ready',
+    BOUND_MS,
+  );
   return { fake, pods, gateway };
 }
 
@@ -34,14 +46,18 @@ const readyz = (router: RunningRouter): Promise<number> => rawRequest(`${router.
 const served = (router: RunningRouter, model = 'default'): Promise<Map<string, number>> => servedBy(router, model);
 const WATCHED = ['endpointslices', 'modelpools', 'modeldeployments'] as const;
 /** LIST requests (not watches) the fake API server received for `kind` in the namespace "models". */
-const lists = (fake: FakeKubeApi, kind: (typeof WATCHED)[number]): number =>
-  fake.requests.filter((r) => r.method === 'GET' && !r.watch && r.path.endsWith(`/namespaces/models/${kind}`)).length;
+const lists = (fake: FakeKubeApi, kind: (typeof WATCHED)[number]): number => fake.requests.filter((r) => r.method === 'GET' && !r.watch && r.path.endsWith(`/namespaces/models/${kind}`)).length;
 const noFailures = (counts: Map<string, number>): boolean => [...counts.keys()].every((k) => !k.startsWith('status'));
 
 describe('Kubernetes mode: discovery', () => {
   it('routes a ModelDeployment’s names to the ready pods of its pool’s Service', async () => {
     const { gateway } = await cluster(['pod-a', 'pod-b']);
-    const counts = await eventually(() => served(gateway.router), (c) => only(c, 'pod-a', 'pod-b'), 'both pods to serve', BOUND_MS);
+    const counts = await eventually(
+      () => served(gateway.router),
+      (c) => only(c, 'pod-a', 'pod-b'),
+      'both pods to serve',
+      BOUND_MS,
+    );
     expect(noFailures(counts)).toBe(true);
     for (const name of ['llama-prod', 'llama-3', 'default']) expect(only(await served(gateway.router, name), 'pod-a', 'pod-b') || (await served(gateway.router, name)).size > 0).toBe(true);
     const models = await rawRequest(`${gateway.router.apiUrl}/v1/models`, { headers: { authorization: `Bearer ${KEY}` } });
@@ -52,17 +68,39 @@ describe('Kubernetes mode: discovery', () => {
     const { fake, pods, gateway } = await cluster(['pod-a', 'pod-b']);
     const [extra] = await startPods(['pod-c'], pods[0]!.port);
     cleanups.push(() => extra!.sim.close());
-    fake.apply('endpointslices', endpointSlice('llama-abc', 'llama', [...pods, extra!].map((pod) => ({ pod }))));
-    await eventually(() => served(gateway.router), (c) => only(c, 'pod-a', 'pod-b', 'pod-c'), 'the new pod to take traffic', BOUND_MS);
+    fake.apply(
+      'endpointslices',
+      endpointSlice(
+        'llama-abc',
+        'llama',
+        [...pods, extra!].map((pod) => ({ pod })),
+      ),
+    );
+    await eventually(
+      () => served(gateway.router),
+      (c) => only(c, 'pod-a', 'pod-b', 'pod-c'),
+      'the new pod to take traffic',
+      BOUND_MS,
+    );
     fake.apply('endpointslices', endpointSlice('llama-abc', 'llama', [{ pod: extra! }]));
-    await eventually(() => served(gateway.router), (c) => only(c, 'pod-c'), 'removed pods to get no traffic', BOUND_MS);
+    await eventually(
+      () => served(gateway.router),
+      (c) => only(c, 'pod-c'),
+      'removed pods to get no traffic',
+      BOUND_MS,
+    );
   });
 
   it('stops sending to a pod that goes NotReady, and to one that is terminating', async () => {
     const { fake, pods, gateway } = await cluster(['pod-a', 'pod-b', 'pod-c']);
     const [a, b, c] = pods;
     fake.apply('endpointslices', endpointSlice('llama-abc', 'llama', [{ pod: a! }, { pod: b!, ready: false }, { pod: c!, terminating: true }]));
-    await eventually(() => served(gateway.router), (counts) => only(counts, 'pod-a'), 'only the ready, non-terminating pod to serve', BOUND_MS);
+    await eventually(
+      () => served(gateway.router),
+      (counts) => only(counts, 'pod-a'),
+      'only the ready, non-terminating pod to serve',
+      BOUND_MS,
+    );
   });
 
   it('follows a pod to its new IP', async () => {
@@ -71,7 +109,12 @@ describe('Kubernetes mode: discovery', () => {
     cleanups.push(() => moved!.sim.close());
     await pods[1]!.sim.close(); // the old address is gone
     fake.apply('endpointslices', endpointSlice('llama-abc', 'llama', [{ pod: pods[0]! }, { pod: pods[1]!, ip: moved!.ip }]));
-    await eventually(() => served(gateway.router), (c) => only(c, 'pod-a', 'pod-b-moved'), 'traffic to the pod’s new address only', BOUND_MS);
+    await eventually(
+      () => served(gateway.router),
+      (c) => only(c, 'pod-a', 'pod-b-moved'),
+      'traffic to the pod’s new address only',
+      BOUND_MS,
+    );
   });
 
   it('joins the slices of one Service and ignores a same-named Service in another namespace', async () => {
@@ -79,9 +122,19 @@ describe('Kubernetes mode: discovery', () => {
     fake.apply('endpointslices', endpointSlice('llama-abc', 'llama', [{ pod: pods[0]! }]));
     fake.apply('endpointslices', endpointSlice('llama-def', 'llama', [{ pod: pods[1]! }]));
     fake.apply('endpointslices', endpointSlice('llama-xyz', 'llama', [{ pod: pods[1]! }], { namespace: 'elsewhere' }));
-    await eventually(() => served(gateway.router), (c) => only(c, 'pod-a', 'pod-b'), 'both slices to serve', BOUND_MS);
+    await eventually(
+      () => served(gateway.router),
+      (c) => only(c, 'pod-a', 'pod-b'),
+      'both slices to serve',
+      BOUND_MS,
+    );
     fake.remove('endpointslices', 'models', 'llama-def');
-    await eventually(() => served(gateway.router), (c) => only(c, 'pod-a'), 'the other namespace’s slice not to count', BOUND_MS);
+    await eventually(
+      () => served(gateway.router),
+      (c) => only(c, 'pod-a'),
+      'the other namespace’s slice not to count',
+      BOUND_MS,
+    );
   });
 });
 
@@ -90,10 +143,20 @@ describe('Kubernetes mode: watch failures', () => {
     const { fake, pods, gateway } = await cluster(['pod-a', 'pod-b']);
     fake.apply('endpointslices', endpointSlice('llama-abc', 'llama', [{ pod: pods[0]! }]));
     fake.apply('endpointslices', endpointSlice('llama-def', 'llama', [{ pod: pods[1]! }]));
-    await eventually(() => served(gateway.router), (c) => only(c, 'pod-a', 'pod-b'), 'both pods', BOUND_MS);
+    await eventually(
+      () => served(gateway.router),
+      (c) => only(c, 'pod-a', 'pod-b'),
+      'both pods',
+      BOUND_MS,
+    );
     fake.remove('endpointslices', 'models', 'llama-def', { silent: true });
     await pods[1]!.sim.close(); // a request routed to the ghost would fail
-    await eventually(() => served(gateway.router), (c) => only(c, 'pod-a'), 'the ghost to be dropped', BOUND_MS);
+    await eventually(
+      () => served(gateway.router),
+      (c) => only(c, 'pod-a'),
+      'the ghost to be dropped',
+      BOUND_MS,
+    );
   });
 
   it('relists after 410 Gone and sees what happened meanwhile', async () => {
@@ -102,7 +165,12 @@ describe('Kubernetes mode: watch failures', () => {
     fake.apply('endpointslices', endpointSlice('llama-abc', 'llama', [{ pod: pods[1]! }]));
     fake.compact();
     fake.setDown(false);
-    await eventually(() => served(gateway.router), (c) => only(c, 'pod-b'), 'the change made during the outage', BOUND_MS);
+    await eventually(
+      () => served(gateway.router),
+      (c) => only(c, 'pod-b'),
+      'the change made during the outage',
+      BOUND_MS,
+    );
   });
 
   it('restarts a watch that failed with 5xx and carries on', async () => {
@@ -110,8 +178,18 @@ describe('Kubernetes mode: watch failures', () => {
     fake.failNext(3, 503, { watch: true });
     fake.dropWatches();
     fake.apply('endpointslices', endpointSlice('llama-abc', 'llama', [{ pod: pods[0]! }]));
-    await eventually(() => served(gateway.router), (c) => only(c, 'pod-a'), 'the change after the 5xx', BOUND_MS);
-    await eventually(() => rawRequest(`${gateway.router.adminUrl}/metrics`).then((r) => r.body), (m) => /modelgate_discovery_watch_restarts_total\{kind="endpointslices",namespace="models"\} [1-9]/.test(m), 'the restart to be counted', BOUND_MS);
+    await eventually(
+      () => served(gateway.router),
+      (c) => only(c, 'pod-a'),
+      'the change after the 5xx',
+      BOUND_MS,
+    );
+    await eventually(
+      () => rawRequest(`${gateway.router.adminUrl}/metrics`).then((r) => r.body),
+      (m) => /modelgate_discovery_watch_restarts_total\{kind="endpointslices",namespace="models"\} [1-9]/.test(m),
+      'the restart to be counted',
+      BOUND_MS,
+    );
   });
 
   it('keeps serving the last known endpoints while the API server is down, says so, and recovers', async () => {
@@ -125,7 +203,12 @@ describe('Kubernetes mode: watch failures', () => {
     expect(gateway.logs.join('')).toContain('serving the last known state');
     fake.setDown(false);
     fake.apply('endpointslices', endpointSlice('llama-abc', 'llama', [{ pod: pods[0]! }]));
-    await eventually(() => served(gateway.router), (c) => only(c, 'pod-a'), 'changes after the outage', BOUND_MS);
+    await eventually(
+      () => served(gateway.router),
+      (c) => only(c, 'pod-a'),
+      'changes after the outage',
+      BOUND_MS,
+    );
     await eventually(metrics, (m) => m.includes('modelgate_discovery_watch_up{kind="endpointslices",namespace="models"} 1'), 'the watch to be reported up', BOUND_MS);
   });
 
@@ -133,7 +216,12 @@ describe('Kubernetes mode: watch failures', () => {
     const { fake, pods, gateway } = await cluster(['pod-a', 'pod-b']);
     fake.latencyMs = 150;
     fake.apply('endpointslices', endpointSlice('llama-abc', 'llama', [{ pod: pods[1]! }]));
-    await eventually(() => served(gateway.router), (c) => only(c, 'pod-b'), 'the change through a slow API', BOUND_MS);
+    await eventually(
+      () => served(gateway.router),
+      (c) => only(c, 'pod-b'),
+      'the change through a slow API',
+      BOUND_MS,
+    );
   });
 });
 
@@ -149,7 +237,12 @@ describe('Kubernetes mode: readiness', () => {
     expect(res.body).toContain('has not synced');
     expect((await rawRequest(`${gateway.router.adminUrl}/livez`)).status).toBe(200);
     fake.setDown(false);
-    await eventually(() => readyz(gateway.router), (s) => s === 200, 'readiness after the first sync', BOUND_MS);
+    await eventually(
+      () => readyz(gateway.router),
+      (s) => s === 200,
+      'readiness after the first sync',
+      BOUND_MS,
+    );
   });
 });
 
@@ -159,14 +252,56 @@ describe('Kubernetes mode: live CRD edits', () => {
     fake.apply('endpointslices', endpointSlice('llama-abc', 'llama', [{ pod: pods[0]! }]));
     fake.apply('endpointslices', endpointSlice('canary-abc', 'canary', [{ pod: pods[1]! }]));
     fake.apply('modelpools', modelPool('canary', 'canary'));
-    fake.apply('modeldeployments', modelDeployment('llama-prod', 'llama-3', ['default', 'fresh'], [{ pool: 'llama', weight: 100 }, { pool: 'canary', weight: 0 }]));
-    await eventually(() => served(gateway.router, 'fresh'), (c) => only(c, 'pod-a'), 'the new alias, all weight on the first pool', BOUND_MS);
-    fake.apply('modeldeployments', modelDeployment('llama-prod', 'llama-3', ['default', 'fresh'], [{ pool: 'llama', weight: 0 }, { pool: 'canary', weight: 100 }]));
-    await eventually(() => served(gateway.router, 'fresh'), (c) => only(c, 'pod-b'), 'the weight moved to the canary pool', BOUND_MS);
+    fake.apply(
+      'modeldeployments',
+      modelDeployment(
+        'llama-prod',
+        'llama-3',
+        ['default', 'fresh'],
+        [
+          { pool: 'llama', weight: 100 },
+          { pool: 'canary', weight: 0 },
+        ],
+      ),
+    );
+    await eventually(
+      () => served(gateway.router, 'fresh'),
+      (c) => only(c, 'pod-a'),
+      'the new alias, all weight on the first pool',
+      BOUND_MS,
+    );
+    fake.apply(
+      'modeldeployments',
+      modelDeployment(
+        'llama-prod',
+        'llama-3',
+        ['default', 'fresh'],
+        [
+          { pool: 'llama', weight: 0 },
+          { pool: 'canary', weight: 100 },
+        ],
+      ),
+    );
+    await eventually(
+      () => served(gateway.router, 'fresh'),
+      (c) => only(c, 'pod-b'),
+      'the weight moved to the canary pool',
+      BOUND_MS,
+    );
     fake.remove('modelpools', 'models', 'canary');
-    await eventually(() => served(gateway.router, 'fresh'), (c) => only(c, 'status 503'), '503 once the only weighted pool is gone', BOUND_MS);
+    await eventually(
+      () => served(gateway.router, 'fresh'),
+      (c) => only(c, 'status 503'),
+      '503 once the only weighted pool is gone',
+      BOUND_MS,
+    );
     fake.remove('modeldeployments', 'models', 'llama-prod');
-    await eventually(() => served(gateway.router, 'fresh'), (c) => only(c, 'status 404'), '404 once the deployment is gone', BOUND_MS);
+    await eventually(
+      () => served(gateway.router, 'fresh'),
+      (c) => only(c, 'status 404'),
+      '404 once the deployment is gone',
+      BOUND_MS,
+    );
   });
 });
 
@@ -182,18 +317,38 @@ describe('Kubernetes mode: status and conflicts', () => {
     fake.apply('modeldeployments', modelDeployment('cross-ns', 'cross-model', [], [{ pool: 'llama' }], { namespace: 'other' }));
 
     type Status = { readyReplicas?: number; replicas?: number; observedGeneration?: number; conditions?: Array<{ type: string; status: string; reason: string }> };
-    const status = (kind: 'modelpools' | 'modeldeployments', name: string, ns = 'models'): Status => (fake.get(kind, ns, name)?.status ?? {});
+    const status = (kind: 'modelpools' | 'modeldeployments', name: string, ns = 'models'): Status => fake.get(kind, ns, name)?.status ?? {};
     const condition = (s: Status, type: string): string | undefined => s.conditions?.find((c) => c.type === type)?.status;
 
-    await eventually(() => status('modelpools', 'llama'), (s) => s.readyReplicas === 1 && s.replicas === 2, 'pool status 1 of 2 ready', BOUND_MS);
+    await eventually(
+      () => status('modelpools', 'llama'),
+      (s) => s.readyReplicas === 1 && s.replicas === 2,
+      'pool status 1 of 2 ready',
+      BOUND_MS,
+    );
     const pool = status('modelpools', 'llama');
     expect(pool.observedGeneration).toBe(fake.get('modelpools', 'models', 'llama')?.metadata.generation);
     expect(condition(pool, 'Ready')).toBe('True');
     expect(condition(pool, 'Accepted')).toBe('True');
 
-    await eventually(() => status('modeldeployments', 'younger'), (s) => condition(s, 'Conflicted') === 'True', 'the younger deployment to be Conflicted', BOUND_MS);
-    await eventually(() => status('modeldeployments', 'older'), (s) => condition(s, 'Conflicted') === 'False' && condition(s, 'Accepted') === 'True', 'the older one to keep its names', BOUND_MS);
-    await eventually(() => status('modeldeployments', 'orphan'), (s) => s.conditions?.find((c) => c.type === 'Accepted')?.reason === 'PoolNotFound', 'Accepted=False for a missing pool', BOUND_MS);
+    await eventually(
+      () => status('modeldeployments', 'younger'),
+      (s) => condition(s, 'Conflicted') === 'True',
+      'the younger deployment to be Conflicted',
+      BOUND_MS,
+    );
+    await eventually(
+      () => status('modeldeployments', 'older'),
+      (s) => condition(s, 'Conflicted') === 'False' && condition(s, 'Accepted') === 'True',
+      'the older one to keep its names',
+      BOUND_MS,
+    );
+    await eventually(
+      () => status('modeldeployments', 'orphan'),
+      (s) => s.conditions?.find((c) => c.type === 'Accepted')?.reason === 'PoolNotFound',
+      'Accepted=False for a missing pool',
+      BOUND_MS,
+    );
     // the router watches only "models": a deployment elsewhere is not its business
     expect(status('modeldeployments', 'cross-ns', 'other')).toEqual({});
     // the contested alias reaches the older deployment (pod-a), the younger keeps its own model name
@@ -203,14 +358,24 @@ describe('Kubernetes mode: status and conflicts', () => {
     // before it was handed to the controller, so a third LIST of every kind proves two were processed.
     const writes = fake.statusWrites.length;
     const listed = WATCHED.map((kind) => lists(fake, kind));
-    await eventually(() => WATCHED.map((kind) => lists(fake, kind)), (now) => now.every((n, i) => n >= listed[i]! + 3), 'two resyncs of every watched kind', BOUND_MS);
+    await eventually(
+      () => WATCHED.map((kind) => lists(fake, kind)),
+      (now) => now.every((n, i) => n >= listed[i]! + 3),
+      'two resyncs of every watched kind',
+      BOUND_MS,
+    );
     expect(fake.statusWrites.length).toBe(writes);
   });
 
   it('lets a deployment target only pools in its own namespace (watching all namespaces)', async () => {
     const { fake, gateway } = await cluster(['pod-a'], { namespaces: [] });
     fake.apply('modeldeployments', modelDeployment('cross', 'cross-model', [], [{ pool: 'llama' }], { namespace: 'other' }));
-    await eventually(() => fake.get('modeldeployments', 'other', 'cross')?.status as { conditions?: Array<{ type: string; reason: string }> } | undefined, (s) => s?.conditions?.some((c) => c.type === 'Accepted' && c.reason === 'PoolNotFound') ?? false, 'Accepted=False across namespaces', BOUND_MS);
+    await eventually(
+      () => fake.get('modeldeployments', 'other', 'cross')?.status as { conditions?: Array<{ type: string; reason: string }> } | undefined,
+      (s) => s?.conditions?.some((c) => c.type === 'Accepted' && c.reason === 'PoolNotFound') ?? false,
+      'Accepted=False across namespaces',
+      BOUND_MS,
+    );
     expect(only(await served(gateway.router, 'cross-model'), 'status 503')).toBe(true);
     expect(only(await served(gateway.router, 'default'), 'pod-a')).toBe(true);
   });
@@ -221,15 +386,35 @@ describe('Kubernetes mode: leader election', () => {
     const { fake, pods, gateway } = await cluster(['pod-a'], { token: 'router-0', identity: 'router-0' });
     const second = await startKubeRouter(fake, { token: 'router-1', identity: 'router-1' });
     cleanups.splice(2, 0, () => second.close());
-    await eventually(() => served(second.router), (c) => only(c, 'pod-a'), 'the second router to route too', BOUND_MS);
-    await eventually(() => fake.statusWrites.length, (n) => n > 0, 'a status write', BOUND_MS);
+    await eventually(
+      () => served(second.router),
+      (c) => only(c, 'pod-a'),
+      'the second router to route too',
+      BOUND_MS,
+    );
+    await eventually(
+      () => fake.statusWrites.length,
+      (n) => n > 0,
+      'a status write',
+      BOUND_MS,
+    );
     fake.apply('endpointslices', endpointSlice('llama-abc', 'llama', [{ pod: pods[0]!, ready: false }]));
-    await eventually(() => (fake.get('modelpools', 'models', 'llama')?.status as { readyReplicas?: number }).readyReplicas, (n) => n === 0, 'the status update', BOUND_MS);
+    await eventually(
+      () => (fake.get('modelpools', 'models', 'llama')?.status as { readyReplicas?: number }).readyReplicas,
+      (n) => n === 0,
+      'the status update',
+      BOUND_MS,
+    );
     expect(new Set(fake.statusWrites.map((w) => w.token))).toEqual(new Set(['router-0']));
 
     await gateway.close();
     fake.apply('endpointslices', endpointSlice('llama-abc', 'llama', [{ pod: pods[0]! }]));
-    await eventually(() => (fake.get('modelpools', 'models', 'llama')?.status as { readyReplicas?: number }).readyReplicas, (n) => n === 1, 'the other replica to write status', BOUND_MS);
+    await eventually(
+      () => (fake.get('modelpools', 'models', 'llama')?.status as { readyReplicas?: number }).readyReplicas,
+      (n) => n === 1,
+      'the other replica to write status',
+      BOUND_MS,
+    );
     expect(fake.statusWrites.at(-1)?.token).toBe('router-1');
   });
 });
