@@ -154,7 +154,18 @@ function report(cells: Cell[], perReplica: Array<{ name: string; rps: number }>,
   }
   const byLoad = (pick: (c: Cell) => number) =>
     LOADS.map((level) => ({ label: `${Math.round(level * 100)}% load`, values: POLICIES.map((p) => ({ name: p.name, value: cell(p.name, level) ? pick(cell(p.name, level)!) : 0 })) }));
-  const svg = stack([barChart('p99 time to first token (ms, lower is better)', 'ms', byLoad((c) => c.ttft.p99)), barChart('p99 end-to-end latency (ms, lower is better)', 'ms', byLoad((c) => c.e2e.p99))]);
+  const svg = stack([
+    barChart(
+      'p99 time to first token (ms, lower is better)',
+      'ms',
+      byLoad((c) => c.ttft.p99),
+    ),
+    barChart(
+      'p99 end-to-end latency (ms, lower is better)',
+      'ms',
+      byLoad((c) => c.e2e.p99),
+    ),
+  ]);
   const out = write('balance', lines.join('\n'), svg);
   console.log(lines.join('\n'));
   console.error(`balance: wrote ${out.md} and ${out.svg}`);

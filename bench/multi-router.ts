@@ -51,10 +51,25 @@ interface Cell {
 async function runCell(setup: Setup, sims: Proc[], rate: number, tag: string): Promise<Cell> {
   const routers: Array<Proc & { adminUrl: string }> = [];
   try {
-    for (let i = 0; i < setup.routers; i++) routers.push(await startModelgate(sims.map((s) => s.url), MODEL, setup.pool));
+    for (let i = 0; i < setup.routers; i++)
+      routers.push(
+        await startModelgate(
+          sims.map((s) => s.url),
+          MODEL,
+          setup.pool,
+        ),
+      );
     const started = performance.now();
     let poller: ReturnType<typeof pollQueues> | undefined;
-    const mark = setTimeout(() => (poller = pollQueues(sims.map((s) => s.url), MAX_NUM_SEQS, 250)), WARMUP_MS);
+    const mark = setTimeout(
+      () =>
+        (poller = pollQueues(
+          sims.map((s) => s.url),
+          MAX_NUM_SEQS,
+          250,
+        )),
+      WARMUP_MS,
+    );
     const result = await load({
       url: routers.map((r) => `${r.url}/v1/chat/completions`),
       headers: AUTH,
@@ -71,7 +86,10 @@ async function runCell(setup: Setup, sims: Proc[], rate: number, tag: string): P
     const queues = poller ? await poller.stop() : { polls: 0, meanWaiting: [], meanRunning: [], misplaced: NaN };
     const seconds = (performance.now() - started) / 1000;
     let scrapes = 0;
-    for (const r of routers) scrapes += series(await scrape(r.adminUrl), 'modelgate_engine_scrapes_total').filter((s) => s.labels.result === 'ok').reduce((n, s) => n + s.value, 0);
+    for (const r of routers)
+      scrapes += series(await scrape(r.adminUrl), 'modelgate_engine_scrapes_total')
+        .filter((s) => s.labels.result === 'ok')
+        .reduce((n, s) => n + s.value, 0);
     const ok = result.samples.filter((s) => s.status === 200 && s.ttfbMs >= 0);
     const names = sims.map((s) => s.name);
     const shareOf = (samples: typeof ok): number[] => names.map((n) => samples.filter((s) => s.replica === n).length / Math.max(1, samples.length));
@@ -116,7 +134,7 @@ function report(cells: Cell[], perReplica: Array<{ name: string; rps: number }>,
     `two twice as slow (\`${SLOW.join(' ')}\`) — and its request mix (streamed, log-normal prompt median 256 tokens and output`,
     `median 48 tokens, no shared prefix), open-loop Poisson arrivals at ${Math.round(LOAD * 100)}% of the fleet's capacity measured in this run (same`,
     'seed and lengths in every cell). With two router processes the arrivals alternate between them, so each routes half the',
-    'traffic and sees only its own requests in its outstanding counts; with the default profile it also scrapes each replica\'s',
+    "traffic and sees only its own requests in its outstanding counts; with the default profile it also scrapes each replica's",
     '`/metrics` (`vllm:num_requests_waiting` + `running`, every `routing.engineMetrics.intervalMs`, default 1,000 ms) and adds the',
     `requests it sent since the sample. TTFT = time to the first SSE event; E2E = time to the last byte. Windows of ${WINDOW_MS / 1000} s after ${WARMUP_MS / 1000} s`,
     'of warm-up. "queue while a slot is free" = share of 250 ms polls of the replicas\' `/metrics` in which one replica had',
@@ -130,7 +148,19 @@ function report(cells: Cell[], perReplica: Array<{ name: string; rps: number }>,
     '## Results',
     '',
     table(
-      ['setup', 'TTFT p50 ms', 'TTFT p99 ms', 'E2E p50 ms', 'E2E p99 ms', 'throughput req/s', `share ${REPLICAS.map((r) => r.name).join('/')}`, 'mean waiting per replica', 'queue while a slot is free', 'engine scrapes/s per router', 'errors'],
+      [
+        'setup',
+        'TTFT p50 ms',
+        'TTFT p99 ms',
+        'E2E p50 ms',
+        'E2E p99 ms',
+        'throughput req/s',
+        `share ${REPLICAS.map((r) => r.name).join('/')}`,
+        'mean waiting per replica',
+        'queue while a slot is free',
+        'engine scrapes/s per router',
+        'errors',
+      ],
       cells.map((c) => [
         c.setup.name,
         f(c.summary.ttfb.p50),

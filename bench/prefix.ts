@@ -370,7 +370,7 @@ function report(cells: Cell[], setup: Setup): void {
     '',
     `- **A, shared prefix:** ${CONVERSATIONS} chats in progress, taken in turn (so turn t+1 of a chat is sent ${CONVERSATIONS} requests after turn t); a chat keeps`,
     '  one system prompt (uniform over the 8) for 2–8 turns and each request carries all earlier user and assistant messages (user turns',
-    '  log-normal, median 80 tokens; answers as long as that turn\'s `max_tokens`).',
+    "  log-normal, median 80 tokens; answers as long as that turn's `max_tokens`).",
     '- **B, no shared prefix:** the same requests with every message replaced by random text of the same length, unique from the',
     '  first character: the same length distribution, nothing to reuse.',
     `- prompt length (both): p10 ${f(q(0.1))}, p50 ${f(q(0.5))}, p90 ${f(q(0.9))} tokens; output \`max_tokens\` log-normal, median 48 (8–192), \`ignore_eos\`, streamed.`,
@@ -379,7 +379,7 @@ function report(cells: Cell[], setup: Setup): void {
     '- TTFT = time to the first SSE event; throughput = completed requests/s; engine hit rate = `vllm:prefix_cache_hits_total` /',
     '  `vllm:prefix_cache_queries_total` over the window, all replicas; router estimate = `modelgate_prefix_blocks_total` hit / (hit + miss);',
     '  "replicas per prompt" = for each system prompt, the replicas that served ≥ 10% of its requests (mean); "queue while a slot is free" =',
-    '  share of 250 ms polls of the replicas\' `/metrics` in which one replica had requests waiting while another had a free batch slot.',
+    "  share of 250 ms polls of the replicas' `/metrics` in which one replica had requests waiting while another had a free batch slot.",
     ...(cells.some((c) => c.short === 'first default' || c.sessionHint)
       ? [
           '- extra rows, outside the targets: *first default* = the profile this benchmark tuned away from (prefix 3, kv-cache 1, session 10:',
@@ -387,7 +387,7 @@ function report(cells: Cell[], setup: Setup): void {
           '  load); *session hint* = the default',
           '  profile with the client sending `x-session-id: system-<k>`, so the session scorer (weight 10, rendezvous hashing with bounded',
           '  load) pins each system prompt to a replica.',
-          '- the router sizes its prefix memory per replica from the engine\'s `vllm:cache_config_info` (here the simulator\'s',
+          "- the router sizes its prefix memory per replica from the engine's `vllm:cache_config_info` (here the simulator's",
           '  `--kv-cache-blocks`), as the Gateway API Inference Extension advises for an approximate prefix index ("as close as possible to',
           '  the HBM cache size", [guide](https://gateway-api-inference-extension.sigs.k8s.io/guides/epp-configuration/prefix-aware/)).',
         ]
@@ -477,7 +477,13 @@ function report(cells: Cell[], setup: Setup): void {
         ['workload', 'policy', 'p50 TTFT gain (LOR ÷ policy, ≥ 2× wanted on shared prefix)', 'throughput (policy ÷ LOR)', 'engine hit rate'],
         others.map((c) => {
           const lor = cell(c.workload, 'least outstanding')!;
-          return [c.workload, c.short, `${(lor.summary.ttfb.p50 / c.summary.ttfb.p50).toFixed(2)}×`, `${(c.summary.rps / lor.summary.rps).toFixed(2)}×`, `${pct(c.engineHitRate)} (LOR ${pct(lor.engineHitRate)})`];
+          return [
+            c.workload,
+            c.short,
+            `${(lor.summary.ttfb.p50 / c.summary.ttfb.p50).toFixed(2)}×`,
+            `${(c.summary.rps / lor.summary.rps).toFixed(2)}×`,
+            `${pct(c.engineHitRate)} (LOR ${pct(lor.engineHitRate)})`,
+          ];
         }),
       ),
       '',
@@ -487,9 +493,21 @@ function report(cells: Cell[], setup: Setup): void {
   const shorts = [...new Set(cells.map((c) => c.short))];
   const groups = (pick: (c: Cell) => number) => workloads.map((w) => ({ label: w, values: shorts.flatMap((s) => (cell(w, s) ? [{ name: s, value: pick(cell(w, s)!) }] : [])) }));
   const svg = stack([
-    barChart('p50 time to first token (ms, lower is better)', 'ms', groups((c) => c.summary.ttfb.p50)),
-    barChart('throughput (completed requests/s, higher is better)', 'req/s', groups((c) => c.summary.rps)),
-    barChart('engine prefix-cache hit rate (%)', '%', groups((c) => (Number.isFinite(c.engineHitRate) ? c.engineHitRate * 100 : 0))),
+    barChart(
+      'p50 time to first token (ms, lower is better)',
+      'ms',
+      groups((c) => c.summary.ttfb.p50),
+    ),
+    barChart(
+      'throughput (completed requests/s, higher is better)',
+      'req/s',
+      groups((c) => c.summary.rps),
+    ),
+    barChart(
+      'engine prefix-cache hit rate (%)',
+      '%',
+      groups((c) => (Number.isFinite(c.engineHitRate) ? c.engineHitRate * 100 : 0)),
+    ),
   ]);
   const out = write(process.env.BENCH_PREFIX_REPORT ?? 'prefix', lines.join('\n'), svg);
   console.log(lines.join('\n'));

@@ -22,7 +22,11 @@ interface Profile {
 }
 
 const DIR = new URL('../profile/', import.meta.url).pathname; // .bench/profile/
-const short = (url: string): string => url.replace(/.*node_modules\//, '').replace(/.*\/dist\//, 'dist/').replace(/^node:/, 'node:');
+const short = (url: string): string =>
+  url
+    .replace(/.*node_modules\//, '')
+    .replace(/.*\/dist\//, 'dist/')
+    .replace(/^node:/, 'node:');
 const moduleOf = (url: string): string | undefined => {
   const dep = /node_modules\/((?:@[^/]+\/)?[^/]+)\//.exec(url)?.[1];
   if (dep && dep !== 'node') return dep;
@@ -59,12 +63,20 @@ async function main(): Promise<void> {
   rmSync(DIR, { recursive: true, force: true });
   mkdirSync(DIR, { recursive: true });
   const sim = await startSim('upstream', ['--model', 'bench-model', '--ttft-ms', '0', '--itl-ms', '0', '--prefill-ms-per-token', '0', '--max-num-seqs', '1000', '--max-waiting', '100000']);
-  const router = await startModelgate([sim.url], 'bench-model', {}, ['--cpu-prof', `--cpu-prof-dir=${DIR}`]);
+  const router = await startModelgate([sim.url], 'bench-model', {}, { cpuProfileDir: DIR });
   const windowMs = SMOKE ? 1000 : 10_000;
   let rps: number;
   try {
     const body = JSON.stringify({ model: 'bench-model', messages: [{ role: 'user', content: 'Write a haiku about load balancers.' }], max_tokens: 16, ignore_eos: true });
-    const result = await load({ url: `${router.url}/v1/chat/completions`, headers: { authorization: `Bearer ${BENCH_KEY}` }, bodies: [body], mode: 'closed', concurrency: 32, warmupMs: SMOKE ? 200 : 2000, durationMs: windowMs });
+    const result = await load({
+      url: `${router.url}/v1/chat/completions`,
+      headers: { authorization: `Bearer ${BENCH_KEY}` },
+      bodies: [body],
+      mode: 'closed',
+      concurrency: 32,
+      warmupMs: SMOKE ? 200 : 2000,
+      durationMs: windowMs,
+    });
     rps = (result.samples.filter((s) => s.status === 200).length * 1000) / windowMs;
   } finally {
     await router.stop(); // the profile is written as the process exits
@@ -78,7 +90,7 @@ async function main(): Promise<void> {
     '# Where modelgate spends its CPU',
     '',
     `modelgate under closed-loop load (32 in flight, non-streamed, zero-latency simulator; ${Math.round(rps)} requests/s here), profiled`,
-    'with `--cpu-prof` for the whole run (start-up and warm-up included). Self time by function, and the share of samples with',
+    'with `--cpu-prof` (in NODE_OPTIONS; the executable still adds its own flags) for the whole run (start-up and warm-up included). Self time by function, and the share of samples with',
     'each module on the stack (a sample counts once per module; the kernel time of socket writes shows as `writev`, idle time',
     `as \`(idle)\`). The raw profile is in \`.bench/profile/${file}\`.${SMOKE ? ' **Smoke run.**' : ''}`,
     '',
@@ -86,14 +98,24 @@ async function main(): Promise<void> {
     '',
     '## By module (inclusive)',
     '',
-    table(['module', 'samples'], modules.slice(0, 20).map(([m, n]) => [m, pct(n)])),
+    table(
+      ['module', 'samples'],
+      modules.slice(0, 20).map(([m, n]) => [m, pct(n)]),
+    ),
     '',
     '## Top functions (self)',
     '',
-    table(['function', 'samples'], self.slice(0, 25).map(([f, n]) => [`\`${f}\``, pct(n)])),
+    table(
+      ['function', 'samples'],
+      self.slice(0, 25).map(([f, n]) => [`\`${f}\``, pct(n)]),
+    ),
     '',
   ];
-  const svg = barChart('modelgate CPU by module (% of samples, inclusive)', '%', modules.slice(0, 12).map(([m, n]) => ({ label: m.replace('modelgate ', 'mg:').slice(0, 14), values: [{ name: 'share of samples', value: (100 * n) / total }] })));
+  const svg = barChart(
+    'modelgate CPU by module (% of samples, inclusive)',
+    '%',
+    modules.slice(0, 12).map(([m, n]) => ({ label: m.replace('modelgate ', 'mg:').slice(0, 14), values: [{ name: 'share of samples', value: (100 * n) / total }] })),
+  );
   const out = write('profile', lines.join('\n'), svg);
   console.log(lines.join('\n'));
   console.error(`profile: wrote ${out.md} and ${out.svg}`);

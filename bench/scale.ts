@@ -98,20 +98,45 @@ async function scrape(adminUrl: string): Promise<{ ms: number; lagP99Ms: number;
 async function manyStreams(): Promise<StreamRun> {
   const rampMs = (STREAMS / RAMP_RATE) * 1000;
   const tokens = Math.ceil((rampMs + HOLD_MS + 5000) / TOKEN_INTERVAL_MS);
-  const sim = await startSim('upstream', ['--model', 'bench-model', '--ttft-ms', '0', '--prefill-ms-per-token', '0', '--itl-ms', String(TOKEN_INTERVAL_MS), '--load-factor', '1', '--max-num-seqs', String(STREAMS + 100), '--max-waiting', '100000']);
+  const sim = await startSim('upstream', [
+    '--model',
+    'bench-model',
+    '--ttft-ms',
+    '0',
+    '--prefill-ms-per-token',
+    '0',
+    '--itl-ms',
+    String(TOKEN_INTERVAL_MS),
+    '--load-factor',
+    '1',
+    '--max-num-seqs',
+    String(STREAMS + 100),
+    '--max-waiting',
+    '100000',
+  ]);
   const router = await startModelgate([sim.url], 'bench-model');
   try {
     await scrape(router.adminUrl);
     const idleRssMiB = rssMiB(router.pid);
     const body = JSON.stringify({ model: 'bench-model', messages: [{ role: 'user', content: 'Tell me a long story.' }], max_tokens: tokens, ignore_eos: true, stream: true });
-    const running = load({ url: `${router.url}/v1/chat/completions`, headers: { authorization: `Bearer ${BENCH_KEY}` }, bodies: [body], mode: 'open', rate: RAMP_RATE, arrivals: 'fixed', warmupMs: 0, durationMs: rampMs, drainMs: tokens * TOKEN_INTERVAL_MS * 3 });
+    const running = load({
+      url: `${router.url}/v1/chat/completions`,
+      headers: { authorization: `Bearer ${BENCH_KEY}` },
+      bodies: [body],
+      mode: 'open',
+      rate: RAMP_RATE,
+      arrivals: 'fixed',
+      warmupMs: 0,
+      durationMs: rampMs,
+      drainMs: tokens * TOKEN_INTERVAL_MS * 3,
+    });
     await new Promise((r) => setTimeout(r, rampMs + 1000));
     await scrape(router.adminUrl); // resets the lag histogram: the hold starts here
     const lag: number[] = [];
     const scrapeMs: number[] = [];
     let holdRssMiB = 0;
     let inFlight = 0;
-    for (const end = performance.now() + HOLD_MS; performance.now() < end; ) {
+    for (const end = performance.now() + HOLD_MS; performance.now() < end;) {
       await new Promise((r) => setTimeout(r, SMOKE ? 500 : 2000));
       const s = await scrape(router.adminUrl);
       lag.push(s.lagP99Ms);
@@ -167,7 +192,12 @@ async function main(): Promise<void> {
     '',
     table(
       ['endpoints', 'µs per pick', 'ratio to 10 endpoints', 'heap bytes per endpoint'],
-      picks.map((p) => [p.endpoints, (p.nsPerPick / 1000).toFixed(2), `${(p.nsPerPick / base.nsPerPick).toFixed(1)}×`, Number.isFinite(p.bytesPerEndpoint) && globalThis.gc ? Math.round(p.bytesPerEndpoint) : 'n/a']),
+      picks.map((p) => [
+        p.endpoints,
+        (p.nsPerPick / 1000).toFixed(2),
+        `${(p.nsPerPick / base.nsPerPick).toFixed(1)}×`,
+        Number.isFinite(p.bytesPerEndpoint) && globalThis.gc ? Math.round(p.bytesPerEndpoint) : 'n/a',
+      ]),
     ),
     '',
     `## ${STREAMS} concurrent streams through one router process`,
@@ -182,7 +212,11 @@ async function main(): Promise<void> {
         ['streams opened / answered with errors', `${streams.opened} / ${streams.errors}`, ''],
         ['in flight at the router (max seen)', streams.inFlight, ''],
         ['router RSS idle', `${streams.idleRssMiB.toFixed(0)} MiB`, 'baseline'],
-        ['router RSS while holding', `${streams.holdRssMiB.toFixed(0)} MiB (${(streams.holdRssMiB / streams.idleRssMiB).toFixed(1)}× idle, ${(((streams.holdRssMiB - streams.idleRssMiB) * 1024) / STREAMS).toFixed(0)} KiB per stream)`, '< 1024 MiB'],
+        [
+          'router RSS while holding',
+          `${streams.holdRssMiB.toFixed(0)} MiB (${(streams.holdRssMiB / streams.idleRssMiB).toFixed(1)}× idle, ${(((streams.holdRssMiB - streams.idleRssMiB) * 1024) / STREAMS).toFixed(0)} KiB per stream)`,
+          '< 1024 MiB',
+        ],
         ['router peak RSS', `${streams.peakRssMiB.toFixed(0)} MiB`, '< 1024 MiB'],
         ['event-loop lag p99 (worst scrape)', `${maxLag.toFixed(1)} ms`, '< 50 ms'],
         ['/metrics answer time p50 / max', `${percentile(sortedScrape, 0.5).toFixed(1)} / ${sortedScrape.at(-1)?.toFixed(1)} ms`, ''],
@@ -194,10 +228,27 @@ async function main(): Promise<void> {
     '',
   ];
   const svg = stack([
-    barChart('Cost of a pick (µs)', 'µs', picks.map((p) => ({ label: `${p.endpoints} endpoints`, values: [{ name: 'pick + release', value: p.nsPerPick / 1000 }] }))),
+    barChart(
+      'Cost of a pick (µs)',
+      'µs',
+      picks.map((p) => ({ label: `${p.endpoints} endpoints`, values: [{ name: 'pick + release', value: p.nsPerPick / 1000 }] })),
+    ),
     barChart(`Router with ${STREAMS} open streams`, 'MiB / ms', [
-      { label: 'RSS MiB', values: [{ name: 'idle', value: streams.idleRssMiB }, { name: 'holding', value: streams.holdRssMiB }, { name: 'target', value: 1024 }] },
-      { label: 'loop lag p99 ms', values: [{ name: 'holding', value: maxLag }, { name: 'target', value: 50 }] },
+      {
+        label: 'RSS MiB',
+        values: [
+          { name: 'idle', value: streams.idleRssMiB },
+          { name: 'holding', value: streams.holdRssMiB },
+          { name: 'target', value: 1024 },
+        ],
+      },
+      {
+        label: 'loop lag p99 ms',
+        values: [
+          { name: 'holding', value: maxLag },
+          { name: 'target', value: 50 },
+        ],
+      },
     ]),
   ]);
   const out = write('scale', lines.join('\n'), svg);

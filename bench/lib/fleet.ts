@@ -27,7 +27,13 @@ export function mixBodies(model: string, tag: string, count: number): string[] {
     const promptWords = Math.min(3000, Math.max(8, Math.round(logNormal(random, 256, 0.9))));
     const output = Math.min(512, Math.max(1, Math.round(logNormal(random, 48, 0.9))));
     // a unique first word per run keeps one policy from reusing another's prefix cache
-    const content = `${tag}-${i} ` + 'lorem ipsum dolor sit amet '.repeat(Math.ceil(promptWords / 5)).split(' ').slice(0, promptWords).join(' ');
+    const content =
+      `${tag}-${i} ` +
+      'lorem ipsum dolor sit amet '
+        .repeat(Math.ceil(promptWords / 5))
+        .split(' ')
+        .slice(0, promptWords)
+        .join(' ');
     return JSON.stringify({ model, messages: [{ role: 'user', content }], max_tokens: output, ignore_eos: true, stream: true });
   });
 }
@@ -39,7 +45,13 @@ export async function capacity(replica: Proc, mix: string[], warmupMs: number, d
 }
 
 /** Every replica's capacity on the mix (each alone, in turn) and the fleet's total, logged under `label`. */
-export async function fleetCapacity(sims: readonly Proc[], model: string, warmupMs: number, durationMs: number, label: string): Promise<{ perReplica: Array<{ name: string; rps: number }>; fleet: number }> {
+export async function fleetCapacity(
+  sims: readonly Proc[],
+  model: string,
+  warmupMs: number,
+  durationMs: number,
+  label: string,
+): Promise<{ perReplica: Array<{ name: string; rps: number }>; fleet: number }> {
   const perReplica: Array<{ name: string; rps: number }> = [];
   for (const [i, sim] of sims.entries()) {
     const rps = await capacity(sim, mixBodies(model, `calibrate${i}`, 500), warmupMs, durationMs);

@@ -92,7 +92,14 @@ async function run(job: LoadJob): Promise<LoadResult> {
         resolve();
       };
       const req = http.request(
-        { agent, host: target.hostname, port: target.port, path: target.pathname, method: 'POST', headers: { ...job.headers, ...extra, 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) } },
+        {
+          agent,
+          host: target.hostname,
+          port: target.port,
+          path: target.pathname,
+          method: 'POST',
+          headers: { ...job.headers, ...extra, 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) },
+        },
         (res) => {
           let ttfb = -1;
           let events = 0;

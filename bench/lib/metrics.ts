@@ -18,7 +18,15 @@ export function series(text: string, name: string): Series[] {
     const close = labelled ? line.lastIndexOf('}') : name.length - 1;
     const labels: Record<string, string> = {};
     for (const m of line.slice(name.length + 1, close).matchAll(/([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"/g)) labels[m[1]!] = m[2]!;
-    out.push({ labels, value: Number(line.slice(close + 1).trim().split(' ')[0]) });
+    out.push({
+      labels,
+      value: Number(
+        line
+          .slice(close + 1)
+          .trim()
+          .split(' ')[0],
+      ),
+    });
   }
   return out;
 }

@@ -3,7 +3,7 @@
  * own OS process on 127.0.0.1, with their CPU time and peak RSS read from /proc.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { closeSync, mkdirSync, mkdtempSync, openSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import net from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -11,7 +11,6 @@ import { join } from 'node:path';
 const ROOT = new URL('../../', import.meta.url).pathname.replace('/.bench/', '/');
 const CLI = join(ROOT, 'dist/cli.js');
 export const BENCH_KEY = 'sk-bench-0123456789';
-export const ROUTER_NODE_FLAGS = ['--max-semi-space-size=4'];
 
 export interface Proc {
   name: string;
@@ -69,25 +68,78 @@ export async function startSim(name: string, args: string[]): Promise<Proc> {
   return { name, url: `http://127.0.0.1:${port}`, pid: child.pid!, stop: stopper(child) };
 }
 
-export async function startModelgate(upstreams: string[], servedModel: string, extra: object = {}, nodeFlags: string[] = []): Promise<Proc & { adminUrl: string }> {
+export interface ModelgateOptions {
+  /** Profile the router with V8's CPU profiler (`--cpu-prof`), the .cpuprofile written to this directory at exit. */
+  cpuProfileDir?: string;
+}
+
+export interface ModelgateProc extends Proc {
+  adminUrl: string;
+  /** How it was started: `node dist/cli.js serve --config FILE`, as a user would. */
+  started: string;
+  /** The running process's command line (/proc/PID/cmdline), once it listens: the flags the executable added itself. */
+  running: string;
+  /** NODE_OPTIONS it was started with, if any (profiling, or BENCH_ROUTER_NODE_OPTIONS for a diagnostic run). */
+  nodeOptions?: string;
+}
+
+/**
+ * modelgate as users start it: `node dist/cli.js serve --config FILE`, no Node flags (the executable
+ * adds the V8 flags the router needs itself, src/runtime.ts), no NODE_OPTIONS from the bench's own
+ * environment, the default log level (one access-log line per request, to a file as a container
+ * runtime would keep it). BENCH_ROUTER_NODE_OPTIONS sets NODE_OPTIONS for the router alone, for
+ * diagnostic runs (another `--max-semi-space-size`; V8 flags such as `--trace-gc` are not allowed there);
+ * BENCH_ROUTER_GC_LOG=DIR records every GC pause of the router in DIR (lib/gc-log.ts); reports say when
+ * either was set. BENCH_ROUTER_LOG=DIR keeps the router's stdout (its access log) in DIR.
+ */
+export async function startModelgate(upstreams: string[], servedModel: string, extra: object = {}, options: ModelgateOptions = {}): Promise<ModelgateProc> {
   const dir = mkdtempSync(join(tmpdir(), 'mg-bench-'));
   const [port, admin] = [await freePort(), await freePort()];
   writeFileSync(join(dir, 'keys.yaml'), `- name: bench\n  key: ${BENCH_KEY}\n`);
   writeFileSync(
     join(dir, 'config.json'),
     JSON.stringify({
+      // shutdownDelayMs/gracePeriodMs only shorten the stop at the end of a run (no load balancer to drain from)
       server: { host: '127.0.0.1', port, shutdownDelayMs: 0, gracePeriodMs: 1000 },
       admin: { host: '127.0.0.1', port: admin },
-      log: { level: 'warn' },
       auth: { keysFile: 'keys.yaml' },
       pools: [{ name: 'bench', servedModelName: servedModel, endpoints: upstreams, ...extra }],
       deployments: [{ id: 'bench', model: servedModel, targets: [{ pool: 'bench' }] }],
     }),
   );
-  // the image's ENTRYPOINT flags (Dockerfile), so the benchmark measures what ships
-  const child = spawn(process.execPath, [...ROUTER_NODE_FLAGS, ...nodeFlags, CLI, 'serve', '--config', join(dir, 'config.json')], { stdio: ['ignore', 'ignore', 'inherit'] });
+  const env: NodeJS.ProcessEnv = { ...process.env };
+  delete env.NODE_OPTIONS;
+  const gcLog = process.env.BENCH_ROUTER_GC_LOG;
+  if (gcLog) mkdirSync(gcLog, { recursive: true });
+  const nodeOptions = [
+    ...(options.cpuProfileDir ? ['--cpu-prof', `--cpu-prof-dir=${options.cpuProfileDir}`] : []),
+    ...(gcLog ? [`--import=${new URL('./gc-log.js', import.meta.url).href}`] : []),
+    process.env.BENCH_ROUTER_NODE_OPTIONS ?? '',
+  ]
+    .join(' ')
+    .trim();
+  if (nodeOptions) env.NODE_OPTIONS = nodeOptions;
+  const logDir = process.env.BENCH_ROUTER_LOG;
+  if (logDir) mkdirSync(logDir, { recursive: true });
+  const logFile = logDir ? join(logDir, `modelgate-${port}.log`) : join(dir, 'stdout.log');
+  const out = openSync(logFile, 'w');
+  const args = [CLI, 'serve', '--config', join(dir, 'config.json')];
+  const child = spawn(process.execPath, args, { stdio: ['ignore', out, 'inherit'], env });
+  closeSync(out);
   await waitForPort(port, child, 'modelgate');
-  return { name: 'modelgate', url: `http://127.0.0.1:${port}`, adminUrl: `http://127.0.0.1:${admin}`, pid: child.pid!, stop: stopper(child, () => rmSync(dir, { recursive: true, force: true })) };
+  const shown = (argv: string[]): string => ['node', ...argv.slice(1)].map((a) => a.replace(ROOT, '').replace(dir, '…')).join(' ');
+  const running = shown(readFileSync(`/proc/${child.pid}/cmdline`, 'utf8').split('\0').filter(Boolean));
+  if (logDir) console.error(`modelgate ${child.pid}: stdout in ${logFile}, NODE_OPTIONS=${nodeOptions || '(none)'}, running as ${running}`);
+  return {
+    name: 'modelgate',
+    url: `http://127.0.0.1:${port}`,
+    adminUrl: `http://127.0.0.1:${admin}`,
+    pid: child.pid!,
+    started: shown([process.execPath, ...args]),
+    running,
+    ...(nodeOptions ? { nodeOptions } : {}),
+    stop: stopper(child, () => rmSync(dir, { recursive: true, force: true })),
+  };
 }
 
 export async function startNginx(upstreams: string[]): Promise<Proc> {
@@ -207,4 +259,3 @@ export function usage(pid: number): { cpuSeconds: number; peakRssMiB: number } {
   }
   return { cpuSeconds: ticks / 100, peakRssMiB: rss };
 }
-

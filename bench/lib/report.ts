@@ -1,6 +1,6 @@
 /** Benchmark reports: bench/results/<name>.md (machine, versions, tables) and an SVG chart. */
 import { spawnSync } from 'node:child_process';
-import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import { join } from 'node:path';
 
@@ -72,7 +72,9 @@ export function barChart(title: string, unit: string, groups: BarGroup[]): strin
     g.values.forEach((v) => {
       const si = series.indexOf(v.name);
       const x = x0 + si * barW;
-      parts.push(`<rect x="${x}" y="${y(v.value)}" width="${barW - 3}" height="${40 + plotH - y(v.value)}" fill="${colours[si % colours.length]}"><title>${esc(`${g.label} ${v.name}: ${v.value.toPrecision(4)} ${unit}`)}</title></rect>`);
+      parts.push(
+        `<rect x="${x}" y="${y(v.value)}" width="${barW - 3}" height="${40 + plotH - y(v.value)}" fill="${colours[si % colours.length]}"><title>${esc(`${g.label} ${v.name}: ${v.value.toPrecision(4)} ${unit}`)}</title></rect>`,
+      );
     });
     parts.push(`<text x="${x0}" y="${40 + plotH + 16}">${esc(g.label)}</text>`);
   });
@@ -142,3 +144,47 @@ export function summarize(samples: ReadonlyArray<{ status: number; ttfbMs: numbe
 }
 
 export const SMOKE = process.env.BENCH_SMOKE === '1';
+
+/** Busy CPU time of the whole machine and of this process with all its children, living and reaped (seconds). */
+function cpuNow(): { machine: number; ours: number } {
+  const hz = 100;
+  const fields = readFileSync('/proc/stat', 'utf8').split('\n')[0]!.trim().split(/\s+/).slice(1).map(Number);
+  // user nice system idle iowait irq softirq steal: busy is all but idle and iowait
+  const machineTicks = fields.slice(0, 8).reduce((a, b) => a + b, 0) - fields[3]! - fields[4]!;
+  const children = new Map<number, number[]>();
+  const times = new Map<number, number>();
+  for (const entry of readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      const raw = readFileSync(`/proc/${entry}/stat`, 'utf8');
+      const stat = raw.slice(raw.lastIndexOf(')') + 2).split(' ');
+      // ppid [1]; utime [11], stime [12], cutime [13], cstime [14] (reaped children's time lands in the parent's c*time)
+      children.set(Number(stat[1]), [...(children.get(Number(stat[1])) ?? []), Number(entry)]);
+      times.set(Number(entry), Number(stat[11]) + Number(stat[12]) + Number(stat[13]) + Number(stat[14]));
+    } catch {
+      // gone meanwhile
+    }
+  }
+  let ours = 0;
+  const todo = [process.pid];
+  for (let i = 0; i < todo.length; i++) {
+    ours += times.get(todo[i]!) ?? 0;
+    todo.push(...(children.get(todo[i]!) ?? []));
+  }
+  return { machine: machineTicks / hz, ours: ours / hz };
+}
+
+/**
+ * Measures how busy the rest of the machine was: call it, run something, call the returned function
+ * for the CPU other processes (not this benchmark nor its children) used meanwhile, in cores on
+ * average (1 = one core busy all along).
+ */
+export function othersCpu(): () => number {
+  const t0 = performance.now();
+  const a = cpuNow();
+  return () => {
+    const b = cpuNow();
+    const seconds = (performance.now() - t0) / 1000;
+    return seconds > 0 ? Math.max(0, b.machine - a.machine - (b.ours - a.ours)) / seconds : 0;
+  };
+}
