@@ -43,7 +43,12 @@ export function usable(candidates: readonly CandidateState[]): CandidateState[] 
   return breakerAllows(healthy(candidates));
 }
 
-/** The endpoints a pick may choose from: usable, untried if possible, under the concurrency limit. */
+/**
+ * The endpoints a pick may choose from: `underConcurrencyLimit(limit)(untried(usable(candidates)))`,
+ * fused into one pass with one array, as it runs on every pick over the whole pool.
+ */
 export function pickable(candidates: readonly CandidateState[], concurrencyLimit: number): CandidateState[] {
-  return underConcurrencyLimit(concurrencyLimit)(untried(usable(candidates)));
+  const ok = (c: CandidateState): boolean => c.healthy && c.breakerAvailable;
+  const anyFresh = candidates.some((c) => ok(c) && !c.tried);
+  return candidates.filter((c) => ok(c) && (!anyFresh || !c.tried) && (concurrencyLimit === 0 || c.inFlight < concurrencyLimit * c.endpoint.weight));
 }

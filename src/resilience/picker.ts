@@ -78,9 +78,15 @@ export class EndpointPicker {
    * left of the request's total timeout).
    */
   pick(pool: PoolSpec, tried: ReadonlySet<string>, signal?: AbortSignal, request: PickRequest = { priority: 'standard' }, maxWaitMs = Infinity): Promise<Picked> {
-    const ready = usable(this.snapshot(pool, tried)).map((c) => c.endpoint);
-    if (ready.length === 0) return Promise.reject(noReadyReplica());
-    if (request.priority === 'sheddable' && this.saturated(pool, ready)) {
+    const all = this.deps.endpoints.snapshot(pool.name);
+    if (!all.some((ep) => this.usable(pool, ep))) return Promise.reject(noReadyReplica());
+    if (
+      request.priority === 'sheddable' &&
+      this.saturated(
+        pool,
+        all.filter((ep) => this.usable(pool, ep)),
+      )
+    ) {
       this.deps.events?.onShed?.(pool.name);
       return Promise.reject(shedError());
     }
@@ -91,7 +97,16 @@ export class EndpointPicker {
 
   /** Whether `pool` still has a replica that could take traffic and that this request has not tried. */
   hasUntried(pool: PoolSpec, tried: ReadonlySet<string>): boolean {
-    return usable(this.snapshot(pool, tried)).some((c) => !c.tried);
+    return this.deps.endpoints.snapshot(pool.name).some((ep) => !tried.has(ep.id) && this.usable(pool, ep));
+  }
+
+  /**
+   * The balancer's `usable` filter (healthy, breaker allows) for one endpoint, read directly: the
+   * checks before admission run on every attempt and need no snapshot. A pick itself filters the
+   * snapshot (take).
+   */
+  private usable(pool: PoolSpec, ep: Endpoint): boolean {
+    return usable([this.state(pool, ep, false)]).length === 1;
   }
 
   /** A committed stream that the engine broke counts against its endpoint's breaker. */
@@ -114,14 +129,18 @@ export class EndpointPicker {
 
   /** What the picker knows about each endpoint of the pool right now, as plain data for the filters. */
   private snapshot(pool: PoolSpec, tried: ReadonlySet<string>): CandidateState[] {
-    const { endpoints, health, breakers, inFlight } = this.deps;
-    return endpoints.snapshot(pool.name).map((endpoint) => ({
+    return this.deps.endpoints.snapshot(pool.name).map((endpoint) => this.state(pool, endpoint, tried.has(endpoint.id)));
+  }
+
+  private state(pool: PoolSpec, endpoint: Endpoint, tried: boolean): CandidateState {
+    const { health, breakers, inFlight } = this.deps;
+    return {
       endpoint,
       healthy: health.isHealthy(endpoint.id),
       breakerAvailable: breakers.get(endpoint.id, pool.name, pool.resilience.breaker).available(),
       inFlight: inFlight.count(endpoint.id),
-      tried: tried.has(endpoint.id),
-    }));
+      tried,
+    };
   }
 
   /** The request's prompt blocks for this pool's block geometry (empty when the profile does not use them). */

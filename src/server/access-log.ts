@@ -17,7 +17,7 @@ export function recordRequest(metrics: RequestMetrics, req: Request, res: Respon
   ctx.log.info(
     {
       key: ctx.principal?.name,
-      client: ctx.client,
+      client: ctx.forwarded.client,
       method: req.method,
       path: ctx.path,
       status,

@@ -100,7 +100,7 @@ export function buildApp(deps: AppDeps): BuiltApp {
       started: deps.clock.now(),
       route: (origin ? ROUTE_LABELS[req.path] : undefined) ?? 'other',
       path: origin ? req.path : req.url.slice(0, 200),
-      client: forwardedFor(req, trustedProxies).client,
+      forwarded: forwardedFor(req, trustedProxies),
       closed: false,
       abort: new AbortController(),
     };
@@ -140,7 +140,7 @@ export function buildApp(deps: AppDeps): BuiltApp {
   };
 
   const readBody = bodyReader(deps.maxBodyBytes);
-  const inference = { maxJsonDepth: deps.maxJsonDepth, catalog: deps.catalog, director: deps.director, priorityHeader, trustedProxies };
+  const inference = { maxJsonDepth: deps.maxJsonDepth, catalog: deps.catalog, director: deps.director, priorityHeader };
   api.post('/v1/chat/completions', authenticate, requireJson, readBody, inferenceHandler(inference, 'chat'));
   api.post('/v1/embeddings', authenticate, requireJson, readBody, inferenceHandler(inference, 'embeddings'));
   api.get('/v1/models', authenticate, listModels(deps.catalog));

@@ -6,6 +6,7 @@ import { type Principal } from '../auth/key-store.js';
 import { type Priority } from '../core/types.js';
 import { type DirectorReport } from '../director/director.js';
 import { type Route } from '../metrics/metrics.js';
+import { type ForwardedFor } from '../proxy/headers.js';
 
 export interface RequestContext {
   requestId: string;
@@ -16,8 +17,8 @@ export interface RequestContext {
   route: Route;
   /** The request path as routed (or the raw target, cut short, when it is not a path). */
   path: string;
-  /** The client's address: the peer, or the right-most untrusted hop when the peer is a trusted proxy. */
-  client: string;
+  /** What the router saw of the connection (`x-forwarded-*` for engines), and the client's address: the peer, or the right-most untrusted hop behind a trusted proxy. */
+  forwarded: ForwardedFor & { client: string };
   closed: boolean;
   principal?: Principal;
   /** The model the client asked for, as it named it. */

@@ -6,13 +6,11 @@ import { type Request, type Response } from 'express';
 import { mayUse, type Principal } from '../auth/key-store.js';
 import { jsonDepthExceeds } from '../api/json-depth.js';
 import { type InferenceKind, validateRequest } from '../api/validate.js';
-import { type AddressRanges } from '../core/address-ranges.js';
 import { modelNotFound, RouterError } from '../core/errors.js';
 import { PRIORITIES, type Priority } from '../core/types.js';
 import { type RequestDirector } from '../director/director.js';
 import { type ModelCatalog } from '../registry/registry.js';
 import { contextOf } from './context.js';
-import { forwardedFor } from './forwarded.js';
 
 export interface InferenceDeps {
   maxJsonDepth: number;
@@ -20,7 +18,6 @@ export interface InferenceDeps {
   director: RequestDirector;
   /** The header that may lower a request's priority class (config `priority.header`), lower case. */
   priorityHeader: string;
-  trustedProxies: AddressRanges;
 }
 
 /** The request's class: its key's, or lower when the priority header asks for lower (never higher). */
@@ -69,7 +66,7 @@ export function inferenceHandler(deps: InferenceDeps, kind: InferenceKind) {
       priority,
       requestId: ctx.requestId,
       headers: req.headers,
-      forwarded: forwardedFor(req, deps.trustedProxies),
+      forwarded: ctx.forwarded,
       signal: ctx.abort.signal,
     };
     const directed = deps.director.direct(req, res, request);
