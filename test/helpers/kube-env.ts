@@ -10,7 +10,7 @@ import { buildConfig } from '../../src/config/load.js';
 import { startRouter, type RunningRouter } from '../../src/main.js';
 import { defaultSimOptions } from '../../src/sim/options.js';
 import { startSim, type SimServer } from '../../src/sim/server.js';
-import { type FakeKubeApi, type FakeObject } from './fake-kube-api.js';
+import { FakeKubeApi, type FakeObject } from './fake-kube-api.js';
 import { rawRequest } from './http.js';
 import { captureLogs, KEY, testRouter, type TestRouter } from './router.js';
 
@@ -71,6 +71,29 @@ export function modelDeployment(name: string, model: string, aliases: string[], 
     metadata: { name, namespace: options.namespace ?? 'models', ...(options.created ? { creationTimestamp: options.created } : {}) },
     spec: { model, aliases, targets },
   };
+}
+
+/**
+ * A fake API server with the one-model cluster most tests start from: pool `llama` (Service `llama`)
+ * backed by `pods`, and deployment `llama-prod` (model `llama-3`, alias `default`). `cleanups` gets its
+ * stop functions.
+ */
+export async function llamaCluster(podNames: string[], cleanups: Array<() => Promise<unknown>>): Promise<{ fake: FakeKubeApi; pods: Pod[] }> {
+  const fake = await FakeKubeApi.start();
+  cleanups.push(() => fake.close());
+  const pods = await startPods(podNames);
+  cleanups.push(() => Promise.all(pods.map((p) => p.sim.close())));
+  fake.apply('modelpools', modelPool('llama', 'llama'));
+  fake.apply('modeldeployments', modelDeployment('llama-prod', 'llama-3', ['default'], [{ pool: 'llama' }]));
+  fake.apply(
+    'endpointslices',
+    endpointSlice(
+      'llama-abc',
+      'llama',
+      pods.map((pod) => ({ pod })),
+    ),
+  );
+  return { fake, pods };
 }
 
 export interface KubeRouterOptions {

@@ -12,9 +12,8 @@ import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { delimiter, join } from 'node:path';
 import { createInterface } from 'node:readline';
-import { FakeKubeApi } from '../../helpers/fake-kube-api.js';
 import { rawRequest } from '../../helpers/http.js';
-import { endpointSlice, eventually, modelDeployment, modelPool, startPods } from '../../helpers/kube-env.js';
+import { eventually, llamaCluster } from '../../helpers/kube-env.js';
 import { KEY } from '../../helpers/router.js';
 
 const cli = new URL('../../../dist/cli.js', import.meta.url).pathname;
@@ -107,20 +106,7 @@ function serveToExit(configFile: string, env: NodeJS.ProcessEnv): Promise<{ code
 
 describe('modelgate serve in Kubernetes mode, credentials from the environment', () => {
   it('uses KUBECONFIG when discovery.kubeconfig is not set: ready, lists and serves the cluster’s models', async () => {
-    const fake = await FakeKubeApi.start();
-    cleanups.push(() => fake.close());
-    const pods = await startPods(['pod-a']);
-    cleanups.push(() => Promise.all(pods.map((p) => p.sim.close())));
-    fake.apply('modelpools', modelPool('llama', 'llama'));
-    fake.apply('modeldeployments', modelDeployment('llama-prod', 'llama-3', ['default'], [{ pool: 'llama' }]));
-    fake.apply(
-      'endpointslices',
-      endpointSlice(
-        'llama-abc',
-        'llama',
-        pods.map((pod) => ({ pod })),
-      ),
-    );
+    const { fake } = await llamaCluster(['pod-a'], cleanups);
 
     const { dir, configFile, home } = await setup();
     const kubeconfig = join(dir, 'laptop', 'config');

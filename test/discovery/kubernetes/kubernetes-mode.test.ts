@@ -7,7 +7,7 @@ import { afterEach, describe, expect, it } from '@jest/globals';
 import { type RunningRouter } from '../../../src/main.js';
 import { FakeKubeApi } from '../../helpers/fake-kube-api.js';
 import { rawRequest } from '../../helpers/http.js';
-import { endpointSlice, eventually, modelDeployment, modelPool, only, servedBy, startKubeRouter, startPods, type Pod } from '../../helpers/kube-env.js';
+import { endpointSlice, eventually, llamaCluster, modelDeployment, modelPool, only, servedBy, startKubeRouter, startPods, type Pod } from '../../helpers/kube-env.js';
 import { KEY, type TestRouter } from '../../helpers/router.js';
 
 const BOUND_MS = 5000;
@@ -17,20 +17,7 @@ afterEach(async () => {
 });
 
 async function cluster(podNames: string[], options: Parameters<typeof startKubeRouter>[1] = {}): Promise<{ fake: FakeKubeApi; pods: Pod[]; gateway: TestRouter<RunningRouter> }> {
-  const fake = await FakeKubeApi.start();
-  cleanups.push(() => fake.close());
-  const pods = await startPods(podNames);
-  cleanups.push(() => Promise.all(pods.map((p) => p.sim.close())));
-  fake.apply('modelpools', modelPool('llama', 'llama'));
-  fake.apply('modeldeployments', modelDeployment('llama-prod', 'llama-3', ['default'], [{ pool: 'llama' }]));
-  fake.apply(
-    'endpointslices',
-    endpointSlice(
-      'llama-abc',
-      'llama',
-      pods.map((pod) => ({ pod })),
-    ),
-  );
+  const { fake, pods } = await llamaCluster(podNames, cleanups);
   const gateway = await startKubeRouter(fake, options);
   cleanups.splice(2, 0, () => gateway.close()); // close the router before the fake and the pods
   await eventually(
