@@ -38,9 +38,14 @@ export function underConcurrencyLimit(limit: number): CandidateFilter {
   return (candidates) => (limit === 0 ? [...candidates] : candidates.filter((c) => c.inFlight < limit * c.endpoint.weight));
 }
 
+/** Whether one endpoint can take traffic at all: healthy, and its breaker allows it. */
+export function isUsable(c: Pick<CandidateState, 'healthy' | 'breakerAvailable'>): boolean {
+  return c.healthy && c.breakerAvailable;
+}
+
 /** Endpoints that can take traffic at all: healthy, and their breaker allows it. */
 export function usable(candidates: readonly CandidateState[]): CandidateState[] {
-  return breakerAllows(healthy(candidates));
+  return candidates.filter(isUsable);
 }
 
 /**
@@ -48,7 +53,6 @@ export function usable(candidates: readonly CandidateState[]): CandidateState[] 
  * fused into one pass with one array, as it runs on every pick over the whole pool.
  */
 export function pickable(candidates: readonly CandidateState[], concurrencyLimit: number): CandidateState[] {
-  const ok = (c: CandidateState): boolean => c.healthy && c.breakerAvailable;
-  const anyFresh = candidates.some((c) => ok(c) && !c.tried);
-  return candidates.filter((c) => ok(c) && (!anyFresh || !c.tried) && (concurrencyLimit === 0 || c.inFlight < concurrencyLimit * c.endpoint.weight));
+  const anyFresh = candidates.some((c) => isUsable(c) && !c.tried);
+  return candidates.filter((c) => isUsable(c) && (!anyFresh || !c.tried) && (concurrencyLimit === 0 || c.inFlight < concurrencyLimit * c.endpoint.weight));
 }

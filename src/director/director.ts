@@ -8,7 +8,7 @@
 import { type IncomingHttpHeaders, type IncomingMessage, type ServerResponse } from 'node:http';
 import { type InferenceKind, type ValidRequest } from '../api/validate.js';
 import { chatPromptText } from '../api/prompt-text.js';
-import { type Deployment, type EndpointSource, type Priority } from '../core/types.js';
+import { type Deployment, type EndpointSource, type PoolSpec, type Priority } from '../core/types.js';
 import { type ForwardedFor } from '../proxy/headers.js';
 import { type ModelCatalog } from '../registry/registry.js';
 import { type ExchangeReport, type ExchangeRunner } from './exchange.js';
@@ -65,7 +65,19 @@ export interface DirectorDeps {
 export type RequestDirector = Pick<Director, 'direct'>;
 
 export class Director {
+  /** Each pool's header allow-list (the router-wide list plus its session header), made once per pool. */
+  private readonly allowed = new WeakMap<PoolSpec, ReadonlySet<string>>();
+
   constructor(private readonly deps: DirectorDeps) {}
+
+  private allowedHeaders(pool: PoolSpec): ReadonlySet<string> {
+    let allowed = this.allowed.get(pool);
+    if (!allowed) {
+      allowed = new Set([...this.deps.forwardedHeaders, pool.routing.session.header.toLowerCase()]);
+      this.allowed.set(pool, allowed);
+    }
+    return allowed;
+  }
 
   /**
    * Sends the request along its route and resolves with the report once the response has ended.
@@ -83,7 +95,7 @@ export class Director {
     const usage = kind === 'chat' ? streamUsageOverride(request.body) : undefined;
     const headers = request.headers;
     const report = await deps.exchange.run(req, res, {
-      route: routeSteps(planned, request, usage, deps.forwardedHeaders),
+      route: routeSteps(planned, request, usage, (pool) => this.allowedHeaders(pool)),
       request: {
         priority: request.priority,
         requestId: request.requestId,

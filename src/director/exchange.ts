@@ -59,9 +59,9 @@ export interface ExchangeEvents {
 /** One pool of a request's route, with the body and headers as that pool's engines must get them. */
 export interface RouteStep {
   pool: PoolSpec;
-  body: Buffer;
+  readonly body: Buffer;
   /** Every header this pool's engines get (its own key, its session header, x-forwarded-*). */
-  headers: OutgoingHttpHeaders;
+  readonly headers: OutgoingHttpHeaders;
   /** The deployment this pool serves the request for (the requested one, or a fallback). */
   deployment: string;
 }

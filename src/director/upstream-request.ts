@@ -3,7 +3,9 @@
  * pool's served name (and, for a stream, usage asked for), and exactly the allow-listed headers plus
  * the router's own.
  */
+import { type OutgoingHttpHeaders } from 'node:http';
 import { type InferenceKind, type ValidRequest } from '../api/validate.js';
+import { type PoolSpec } from '../core/types.js';
 import { upstreamBody } from '../proxy/body-patch.js';
 import { upstreamHeaders } from '../proxy/headers.js';
 import { type DirectedRequest } from './director.js';
@@ -28,16 +30,29 @@ export function streamUsageOverride(body: ValidRequest): Map<string, string> | u
   return new Map([['stream_options', JSON.stringify({ ...current, include_usage: true })]]);
 }
 
-/** Each planned pool with the body and headers its engines get. */
-export function routeSteps(planned: readonly PlannedPool[], request: DirectedRequest, usage: Map<string, string> | undefined, forwardedHeaders: readonly string[]): RouteStep[] {
+/**
+ * Each planned pool with the body and headers its engines get. Both are made the first time an
+ * attempt reads them: most requests never leave their first pool, and patching a large body for every
+ * fallback up front would be wasted. `allowed(pool)` is the pool's header allow-list.
+ */
+export function routeSteps(planned: readonly PlannedPool[], request: DirectedRequest, usage: Map<string, string> | undefined, allowed: (pool: PoolSpec) => ReadonlySet<string>): RouteStep[] {
   return planned.map(({ pool, deployment }) => {
-    const patched = upstreamBody(request.text, pool.servedModelName, request.asked, usage);
-    const allowed = new Set([...forwardedHeaders, pool.routing.session.header.toLowerCase()]);
+    let body: Buffer | undefined;
+    let headers: OutgoingHttpHeaders | undefined;
     return {
       pool,
       deployment,
-      body: patched === request.text ? request.raw : Buffer.from(patched, 'utf8'),
-      headers: upstreamHeaders(request.headers, allowed, { requestId: request.requestId, forwarded: request.forwarded, backendKey: pool.backendKey }),
+      get body(): Buffer {
+        if (body === undefined) {
+          const patched = upstreamBody(request.text, pool.servedModelName, request.asked, usage);
+          body = patched === request.text ? request.raw : Buffer.from(patched, 'utf8');
+        }
+        return body;
+      },
+      get headers(): OutgoingHttpHeaders {
+        headers ??= upstreamHeaders(request.headers, allowed(pool), { requestId: request.requestId, forwarded: request.forwarded, backendKey: pool.backendKey });
+        return headers;
+      },
     };
   });
 }

@@ -6,7 +6,7 @@
  * waits in the pool's admission queue by priority; a sheddable request is turned away instead, and
  * also whenever the engines report every replica saturated.
  */
-import { pickable, usable, type CandidateState } from '../balancer/filters.js';
+import { isUsable, pickable, type CandidateState } from '../balancer/filters.js';
 import { type InFlight } from '../balancer/in-flight.js';
 import { promptBlocks, PrefixIndex } from '../balancer/prefix-index.js';
 import { schedule } from '../balancer/scheduler.js';
@@ -101,12 +101,12 @@ export class EndpointPicker {
   }
 
   /**
-   * The balancer's `usable` filter (healthy, breaker allows) for one endpoint, read directly: the
-   * checks before admission run on every attempt and need no snapshot. A pick itself filters the
-   * snapshot (take).
+   * The balancer's usable rule for one endpoint, without a snapshot: the checks before admission run
+   * on every attempt. A pick itself filters the snapshot (take).
    */
   private usable(pool: PoolSpec, ep: Endpoint): boolean {
-    return usable([this.state(pool, ep, false)]).length === 1;
+    const { health, breakers } = this.deps;
+    return isUsable({ healthy: health.isHealthy(ep.id), breakerAvailable: breakers.get(ep.id, pool.name, pool.resilience.breaker).available() });
   }
 
   /** A committed stream that the engine broke counts against its endpoint's breaker. */
