@@ -1,7 +1,8 @@
 /**
- * Synthetic generation of one chat choice: text that depends only on (seed, choice index), ending at
- * a synthetic EOS, at `max_tokens` or at a stop string; stop strings hold text back while they could
- * still match, and log-probs come from their own random stream.
+ * Synthetic generation of one choice (chat, completions, responses, messages, transcriptions): text
+ * that depends only on (seed, choice index), ending at a synthetic EOS, at `max_tokens` or at a stop
+ * string; stop strings hold text back while they could still match, and log-probs come from their
+ * own random stream.
  */
 import { type ChatJob } from './chat-request.js';
 import { createRng, hash53, type Rng } from './prng.js';
@@ -15,6 +16,9 @@ export interface TokenLogprob {
 }
 
 export type ChoiceFinish = 'stop' | 'length';
+
+/** What a choice's generation depends on: a chat job has all of it, the other routes build one. */
+export type GenerationParams = Pick<ChatJob, 'maxTokens' | 'minTokens' | 'ignoreEos' | 'stop' | 'logprobs' | 'topLogprobs'>;
 
 /** What one decode step produced for one choice. */
 export interface ChoiceStep {
@@ -44,7 +48,7 @@ export class ChoiceGenerator {
   private readonly holdBack: number;
 
   constructor(
-    private readonly job: ChatJob,
+    private readonly job: GenerationParams,
     readonly index: number,
     seed: number,
     outputTokens: { min: number; max: number },

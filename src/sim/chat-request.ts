@@ -3,8 +3,7 @@
  * `param`), and the messages rendered the way a chat template would, so that prompt length and
  * prefix blocks are stable.
  */
-import { modelNotFound } from './errors.js';
-import { asObject, fail, optionalBool, optionalInt, RequestError, type Body } from './request-checks.js';
+import { asObject, fail, optionalBool, optionalInt, servedModel, type Body } from './request-checks.js';
 import { countTokens } from './text.js';
 
 export interface ChatLimits {
@@ -31,10 +30,17 @@ export interface ChatJob {
 }
 
 const ROLES = new Set(['system', 'developer', 'user', 'assistant', 'tool', 'function']);
-const MAX_LOGPROBS = 20;
+/** vLLM's default `--max-logprobs`. */
+export const MAX_LOGPROBS = 20;
+
+/** One turn of the chat template every route renders its conversation with. */
+export const renderTurn = (role: string, text: string): string => `<|im_start|>${role}\n${text}<|im_end|>\n`;
+
+/** What the template appends so the model answers as the assistant. */
+export const GENERATION_PROMPT = '<|im_start|>assistant\n';
 
 /** Renders messages the way a chat template would, so prompt length and prefix blocks are stable. */
-function renderPrompt(messages: unknown[]): string {
+export function renderPrompt(messages: unknown[], addGenerationPrompt = true): string {
   let out = '';
   messages.forEach((raw, i) => {
     if (typeof raw !== 'object' || raw === null || Array.isArray(raw)) fail(`messages[${i}] must be an object.`, `messages[${i}]`);
@@ -43,9 +49,9 @@ function renderPrompt(messages: unknown[]): string {
     if (typeof role !== 'string' || !ROLES.has(role)) {
       fail(`messages[${i}].role must be one of ${[...ROLES].join(', ')}.`, `messages[${i}].role`);
     }
-    out += `<|im_start|>${role}\n${renderContent(message.content, i)}<|im_end|>\n`;
+    out += renderTurn(role, renderContent(message.content, i));
   });
-  return out + '<|im_start|>assistant\n';
+  return addGenerationPrompt ? out + GENERATION_PROMPT : out;
 }
 
 function renderContent(content: unknown, i: number): string {
@@ -65,24 +71,17 @@ function renderContent(content: unknown, i: number): string {
     .join('\n');
 }
 
-function parseStop(body: Body): string[] {
-  const stop = body.stop;
+/** Stop strings from `field` (a string or a list of strings). */
+export function parseStop(body: Body, field = 'stop'): string[] {
+  const stop = body[field];
   if (stop === undefined || stop === null) return [];
   if (typeof stop === 'string') return stop === '' ? [] : [stop];
   if (Array.isArray(stop) && stop.every((s) => typeof s === 'string')) return stop.filter((s) => s !== '');
-  return fail('stop must be a string or a list of strings.', 'stop');
+  return fail(`${field} must be a string or a list of strings.`, field);
 }
 
-/** Validates a chat request like vLLM and turns it into a job. Throws {@link RequestError}. */
-export function parseChatRequest(raw: unknown, limits: ChatLimits): ChatJob {
-  const body = asObject(raw);
-  const model = body.model ?? limits.models[0];
-  if (typeof model !== 'string') fail('model must be a string.', 'model');
-  if (!limits.models.includes(model)) throw new RequestError(modelNotFound(model));
-  if (!Array.isArray(body.messages) || body.messages.length === 0) fail('messages must be a non-empty list.', 'messages');
-  const promptText = renderPrompt(body.messages);
-  const promptTokens = countTokens(promptText);
-
+/** `stream` and `stream_options` as vLLM checks them (chat and completions). */
+export function parseStreamOptions(body: Body): { stream: boolean; includeUsage: boolean } {
   const stream = optionalBool(body, 'stream') ?? false;
   const streamOptions = body.stream_options;
   if (streamOptions !== undefined && streamOptions !== null) {
@@ -90,26 +89,42 @@ export function parseChatRequest(raw: unknown, limits: ChatLimits): ChatJob {
     if (typeof streamOptions !== 'object' || Array.isArray(streamOptions)) fail('stream_options must be an object.', 'stream_options');
   }
   // vLLM's StreamOptions defaults include_usage to true once stream_options is present.
-  const includeUsage = streamOptions ? (optionalBool(streamOptions as Body, 'include_usage') ?? true) : false;
+  return { stream, includeUsage: streamOptions ? (optionalBool(streamOptions as Body, 'include_usage') ?? true) : false };
+}
+
+/**
+ * vLLM's context-length checks for a prompt and the tokens asked for (chat, completions, messages).
+ * Returns the answer's token budget: `requested`, or the rest of the context.
+ */
+export function fitContext(promptTokens: number, requested: number | undefined, maxModelLen: number): number {
+  if (promptTokens >= maxModelLen) {
+    fail(`This model's maximum context length is ${maxModelLen} tokens. However, your request has ${promptTokens} input tokens. Please reduce the length of the input messages.`, 'input_tokens');
+  }
+  if (requested !== undefined && promptTokens + requested > maxModelLen) {
+    fail(
+      `'max_tokens' or 'max_completion_tokens' is too large: ${requested}. This model's maximum context length is ${maxModelLen} tokens and your request has ${promptTokens} input tokens (${requested} > ${maxModelLen} - ${promptTokens}).`,
+      'max_tokens',
+    );
+  }
+  return requested ?? maxModelLen - promptTokens;
+}
+
+/** Validates a chat request like vLLM and turns it into a job. Throws {@link RequestError}. */
+export function parseChatRequest(raw: unknown, limits: ChatLimits): ChatJob {
+  const body = asObject(raw);
+  const model = servedModel(body, limits.models);
+  if (!Array.isArray(body.messages) || body.messages.length === 0) fail('messages must be a non-empty list.', 'messages');
+  const promptText = renderPrompt(body.messages);
+  const promptTokens = countTokens(promptText);
+
+  const { stream, includeUsage } = parseStreamOptions(body);
 
   const logprobs = optionalBool(body, 'logprobs') ?? false;
   const topLogprobs = optionalInt(body, 'top_logprobs', 0, MAX_LOGPROBS) ?? 0;
   if (topLogprobs > 0 && !logprobs) fail('when using `top_logprobs`, `logprobs` must be set to true.', 'top_logprobs');
 
-  if (promptTokens >= limits.maxModelLen) {
-    fail(
-      `This model's maximum context length is ${limits.maxModelLen} tokens. However, your request has ${promptTokens} input tokens. Please reduce the length of the input messages.`,
-      'input_tokens',
-    );
-  }
   const requested = optionalInt(body, 'max_completion_tokens', 1) ?? optionalInt(body, 'max_tokens', 1);
-  if (requested !== undefined && promptTokens + requested > limits.maxModelLen) {
-    fail(
-      `'max_tokens' or 'max_completion_tokens' is too large: ${requested}. This model's maximum context length is ${limits.maxModelLen} tokens and your request has ${promptTokens} input tokens (${requested} > ${limits.maxModelLen} - ${promptTokens}).`,
-      'max_tokens',
-    );
-  }
-  const maxTokens = requested ?? limits.maxModelLen - promptTokens;
+  const maxTokens = fitContext(promptTokens, requested, limits.maxModelLen);
   const minTokens = optionalInt(body, 'min_tokens', 0) ?? 0;
   if (minTokens > maxTokens) fail(`min_tokens must be less than or equal to max_tokens=${maxTokens}, got ${minTokens}.`, 'min_tokens');
 

@@ -2,9 +2,9 @@
  * Embeddings for the simulator: deterministic unit vectors (same input, same vector), Matryoshka-style
  * `dimensions`, and `encoding_format: base64` as float32 little-endian bytes, as vLLM and TEI send it.
  */
-import { modelNotFound, vllmError } from './errors.js';
+import { vllmError } from './errors.js';
 import { createRng, gaussian, hash53 } from './prng.js';
-import { asObject, fail, optionalInt, RequestError, type Body } from './request-checks.js';
+import { asObject, fail, optionalInt, RequestError, servedModel, type Body } from './request-checks.js';
 import { countTokens } from './text.js';
 
 export interface EmbeddingLimits {
@@ -46,9 +46,7 @@ function parseInputs(input: unknown): EmbeddingInput[] {
 
 export function parseEmbeddingRequest(raw: unknown, limits: EmbeddingLimits): EmbeddingJob {
   const body: Body = asObject(raw);
-  const model = body.model ?? limits.models[0];
-  if (typeof model !== 'string') fail('model must be a string.', 'model');
-  if (!limits.models.includes(model)) throw new RequestError(modelNotFound(model));
+  const model = servedModel(body, limits.models);
   const inputs = parseInputs(body.input);
   for (const item of inputs) {
     if (item.tokens > limits.maxModelLen) {

@@ -4,17 +4,17 @@
  * number of generated tokens (`die-after`, `stall-after`, `error-after`).
  */
 import { type ServerResponse } from 'node:http';
-import { streamErrorEvent, typeForStatus, vllmError } from './errors.js';
+import { typeForStatus, vllmError } from './errors.js';
 import { type Fault } from './faults.js';
-import { abortOnClose, sendError, untilAborted } from './http-io.js';
+import { abortOnClose, untilAborted, VLLM_ERRORS, type ErrorDialect } from './http-io.js';
 import { type Sequence } from './sequence.js';
 
-/** Handles `status` and `hang`. Returns true when the request is fully dealt with. */
-export async function earlyFault(fault: Fault, res: ServerResponse): Promise<boolean> {
+/** Handles `status` and `hang` (errors written in the route's dialect). Returns true when the request is fully dealt with. */
+export async function earlyFault(fault: Fault, res: ServerResponse, errors: ErrorDialect = VLLM_ERRORS): Promise<boolean> {
   if (fault.status !== undefined) {
     const err = vllmError(fault.status, typeForStatus(fault.status), `Injected failure (status ${fault.status}).`);
     if (fault.retryAfterSeconds !== undefined) err.headers = { 'retry-after': String(fault.retryAfterSeconds) };
-    sendError(res, err);
+    errors.send(res, err);
     return true;
   }
   if (fault.hang) {
@@ -28,7 +28,7 @@ export async function earlyFault(fault: Fault, res: ServerResponse): Promise<boo
  * Fault checks after `tokens` tokens. Returns true when the fault ended the request
  * (`die-after`, `error-after`) or after a `stall-after` once the client left.
  */
-export async function midFault(fault: Fault, tokens: number, res: ServerResponse, seq: Sequence, signal: AbortSignal, stream: boolean): Promise<boolean> {
+export async function midFault(fault: Fault, tokens: number, res: ServerResponse, seq: Sequence, signal: AbortSignal, stream: boolean, errors: ErrorDialect = VLLM_ERRORS): Promise<boolean> {
   if (fault.dieAfterTokens === tokens) {
     res.socket?.destroy();
     seq.finish('abort');
@@ -40,8 +40,8 @@ export async function midFault(fault: Fault, tokens: number, res: ServerResponse
   }
   if (fault.errorAfterTokens === tokens) {
     const err = vllmError(500, 'InternalServerError', 'Internal server error');
-    if (stream) res.end(streamErrorEvent(err));
-    else sendError(res, err);
+    if (stream) res.end(errors.streamEnd(err));
+    else errors.send(res, err);
     seq.finish('error');
     return true;
   }

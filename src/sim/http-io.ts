@@ -1,11 +1,11 @@
 /**
- * The simulator's HTTP plumbing on Node's `http`: JSON bodies read within the size limit, JSON and
- * vLLM error responses written, and the client followed, so that a handler notices when it leaves
- * and a stream waits while it is not reading.
+ * The simulator's HTTP plumbing on Node's `http`: bodies read within the size limit, JSON and
+ * vLLM error responses written (or another API's, through an {@link ErrorDialect}), and the client
+ * followed, so that a handler notices when it leaves and a stream waits while it is not reading.
  */
 import { randomUUID } from 'node:crypto';
 import { type IncomingMessage, type ServerResponse } from 'node:http';
-import { errorBody, vllmError, type VllmError } from './errors.js';
+import { errorBody, streamErrorEvent, vllmError, type VllmError } from './errors.js';
 import { RequestError } from './request-checks.js';
 
 export const SSE_HEADERS = { 'content-type': 'text/event-stream; charset=utf-8' };
@@ -20,6 +20,15 @@ export function sendJson(res: ServerResponse, status: number, body: string, head
 export function sendError(res: ServerResponse, err: VllmError): void {
   sendJson(res, err.status, errorBody(err), err.headers);
 }
+
+/** How a route writes an error: as a JSON response, and as the event that ends a stream already under way. */
+export interface ErrorDialect {
+  send(res: ServerResponse, err: VllmError): void;
+  streamEnd(err: VllmError): string;
+}
+
+/** vLLM's OpenAI-style errors (most routes). */
+export const VLLM_ERRORS: ErrorDialect = { send: sendError, streamEnd: streamErrorEvent };
 
 /** An AbortSignal that fires when the client goes away before the response finished. */
 export function abortOnClose(res: ServerResponse): AbortSignal {
@@ -58,8 +67,8 @@ export function untilAborted(signal: AbortSignal): Promise<void> {
 export const newId = (): string => randomUUID().replaceAll('-', '');
 export const unixNow = (): number => Math.floor(Date.now() / 1000);
 
-/** The request body parsed as JSON: a 413 past `maxBodyBytes`, a 400 when it is not JSON. */
-export async function readJsonBody(req: IncomingMessage, maxBodyBytes: number): Promise<unknown> {
+/** The raw request body; a 413 past `maxBodyBytes`. */
+export async function readBody(req: IncomingMessage, maxBodyBytes: number): Promise<Buffer> {
   const chunks: Buffer[] = [];
   let size = 0;
   for await (const chunk of req as AsyncIterable<Buffer>) {
@@ -71,8 +80,14 @@ export async function readJsonBody(req: IncomingMessage, maxBodyBytes: number): 
     }
     chunks.push(chunk);
   }
+  return Buffer.concat(chunks);
+}
+
+/** The request body parsed as JSON: a 413 past `maxBodyBytes`, a 400 when it is not JSON. */
+export async function readJsonBody(req: IncomingMessage, maxBodyBytes: number): Promise<unknown> {
+  const body = await readBody(req, maxBodyBytes);
   try {
-    return JSON.parse(Buffer.concat(chunks).toString('utf8')) as unknown;
+    return JSON.parse(body.toString('utf8')) as unknown;
   } catch (err) {
     throw new RequestError(vllmError(400, 'Bad Request', `Invalid JSON body: ${(err as Error).message}`));
   }

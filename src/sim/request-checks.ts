@@ -1,5 +1,5 @@
 /** Small type checks shared by the simulator's request parsers (vLLM-style 400s). */
-import { badRequest, type VllmError } from './errors.js';
+import { badRequest, modelNotFound, type VllmError } from './errors.js';
 
 export type Body = Record<string, unknown>;
 
@@ -41,4 +41,12 @@ export function optionalString(body: Body, field: string): string | undefined {
   if (value === undefined || value === null) return undefined;
   if (typeof value !== 'string') fail(`${field} must be a string.`, field);
   return value;
+}
+
+/** The request's `model` (the first served one when absent); 404 like vLLM when this replica does not serve it. */
+export function servedModel(body: Body, models: readonly string[]): string {
+  const model = body.model ?? models[0];
+  if (typeof model !== 'string') fail('model must be a string.', 'model');
+  if (!models.includes(model)) throw new RequestError(modelNotFound(model));
+  return model;
 }

@@ -1,8 +1,11 @@
 /**
  * `modelgate sim`: an HTTP server (Node `http`, TCP_NODELAY, keep-alive) that answers like a small
- * vLLM replica. Routes: POST /v1/chat/completions, POST /v1/embeddings, GET /v1/models, GET /health,
- * GET /metrics (in the `--engine`'s dialect), and GET|POST /sim/config to change latency, faults and
- * the metrics dialect at run time.
+ * vLLM replica, in vLLM's exact JSON bodies and SSE streams. Inference routes (see `routes.ts`):
+ * POST /v1/chat/completions, /v1/completions, /v1/embeddings, /v1/responses (and GET
+ * /v1/responses/{id}), /v1/messages (Anthropic), /rerank, /v1/rerank, /v2/rerank, /score, /v1/score,
+ * /tokenize, /detokenize, /v1/audio/transcriptions and /v1/audio/translations. Also GET /v1/models,
+ * GET /health, GET /metrics (in the `--engine`'s dialect), and GET|POST /sim/config to change
+ * latency, faults and the metrics dialect at run time.
  */
 import http, { type IncomingMessage, type ServerResponse } from 'node:http';
 import { type AddressInfo } from 'node:net';
@@ -10,15 +13,21 @@ import { systemClock, systemSleep, type Clock, type Sleep } from '../core/clock.
 import { SimEngine } from './engine.js';
 import { streamErrorEvent, vllmError } from './errors.js';
 import { FaultSpecError, mergeFaults, parseFault, type Fault } from './faults.js';
-import { newId, readJsonBody, sendError, sendJson, unixNow } from './http-io.js';
-import { handleChat, handleEmbeddings, type InferenceContext } from './inference.js';
+import { readJsonBody, sendError, sendJson } from './http-io.js';
+import { modelsBody } from './models.js';
 import { renderMetrics } from './metrics-text.js';
 import { checkSimOptions, type SimEngineKind, type SimOptions } from './options.js';
 import { RequestError } from './request-checks.js';
 import { createRng } from './prng.js';
+import { ResponseStore } from './responses-store.js';
+import { inferenceRoute } from './routes.js';
 import { parseRuntimeConfig, type SimRuntimeConfig } from './runtime-config.js';
+import { type InferenceContext } from './slots.js';
 
 export type { SimRuntimeConfig } from './runtime-config.js';
+
+/** Responses API objects a replica keeps for `previous_response_id` and GET (the newest ones). */
+const STORED_RESPONSES = 1000;
 
 export interface SimServerDeps {
   clock?: Clock;
@@ -70,7 +79,7 @@ export class SimServer {
     this.failureStatus = options.failureStatus;
     this.dialect = options.engine;
     this.name = options.name;
-    this.inference = { options, engine: this.engine, random: this.random, faultFor: (req) => this.faultFor(req) };
+    this.inference = { options, engine: this.engine, random: this.random, responses: new ResponseStore(STORED_RESPONSES), faultFor: (req) => this.faultFor(req) };
     this.server = http.createServer({ noDelay: true, keepAlive: true }, (req, res) => {
       this.route(req, res).catch((err: unknown) => this.internalError(res, err));
     });
@@ -119,22 +128,21 @@ export class SimServer {
 
   private async route(req: IncomingMessage, res: ServerResponse): Promise<void> {
     res.setHeader('x-sim-replica', this.name);
-    const path = (req.url ?? '/').split('?', 1)[0];
+    const path = (req.url ?? '/').split('?', 1)[0] ?? '/';
     const allow = (method: string): boolean => {
       if (req.method === method) return true;
       sendError(res, vllmError(405, 'Method Not Allowed', 'Method Not Allowed'));
       return false;
     };
     try {
+      const inference = inferenceRoute(path);
+      if (inference) {
+        if (allow(inference.method)) await inference.handle(this.inference, req, res);
+        return;
+      }
       switch (path) {
-        case '/v1/chat/completions':
-          if (allow('POST')) await handleChat(this.inference, req, res);
-          return;
-        case '/v1/embeddings':
-          if (allow('POST')) await handleEmbeddings(this.inference, req, res);
-          return;
         case '/v1/models':
-          if (allow('GET')) sendJson(res, 200, this.modelsBody());
+          if (allow('GET')) sendJson(res, 200, modelsBody(this.options.model, this.options.maxModelLen));
           return;
         case '/health':
           if (!allow('GET')) return;
@@ -166,38 +174,6 @@ export class SimServer {
     const failure = vllmError(500, 'InternalServerError', 'Internal server error');
     if (!res.headersSent) sendError(res, failure);
     else if (!res.writableEnded && !res.destroyed) res.end(streamErrorEvent(failure));
-  }
-
-  private modelsBody(): string {
-    const created = unixNow();
-    return JSON.stringify({
-      object: 'list',
-      data: this.options.model.map((id) => ({
-        id,
-        object: 'model',
-        created,
-        owned_by: 'vllm',
-        root: id,
-        parent: null,
-        max_model_len: this.options.maxModelLen,
-        permission: [
-          {
-            id: `modelperm-${newId()}`,
-            object: 'model_permission',
-            created,
-            allow_create_engine: false,
-            allow_sampling: true,
-            allow_logprobs: true,
-            allow_search_indices: false,
-            allow_view: true,
-            allow_fine_tuning: false,
-            organization: '*',
-            group: null,
-            is_blocking: false,
-          },
-        ],
-      })),
-    });
   }
 
   /** The fault for this request: the configured one, the header's on top, then the random failure. */
