@@ -1,51 +1,35 @@
 /**
- * Request validation: the schemas compiled once at start-up, every error collected, the first one
- * named in `param` and up to five in the message. Cross-field rules follow the schema check.
+ * Request validation: every API's schema (routes.ts) compiled once at start-up, every error
+ * collected, the first one named in `param` and up to five in the message. The API's cross-field
+ * rules follow the schema check.
  */
-import { Ajv } from 'ajv';
+import { Ajv, type ValidateFunction } from 'ajv';
 import { RouterError } from '../core/errors.js';
 import { describeSchemaErrors, type SchemaError } from '../core/schema-errors.js';
-import { chatRequestSchema, embeddingsRequestSchema } from './schemas.js';
+import { type ApiName } from '../core/types.js';
+import { API_ROUTES, apiRoute } from './routes.js';
+import { type ValidRequest } from './valid-request.js';
 
-export type InferenceKind = 'chat' | 'embeddings';
-
-/** A request body that passed validation: an object with a string `model`. */
-export interface ValidRequest {
-  model: string;
-  stream?: boolean | null;
-  extra_body?: Record<string, unknown> | null;
-  [field: string]: unknown;
-}
+export { type ValidRequest } from './valid-request.js';
 
 const ajv = new Ajv({ allErrors: true, verbose: true, strict: true, strictTypes: false });
-const validators = {
-  chat: ajv.compile(chatRequestSchema),
-  embeddings: ajv.compile(embeddingsRequestSchema),
-};
+const validators = new Map<ApiName, ValidateFunction>(API_ROUTES.map((route) => [route.name, ajv.compile(route.schema)]));
 
 const MAX_REPORTED = 5;
 
-function crossFieldCheck(kind: InferenceKind, body: ValidRequest): void {
-  if (kind !== 'chat') return;
-  const topLogprobs = body.top_logprobs;
-  if (topLogprobs !== undefined && topLogprobs !== null && topLogprobs !== 0 && body.logprobs !== true) {
-    throw new RouterError('INVALID_REQUEST', 'top_logprobs is only allowed when logprobs is true', { param: 'top_logprobs' });
-  }
-}
-
-/** Checks `body` (already JSON-parsed) for `kind`; returns it typed, or throws an INVALID_REQUEST RouterError. */
-export function validateRequest(kind: InferenceKind, body: unknown): ValidRequest {
+/** Checks `body` (already JSON-parsed, or a form as fields) for the API `name`; returns it typed, or throws an INVALID_REQUEST RouterError. */
+export function validateRequest(name: ApiName, body: unknown): ValidRequest {
   if (typeof body !== 'object' || body === null || Array.isArray(body)) {
     throw new RouterError('INVALID_REQUEST', 'The request body must be a JSON object.');
   }
-  const validate = validators[kind];
+  const validate = validators.get(name) as ValidateFunction;
   if (!validate(body)) {
     const described = describeSchemaErrors(validate.errors as SchemaError[]);
     const shown = described.slice(0, MAX_REPORTED).map((d) => d.message);
     const more = described.length > MAX_REPORTED ? ` (and ${described.length - MAX_REPORTED} more)` : '';
     throw new RouterError('INVALID_REQUEST', `Invalid request: ${shown.join('; ')}${more}.`, { param: described[0]?.path || null });
   }
-  const valid = body as unknown as ValidRequest;
-  crossFieldCheck(kind, valid);
+  const valid = body as ValidRequest;
+  apiRoute(name).check?.(valid);
   return valid;
 }

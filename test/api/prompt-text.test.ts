@@ -1,6 +1,6 @@
 /** The prompt text prefix affinity hashes. */
 import { describe, expect, it } from '@jest/globals';
-import { chatPromptText } from '../../src/api/prompt-text.js';
+import { chatPromptText, completionsPromptText, messagesPromptText, responsesPromptText } from '../../src/api/prompt-text.js';
 import { type ValidRequest } from '../../src/api/validate.js';
 
 const chat = (over: Record<string, unknown>): ValidRequest => ({ model: 'm', ...over });
@@ -50,5 +50,130 @@ describe('chatPromptText', () => {
     ];
     const turn2 = [...turn1, { role: 'assistant', content: 'answer' }, { role: 'user', content: 'second' }];
     expect(chatPromptText(chat({ messages: turn2 })).startsWith(chatPromptText(chat({ messages: turn1 })))).toBe(true);
+  });
+});
+
+describe('completionsPromptText', () => {
+  it.each([
+    ['a string prompt, as it is', { prompt: 'Once upon a time' }, 'Once upon a time'],
+    ['the first of a list of prompts', { prompt: ['first', 'second'] }, 'first'],
+    ['token ids: no text', { prompt: [1, 2, 3] }, ''],
+    ['a batch of token-id lists: no text', { prompt: [[1, 2], [3]] }, ''],
+    ['prompt_embeds alone: no text', { prompt_embeds: 'AAAA' }, ''],
+  ])('%s', (_name, body, expected) => {
+    expect(completionsPromptText(chat(body))).toBe(expected);
+  });
+});
+
+describe('responsesPromptText', () => {
+  it.each([
+    ['instructions as a system message, then a string input as a user message', { instructions: 'Be brief.', input: 'Hi' }, 'system\nBe brief.\nuser\nHi\n'],
+    [
+      'items in order: roles and text parts, a call’s arguments and a tool’s output under their types, other parts skipped',
+      {
+        input: [
+          {
+            role: 'user',
+            content: [
+              { type: 'input_text', text: 'a' },
+              { type: 'input_image', image_url: 'x' },
+              { type: 'input_text', text: 'b' },
+            ],
+          },
+          { type: 'function_call', call_id: 'c1', name: 'f', arguments: '{"x":1}' },
+          { type: 'function_call_output', call_id: 'c1', output: '42' },
+          { type: 'message', role: 'assistant', content: [{ type: 'output_text', text: 'done' }] },
+        ],
+      },
+      'user\nab\nfunction_call\n{"x":1}\nfunction_call_output\n42\nassistant\ndone\n',
+    ],
+    ['tool definitions first, as templates put them', { tools: [{ type: 'function', name: 'f' }], input: 'q' }, 'tools\n[{"type":"function","name":"f"}]\nuser\nq\n'],
+  ])('%s', (_name, body, expected) => {
+    expect(responsesPromptText(chat(body))).toBe(expected);
+  });
+
+  it('renders a chat’s system prompt and turns as chatPromptText does, so the two APIs share a prefix', () => {
+    const viaChat = chatPromptText(
+      chat({
+        messages: [
+          { role: 'system', content: 'S' },
+          { role: 'user', content: 'q' },
+        ],
+      }),
+    );
+    expect(responsesPromptText(chat({ instructions: 'S', input: 'q' }))).toBe(viaChat);
+    expect(responsesPromptText(chat({ instructions: 'S', input: [{ role: 'user', content: 'q' }] }))).toBe(viaChat);
+  });
+
+  it('is prefix-preserving: a later turn starts with the text of the earlier one', () => {
+    const turn1 = [{ role: 'user', content: 'first' }];
+    const turn2 = [...turn1, { type: 'message', role: 'assistant', content: [{ type: 'output_text', text: 'answer' }] }, { role: 'user', content: 'second' }];
+    expect(responsesPromptText(chat({ instructions: 'S', input: turn2 })).startsWith(responsesPromptText(chat({ instructions: 'S', input: turn1 })))).toBe(true);
+  });
+});
+
+describe('messagesPromptText', () => {
+  it.each([
+    ['a system string, then each message’s role and text', { system: 'Be brief.', messages: [{ role: 'user', content: 'Hi' }] }, 'system\nBe brief.\nuser\nHi\n'],
+    [
+      'system text blocks joined; text and tool results counted, images and tool calls skipped',
+      {
+        system: [
+          { type: 'text', text: 'You are ' },
+          { type: 'text', text: 'terse.', cache_control: { type: 'ephemeral' } },
+        ],
+        messages: [
+          {
+            role: 'user',
+            content: [
+              { type: 'image', source: { type: 'base64', media_type: 'image/png', data: 'x' } },
+              { type: 'text', text: 'Weather?' },
+            ],
+          },
+          { role: 'assistant', content: [{ type: 'tool_use', id: 't1', name: 'get_weather', input: { city: 'Paris' } }] },
+          {
+            role: 'user',
+            content: [
+              { type: 'tool_result', tool_use_id: 't1', content: '21°C' },
+              { type: 'tool_result', tool_use_id: 't2', content: [{ type: 'text', text: 'sunny' }] },
+            ],
+          },
+        ],
+      },
+      'system\nYou are terse.\nuser\nWeather?\nassistant\n\nuser\n21°Csunny\n',
+    ],
+    ['no system: messages only', { messages: [{ role: 'user', content: 'q' }] }, 'user\nq\n'],
+    ['tool definitions first', { tools: [{ name: 'f', input_schema: {} }], messages: [{ role: 'user', content: 'q' }] }, 'tools\n[{"name":"f","input_schema":{}}]\nuser\nq\n'],
+  ])('%s', (_name, body, expected) => {
+    expect(messagesPromptText(chat(body))).toBe(expected);
+  });
+
+  it('renders the same conversation as chatPromptText does', () => {
+    const viaChat = chatPromptText(
+      chat({
+        messages: [
+          { role: 'system', content: 'S' },
+          { role: 'user', content: 'q' },
+          { role: 'assistant', content: 'a' },
+        ],
+      }),
+    );
+    expect(
+      messagesPromptText(
+        chat({
+          system: 'S',
+          messages: [
+            { role: 'user', content: 'q' },
+            { role: 'assistant', content: [{ type: 'text', text: 'a' }] },
+          ],
+        }),
+      ),
+    ).toBe(viaChat);
+  });
+
+  it('is prefix-preserving: a later turn starts with the text of the earlier one', () => {
+    const turn1 = [{ role: 'user', content: 'first' }];
+    const turn2 = [...turn1, { role: 'assistant', content: 'answer' }, { role: 'user', content: [{ type: 'text', text: 'second' }] }];
+    expect(messagesPromptText(chat({ system: 'S', messages: turn2 })).startsWith(messagesPromptText(chat({ system: 'S', messages: turn1 })))).toBe(true);
   });
 });

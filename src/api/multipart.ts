@@ -1,0 +1,65 @@
+/**
+ * `multipart/form-data` bodies (the audio routes). The form is read with the platform's own parser
+ * (the fetch API's `Response.formData()`), shown to validation as plain fields, and written again
+ * only when a pool serves the model under another name (the file's bytes are copied as they came).
+ */
+import { randomBytes } from 'node:crypto';
+import { RouterError } from '../core/errors.js';
+
+export type FormPart = { name: string; value: string } | { name: string; filename: string; type: string; data: Buffer };
+
+/** The parts of a multipart body, in order; INVALID_REQUEST when it is not a readable form. */
+export async function parseForm(raw: Buffer, contentType: string): Promise<FormPart[]> {
+  let form: FormData;
+  try {
+    form = await new Response(raw, { headers: { 'content-type': contentType } }).formData();
+  } catch (err) {
+    throw new RouterError('INVALID_REQUEST', `The multipart/form-data body could not be read (${(err as Error).message}).`);
+  }
+  const parts: FormPart[] = [];
+  for (const [name, value] of form) {
+    if (typeof value === 'string') parts.push({ name, value });
+    else parts.push({ name, filename: value.name, type: value.type, data: Buffer.from(await value.arrayBuffer()) });
+  }
+  return parts;
+}
+
+/**
+ * The form as an object to validate: a text field as its string (a repeated one as the list of its
+ * values), a file as `{filename, size, type}`.
+ */
+export function formFields(parts: readonly FormPart[]): Record<string, unknown> {
+  const fields: Record<string, unknown> = {};
+  for (const part of parts) {
+    const value = 'value' in part ? part.value : { filename: part.filename, size: part.data.length, type: part.type };
+    const seen = fields[part.name];
+    if (seen === undefined) fields[part.name] = value;
+    else fields[part.name] = Array.isArray(seen) ? [...(seen as unknown[]), value] : [seen, value];
+  }
+  return fields;
+}
+
+/** A name or filename in a Content-Disposition header, escaped as browsers do. */
+const quoted = (text: string): string => `"${text.replace(/\r/g, '%0D').replace(/\n/g, '%0A').replace(/"/g, '%22')}"`;
+
+/** The parts written as a multipart body with a fresh boundary; returns the body and its content type. */
+export function encodeForm(parts: readonly FormPart[]): { body: Buffer; contentType: string } {
+  const boundary = `----modelgate${randomBytes(12).toString('hex')}`;
+  const chunks: Buffer[] = [];
+  for (const part of parts) {
+    const disposition = `Content-Disposition: form-data; name=${quoted(part.name)}`;
+    if ('value' in part) {
+      chunks.push(Buffer.from(`--${boundary}\r\n${disposition}\r\n\r\n${part.value}\r\n`, 'utf8'));
+    } else {
+      chunks.push(Buffer.from(`--${boundary}\r\n${disposition}; filename=${quoted(part.filename)}\r\nContent-Type: ${part.type || 'application/octet-stream'}\r\n\r\n`, 'utf8'));
+      chunks.push(part.data, Buffer.from('\r\n'));
+    }
+  }
+  chunks.push(Buffer.from(`--${boundary}--\r\n`));
+  return { body: Buffer.concat(chunks), contentType: `multipart/form-data; boundary=${boundary}` };
+}
+
+/** The parts with every `name` field's value replaced. */
+export function withField(parts: readonly FormPart[], name: string, value: string): FormPart[] {
+  return parts.map((part) => (part.name === name && 'value' in part ? { name, value } : part));
+}
