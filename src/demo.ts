@@ -18,6 +18,8 @@ import { startSim, type SimServer } from './sim/server.js';
 export const DEMO_KEY = 'sk-modelgate-demo';
 export const DEMO_CHAT_MODEL = 'llama-3.1-8b-instruct';
 export const DEMO_EMBEDDING_MODEL = 'bge-small-en';
+export const DEMO_RERANK_MODEL = 'bge-reranker';
+export const DEMO_AUDIO_MODEL = 'whisper-1';
 
 export interface DemoOptions {
   port: number;
@@ -88,6 +90,8 @@ export async function startDemo(options: DemoOptions, deps: DemoDeps = {}): Prom
     startSim({ ...defaultSimOptions(), ...realistic, port: 0, name: 'llama-1', model: chat }),
     // The pool says `engine: tei`, so the router scrapes TEI's metric names.
     startSim({ ...defaultSimOptions(), ...realistic, port: 0, name: 'bge-0', model: ['BAAI/bge-small-en-v1.5'], embeddingDim: 384, engine: 'tei' }),
+    startSim({ ...defaultSimOptions(), ...realistic, port: 0, name: 'reranker-0', model: ['BAAI/bge-reranker-v2-m3'] }),
+    startSim({ ...defaultSimOptions(), ...realistic, port: 0, name: 'whisper-0', model: ['openai/whisper-large-v3'] }),
   ]);
   const dir = await mkdtemp(join(tmpdir(), 'modelgate-demo-'));
   try {
@@ -99,12 +103,22 @@ export async function startDemo(options: DemoOptions, deps: DemoDeps = {}): Prom
         log: { level: options.logLevel },
         auth: { keysFile: 'keys.yaml' },
         pools: [
-          { name: 'llama-8b', engine: 'vllm', servedModelName: chat[0], capabilities: ['chat'], endpoints: [sims[0]?.url, sims[1]?.url] },
+          {
+            name: 'llama-8b',
+            engine: 'vllm',
+            servedModelName: chat[0],
+            capabilities: ['chat', 'completions', 'responses', 'messages', 'tokenize'],
+            endpoints: [sims[0]?.url, sims[1]?.url],
+          },
           { name: 'bge-small', engine: 'tei', servedModelName: 'BAAI/bge-small-en-v1.5', capabilities: ['embeddings'], endpoints: [sims[2]?.url] },
+          { name: 'bge-reranker', engine: 'vllm', servedModelName: 'BAAI/bge-reranker-v2-m3', capabilities: ['rerank', 'score'], endpoints: [sims[3]?.url] },
+          { name: 'whisper', engine: 'vllm', servedModelName: 'openai/whisper-large-v3', capabilities: ['audio'], endpoints: [sims[4]?.url] },
         ],
         deployments: [
           { id: 'llama-8b-prod', model: DEMO_CHAT_MODEL, aliases: ['default'], targets: [{ pool: 'llama-8b' }] },
           { id: 'bge-small-prod', model: DEMO_EMBEDDING_MODEL, aliases: ['text-embedding-3-small'], targets: [{ pool: 'bge-small' }] },
+          { id: 'bge-reranker-prod', model: DEMO_RERANK_MODEL, targets: [{ pool: 'bge-reranker' }] },
+          { id: 'whisper-prod', model: DEMO_AUDIO_MODEL, targets: [{ pool: 'whisper' }] },
         ],
       },
       dir,
@@ -132,8 +146,11 @@ export function demoInstructions(demo: RunningDemo): string {
 modelgate demo is running.
   API:     ${base}/v1   (key: ${DEMO_KEY})
   Admin:   ${demo.router.adminUrl}/metrics  /livez  /readyz
-  Models:  ${DEMO_CHAT_MODEL} (alias "default") on 2 simulated vLLM replicas,
-           ${DEMO_EMBEDDING_MODEL} (alias "text-embedding-3-small") on 1 simulated TEI replica
+  Models:  ${DEMO_CHAT_MODEL} (alias "default") on 2 simulated vLLM replicas: chat, completions,
+             responses, messages (Anthropic), tokenize
+           ${DEMO_EMBEDDING_MODEL} (alias "text-embedding-3-small") on 1 simulated TEI replica: embeddings
+           ${DEMO_RERANK_MODEL} on 1 simulated vLLM replica: rerank, score
+           ${DEMO_AUDIO_MODEL} on 1 simulated vLLM replica: audio transcriptions and translations
 
 Try:
   curl -s ${base}/v1/chat/completions \\

@@ -8,6 +8,7 @@ import { type Logger } from 'pino';
 import { KeyStore } from './auth/key-store.js';
 import { InFlight } from './balancer/in-flight.js';
 import { PrefixIndex } from './balancer/prefix-index.js';
+import { ResponseLocations } from './balancer/response-locations.js';
 import { systemClock, systemScheduler, systemSleep, type Clock } from './core/clock.js';
 import { type Config } from './config/schema.js';
 import { RouterMetrics } from './metrics/metrics.js';
@@ -154,10 +155,12 @@ export async function createRouter(config: Config, options: RouterOptions = {}):
     random,
     forwardedHeaders: [...DEFAULT_FORWARDED_HEADERS, ...config.server.forwardHeaders, config.priority.header.toLowerCase()],
     clientStallMs: config.server.clientStallTimeoutMs,
+    responses: new ResponseLocations(config.server.rememberedResponses),
   });
   let stopping = false;
   const app = buildApp({
     maxBodyBytes: config.server.maxBodyBytes,
+    maxUploadBytes: config.server.maxUploadBytes,
     maxJsonDepth: config.server.maxJsonDepth,
     keys,
     catalog: () => discovery.catalog(),

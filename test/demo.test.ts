@@ -2,7 +2,7 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from '@jest/globals';
 import { PassThrough } from 'node:stream';
 import OpenAI from 'openai';
-import { DEMO_CHAT_MODEL, DEMO_DEFAULTS, DEMO_EMBEDDING_MODEL, DEMO_KEY, demoInstructions, demoLogger, DemoUsageError, parseDemoArgs, runDemo, startDemo, type RunningDemo } from '../src/demo.js';
+import { DEMO_AUDIO_MODEL, DEMO_CHAT_MODEL, DEMO_DEFAULTS, DEMO_EMBEDDING_MODEL, DEMO_RERANK_MODEL, DEMO_KEY, demoInstructions, demoLogger, DemoUsageError, parseDemoArgs, runDemo, startDemo, type RunningDemo } from '../src/demo.js';
 import { captureLogs } from './helpers/router.js';
 import { waitFor } from './helpers/sim.js';
 
@@ -42,6 +42,22 @@ describe('modelgate demo', () => {
     expect(embedding.data[0]!.embedding).toHaveLength(384);
     const ids = (await client(demo).models.list()).data.map((m) => m.id);
     expect(ids).toEqual(expect.arrayContaining(['default', DEMO_CHAT_MODEL, 'text-embedding-3-small']));
+  });
+
+  it('serves every API: completions, responses, messages, rerank, score, tokenize and audio', async () => {
+    const openai = client(demo);
+    expect((await openai.completions.create({ model: DEMO_CHAT_MODEL, prompt: 'Once', max_tokens: 3 })).choices[0]?.text).toMatch(/\w/);
+    expect((await openai.responses.create({ model: 'default', input: 'Hi', max_output_tokens: 3 })).output_text).toMatch(/\w/);
+    expect((await openai.audio.transcriptions.create({ model: DEMO_AUDIO_MODEL, file: new File([Buffer.alloc(2048, 7)], 'a.wav', { type: 'audio/wav' }) })).text).toMatch(/\w/);
+    const post = async (path: string, body: object, headers: Record<string, string> = { authorization: `Bearer ${DEMO_KEY}` }): Promise<Response> =>
+      fetch(`${demo.router.apiUrl}${path}`, { method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body: JSON.stringify(body) });
+    const messages = await post('/v1/messages', { model: 'default', max_tokens: 3, messages: [{ role: 'user', content: 'Hi' }] }, { 'x-api-key': DEMO_KEY });
+    expect(((await messages.json()) as { content: unknown[] }).content.length).toBeGreaterThan(0);
+    const rerank = await post('/v1/rerank', { model: DEMO_RERANK_MODEL, query: 'cats', documents: ['dogs bark', 'cats purr'] });
+    expect(((await rerank.json()) as { results: unknown[] }).results).toHaveLength(2);
+    expect((await post('/v1/score', { model: DEMO_RERANK_MODEL, text_1: 'a cat', text_2: 'the cat' })).status).toBe(200);
+    const tokens = (await (await post('/tokenize', { model: 'default', prompt: 'hello demo' })).json()) as { tokens: number[] };
+    expect(((await (await post('/detokenize', { model: 'default', tokens: tokens.tokens })).json()) as { prompt: string }).prompt).toBe('hello demo');
   });
 
   it('logs each request in the access log at info', async () => {

@@ -19,7 +19,8 @@ export interface PoolConfig {
   name: string;
   engine: Engine;
   servedModelName: string;
-  capabilities: Capability[];
+  /** Unset: the engine's defaults (core/types `defaultCapabilities`). */
+  capabilities?: Capability[];
   endpoints: EndpointConfig[];
   /** File holding the key sent upstream; read at load into {@link PoolConfig.backendKey}. */
   backendKeyFile?: string;
@@ -58,6 +59,10 @@ export interface ServerConfig {
   host: string;
   port: number;
   maxBodyBytes: number;
+  /** Largest multipart upload (the audio routes) accepted. */
+  maxUploadBytes: number;
+  /** Responses API answers whose replica the router remembers, so `previous_response_id` follow-ups reach it (LRU). */
+  rememberedResponses: number;
   /** Deepest JSON nesting accepted in a request body. */
   maxJsonDepth: number;
   /** Slowloris guards: time to receive the headers, and the whole request. */
@@ -109,6 +114,8 @@ export const configSchema = {
         host: { type: 'string', default: '0.0.0.0' },
         port: { ...port, default: 8080 },
         maxBodyBytes: { type: 'integer', minimum: 1024, default: 10 * 1024 * 1024 },
+        maxUploadBytes: { type: 'integer', minimum: 1024, default: 25 * 1024 * 1024 },
+        rememberedResponses: { type: 'integer', minimum: 0, default: 100_000 },
         maxJsonDepth: { type: 'integer', minimum: 4, maximum: 1000, default: 64 },
         headersTimeoutMs: { type: 'integer', minimum: 100, default: 15_000 },
         requestTimeoutMs: { type: 'integer', minimum: 100, default: 60_000 },
@@ -193,7 +200,7 @@ export const configSchema = {
           name,
           engine: { enum: ENGINES, default: 'vllm' },
           servedModelName: { type: 'string', minLength: 1 },
-          capabilities: { type: 'array', minItems: 1, uniqueItems: true, items: { enum: CAPABILITIES }, default: ['chat'] },
+          capabilities: { type: 'array', minItems: 1, uniqueItems: true, items: { enum: CAPABILITIES } },
           endpoints: {
             type: 'array',
             default: [],

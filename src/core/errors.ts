@@ -3,11 +3,15 @@
  * OpenAI `type`. Codes are set where the failure is found; this module is the only place that turns
  * them into an answer: a JSON envelope (`toErrorResponse`), an SSE error event (`streamErrorEvent`),
  * or the envelope of an engine's own error (`envelope`). The wire `code` is the key in lower case.
+ * Each answer is in the route's wire dialect: OpenAI's envelope, or Anthropic's on `/v1/messages`
+ * (`errorBody`); a stream ends the way its API ends one (an `error` event on the Responses and
+ * Messages APIs).
  *
  * A few codes are never sent because nobody is left to receive them (`CLIENT_GONE`,
  * `CLIENT_STALLED`), or are sent as another (`MODEL_NOT_ALLOWED` answers as `MODEL_NOT_FOUND`, so a
  * key cannot discover models it may not use): they name the failure in the access log and metrics.
  */
+import { type WireDialect } from './types.js';
 
 interface CodeSpec {
   status: number;
@@ -107,17 +111,56 @@ export function envelopeOf(err: RouterError): ErrorEnvelope {
   return envelope(err.message, ERROR_CODES[code].type, err.param, failureCode(code));
 }
 
-/** The HTTP answer for any error: RouterErrors by their code, anything else as a bare 500. */
-export function toErrorResponse(err: unknown): { status: number; headers: Record<string, string>; body: ErrorEnvelope } {
+/** Anthropic's error envelope (`/v1/messages`). */
+export interface AnthropicErrorBody {
+  type: 'error';
+  error: { type: string; message: string };
+}
+
+/** Anthropic's error `type` for an answer with this status. */
+function anthropicType(status: number): string {
+  const types: Record<number, string> = {
+    401: 'authentication_error',
+    403: 'permission_error',
+    404: 'not_found_error',
+    413: 'request_too_large',
+    429: 'rate_limit_error',
+    503: 'overloaded_error',
+    529: 'overloaded_error',
+  };
+  return types[status] ?? (status >= 500 ? 'api_error' : 'invalid_request_error');
+}
+
+/** An OpenAI envelope (the router's own, or an engine's normalised) as the route's dialect answers it. */
+export function errorBody(body: ErrorEnvelope, status: number, dialect: WireDialect): ErrorEnvelope | AnthropicErrorBody {
+  if (dialect !== 'anthropic') return body;
+  return { type: 'error', error: { type: anthropicType(status), message: body.error.message } };
+}
+
+/** The HTTP answer for any error: RouterErrors by their code, anything else as a bare 500; in the route's dialect. */
+export function toErrorResponse(err: unknown): { status: number; headers: Record<string, string>; body: ErrorEnvelope };
+export function toErrorResponse(err: unknown, dialect: WireDialect | undefined): { status: number; headers: Record<string, string>; body: ErrorEnvelope | AnthropicErrorBody };
+export function toErrorResponse(err: unknown, dialect: WireDialect = 'openai'): { status: number; headers: Record<string, string>; body: ErrorEnvelope | AnthropicErrorBody } {
   const routerError = err instanceof RouterError ? err : new RouterError('INTERNAL_ERROR', 'The router failed to handle the request.');
   const headers: Record<string, string> = {};
   if (routerError.retryAfterSeconds !== undefined) headers['retry-after'] = String(routerError.retryAfterSeconds);
-  return { status: ERROR_CODES[answered(routerError.code)].status, headers, body: envelopeOf(routerError) };
+  const status = ERROR_CODES[answered(routerError.code)].status;
+  return { status, headers, body: errorBody(envelopeOf(routerError), status, dialect) };
 }
 
-/** The final SSE event of a stream the router has to end early, then `[DONE]`, so it never looks finished. */
-export function streamErrorEvent(err: RouterError): string {
-  return `data: ${JSON.stringify(envelopeOf(err))}\n\ndata: [DONE]\n\n`;
+/**
+ * The final event of a stream the router has to end early, so it never looks finished: OpenAI's
+ * `data: {"error":…}` then `[DONE]`; on the Responses API a typed `error` event (numbered after the
+ * last event the client got); on the Messages API Anthropic's `error` event.
+ */
+export function streamErrorEvent(err: RouterError, dialect: WireDialect = 'openai', nextSequence?: number): string {
+  const { error } = envelopeOf(err);
+  if (dialect === 'anthropic') return `event: error\ndata: ${JSON.stringify(errorBody({ error }, err.status, dialect))}\n\n`;
+  if (dialect === 'responses') {
+    const event = { type: 'error', code: error.code, message: error.message, param: error.param, ...(nextSequence !== undefined ? { sequence_number: nextSequence } : {}) };
+    return `event: error\ndata: ${JSON.stringify(event)}\n\n`;
+  }
+  return `data: ${JSON.stringify({ error })}\n\ndata: [DONE]\n\n`;
 }
 
 /** One answer for a model that does not exist and one the key may not use. */

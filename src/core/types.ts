@@ -1,10 +1,26 @@
 /** Shared shapes of the routing model. Pure data: no behaviour, no I/O. */
 
 export type Engine = 'vllm' | 'sglang' | 'tgi' | 'tei' | 'llamacpp' | 'openai';
-export type Capability = 'chat' | 'embeddings';
+/** What a pool's engine serves; each API route needs one (src/api/routes.ts). */
+export type Capability = 'chat' | 'completions' | 'embeddings' | 'responses' | 'messages' | 'rerank' | 'score' | 'tokenize' | 'audio';
 
 export const ENGINES: readonly Engine[] = ['vllm', 'sglang', 'tgi', 'tei', 'llamacpp', 'openai'];
-export const CAPABILITIES: readonly Capability[] = ['chat', 'embeddings'];
+export const CAPABILITIES: readonly Capability[] = ['chat', 'completions', 'embeddings', 'responses', 'messages', 'rerank', 'score', 'tokenize', 'audio'];
+
+/** What a pool serves when it does not say: an embedding server (TEI) embeds, every other engine generates text. */
+export function defaultCapabilities(engine: Engine): Capability[] {
+  return engine === 'tei' ? ['embeddings'] : ['chat', 'completions'];
+}
+
+/** The inference APIs the router serves, one per route of the table in src/api/routes.ts. */
+export type ApiName = 'chat' | 'completions' | 'embeddings' | 'responses' | 'messages' | 'rerank' | 'score' | 'tokenize' | 'detokenize' | 'transcriptions' | 'translations';
+
+/**
+ * How an API speaks on the wire: its error envelope, how a stream it cuts short ends, and how its
+ * stream reports tokens. `openai`: chat-style chunks, `{"error":{…}}`, `data: [DONE]`; `responses`:
+ * typed Responses API events, an `error` event; `anthropic`: Messages API events and Anthropic's envelope.
+ */
+export type WireDialect = 'openai' | 'responses' | 'anthropic';
 
 /** A pool's timeouts, retries, breaker, admission and health checks (defaults: resilience/settings.ts). */
 export interface ResilienceSettings {

@@ -2,29 +2,37 @@
  * The request director: owns one inference request from its resolved deployment to its final report.
  * It plans the route (route-plan.ts), prepares what each pool's engines get (upstream-request.ts),
  * runs the attempts — admission, scheduling, forwarding, retries, moving on (exchange.ts) — and
- * reports the response's timing and tokens. The server parses, authenticates and hands over; it makes
- * no routing decision.
+ * reports the response's timing and tokens. Every API of the route table (api/routes.ts) goes the
+ * same way; what differs is data in its table entry. A Responses API follow-up (`previous_response_id`)
+ * goes only to the replica that made the response it names, when the router knows which one that is.
+ * The server parses, authenticates and hands over; it makes no routing decision.
  */
 import { type IncomingHttpHeaders, type IncomingMessage, type ServerResponse } from 'node:http';
-import { type InferenceKind, type ValidRequest } from '../api/validate.js';
-import { chatPromptText } from '../api/prompt-text.js';
+import { type FormPart } from '../api/multipart.js';
+import { type ApiRoute } from '../api/routes.js';
+import { type ValidRequest } from '../api/validate.js';
+import { type ResponseLocation, type ResponseLocations } from '../balancer/response-locations.js';
 import { type Deployment, type EndpointSource, type PoolSpec, type Priority } from '../core/types.js';
 import { type ForwardedFor } from '../proxy/headers.js';
 import { type ModelCatalog } from '../registry/registry.js';
 import { type ExchangeReport, type ExchangeRunner } from './exchange.js';
-import { planRoute } from './route-plan.js';
-import { routeSteps, streamUsageOverride, UPSTREAM_PATHS } from './upstream-request.js';
+import { planRoute, type PlannedPool } from './route-plan.js';
+import { routeSteps, streamUsageOverride } from './upstream-request.js';
 
 /** A validated, authorised request, as the server hands it over. */
 export interface DirectedRequest {
-  kind: InferenceKind;
+  api: ApiRoute;
+  /** The path the client called (one of the API's paths): the engine gets the same. */
+  path: string;
   deployment: Deployment;
   /** The model as the client named it. */
   asked: string;
   body: ValidRequest;
-  /** The body as received, and as text. */
+  /** The body as received, and as text (empty for a form). */
   raw: Buffer;
   text: string;
+  /** A multipart body's parts. */
+  form?: readonly FormPart[];
   priority: Priority;
   requestId: string;
   /** The client's request headers (only the allow-listed ones go on). */
@@ -47,6 +55,8 @@ export interface ResponseMetrics {
   recordTokens(labels: { deployment: string; pool: string }, prompt: number, completion: number): void;
   recordResponseEnd(labels: { deployment: string; pool: string }, end: string): void;
   recordFallback(fromDeployment: string, fromPool: string, toDeployment: string, toPool: string): void;
+  /** A `previous_response_id` follow-up: sent to the replica holding it, unknown to the router, or its replica gone. */
+  recordPreviousResponse(outcome: 'pinned' | 'unknown' | 'replica_gone'): void;
 }
 
 export interface DirectorDeps {
@@ -59,6 +69,8 @@ export interface DirectorDeps {
   forwardedHeaders: readonly string[];
   /** `server.clientStallTimeoutMs`. */
   clientStallMs: number;
+  /** Which replica holds each Responses API answer. */
+  responses: ResponseLocations;
 }
 
 /** What the server needs of the director (tests hand the server a stand-in). */
@@ -85,38 +97,62 @@ export class Director {
    */
   async direct(req: IncomingMessage, res: ServerResponse, request: DirectedRequest): Promise<DirectorReport> {
     const { deps } = this;
-    const { deployment, kind } = request;
-    const planned = planRoute({ catalog: deps.catalog(), hasEndpoints: (pool) => deps.endpoints.snapshot(pool).length > 0, random: deps.random }, deployment, kind, request.asked);
-    const first = planned[0] as (typeof planned)[number];
+    const { deployment, api, body } = request;
+    let planned = planRoute({ catalog: deps.catalog(), hasEndpoints: (pool) => deps.endpoints.snapshot(pool).length > 0, random: deps.random }, deployment, api.capability, request.asked);
+    const pinned = this.pinned(request, planned);
+    if (pinned) planned = [pinned.step];
+    const first = planned[0] as PlannedPool;
     if (first.deployment !== deployment.id) {
       // none of the deployment's own pools had a ready replica: the route starts at a fallback
       deps.metrics.recordFallback(deployment.id, '', first.deployment, first.pool.name);
     }
-    const usage = kind === 'chat' ? streamUsageOverride(request.body) : undefined;
+    const usage = api.asksStreamUsage ? streamUsageOverride(body) : undefined;
     const headers = request.headers;
+    const promptText = api.promptText;
     const report = await deps.exchange.run(req, res, {
       route: routeSteps(planned, request, usage, (pool) => this.allowedHeaders(pool)),
       request: {
         priority: request.priority,
         requestId: request.requestId,
-        ...(kind === 'chat' ? { promptText: () => chatPromptText(request.body) } : {}),
+        ...(promptText ? { promptText: () => promptText(body) } : {}),
+        ...(pinned ? { only: pinned.endpoint } : {}),
         header: (name) => {
           const value = headers[name.toLowerCase()];
           return Array.isArray(value) ? value[0] : value;
         },
       },
       requestId: request.requestId,
-      path: UPSTREAM_PATHS[kind],
+      path: request.path,
       clientStallMs: deps.clientStallMs,
       signal: request.signal,
       stripUsageChunk: usage !== undefined,
+      dialect: api.dialect,
       onInterToken: (pool, ms) => deps.metrics.recordInterToken({ deployment: deployment.id, pool }, ms / 1000),
     });
     const labels = { deployment: deployment.id, pool: report.pool?.name ?? first.pool.name };
     if (report.end) deps.metrics.recordResponseEnd(labels, report.end);
     if (report.ttftMs !== undefined) deps.metrics.recordTimeToFirstToken(labels, report.ttftMs / 1000);
     if (report.usage) deps.metrics.recordTokens(labels, report.usage.estimated ? 0 : report.usage.promptTokens, report.usage.completionTokens);
+    if (api.continues && report.responseId !== undefined && report.endpoint !== undefined && body.store !== false) {
+      deps.responses.remember(report.responseId, { pool: labels.pool, endpoint: report.endpoint });
+    }
     const fallback = report.fallback ?? (first.deployment !== deployment.id ? first.deployment : undefined);
     return { ...report, poolName: labels.pool, ...(fallback ? { fallback } : {}) };
+  }
+
+  /**
+   * For a request continuing a stored response: the route step of the pool holding it, and its replica
+   * — when the router knows where it is and that replica is still in the route. Otherwise the request
+   * is routed like any other (the engine answers for an id it does not hold).
+   */
+  private pinned(request: DirectedRequest, planned: readonly PlannedPool[]): { step: PlannedPool; endpoint: string } | undefined {
+    const field = request.api.continues;
+    const id = field && request.body[field];
+    if (typeof id !== 'string' || id === '') return undefined;
+    const location: ResponseLocation | undefined = this.deps.responses.find(id);
+    const step = location && planned.find((p) => p.pool.name === location.pool);
+    const present = step !== undefined && this.deps.endpoints.snapshot(step.pool.name).some((ep) => ep.id === location?.endpoint);
+    this.deps.metrics.recordPreviousResponse(!location ? 'unknown' : present ? 'pinned' : 'replica_gone');
+    return present && location ? { step, endpoint: location.endpoint } : undefined;
   }
 }

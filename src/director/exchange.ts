@@ -13,8 +13,8 @@
  */
 import { type IncomingMessage, type OutgoingHttpHeaders, type ServerResponse } from 'node:http';
 import { isAbortError, type Clock, type Sleep } from '../core/clock.js';
-import { RouterError, toErrorResponse } from '../core/errors.js';
-import { type PoolSpec } from '../core/types.js';
+import { errorBody, RouterError, streamErrorEvent, toErrorResponse } from '../core/errors.js';
+import { type PoolSpec, type WireDialect } from '../core/types.js';
 import { type AttemptResult, type Forwarder, type StreamEnd } from '../proxy/forwarder.js';
 import { ResponseMeter, type TokenUsage } from '../proxy/usage.js';
 import { type EndpointPicker, type Picked, type PickRequest } from '../resilience/picker.js';
@@ -47,6 +47,8 @@ export interface ExchangeReport {
   ttftMs?: number;
   /** Body bytes relayed from the engine. */
   bytes?: number;
+  /** The Responses API answer's id, as the engine named it. */
+  responseId?: string;
 }
 
 export interface ExchangeEvents {
@@ -90,6 +92,8 @@ export interface ExchangePlan {
   signal: AbortSignal;
   /** The router asked the engine for stream usage the client did not ask for (see Forwarder). */
   stripUsageChunk?: boolean;
+  /** How the API speaks: its error envelope, how a cut stream ends, how its stream reports tokens (default `openai`). */
+  dialect?: WireDialect;
   /** Each inter-token gap of a committed stream, in ms, with the pool that streams it. */
   onInterToken?: (pool: string, ms: number) => void;
 }
@@ -123,11 +127,11 @@ export class ExchangeRunner {
       } catch (err) {
         if (isAbortError(err)) return { ...report, failure: 'client_gone' };
         if (err instanceof RouterError && err.code === 'NO_READY_REPLICA' && moveOn()) continue;
-        return this.fail(res, report, err);
+        return this.fail(res, plan, report, err);
       }
       if (clock.now() >= deadline) {
         picked.release(); // the wait for a replica used up the total timeout: no attempt is started
-        return this.fail(res, report, new RouterError('UPSTREAM_TIMEOUT', 'The request ran past its total timeout while it waited for a replica.'));
+        return this.fail(res, plan, report, new RouterError('UPSTREAM_TIMEOUT', 'The request ran past its total timeout while it waited for a replica.'));
       }
       at.tried.add(picked.endpoint.id);
       const { result, meter } = await this.attempt(req, res, plan, step, picked, deadline, report);
@@ -136,12 +140,12 @@ export class ExchangeRunner {
       if (result.kind === 'client_gone') return { ...report, failure: 'client_gone' };
       if (result.kind === 'upstream_error') report.upstreamStatus = result.status;
 
-      const giveUp = (): ExchangeReport => (result.kind === 'upstream_error' ? this.passOn(res, report, result) : this.fail(res, report, failureError(result)));
+      const giveUp = (): ExchangeReport => (result.kind === 'upstream_error' ? this.passOn(res, plan, report, result) : this.fail(res, plan, report, failureError(result)));
       if (!retryable(result) || plan.signal.aborted) return giveUp();
       const wait = retryWait(at.retries, result, step.pool.resilience.retries, this.deps.random);
       const mayRetry = wait !== undefined && clock.now() + wait < deadline;
       // This pool has had its chance when no replica is left untried or its retries are spent: move on.
-      if ((!mayRetry || !this.deps.picker.hasUntried(step.pool, at.tried)) && moveOn()) continue;
+      if ((!mayRetry || !this.deps.picker.hasUntried(step.pool, at.tried, plan.request)) && moveOn()) continue;
       if (!mayRetry) return giveUp();
       at.retries += 1;
       this.deps.events?.onRetry?.(step.pool.name, outcomeName(result));
@@ -168,7 +172,8 @@ export class ExchangeRunner {
     const settings = step.pool.resilience;
     const started = clock.now();
     const { onInterToken } = plan;
-    const meter = new ResponseMeter(clock, started, onInterToken && ((ms) => onInterToken(step.pool.name, ms)));
+    const dialect = plan.dialect ?? 'openai';
+    const meter = new ResponseMeter(clock, started, onInterToken && ((ms) => onInterToken(step.pool.name, ms)), dialect);
     const result = await this.deps.forwarder.attempt(req, res, {
       endpoint,
       body: step.body,
@@ -179,6 +184,7 @@ export class ExchangeRunner {
       deadline,
       observe: { event: (e) => meter.onEvent(e), body: (c) => meter.onBody(c), bodyEnd: () => meter.onBodyEnd() },
       stripUsageChunk: plan.stripUsageChunk ?? false,
+      errorEvent: (err) => streamErrorEvent(err, dialect, meter.nextSequence()),
     });
     picked.ticket.settle(breakerOutcome(result));
     const outcome = outcomeName(result);
@@ -205,6 +211,7 @@ export class ExchangeRunner {
     const usage = meter.finalUsage();
     if (usage) report.usage = usage;
     if (meter.ttftMs !== undefined) report.ttftMs = meter.ttftMs;
+    if (meter.responseId !== undefined) report.responseId = meter.responseId;
     if (end === 'upstream_broken' || end === 'idle_timeout') {
       this.deps.picker.recordStreamFailure(step.pool, picked.endpoint.id, requestId);
       report.failure = end === 'upstream_broken' ? 'upstream_stream_broken' : 'upstream_timeout';
@@ -227,14 +234,14 @@ export class ExchangeRunner {
   }
 
   /** Passes an engine's error answer on (status kept, body in the OpenAI envelope). */
-  private passOn(res: ServerResponse, report: ExchangeReport, result: Extract<AttemptResult, { kind: 'upstream_error' }>): ExchangeReport {
-    writeJson(res, result.error.status, result.error.envelope, result.headers);
+  private passOn(res: ServerResponse, plan: ExchangePlan, report: ExchangeReport, result: Extract<AttemptResult, { kind: 'upstream_error' }>): ExchangeReport {
+    writeJson(res, result.error.status, errorBody(result.error.envelope, result.error.status, plan.dialect ?? 'openai'), result.headers);
     return { ...report, failure: result.error.envelope.error.code ?? `upstream_${result.status}` };
   }
 
   /** Answers with the router's own error. */
-  private fail(res: ServerResponse, report: ExchangeReport, err: unknown): ExchangeReport {
-    const { status, headers, body } = toErrorResponse(err);
+  private fail(res: ServerResponse, plan: ExchangePlan, report: ExchangeReport, err: unknown): ExchangeReport {
+    const { status, headers, body } = toErrorResponse(err, plan.dialect);
     writeJson(res, status, body, headers);
     return { ...report, failure: err instanceof RouterError ? err.failure : 'internal_error' };
   }

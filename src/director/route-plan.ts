@@ -5,6 +5,7 @@
  * deployment's definition, so the key's model list is not consulted for it; fallbacks of a fallback
  * are not followed.
  */
+import { CAPABILITY_NAMES } from '../api/routes.js';
 import { pickWeighted } from '../balancer/weighted.js';
 import { noReadyReplica, RouterError } from '../core/errors.js';
 import { type Capability, type Deployment, type PoolSpec } from '../core/types.js';
@@ -23,16 +24,15 @@ export interface RoutePlanInput {
   random: () => number;
 }
 
-const KIND_NAMES: Record<Capability, string> = { chat: 'chat completions', embeddings: 'embeddings' };
-
 /** The deployment's pools that serve `kind` and have an endpoint: one chosen by target weight first, then the rest by weight. */
-function poolsOf(input: RoutePlanInput, deployment: Deployment, kind: Capability): { wrongKind: boolean; ready: PoolSpec[] } {
+function poolsOf(input: RoutePlanInput, deployment: Deployment, kind: Capability): { wrongKind: Capability[] | undefined; ready: PoolSpec[] } {
   const known = deployment.targets.map((target) => ({ weight: target.weight, pool: input.catalog.pool(target.pool) })).filter((t): t is { weight: number; pool: PoolSpec } => t.pool !== undefined);
   const capable = known.filter((t) => t.pool.capabilities.includes(kind));
   const ready = capable.filter((t) => t.weight > 0 && input.hasEndpoints(t.pool.name));
   const chosen = pickWeighted(ready, input.random);
   const rest = ready.filter((t) => t !== chosen).sort((a, b) => b.weight - a.weight);
-  return { wrongKind: known.length > 0 && capable.length === 0, ready: [...(chosen ? [chosen] : []), ...rest].map((t) => t.pool) };
+  const wrongKind = known.length > 0 && capable.length === 0 ? [...new Set(known.flatMap((t) => t.pool.capabilities))] : undefined;
+  return { wrongKind, ready: [...(chosen ? [chosen] : []), ...rest].map((t) => t.pool) };
 }
 
 /**
@@ -42,8 +42,8 @@ function poolsOf(input: RoutePlanInput, deployment: Deployment, kind: Capability
 export function planRoute(input: RoutePlanInput, deployment: Deployment, kind: Capability, asked: string): PlannedPool[] {
   const own = poolsOf(input, deployment, kind);
   if (own.wrongKind) {
-    const serves = kind === 'chat' ? 'embeddings' : 'chat completions';
-    throw new RouterError('MODEL_CAPABILITY_MISMATCH', `The model \`${asked}\` does not serve ${KIND_NAMES[kind]}; it serves ${serves}.`, { param: 'model' });
+    const serves = own.wrongKind.map((c) => `${CAPABILITY_NAMES[c]} (${c})`).join(', ');
+    throw new RouterError('MODEL_CAPABILITY_MISMATCH', `The model \`${asked}\` does not serve ${CAPABILITY_NAMES[kind]} (capability \`${kind}\`); it serves ${serves}.`, { param: 'model' });
   }
   const route: PlannedPool[] = own.ready.map((pool) => ({ pool, deployment: deployment.id }));
   for (const id of deployment.fallbacks) {

@@ -1,19 +1,18 @@
 /**
- * What a request's engines get, pool by pool: the canonical path, the body with `model` set to the
- * pool's served name (and, for a stream, usage asked for), and exactly the allow-listed headers plus
- * the router's own.
+ * What a request's engines get, pool by pool: the path the client called (no query: none of the
+ * APIs takes one), the body with `model` set to the pool's served name (and, for a stream, usage
+ * asked for), and exactly the allow-listed headers plus the router's own. A multipart form is
+ * forwarded as it came unless the model's name changes; then it is written again.
  */
 import { type OutgoingHttpHeaders } from 'node:http';
-import { type InferenceKind, type ValidRequest } from '../api/validate.js';
+import { encodeForm, withField } from '../api/multipart.js';
+import { type ValidRequest } from '../api/validate.js';
 import { type PoolSpec } from '../core/types.js';
 import { upstreamBody } from '../proxy/body-patch.js';
 import { upstreamHeaders } from '../proxy/headers.js';
 import { type DirectedRequest } from './director.js';
 import { type RouteStep } from './exchange.js';
 import { type PlannedPool } from './route-plan.js';
-
-/** The path each inference kind is forwarded to. No query parameter is forwarded: none of these routes takes one. */
-export const UPSTREAM_PATHS: Record<InferenceKind, string> = { chat: '/v1/chat/completions', embeddings: '/v1/embeddings' };
 
 /**
  * For a streamed chat request whose client did not ask for usage: the `stream_options` that asks the
@@ -38,19 +37,32 @@ export function streamUsageOverride(body: ValidRequest): Map<string, string> | u
 export function routeSteps(planned: readonly PlannedPool[], request: DirectedRequest, usage: Map<string, string> | undefined, allowed: (pool: PoolSpec) => ReadonlySet<string>): RouteStep[] {
   return planned.map(({ pool, deployment }) => {
     let body: Buffer | undefined;
+    let contentType: string | undefined;
     let headers: OutgoingHttpHeaders | undefined;
+    const make = (): Buffer => {
+      if (request.form) {
+        if (pool.servedModelName === request.asked) return request.raw;
+        const encoded = encodeForm(withField(request.form, 'model', pool.servedModelName));
+        contentType = encoded.contentType;
+        return encoded.body;
+      }
+      const patched = upstreamBody(request.text, pool.servedModelName, request.asked, usage);
+      return patched === request.text ? request.raw : Buffer.from(patched, 'utf8');
+    };
     return {
       pool,
       deployment,
       get body(): Buffer {
-        if (body === undefined) {
-          const patched = upstreamBody(request.text, pool.servedModelName, request.asked, usage);
-          body = patched === request.text ? request.raw : Buffer.from(patched, 'utf8');
-        }
+        body ??= make();
         return body;
       },
       get headers(): OutgoingHttpHeaders {
-        headers ??= upstreamHeaders(request.headers, allowed(pool), { requestId: request.requestId, forwarded: request.forwarded, backendKey: pool.backendKey });
+        if (headers) return headers;
+        headers = upstreamHeaders(request.headers, allowed(pool), { requestId: request.requestId, forwarded: request.forwarded, backendKey: pool.backendKey });
+        if (request.form) {
+          body ??= make();
+          if (contentType) headers['content-type'] = contentType;
+        }
         return headers;
       },
     };

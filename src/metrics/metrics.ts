@@ -6,6 +6,7 @@
  * see `RouterMetrics`.
  */
 import { collectDefaultMetrics, Registry } from 'prom-client';
+import { type ApiName } from '../core/types.js';
 import { controlPlaneMetrics, type ControlPlaneMetrics, type ControlPlaneSources } from './control-plane.js';
 import { observeResilienceGauges, resilienceMetrics, type AdmissionSources, type ResilienceMetrics, type ResilienceSources } from './resilience.js';
 import { observeRoutingGauges, routingMetrics, type RoutingMetrics, type RoutingSources, type RoutingStateSources } from './routing.js';
@@ -14,7 +15,8 @@ import { trafficMetrics, type TrafficMetrics } from './traffic.js';
 /** Live state the gauges read at scrape time; each part is declared next to the gauges that read it. */
 export interface MetricSources extends RoutingStateSources, AdmissionSources, ControlPlaneSources {}
 
-export type Route = 'chat' | 'embeddings' | 'models' | 'other';
+/** An inference API's name (the route table's), `models` (GET /v1/models…), or `other` (everything else). */
+export type Route = ApiName | 'models' | 'other';
 
 export interface TrafficLabels {
   deployment: string;
@@ -39,7 +41,7 @@ export class RouterMetrics {
 
   recordRequest(route: Route, deployment: string, pool: string, code: number, seconds: number): void {
     this.traffic.requests.inc({ route, deployment, pool, code: String(code) });
-    if (route === 'chat' || route === 'embeddings') this.traffic.duration.observe({ route, deployment, pool }, seconds);
+    if (route !== 'models' && route !== 'other') this.traffic.duration.observe({ route, deployment, pool }, seconds);
   }
 
   recordTimeToFirstToken(labels: TrafficLabels, seconds: number): void {
@@ -94,6 +96,10 @@ export class RouterMetrics {
 
   recordFallback(fromDeployment: string, fromPool: string, toDeployment: string, toPool: string): void {
     this.resilience.fallbacks.inc({ from_deployment: fromDeployment, from_pool: fromPool, to_deployment: toDeployment, to_pool: toPool });
+  }
+
+  recordPreviousResponse(outcome: 'pinned' | 'unknown' | 'replica_gone'): void {
+    this.routing.previousResponses.inc({ outcome });
   }
 
   recordEngineScrape(pool: string, result: string): void {

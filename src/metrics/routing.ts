@@ -25,6 +25,7 @@ export interface RoutingSources {
 export interface RoutingMetrics {
   prefixBlocks: Counter<'pool' | 'result'>;
   engineScrapes: Counter<'pool' | 'result'>;
+  previousResponses: Counter<'outcome'>;
 }
 
 export function routingMetrics(registers: Registry[], sources: RoutingStateSources): RoutingMetrics {
@@ -69,6 +70,12 @@ export function routingMetrics(registers: Registry[], sources: RoutingStateSourc
       name: 'modelgate_engine_scrapes_total',
       help: "Scrapes of replicas' engine metrics, by result (ok, error, timeout, unparsable).",
       labelNames: ['pool', 'result'],
+      registers,
+    }),
+    previousResponses: new Counter({
+      name: 'modelgate_previous_response_requests_total',
+      help: 'Responses API requests naming a previous_response_id, by outcome: pinned (sent to the replica holding it), unknown (the router does not know it; routed as usual), replica_gone (its replica left; routed as usual).',
+      labelNames: ['outcome'],
       registers,
     }),
   };

@@ -16,6 +16,7 @@
 import { type Agent, type ClientRequest, type IncomingMessage, type OutgoingHttpHeaders, type ServerResponse } from 'node:http';
 import { createProxyMiddleware, type RequestHandler } from 'http-proxy-middleware';
 import { systemScheduler, type Clock, type Scheduler } from '../core/clock.js';
+import { type RouterError } from '../core/errors.js';
 import { type Endpoint } from '../core/types.js';
 import { retryHeaders } from './headers.js';
 import { ownResponse, type OwnListener } from './http-proxy-gap.js';
@@ -42,6 +43,8 @@ export interface AttemptSpec {
    * what the client gets. Only then are stream bytes written per complete event.
    */
   stripUsageChunk?: boolean;
+  /** The event that ends a stream the router cuts short, in the API's dialect (default: OpenAI's error chunk and `[DONE]`). */
+  errorEvent?: (err: RouterError) => string;
 }
 
 export interface ResponseObserver {

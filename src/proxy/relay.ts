@@ -61,7 +61,7 @@ export function relayResponse(spec: AttemptSpec, proxyRes: IncomingMessage, res:
   const endBroken = (end: BrokenEnd): void => {
     if (!res.writableEnded && !res.destroyed) {
       // when stripping, only whole events were written: the client is on a boundary
-      if (tap) res.end((spec.stripUsageChunk ? '' : tap.separator()) + streamErrorEvent(BROKEN[end]()));
+      if (tap) res.end((spec.stripUsageChunk ? '' : tap.separator()) + (spec.errorEvent ?? streamErrorEvent)(BROKEN[end]()));
       else res.destroy(); // a JSON body cut short must not look complete
     }
     finish(end);

@@ -1,16 +1,24 @@
 /**
- * Token accounting and stream timing, read from responses as they pass.
+ * Token accounting and stream timing, read from responses as they pass, in each API's dialect.
  *
  * - Non-streamed: `usage` is read from the JSON body. Only a bounded copy is kept (engines put usage at
- *   the end), and only the `usage` object is parsed, never the whole body.
- * - Streamed: each SSE event is looked at with string checks; only the usage chunk is parsed. Time to
- *   first token is the first event carrying content (text, reasoning or a tool call) after the request
- *   was sent; each gap between content events is one inter-token latency.
+ *   the end), and only the `usage` object is parsed, never the whole body. OpenAI's names
+ *   (`prompt_tokens`, `completion_tokens`) and the Responses and Messages APIs' (`input_tokens`,
+ *   `output_tokens`) are both read; a pooling answer's `total_tokens` alone counts as prompt tokens.
+ * - Streamed: each SSE event is looked at with string checks; only events carrying usage are parsed.
+ *   Content events are chat/completions chunks with text, reasoning or a tool call (`openai`), the
+ *   Responses API's `*.delta` events (`responses`), and the Messages API's `content_block_delta`
+ *   (`anthropic`, whose input tokens come in `message_start` and output tokens in `message_delta`).
+ *   Time to first token is the first content event after the request was sent; each gap between
+ *   content events is one inter-token latency.
  * - A stream that ends without usage (the client left, the engine broke) still counts the completion
  *   tokens delivered: one per content event, as engines stream them (an estimate: an engine may put
  *   several tokens in one event, so it errs low). Its prompt tokens are unknown and not counted.
+ * - On the Responses API the meter also reads the answer's `id` (for `previous_response_id`
+ *   affinity) and the last event's `sequence_number` (so an error event the router adds follows it).
  */
 import { type Clock } from '../core/clock.js';
+import { type WireDialect } from '../core/types.js';
 import { scanMembers } from './body-patch.js';
 import { type SseEvent } from './sse-tap.js';
 
@@ -21,7 +29,10 @@ export interface TokenUsage {
   estimated?: true;
 }
 
-const CONTENT = /"(?:content|reasoning_content|reasoning)":"(?!")|"tool_calls":\[\{/;
+const CONTENT = /"(?:content|reasoning_content|reasoning|text)":"(?!")|"tool_calls":\[\{/;
+const RESPONSES_DELTA = /^response\.[\w.]+\.delta$/;
+const RESPONSES_DELTA_DATA = /"type":"response\.[\w.]+\.delta"/;
+const SEQUENCE = /"sequence_number":(\d+)/;
 /** Bytes of a non-streamed body kept for reading its usage; beyond that, only a tail of this size. */
 const BODY_HEAD = 4 * 1024 * 1024;
 const BODY_TAIL = 64 * 1024;
@@ -41,11 +52,32 @@ export function usageFromJson(text: string): TokenUsage | undefined {
   }
 }
 
+function count(value: unknown): number | undefined {
+  return typeof value === 'number' && Number.isFinite(value) && value >= 0 ? value : undefined;
+}
+
 function toUsage(value: unknown): TokenUsage | undefined {
   if (typeof value !== 'object' || value === null) return undefined;
-  const u = value as { prompt_tokens?: unknown; completion_tokens?: unknown };
-  if (typeof u.prompt_tokens !== 'number') return undefined;
-  return { promptTokens: u.prompt_tokens, completionTokens: typeof u.completion_tokens === 'number' ? u.completion_tokens : 0 };
+  const u = value as Record<string, unknown>;
+  const completion = count(u.completion_tokens) ?? count(u.output_tokens);
+  const prompt = count(u.prompt_tokens) ?? count(u.input_tokens) ?? (completion === undefined ? count(u.total_tokens) : undefined);
+  if (prompt === undefined && completion === undefined) return undefined;
+  return { promptTokens: prompt ?? 0, completionTokens: completion ?? 0 };
+}
+
+/** The `usage` object of a streamed event in the dialect's place for it, as far as the event reports it. */
+function eventUsage(dialect: WireDialect, data: Record<string, unknown>): Partial<Record<'prompt' | 'completion', number>> | undefined {
+  const nested = (key: string): unknown => (typeof data[key] === 'object' && data[key] !== null ? (data[key] as Record<string, unknown>).usage : undefined);
+  const raw = (dialect === 'responses' ? nested('response') : dialect === 'anthropic' && data.type === 'message_start' ? nested('message') : data.usage) as Record<string, unknown> | undefined;
+  if (typeof raw !== 'object' || raw === null) return undefined;
+  if (dialect === 'anthropic') {
+    // message_start carries the input tokens, message_delta the output tokens so far (and sometimes input again)
+    const prompt = count(raw.input_tokens);
+    const completion = count(raw.output_tokens);
+    return { ...(prompt !== undefined ? { prompt } : {}), ...(completion !== undefined && data.type === 'message_delta' ? { completion } : {}) };
+  }
+  const usage = toUsage(raw);
+  return usage && { prompt: usage.promptTokens, completion: usage.completionTokens };
 }
 
 /** Whether an event is the usage-only chunk (`"choices":[]` with a usage object). */
@@ -57,6 +89,9 @@ export class ResponseMeter {
   usage: TokenUsage | undefined;
   /** ms from the request being sent to the first content event. */
   ttftMs: number | undefined;
+  /** The Responses API answer's `id`, once seen. */
+  responseId: string | undefined;
+  private lastSequence: number | undefined;
   private lastContentAt: number | undefined;
   private contentEvents = 0;
   private head: Buffer[] = [];
@@ -68,23 +103,50 @@ export class ResponseMeter {
     private readonly clock: Clock,
     private readonly sentAt: number,
     private readonly onInterToken?: (ms: number) => void,
+    private readonly dialect: WireDialect = 'openai',
   ) {}
+
+  /** The `sequence_number` an event added after the last one relayed should carry (Responses API). */
+  nextSequence(): number | undefined {
+    return this.lastSequence === undefined ? undefined : this.lastSequence + 1;
+  }
+
+  private isContent(event: SseEvent): boolean {
+    if (this.dialect === 'openai') return CONTENT.test(event.data);
+    if (this.dialect === 'anthropic') return event.event === 'content_block_delta' || (event.event === undefined && event.data.includes('"type":"content_block_delta"'));
+    return event.event !== undefined ? RESPONSES_DELTA.test(event.event) : RESPONSES_DELTA_DATA.test(event.data);
+  }
 
   onEvent(event: SseEvent): void {
     if (event.data === '[DONE]') return;
-    if (CONTENT.test(event.data)) {
+    if (this.isContent(event)) {
       this.contentEvents += 1;
       const now = this.clock.now();
       if (this.lastContentAt === undefined) this.ttftMs = now - this.sentAt;
       else this.onInterToken?.(now - this.lastContentAt);
       this.lastContentAt = now;
+    } else if (this.dialect === 'responses' && this.responseId === undefined && event.data.includes('"response":{')) {
+      const response = this.parse(event)?.response;
+      const id = typeof response === 'object' && response !== null ? (response as Record<string, unknown>).id : undefined;
+      if (typeof id === 'string') this.responseId = id;
+    }
+    if (this.dialect === 'responses') {
+      const sequence = SEQUENCE.exec(event.data);
+      if (sequence) this.lastSequence = Number(sequence[1]);
     }
     if (event.data.includes('"usage":{')) {
-      try {
-        this.usage = toUsage((JSON.parse(event.data) as { usage?: unknown }).usage) ?? this.usage;
-      } catch {
-        // not JSON: nothing to count
-      }
+      const data = this.parse(event);
+      const seen = data && eventUsage(this.dialect, data);
+      if (seen) this.usage = { promptTokens: seen.prompt ?? this.usage?.promptTokens ?? 0, completionTokens: seen.completion ?? this.usage?.completionTokens ?? 0 };
+    }
+  }
+
+  private parse(event: SseEvent): Record<string, unknown> | undefined {
+    try {
+      const data = JSON.parse(event.data) as unknown;
+      return typeof data === 'object' && data !== null ? (data as Record<string, unknown>) : undefined;
+    } catch {
+      return undefined; // not JSON: nothing to read
     }
   }
 
@@ -109,8 +171,23 @@ export class ResponseMeter {
   }
 
   onBodyEnd(): void {
-    this.usage = usageFromJson(this.overflow ? this.tail : Buffer.concat(this.head).toString('utf8'));
+    const text = this.overflow ? this.tail : Buffer.concat(this.head).toString('utf8');
+    this.usage = usageFromJson(text);
+    if (this.dialect === 'responses' && !this.overflow) this.responseId = topLevelId(text);
     this.head = [];
     this.tail = '';
+  }
+}
+
+/** The top-level `id` of a JSON object text, if it is a string. */
+function topLevelId(text: string): string | undefined {
+  const open = text.indexOf('{');
+  if (open < 0) return undefined;
+  try {
+    const member = scanMembers(text, open).members.find((m) => m.key === 'id');
+    const value = member && (JSON.parse(text.slice(member.valueStart, member.valueEnd)) as unknown);
+    return typeof value === 'string' ? value : undefined;
+  } catch {
+    return undefined;
   }
 }

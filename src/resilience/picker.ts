@@ -35,6 +35,8 @@ export interface PickRequest {
   promptText?: () => string;
   /** The value of a request header (the pool names its session header), if sent. */
   header?: (name: string) => string | undefined;
+  /** The only endpoint the request may go to (it holds state the request builds on, e.g. a stored response). */
+  only?: string;
 }
 
 export interface PickEvents {
@@ -78,7 +80,7 @@ export class EndpointPicker {
    * left of the request's total timeout).
    */
   pick(pool: PoolSpec, tried: ReadonlySet<string>, signal?: AbortSignal, request: PickRequest = { priority: 'standard' }, maxWaitMs = Infinity): Promise<Picked> {
-    const all = this.deps.endpoints.snapshot(pool.name);
+    const all = this.endpointsFor(pool, request);
     if (!all.some((ep) => this.usable(pool, ep))) return Promise.reject(noReadyReplica());
     if (
       request.priority === 'sheddable' &&
@@ -96,8 +98,15 @@ export class EndpointPicker {
   }
 
   /** Whether `pool` still has a replica that could take traffic and that this request has not tried. */
-  hasUntried(pool: PoolSpec, tried: ReadonlySet<string>): boolean {
-    return this.deps.endpoints.snapshot(pool.name).some((ep) => !tried.has(ep.id) && this.usable(pool, ep));
+  hasUntried(pool: PoolSpec, tried: ReadonlySet<string>, request?: PickRequest): boolean {
+    return this.endpointsFor(pool, request).some((ep) => !tried.has(ep.id) && this.usable(pool, ep));
+  }
+
+  /** The pool's endpoints this request may go to: all, or only the one it is pinned to. */
+  private endpointsFor(pool: PoolSpec, request: PickRequest | undefined): readonly Endpoint[] {
+    const all = this.deps.endpoints.snapshot(pool.name);
+    const only = request?.only;
+    return only === undefined ? all : all.filter((ep) => ep.id === only);
   }
 
   /**
@@ -128,8 +137,8 @@ export class EndpointPicker {
   }
 
   /** What the picker knows about each endpoint of the pool right now, as plain data for the filters. */
-  private snapshot(pool: PoolSpec, tried: ReadonlySet<string>): CandidateState[] {
-    return this.deps.endpoints.snapshot(pool.name).map((endpoint) => this.state(pool, endpoint, tried.has(endpoint.id)));
+  private snapshot(pool: PoolSpec, tried: ReadonlySet<string>, request: PickRequest): CandidateState[] {
+    return this.endpointsFor(pool, request).map((endpoint) => this.state(pool, endpoint, tried.has(endpoint.id)));
   }
 
   private state(pool: PoolSpec, endpoint: Endpoint, tried: boolean): CandidateState {
@@ -165,7 +174,7 @@ export class EndpointPicker {
   private take(pool: PoolSpec, tried: ReadonlySet<string>, request: PickRequest): Picked | undefined {
     const { inFlight, breakers, admission, random } = this.deps;
     const prefixIndex = this.prefixIndex;
-    const states = pickable(this.snapshot(pool, tried), pool.resilience.maxConcurrencyPerReplica);
+    const states = pickable(this.snapshot(pool, tried, request), pool.resilience.maxConcurrencyPerReplica);
     const candidates = states.map((c) => c.endpoint);
     const blocks = this.promptBlocksFor(pool, request);
     const prefixMatched = blocks.length === 0 ? undefined : candidates.map((ep) => prefixIndex.match(ep.id, blocks));

@@ -7,6 +7,7 @@
  */
 import express, { type NextFunction, type Request, type Response } from 'express';
 import { type Logger } from 'pino';
+import { API_ROUTES, apiRouteAt, type ApiRoute } from '../api/routes.js';
 import { bearerToken, type Principal } from '../auth/key-store.js';
 import { AddressRanges } from '../core/address-ranges.js';
 import { type Clock } from '../core/clock.js';
@@ -30,6 +31,8 @@ export interface Authenticator {
 
 export interface AppDeps {
   maxBodyBytes: number;
+  /** Largest multipart upload (the audio routes). */
+  maxUploadBytes: number;
   maxJsonDepth: number;
   keys: Authenticator;
   catalog: () => ModelCatalog;
@@ -53,13 +56,18 @@ export interface BuiltApp {
   closeConnections(): void;
 }
 
-const ROUTES = { '/v1/chat/completions': 'POST', '/v1/embeddings': 'POST', '/v1/models': 'GET', '/v1/models/*id': 'GET' } as const;
-const ROUTE_LABELS: Record<string, Route> = { '/v1/chat/completions': 'chat', '/v1/embeddings': 'embeddings', '/v1/models': 'models' };
+/** Every route and its one method, for the 405 answers. */
+const ROUTES: Record<string, string> = { ...Object.fromEntries(API_ROUTES.flatMap((r) => r.paths.map((path) => [path, 'POST']))), '/v1/models': 'GET', '/v1/models/*id': 'GET' };
+const ROUTE_LIST = `${API_ROUTES.flatMap((r) => r.paths.map((path) => `POST ${path}`)).join(', ')}, GET /v1/models and GET /v1/models/{model}`;
+
+function routeLabel(path: string): Route {
+  return apiRouteAt(path)?.name ?? (path === '/v1/models' ? 'models' : 'other');
+}
 
 function sendError(res: Response, err: unknown): void {
   if (res.headersSent || res.destroyed) return;
-  const { status, headers, body } = toErrorResponse(err);
   const ctx = contextOf(res);
+  const { status, headers, body } = toErrorResponse(err, ctx?.dialect);
   if (ctx) ctx.failure ??= err instanceof RouterError ? err.failure : 'internal_error';
   const text = JSON.stringify(body);
   res.writeHead(status, { ...headers, 'content-type': 'application/json', 'content-length': Buffer.byteLength(text) });
@@ -98,7 +106,8 @@ export function buildApp(deps: AppDeps): BuiltApp {
       requestId,
       log: deps.logger.child({ requestId }),
       started: deps.clock.now(),
-      route: (origin ? ROUTE_LABELS[req.path] : undefined) ?? 'other',
+      route: origin ? routeLabel(req.path) : 'other',
+      dialect: (origin ? apiRouteAt(req.path)?.dialect : undefined) ?? 'openai',
       path: origin ? req.path : req.url.slice(0, 200),
       forwarded: forwardedFor(req, trustedProxies),
       closed: false,
@@ -124,8 +133,11 @@ export function buildApp(deps: AppDeps): BuiltApp {
   });
 
   const authenticate = (req: Request, res: Response, next: NextFunction): void => {
-    const key = bearerToken(req.headers.authorization);
-    if (!key) throw new RouterError('INVALID_API_KEY', 'Missing API key: send it as "Authorization: Bearer <key>".');
+    // Anthropic's clients send their key as x-api-key; the Messages API takes either
+    const anthropic = contextOf(res).dialect === 'anthropic';
+    const apiKey = anthropic ? req.headers['x-api-key'] : undefined;
+    const key = bearerToken(req.headers.authorization) ?? (typeof apiKey === 'string' && apiKey !== '' ? apiKey : undefined);
+    if (!key) throw new RouterError('INVALID_API_KEY', `Missing API key: send it as "Authorization: Bearer <key>"${anthropic ? ' or "x-api-key: <key>"' : ''}.`);
     const principal = deps.keys.authenticate(key);
     if (!principal) throw new RouterError('INVALID_API_KEY', 'Incorrect API key provided.');
     contextOf(res).principal = principal;
@@ -138,11 +150,21 @@ export function buildApp(deps: AppDeps): BuiltApp {
     }
     next();
   };
+  const requireForm = (req: Request, _res: Response, next: NextFunction): void => {
+    if (!req.is('multipart/form-data')) {
+      throw new RouterError('UNSUPPORTED_MEDIA_TYPE', 'Send the request body as a form with "Content-Type: multipart/form-data".');
+    }
+    next();
+  };
 
-  const readBody = bodyReader(deps.maxBodyBytes);
+  const readJson = bodyReader(deps.maxBodyBytes);
+  const readUpload = bodyReader(deps.maxUploadBytes);
   const inference = { maxJsonDepth: deps.maxJsonDepth, catalog: deps.catalog, director: deps.director, priorityHeader };
-  api.post('/v1/chat/completions', authenticate, requireJson, readBody, inferenceHandler(inference, 'chat'));
-  api.post('/v1/embeddings', authenticate, requireJson, readBody, inferenceHandler(inference, 'embeddings'));
+  const mount = (route: ApiRoute): void => {
+    const reads = route.body === 'multipart' ? [requireForm, readUpload] : [requireJson, readJson];
+    for (const path of route.paths) api.post(path, authenticate, ...reads, inferenceHandler(inference, route));
+  };
+  API_ROUTES.forEach(mount);
   api.get('/v1/models', authenticate, listModels(deps.catalog));
   api.get('/v1/models/*id', authenticate, retrieveModel(deps.catalog));
   for (const [path, method] of Object.entries(ROUTES)) {
@@ -151,7 +173,7 @@ export function buildApp(deps: AppDeps): BuiltApp {
     });
   }
   api.use((req: Request) => {
-    throw new RouterError('ROUTE_NOT_FOUND', `Unknown route ${req.method} ${req.path}. modelgate serves POST /v1/chat/completions, POST /v1/embeddings, GET /v1/models and GET /v1/models/{model}.`);
+    throw new RouterError('ROUTE_NOT_FOUND', `Unknown route ${req.method} ${req.path}. modelgate serves ${ROUTE_LIST}.`);
   });
   api.use((err: unknown, _req: Request, res: Response, _next: NextFunction) => {
     const fromBody = !(err instanceof RouterError) && typeof err === 'object' && err !== null ? bodyReaderError(err) : undefined;

@@ -3,7 +3,7 @@ import { randomUUID } from 'node:crypto';
 import { type Request, type Response } from 'express';
 import { type Logger } from 'pino';
 import { type Principal } from '../auth/key-store.js';
-import { type Priority } from '../core/types.js';
+import { type Priority, type WireDialect } from '../core/types.js';
 import { type DirectorReport } from '../director/director.js';
 import { type Route } from '../metrics/metrics.js';
 import { type ForwardedFor } from '../proxy/headers.js';
@@ -15,6 +15,8 @@ export interface RequestContext {
   /** Monotonic ms at arrival. */
   started: number;
   route: Route;
+  /** How the route speaks: which error envelope the client gets (Anthropic's on /v1/messages). */
+  dialect: WireDialect;
   /** The request path as routed (or the raw target, cut short, when it is not a path). */
   path: string;
   /** What the router saw of the connection (`x-forwarded-*` for engines), and the client's address: the peer, or the right-most untrusted hop behind a trusted proxy. */

@@ -1,11 +1,14 @@
 /**
- * The inference routes' handler: parse, validate, resolve the model, check the key may use it, work
- * out the request's priority — then hand the request to the director, which owns it from there.
+ * The inference routes' handler, the same for every API of the route table: parse (JSON, or a
+ * multipart form), validate, resolve the model, check the key may use it, work out the request's
+ * priority — then hand the request to the director, which owns it from there.
  */
 import { type Request, type Response } from 'express';
 import { mayUse, type Principal } from '../auth/key-store.js';
 import { jsonDepthExceeds } from '../api/json-depth.js';
-import { type InferenceKind, validateRequest } from '../api/validate.js';
+import { formFields, parseForm, type FormPart } from '../api/multipart.js';
+import { type ApiRoute } from '../api/routes.js';
+import { validateRequest, type ValidRequest } from '../api/validate.js';
 import { modelNotFound, RouterError } from '../core/errors.js';
 import { PRIORITIES, type Priority } from '../core/types.js';
 import { type RequestDirector } from '../director/director.js';
@@ -40,13 +43,24 @@ function parseBody(text: string, maxDepth: number): unknown {
   }
 }
 
-export function inferenceHandler(deps: InferenceDeps, kind: InferenceKind) {
-  return (req: Request, res: Response): Promise<void> | undefined => {
+/** A JSON body, validated. */
+function readJson(api: ApiRoute, raw: Buffer, maxJsonDepth: number): { body: ValidRequest; text: string; form?: FormPart[] } {
+  const text = raw.toString('utf8');
+  return { body: validateRequest(api.name, parseBody(text, maxJsonDepth)), text };
+}
+
+/** A multipart body's fields, validated, with its parts kept for forwarding. */
+async function readForm(api: ApiRoute, raw: Buffer, contentType: string): Promise<{ body: ValidRequest; text: string; form?: FormPart[] }> {
+  const form = await parseForm(raw, contentType);
+  return { body: validateRequest(api.name, formFields(form)), text: '', form };
+}
+
+export function inferenceHandler(deps: InferenceDeps, api: ApiRoute) {
+  return async (req: Request, res: Response): Promise<void> => {
     const ctx = contextOf(res);
     const principal = ctx.principal as Principal;
     const raw = req.body as Buffer;
-    const text = raw.toString('utf8');
-    const body = validateRequest(kind, parseBody(text, deps.maxJsonDepth));
+    const { body, text, form } = api.body === 'multipart' ? await readForm(api, raw, req.headers['content-type'] ?? '') : readJson(api, raw, deps.maxJsonDepth);
     ctx.model = body.model;
     const deployment = deps.catalog().resolve(body.model);
     if (!deployment) throw modelNotFound(body.model);
@@ -57,12 +71,14 @@ export function inferenceHandler(deps: InferenceDeps, kind: InferenceKind) {
     ctx.priority = priority;
     if (ctx.closed) return; // the client left while the body was read
     const request = {
-      kind,
+      api,
+      path: ctx.path,
       deployment,
       asked: body.model,
       body,
       raw,
       text,
+      ...(form ? { form } : {}),
       priority,
       requestId: ctx.requestId,
       headers: req.headers,
@@ -76,6 +92,6 @@ export function inferenceHandler(deps: InferenceDeps, kind: InferenceKind) {
       },
       () => undefined, // a route that cannot be planned is answered by the error handler below
     );
-    return directed.then(() => undefined);
+    await directed;
   };
 }

@@ -1,7 +1,7 @@
 /** Static mode: pools, deployments and endpoints from the config file; nothing watched, nothing written. */
 import { ConfigError } from '../config/load.js';
 import { type Config } from '../config/schema.js';
-import { type Deployment, type PoolDeclaration, type PoolResolver, type PoolSpec } from '../core/types.js';
+import { defaultCapabilities, type Deployment, type PoolDeclaration, type PoolResolver, type PoolSpec } from '../core/types.js';
 import { StaticEndpoints } from '../discovery/static.js';
 import { type DiscoveryWiring } from '../discovery/wiring.js';
 import { Registry } from '../registry/registry.js';
@@ -13,7 +13,7 @@ function poolsOf(config: Config, resolve: PoolResolver): PoolSpec[] {
       name: p.name,
       engine: p.engine,
       servedModelName: p.servedModelName,
-      capabilities: p.capabilities,
+      capabilities: p.capabilities ?? defaultCapabilities(p.engine),
       ...(p.backendKey ? { backendKey: p.backendKey } : {}),
       overrides: { ...(p.resilience ? { resilience: p.resilience } : {}), ...(p.routing ? { routing: p.routing } : {}) },
     };

@@ -26,6 +26,8 @@ describe('buildConfig', () => {
       host: '0.0.0.0',
       port: 8080,
       maxBodyBytes: 10 * 1024 * 1024,
+      maxUploadBytes: 25 * 1024 * 1024,
+      rememberedResponses: 100_000,
       maxJsonDepth: 64,
       headersTimeoutMs: 15_000,
       requestTimeoutMs: 60_000,
@@ -50,7 +52,7 @@ describe('buildConfig', () => {
       name: 'p',
       engine: 'vllm',
       servedModelName: 'm',
-      capabilities: ['chat'],
+      // no capabilities: the pool gets its engine's (core/types defaultCapabilities) when it is resolved
       endpoints: [
         { url: 'http://127.0.0.1:9001', weight: 1 },
         { url: 'http://127.0.0.1:9002', weight: 3 },
@@ -72,7 +74,7 @@ describe('buildConfig', () => {
     [{ ...minimal, discovery: { mode: 'dns' } }, 'discovery.mode must be one of: "static"'],
     [{ ...minimal, pools: [{ name: 'p' }] }, 'pools[0].servedModelName is required'],
     [{ ...minimal, pools: [{ name: 'p', servedModelName: 'm', engine: 'triton' }] }, 'pools[0].engine must be one of'],
-    [{ ...minimal, pools: [{ name: 'p', servedModelName: 'm', capabilities: ['chat', 'audio'] }] }, 'pools[0].capabilities[1] must be one of'],
+    [{ ...minimal, pools: [{ name: 'p', servedModelName: 'm', capabilities: ['chat', 'video'] }] }, 'pools[0].capabilities[1] must be one of'],
     [{ ...minimal, pools: [{ name: 'p', servedModelName: 'm', endpoints: [5] }] }, 'pools[0].endpoints[0] must be an http(s) URL or {url, weight}'],
     [{ ...minimal, pools: [{ name: 'p', servedModelName: 'm', endpoints: ['ftp://10.0.0.1:21'] }] }, 'pools[0].endpoints[0]: "ftp://10.0.0.1:21" must use http or https'],
     [{ ...minimal, pools: [{ name: 'p', servedModelName: 'm', endpoints: ['not a url'] }] }, 'pools[0].endpoints[0]: "not a url" is not a URL'],

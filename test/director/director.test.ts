@@ -2,10 +2,12 @@
 import { type IncomingHttpHeaders, type IncomingMessage, type ServerResponse } from 'node:http';
 import { describe, expect, it } from '@jest/globals';
 import { chatPromptText } from '../../src/api/prompt-text.js';
-import { type InferenceKind, type ValidRequest } from '../../src/api/validate.js';
+import { apiRoute } from '../../src/api/routes.js';
+import { type ValidRequest } from '../../src/api/validate.js';
+import { ResponseLocations } from '../../src/balancer/response-locations.js';
 import { ROUTING_DEFAULTS } from '../../src/balancer/settings.js';
 import { RouterError } from '../../src/core/errors.js';
-import { type Capability, type Deployment, type PoolSpec } from '../../src/core/types.js';
+import { type ApiName, type Capability, type Deployment, type PoolSpec } from '../../src/core/types.js';
 import { Director, type DirectedRequest, type ResponseMetrics } from '../../src/director/director.js';
 import { type ExchangePlan, type ExchangeReport } from '../../src/director/exchange.js';
 import { Registry } from '../../src/registry/registry.js';
@@ -15,13 +17,25 @@ function pool(name: string, capabilities: readonly Capability[] = ['chat'], back
   return { name, engine: 'vllm', servedModelName: `${name}-served`, capabilities, resilience: RESILIENCE_DEFAULTS, routing: ROUTING_DEFAULTS, ...(backendKey ? { backendKey } : {}) };
 }
 
-const POOLS = [pool('a', ['chat'], 'key-a'), pool('b'), pool('emb', ['embeddings'])];
+const GENERATIVE: Capability[] = ['completions', 'responses', 'rerank'];
+const POOLS = [pool('a', ['chat'], 'key-a'), pool('b'), pool('emb', ['embeddings']), pool('r1', GENERATIVE), pool('r2', GENERATIVE)];
 const MAIN: Deployment = { id: 'main', model: 'main-model', aliases: ['m'], targets: [{ pool: 'a', weight: 1 }], fallbacks: ['backup'], created: 0 };
 const BACKUP: Deployment = { id: 'backup', model: 'backup-model', aliases: [], targets: [{ pool: 'b', weight: 1 }], fallbacks: [], created: 0 };
 const VECTORS: Deployment = { id: 'vectors', model: 'vectors-model', aliases: [], targets: [{ pool: 'emb', weight: 1 }], fallbacks: [], created: 0 };
+const AGENT: Deployment = {
+  id: 'agent',
+  model: 'agent-model',
+  aliases: [],
+  targets: [
+    { pool: 'r1', weight: 1 },
+    { pool: 'r2', weight: 1 },
+  ],
+  fallbacks: ['backup'],
+  created: 0,
+};
 
 function setup(opts: { report?: ExchangeReport; withoutEndpoints?: string[] } = {}) {
-  const catalog = new Registry(POOLS, [MAIN, BACKUP, VECTORS]);
+  const catalog = new Registry(POOLS, [MAIN, BACKUP, VECTORS, AGENT]);
   const empty = new Set(opts.withoutEndpoints ?? []);
   const plans: ExchangePlan[] = [];
   const exchange = {
@@ -31,12 +45,14 @@ function setup(opts: { report?: ExchangeReport; withoutEndpoints?: string[] } = 
     },
   };
   const recorded: string[] = [];
+  const responses = new ResponseLocations(100);
   const metrics: ResponseMetrics = {
     recordTimeToFirstToken: (l, s) => recorded.push(`ttft ${l.deployment}/${l.pool} ${s}`),
     recordInterToken: (l, s) => recorded.push(`itl ${l.deployment}/${l.pool} ${s}`),
     recordTokens: (l, p, c) => recorded.push(`tokens ${l.deployment}/${l.pool} ${p} ${c}`),
     recordResponseEnd: (l, end) => recorded.push(`end ${l.deployment}/${l.pool} ${end}`),
     recordFallback: (fd, fp, td, tp) => recorded.push(`fallback ${fd}/${fp} → ${td}/${tp}`),
+    recordPreviousResponse: (outcome) => recorded.push(`previous ${outcome}`),
   };
   const director = new Director({
     catalog: () => catalog,
@@ -46,14 +62,17 @@ function setup(opts: { report?: ExchangeReport; withoutEndpoints?: string[] } = 
     random: () => 0,
     forwardedHeaders: ['content-type', 'x-priority'],
     clientStallMs: 4_000,
+    responses,
   });
-  return { director, plans, recorded };
+  return { director, plans, recorded, responses };
 }
 
-function request(kind: InferenceKind, deployment: Deployment, body: ValidRequest, headers: IncomingHttpHeaders = {}): DirectedRequest {
+function request(kind: ApiName, deployment: Deployment, body: ValidRequest, headers: IncomingHttpHeaders = {}): DirectedRequest {
   const text = JSON.stringify(body);
+  const api = apiRoute(kind);
   return {
-    kind,
+    api,
+    path: api.paths[0] as string,
     deployment,
     asked: body.model,
     body,
@@ -170,5 +189,72 @@ describe('Director.direct: the report and metrics', () => {
     expect(t.plans[0]?.route.map((s) => `${s.pool.name}@${s.deployment}`)).toEqual(['b@backup']);
     expect(t.recorded).toEqual(['fallback main/ → backup/b']);
     expect(out).toMatchObject({ poolName: 'b', fallback: 'backup' });
+  });
+});
+
+describe('Director.direct: every API of the route table', () => {
+  it('completions: its path, its prompt for prefix affinity, and stream usage asked for like chat', async () => {
+    const t = setup();
+    await t.director.direct(req, res, request('completions', AGENT, { model: 'agent-model', prompt: 'Once upon', stream: true }));
+    const plan = t.plans[0];
+    expect(plan).toMatchObject({ path: '/v1/completions', stripUsageChunk: true, dialect: 'openai' });
+    expect(plan?.request.promptText?.()).toContain('Once upon');
+    expect((JSON.parse(plan?.route[0]?.body.toString() ?? '{}') as { stream_options?: unknown }).stream_options).toEqual({ include_usage: true });
+  });
+
+  it('rerank: the alias path the client called goes to the engine; no prompt, no usage override', async () => {
+    const t = setup();
+    const directed = { ...request('rerank', AGENT, { model: 'agent-model', query: 'q', documents: ['a'] }), path: '/v2/rerank' };
+    await t.director.direct(req, res, directed);
+    expect(t.plans[0]).toMatchObject({ path: '/v2/rerank', stripUsageChunk: false });
+    expect(t.plans[0]?.request.promptText).toBeUndefined();
+  });
+
+  it('a capability the model does not serve is a 400 naming the capability and what it serves', async () => {
+    const t = setup();
+    const err = await t.director.direct(req, res, request('completions', VECTORS, { model: 'vectors-model', prompt: 'x' })).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(RouterError);
+    expect((err as RouterError).message).toBe('The model `vectors-model` does not serve completions (capability `completions`); it serves embeddings (embeddings).');
+    expect(t.plans).toHaveLength(0);
+  });
+});
+
+describe('Director.direct: Responses API follow-ups', () => {
+  const follow = (id: string, extra: object = {}): ValidRequest => ({ model: 'agent-model', input: 'and then?', previous_response_id: id, ...extra });
+
+  it('remembers where each answer was made, and pins a follow-up to that replica alone, in one pool, with no fallback', async () => {
+    const t = setup({ report: { attempts: [], endpoint: 'r2-1', pool: pool('r2', GENERATIVE), responseId: 'resp_1', upstreamStatus: 200 } });
+    await t.director.direct(req, res, request('responses', AGENT, { model: 'agent-model', input: 'hi' }));
+    expect(t.plans[0]).toMatchObject({ dialect: 'responses', path: '/v1/responses', stripUsageChunk: false });
+    expect(t.plans[0]?.route.map((s) => s.pool.name)).toEqual(['r1', 'r2']); // the fallback's pool serves chat only
+    expect(t.responses.find('resp_1')).toEqual({ pool: 'r2', endpoint: 'r2-1' });
+
+    await t.director.direct(req, res, request('responses', AGENT, follow('resp_1')));
+    const plan = t.plans[1];
+    expect(plan?.route.map((s) => s.pool.name)).toEqual(['r2']);
+    expect(plan?.request.only).toBe('r2-1');
+    expect(t.recorded).toContain('previous pinned');
+  });
+
+  it('an id the router does not know is routed like any request (never guessed), and counted', async () => {
+    const t = setup();
+    await t.director.direct(req, res, request('responses', AGENT, follow('resp_unknown')));
+    expect(t.plans[0]?.route.map((s) => s.pool.name)).toEqual(['r1', 'r2']); // the fallback's pool serves chat only
+    expect(t.plans[0]?.request.only).toBeUndefined();
+    expect(t.recorded).toEqual(['previous unknown']);
+  });
+
+  it('a known id whose replica has left is routed like any request, and counted as replica_gone', async () => {
+    const t = setup();
+    t.responses.remember('resp_old', { pool: 'r1', endpoint: 'r1-gone' });
+    await t.director.direct(req, res, request('responses', AGENT, follow('resp_old')));
+    expect(t.plans[0]?.request.only).toBeUndefined();
+    expect(t.recorded).toEqual(['previous replica_gone']);
+  });
+
+  it('an answer made with store: false is not remembered', async () => {
+    const t = setup({ report: { attempts: [], endpoint: 'r1-1', responseId: 'resp_x', upstreamStatus: 200 } });
+    await t.director.direct(req, res, request('responses', AGENT, { model: 'agent-model', input: 'hi', store: false }));
+    expect(t.responses.size).toBe(0);
   });
 });

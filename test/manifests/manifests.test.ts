@@ -347,7 +347,7 @@ describe('manifests: the CRD schemas accept the examples and reject broken objec
     ['an empty servedModelName', (p) => (p.spec.servedModelName = ''), 'must NOT have fewer than 1 characters'],
     ['engine triton', (p) => (p.spec.engine = 'triton'), 'must be equal to one of the allowed values'],
     ['capabilities []', (p) => (p.spec.capabilities = []), 'must NOT have fewer than 1 items'],
-    ['capability completions', (p) => (p.spec.capabilities = ['completions']), 'must be equal to one of the allowed values'],
+    ['capability video', (p) => (p.spec.capabilities = ['video']), 'must be equal to one of the allowed values'],
     ['port 70000', (p) => (p.spec.service.port = 70000), 'must be <= 65535'],
     ['port 0', (p) => (p.spec.service.port = 0), 'must be >= 1'],
     ['port "8000" (a quoted number is not a port name)', (p) => (p.spec.service.port = '8000'), 'must match pattern'],

@@ -361,3 +361,42 @@ describe('EndpointPicker: shedding on engine saturation', () => {
     picked.release();
   });
 });
+
+describe('EndpointPicker: a request pinned to one endpoint (PickRequest.only)', () => {
+  const pinned = { priority: 'standard' as Priority, only: 'b' };
+
+  it('goes only there, whatever the scheduler would prefer, and again after trying it', async () => {
+    const t = setup(['a', 'b', 'c']);
+    const spec = pool();
+    t.inFlight.acquire('b', 'p'); // b is the busiest: least-outstanding alone would never pick it
+    for (let i = 0; i < 3; i++) {
+      const picked = await t.picker.pick(spec, new Set(i === 0 ? [] : ['b']), undefined, pinned);
+      expect(picked.endpoint.id).toBe('b');
+      picked.release();
+    }
+    expect(t.picker.hasUntried(spec, new Set(['b']), pinned)).toBe(false);
+    expect(t.picker.hasUntried(spec, new Set(), pinned)).toBe(true);
+  });
+
+  it('waits in the queue for it when it is full rather than going elsewhere', async () => {
+    const t = setup(['a', 'b']);
+    const spec = pool({ maxConcurrencyPerReplica: 1, queue: { maxSize: 4, timeoutMs: 1_000 } });
+    const first = await t.picker.pick(spec, new Set(), undefined, pinned);
+    let second: Picked | undefined;
+    void t.picker.pick(spec, new Set(), undefined, pinned).then((p) => (second = p));
+    await flush();
+    expect(second).toBeUndefined();
+    expect(t.events).toContain('queued:p');
+    first.release();
+    await flush();
+    expect(second?.endpoint.id).toBe('b');
+    second?.release();
+  });
+
+  it('is NO_READY_REPLICA when its endpoint cannot take traffic, even though others could', async () => {
+    const t = setup(['a', 'b']);
+    const spec = pool();
+    t.open(spec, 'b');
+    expect((await routerError(t.picker.pick(spec, new Set(), undefined, pinned))).code).toBe('NO_READY_REPLICA');
+  });
+});

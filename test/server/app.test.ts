@@ -29,6 +29,7 @@ function app(report: Partial<DirectorReport> = {}): { api: ReturnType<typeof bui
   const { logs, logger } = captureLogs();
   const built = buildApp({
     maxBodyBytes: 4096,
+    maxUploadBytes: 8192,
     maxJsonDepth: 8,
     keys: { authenticate: (key) => principals[key] },
     catalog: () => catalog,
@@ -52,12 +53,12 @@ function app(report: Partial<DirectorReport> = {}): { api: ReturnType<typeof bui
 const chat = { model: 'default', messages: [{ role: 'user', content: 'hi' }] };
 
 describe('the API app', () => {
-  it('hands a valid request to the director with its deployment, kind, priority, body and headers', async () => {
+  it('hands a valid request to the director with its API, path, deployment, priority, body and headers', async () => {
     const { api, handed } = app();
     await request(api).post('/v1/chat/completions').set({ authorization: 'Bearer sk-batch', 'x-session-id': 's1' }).send(chat).expect(200, { ok: true });
     expect(handed).toHaveLength(1);
     const directed = handed[0] as DirectedRequest;
-    expect(directed).toMatchObject({ kind: 'chat', asked: 'default', priority: 'sheddable', deployment: { id: 'm-prod' } });
+    expect(directed).toMatchObject({ api: { name: 'chat' }, path: '/v1/chat/completions', asked: 'default', priority: 'sheddable', deployment: { id: 'm-prod' } });
     expect(JSON.parse(directed.text)).toEqual(chat);
     expect(directed.headers['x-session-id']).toBe('s1');
     expect(directed.forwarded.for).toMatch(/127\.0\.0\.1/);

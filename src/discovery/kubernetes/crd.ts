@@ -4,7 +4,7 @@
  * before a schema change, or by a client that skipped validation) and applies the schema's defaults.
  * A pool is keyed `namespace/name`; a deployment's targets name pools in its own namespace.
  */
-import { CAPABILITIES, ENGINES, type Capability, type Deployment, type Engine, type PoolResolver, type PoolSpec } from '../../core/types.js';
+import { CAPABILITIES, defaultCapabilities, ENGINES, type Capability, type Deployment, type Engine, type PoolResolver, type PoolSpec } from '../../core/types.js';
 
 export interface ObjectMeta {
   name?: string;
@@ -73,7 +73,7 @@ export function parseModelPool(obj: CustomObject, resolve: PoolResolver): Parsed
   if (!nonEmpty(spec.servedModelName)) return { ...id, problem: 'spec.servedModelName is required' };
   const engine = spec.engine ?? 'vllm';
   if (!ENGINES.includes(engine as Engine)) return { ...id, problem: `spec.engine must be one of ${ENGINES.join(', ')}` };
-  const capabilities = spec.capabilities ?? ['chat'];
+  const capabilities = spec.capabilities ?? defaultCapabilities(engine as Engine);
   if (!Array.isArray(capabilities) || capabilities.length === 0 || !capabilities.every((c) => CAPABILITIES.includes(c as Capability))) {
     return { ...id, problem: `spec.capabilities must be a non-empty list of ${CAPABILITIES.join(', ')}` };
   }

@@ -17,9 +17,18 @@ describe('parseModelPool', () => {
       namespace: 'models',
       name: 'llama',
       generation: 3,
-      spec: { name: 'models/llama', engine: 'vllm', servedModelName: 'meta/llama', capabilities: ['chat'], resilience: RESILIENCE_DEFAULTS, routing: ROUTING_DEFAULTS },
+      spec: { name: 'models/llama', engine: 'vllm', servedModelName: 'meta/llama', capabilities: ['chat', 'completions'], resilience: RESILIENCE_DEFAULTS, routing: ROUTING_DEFAULTS },
       service: { name: 'llama-svc', port: 'http' },
     });
+  });
+
+  it.each([
+    ['tei', undefined, ['embeddings']],
+    ['sglang', undefined, ['chat', 'completions']],
+    ['vllm', ['rerank', 'score', 'rerank'], ['rerank', 'score']],
+  ])('engine %s with capabilities %j serves %j', (engine, capabilities, expected) => {
+    const parsed = parseModelPool({ metadata: meta, spec: { service: { name: 's' }, servedModelName: 'm', engine, ...(capabilities ? { capabilities } : {}) } }, resolve);
+    expect(parsed.spec?.capabilities).toEqual(expected);
   });
 
   it.each([

@@ -1,0 +1,125 @@
+/** ResponseMeter in each API's dialect: content events (TTFT, ITL, estimates), usage, and the Responses API's id and sequence. */
+import { describe, expect, it } from '@jest/globals';
+import { streamErrorEvent, RouterError } from '../../src/core/errors.js';
+import { type WireDialect } from '../../src/core/types.js';
+import { SseTap } from '../../src/proxy/sse-tap.js';
+import { ResponseMeter, usageFromJson } from '../../src/proxy/usage.js';
+
+/** Feeds a raw SSE text through a tap into a meter, advancing the clock 10 ms per event. */
+function meterOver(dialect: WireDialect, stream: string): { meter: ResponseMeter; gaps: number[] } {
+  const time = { at: 0, now: () => time.at };
+  const gaps: number[] = [];
+  const meter = new ResponseMeter(time, 0, (ms) => gaps.push(ms), dialect);
+  for (const event of new SseTap().push(stream)) {
+    time.at += 10;
+    meter.onEvent(event);
+  }
+  return { meter, gaps };
+}
+
+const sse = (events: Array<[string | undefined, object | string]>): string =>
+  events.map(([name, data]) => `${name ? `event: ${name}\n` : ''}data: ${typeof data === 'string' ? data : JSON.stringify(data)}\n\n`).join('');
+
+describe('ResponseMeter dialects', () => {
+  it('openai: completions chunks carry `text`; the usage chunk is read', () => {
+    const stream = sse([
+      [undefined, { id: 'cmpl-1', object: 'text_completion', choices: [{ index: 0, text: 'Hello', finish_reason: null }] }],
+      [undefined, { id: 'cmpl-1', object: 'text_completion', choices: [{ index: 0, text: ' world', finish_reason: null }] }],
+      [undefined, { id: 'cmpl-1', object: 'text_completion', choices: [{ index: 0, text: '', finish_reason: 'length' }] }],
+      [undefined, { id: 'cmpl-1', object: 'text_completion', choices: [], usage: { prompt_tokens: 7, completion_tokens: 2, total_tokens: 9 } }],
+      [undefined, '[DONE]'],
+    ]);
+    const { meter, gaps } = meterOver('openai', stream);
+    expect(meter.ttftMs).toBe(10);
+    expect(gaps).toEqual([10]);
+    expect(meter.finalUsage()).toEqual({ promptTokens: 7, completionTokens: 2 });
+  });
+
+  it('responses: *.delta events are content; usage comes from response.completed; the id from response.created; sequence numbers are followed', () => {
+    const response = (status: string, usage: object | null) => ({ id: 'resp_abc', object: 'response', status, output: [], usage });
+    const stream = sse([
+      ['response.created', { response: response('in_progress', null), sequence_number: 0, type: 'response.created' }],
+      ['response.output_text.delta', { content_index: 0, delta: 'Hi', item_id: 'msg_1', output_index: 0, sequence_number: 1, type: 'response.output_text.delta' }],
+      ['response.output_text.delta', { content_index: 0, delta: ' there', item_id: 'msg_1', output_index: 0, sequence_number: 2, type: 'response.output_text.delta' }],
+      ['response.output_text.done', { content_index: 0, text: 'Hi there', item_id: 'msg_1', output_index: 0, sequence_number: 3, type: 'response.output_text.done' }],
+      ['response.completed', { response: response('completed', { input_tokens: 11, output_tokens: 2, total_tokens: 13 }), sequence_number: 4, type: 'response.completed' }],
+    ]);
+    const { meter, gaps } = meterOver('responses', stream);
+    expect(meter.ttftMs).toBe(20);
+    expect(gaps).toEqual([10]);
+    expect(meter.responseId).toBe('resp_abc');
+    expect(meter.nextSequence()).toBe(5);
+    expect(meter.finalUsage()).toEqual({ promptTokens: 11, completionTokens: 2 });
+  });
+
+  it('responses without event names: the data type decides', () => {
+    const { meter } = meterOver('responses', sse([[undefined, { delta: 'x', sequence_number: 1, type: 'response.output_text.delta' }]]));
+    expect(meter.finalUsage()).toEqual({ promptTokens: 0, completionTokens: 1, estimated: true });
+  });
+
+  it('anthropic: content_block_delta is content; input tokens from message_start, output tokens from message_delta', () => {
+    const stream = sse([
+      ['message_start', { type: 'message_start', message: { id: 'msg_1', type: 'message', role: 'assistant', content: [], usage: { input_tokens: 25, output_tokens: 1 } } }],
+      ['content_block_start', { type: 'content_block_start', index: 0, content_block: { type: 'text', text: '' } }],
+      ['ping', { type: 'ping' }],
+      ['content_block_delta', { type: 'content_block_delta', index: 0, delta: { type: 'text_delta', text: 'Hello' } }],
+      ['content_block_delta', { type: 'content_block_delta', index: 0, delta: { type: 'text_delta', text: '!' } }],
+      ['content_block_stop', { type: 'content_block_stop', index: 0 }],
+      ['message_delta', { type: 'message_delta', delta: { stop_reason: 'end_turn', stop_sequence: null }, usage: { output_tokens: 2 } }],
+      ['message_stop', { type: 'message_stop' }],
+    ]);
+    const { meter, gaps } = meterOver('anthropic', stream);
+    expect(meter.ttftMs).toBe(40);
+    expect(gaps).toEqual([10]);
+    expect(meter.finalUsage()).toEqual({ promptTokens: 25, completionTokens: 2 });
+  });
+
+  it('anthropic: a stream cut after message_start counts the deltas delivered as an estimate', () => {
+    const stream = sse([
+      ['message_start', { type: 'message_start', message: { usage: { input_tokens: 25, output_tokens: 1 } } }],
+      ['content_block_delta', { type: 'content_block_delta', index: 0, delta: { type: 'text_delta', text: 'Hel' } }],
+    ]);
+    // the engine reported input tokens but never its output: the usage it gave stands (output 0 so far)
+    expect(meterOver('anthropic', stream).meter.finalUsage()).toEqual({ promptTokens: 25, completionTokens: 0 });
+  });
+
+  it.each([
+    ['Responses API', '{"id":"resp_1","object":"response","usage":{"input_tokens":3,"output_tokens":4,"total_tokens":7}}', { promptTokens: 3, completionTokens: 4 }],
+    ['Messages API', '{"id":"msg_1","type":"message","usage":{"input_tokens":5,"output_tokens":6}}', { promptTokens: 5, completionTokens: 6 }],
+    ['rerank (total only)', '{"id":"rerank-1","results":[],"usage":{"total_tokens":12}}', { promptTokens: 12, completionTokens: 0 }],
+    ['score', '{"data":[],"usage":{"prompt_tokens":8,"total_tokens":8,"completion_tokens":0}}', { promptTokens: 8, completionTokens: 0 }],
+  ])('non-streamed usage: %s', (_case, body, usage) => {
+    expect(usageFromJson(body)).toEqual(usage);
+  });
+
+  it('reads a non-streamed Responses API answer’s top-level id (not a nested one)', () => {
+    const meter = new ResponseMeter({ now: () => 0 }, 0, undefined, 'responses');
+    meter.onBody(Buffer.from('{"output":[{"id":"msg_9","type":"message"}],"id":"resp_top",'));
+    meter.onBody(Buffer.from('"usage":{"input_tokens":1,"output_tokens":2}}'));
+    meter.onBodyEnd();
+    expect(meter.responseId).toBe('resp_top');
+    expect(meter.finalUsage()).toEqual({ promptTokens: 1, completionTokens: 2 });
+  });
+});
+
+describe('streamErrorEvent per dialect', () => {
+  const err = new RouterError('UPSTREAM_STREAM_BROKEN', 'The model server closed the stream before it finished.');
+
+  it('openai: an error chunk, then [DONE]', () => {
+    const events = new SseTap().push(streamErrorEvent(err));
+    expect(events.map((e) => e.data)).toEqual([JSON.stringify({ error: { message: err.message, type: 'server_error', param: null, code: 'upstream_stream_broken' } }), '[DONE]']);
+  });
+
+  it('responses: a typed error event numbered after the last event', () => {
+    const [event] = new SseTap().push(streamErrorEvent(err, 'responses', 5));
+    expect(event?.event).toBe('error');
+    expect(JSON.parse(event?.data ?? '')).toEqual({ type: 'error', code: 'upstream_stream_broken', message: err.message, param: null, sequence_number: 5 });
+  });
+
+  it('anthropic: an error event in Anthropic’s envelope, no [DONE]', () => {
+    const events = new SseTap().push(streamErrorEvent(err, 'anthropic'));
+    expect(events).toHaveLength(1);
+    expect(events[0]?.event).toBe('error');
+    expect(JSON.parse(events[0]?.data ?? '')).toEqual({ type: 'error', error: { type: 'api_error', message: err.message } });
+  });
+});
