@@ -2,11 +2,14 @@
  * Where each Responses API answer is kept: the replica that made it stores it in its own memory
  * (vLLM, SGLang), so a follow-up naming it in `previous_response_id` must reach that replica. Bounded
  * by count: the least recently used ids are forgotten first. An id the router does not know is never
- * guessed at; the request is routed like any other.
+ * guessed at; the request is routed like any other. Each id also names the key that made it, so one
+ * team cannot continue (and read) another team's stored conversation through the router.
  */
 export interface ResponseLocation {
   pool: string;
   endpoint: string;
+  /** The API key (its name) whose request made the response: only it may continue it. */
+  owner: string;
 }
 
 export class ResponseLocations {

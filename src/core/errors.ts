@@ -28,6 +28,7 @@ export const ERROR_CODES = {
   MODEL_NOT_FOUND: { status: 404, type: 'invalid_request_error' },
   MODEL_NOT_ALLOWED: { status: 404, type: 'invalid_request_error', answerAs: 'MODEL_NOT_FOUND' },
   ROUTE_NOT_FOUND: { status: 404, type: 'invalid_request_error' },
+  RESPONSE_NOT_FOUND: { status: 404, type: 'invalid_request_error' },
   METHOD_NOT_ALLOWED: { status: 405, type: 'invalid_request_error' },
   REQUEST_TOO_LARGE: { status: 413, type: 'invalid_request_error' },
   UNSUPPORTED_MEDIA_TYPE: { status: 415, type: 'invalid_request_error' },

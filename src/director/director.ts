@@ -12,6 +12,7 @@ import { type FormPart } from '../api/multipart.js';
 import { type ApiRoute } from '../api/routes.js';
 import { type ValidRequest } from '../api/validate.js';
 import { type ResponseLocation, type ResponseLocations } from '../balancer/response-locations.js';
+import { RouterError } from '../core/errors.js';
 import { type Deployment, type EndpointSource, type PoolSpec, type Priority } from '../core/types.js';
 import { type ForwardedFor } from '../proxy/headers.js';
 import { type ModelCatalog } from '../registry/registry.js';
@@ -34,6 +35,8 @@ export interface DirectedRequest {
   /** A multipart body's parts. */
   form?: readonly FormPart[];
   priority: Priority;
+  /** The API key's name: a stored response is continued only by the key that made it. */
+  tenant: string;
   requestId: string;
   /** The client's request headers (only the allow-listed ones go on). */
   headers: IncomingHttpHeaders;
@@ -55,8 +58,8 @@ export interface ResponseMetrics {
   recordTokens(labels: { deployment: string; pool: string }, prompt: number, completion: number): void;
   recordResponseEnd(labels: { deployment: string; pool: string }, end: string): void;
   recordFallback(fromDeployment: string, fromPool: string, toDeployment: string, toPool: string): void;
-  /** A `previous_response_id` follow-up: sent to the replica holding it, unknown to the router, or its replica gone. */
-  recordPreviousResponse(outcome: 'pinned' | 'unknown' | 'replica_gone'): void;
+  /** A `previous_response_id` follow-up: sent to the replica holding it, unknown to the router, its replica gone, or another key's (refused). */
+  recordPreviousResponse(outcome: 'pinned' | 'unknown' | 'replica_gone' | 'other_key'): void;
 }
 
 export interface DirectorDeps {
@@ -134,7 +137,7 @@ export class Director {
     if (report.ttftMs !== undefined) deps.metrics.recordTimeToFirstToken(labels, report.ttftMs / 1000);
     if (report.usage) deps.metrics.recordTokens(labels, report.usage.estimated ? 0 : report.usage.promptTokens, report.usage.completionTokens);
     if (api.continues && report.responseId !== undefined && report.endpoint !== undefined && body.store !== false) {
-      deps.responses.remember(report.responseId, { pool: labels.pool, endpoint: report.endpoint });
+      deps.responses.remember(report.responseId, { pool: labels.pool, endpoint: report.endpoint, owner: request.tenant });
     }
     const fallback = report.fallback ?? (first.deployment !== deployment.id ? first.deployment : undefined);
     return { ...report, poolName: labels.pool, ...(fallback ? { fallback } : {}) };
@@ -143,13 +146,18 @@ export class Director {
   /**
    * For a request continuing a stored response: the route step of the pool holding it, and its replica
    * — when the router knows where it is and that replica is still in the route. Otherwise the request
-   * is routed like any other (the engine answers for an id it does not hold).
+   * is routed like any other (the engine answers for an id it does not hold). An id another key made
+   * is answered 404 here, as if it did not exist, and never reaches the engine.
    */
   private pinned(request: DirectedRequest, planned: readonly PlannedPool[]): { step: PlannedPool; endpoint: string } | undefined {
     const field = request.api.continues;
     const id = field && request.body[field];
     if (typeof id !== 'string' || id === '') return undefined;
     const location: ResponseLocation | undefined = this.deps.responses.find(id);
+    if (location && location.owner !== request.tenant) {
+      this.deps.metrics.recordPreviousResponse('other_key');
+      throw new RouterError('RESPONSE_NOT_FOUND', `Response with id '${id.slice(0, 200)}' not found.`, { param: field });
+    }
     const step = location && planned.find((p) => p.pool.name === location.pool);
     const present = step !== undefined && this.deps.endpoints.snapshot(step.pool.name).some((ep) => ep.id === location?.endpoint);
     this.deps.metrics.recordPreviousResponse(!location ? 'unknown' : present ? 'pinned' : 'replica_gone');

@@ -98,7 +98,7 @@ export class RouterMetrics {
     this.resilience.fallbacks.inc({ from_deployment: fromDeployment, from_pool: fromPool, to_deployment: toDeployment, to_pool: toPool });
   }
 
-  recordPreviousResponse(outcome: 'pinned' | 'unknown' | 'replica_gone'): void {
+  recordPreviousResponse(outcome: 'pinned' | 'unknown' | 'replica_gone' | 'other_key'): void {
     this.routing.previousResponses.inc({ outcome });
   }
 

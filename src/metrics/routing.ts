@@ -74,7 +74,7 @@ export function routingMetrics(registers: Registry[], sources: RoutingStateSourc
     }),
     previousResponses: new Counter({
       name: 'modelgate_previous_response_requests_total',
-      help: 'Responses API requests naming a previous_response_id, by outcome: pinned (sent to the replica holding it), unknown (the router does not know it; routed as usual), replica_gone (its replica left; routed as usual).',
+      help: 'Responses API requests naming a previous_response_id, by outcome: pinned (sent to the replica holding it), unknown (the router does not know it; routed as usual), replica_gone (its replica left; routed as usual), other_key (made by another API key: answered 404).',
       labelNames: ['outcome'],
       registers,
     }),

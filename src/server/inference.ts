@@ -80,6 +80,7 @@ export function inferenceHandler(deps: InferenceDeps, api: ApiRoute) {
       text,
       ...(form ? { form } : {}),
       priority,
+      tenant: principal.name,
       requestId: ctx.requestId,
       headers: req.headers,
       forwarded: ctx.forwarded,

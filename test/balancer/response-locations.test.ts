@@ -2,7 +2,7 @@
 import { describe, expect, it } from '@jest/globals';
 import { ResponseLocations } from '../../src/balancer/response-locations.js';
 
-const at = (endpoint: string) => ({ pool: 'p', endpoint });
+const at = (endpoint: string) => ({ pool: 'p', endpoint, owner: 'team-a' });
 
 describe('ResponseLocations', () => {
   it('finds what it remembers and nothing else', () => {

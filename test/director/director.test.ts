@@ -79,6 +79,7 @@ function request(kind: ApiName, deployment: Deployment, body: ValidRequest, head
     raw: Buffer.from(text),
     text,
     priority: 'critical',
+    tenant: 'team-a',
     requestId: 'rid-7',
     headers: { 'content-type': 'application/json', cookie: 'secret', ...headers },
     forwarded: { for: '10.1.2.3', proto: 'http', host: 'router.local', port: '8080' },
@@ -227,7 +228,7 @@ describe('Director.direct: Responses API follow-ups', () => {
     await t.director.direct(req, res, request('responses', AGENT, { model: 'agent-model', input: 'hi' }));
     expect(t.plans[0]).toMatchObject({ dialect: 'responses', path: '/v1/responses', stripUsageChunk: false });
     expect(t.plans[0]?.route.map((s) => s.pool.name)).toEqual(['r1', 'r2']); // the fallback's pool serves chat only
-    expect(t.responses.find('resp_1')).toEqual({ pool: 'r2', endpoint: 'r2-1' });
+    expect(t.responses.find('resp_1')).toEqual({ pool: 'r2', endpoint: 'r2-1', owner: 'team-a' });
 
     await t.director.direct(req, res, request('responses', AGENT, follow('resp_1')));
     const plan = t.plans[1];
@@ -246,10 +247,20 @@ describe('Director.direct: Responses API follow-ups', () => {
 
   it('a known id whose replica has left is routed like any request, and counted as replica_gone', async () => {
     const t = setup();
-    t.responses.remember('resp_old', { pool: 'r1', endpoint: 'r1-gone' });
+    t.responses.remember('resp_old', { pool: 'r1', endpoint: 'r1-gone', owner: 'team-a' });
     await t.director.direct(req, res, request('responses', AGENT, follow('resp_old')));
     expect(t.plans[0]?.request.only).toBeUndefined();
     expect(t.recorded).toEqual(['previous replica_gone']);
+  });
+
+  it('an id another key made is a 404 answered by the router: its conversation never reaches the other team', async () => {
+    const t = setup();
+    t.responses.remember('resp_theirs', { pool: 'r1', endpoint: 'r1-1', owner: 'team-b' });
+    const err = await t.director.direct(req, res, request('responses', AGENT, follow('resp_theirs'))).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(RouterError);
+    expect(err).toMatchObject({ code: 'RESPONSE_NOT_FOUND', status: 404, param: 'previous_response_id', message: "Response with id 'resp_theirs' not found." });
+    expect(t.plans).toHaveLength(0);
+    expect(t.recorded).toEqual(['previous other_key']);
   });
 
   it('an answer made with store: false is not remembered', async () => {

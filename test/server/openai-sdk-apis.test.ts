@@ -13,6 +13,7 @@ import { startTestSim } from '../helpers/sim.js';
 let sims: SimServer[];
 let gateway: TestRouter<RunningRouter>;
 let client: OpenAI;
+const OTHER_KEY = 'sk-other-team-0123456789';
 
 beforeAll(async () => {
   sims = await Promise.all([1, 2, 3].map((n) => startTestSim({ model: ['meta/llama'], name: `replica-${n}` })));
@@ -21,6 +22,7 @@ beforeAll(async () => {
     deployments: [{ id: 'llama-prod', model: 'llama-3.1-8b', aliases: ['default'], targets: [{ pool: 'llama' }] }],
     // the simulator's per-request fault header is not on the default allow-list: forwarded as an operator would
     server: { forwardHeaders: ['x-sim-fault'] },
+    keysYaml: `- name: tester\n  key: ${KEY}\n- name: other-team\n  key: ${OTHER_KEY}\n`,
   });
   client = new OpenAI({ apiKey: KEY, baseURL: `${gateway.router.apiUrl}/v1`, maxRetries: 0 });
 });
@@ -121,6 +123,17 @@ describe('openai client: responses.create', () => {
     for await (const event of stream) if (event.type === 'response.completed') id = event.response.id;
     const next = await createOn({ model: 'default', input: 'and?', previous_response_id: id, max_output_tokens: 3 });
     expect(next.replica).toBe(response.headers.get('x-sim-replica'));
+  });
+
+  it('another key cannot continue (and so read) a stored response: 404 from the router, the engine never asked', async () => {
+    const mine = await createOn({ model: 'default', input: 'a private conversation', max_output_tokens: 3 });
+    const other = new OpenAI({ apiKey: OTHER_KEY, baseURL: `${gateway.router.apiUrl}/v1`, maxRetries: 0 });
+    const err = await other.responses.create({ model: 'default', input: 'what did they say?', previous_response_id: mine.id }).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(OpenAI.NotFoundError);
+    expect((err as InstanceType<typeof OpenAI.NotFoundError>).param).toBe('previous_response_id');
+    expect(metricSum(await adminMetrics(gateway), 'modelgate_previous_response_requests_total', { outcome: 'other_key' })).toBe(1);
+    // its owner still can
+    expect((await createOn({ model: 'default', input: 'go on', previous_response_id: mine.id, max_output_tokens: 3 })).replica).toBe(mine.replica);
   });
 
   it('an id the router never saw is passed on, not guessed: the engine’s 404 reaches the client', async () => {
