@@ -211,6 +211,21 @@ describe('client credentials', () => {
     );
   });
 
+  it('on /v1/messages the client’s x-api-key authenticates it and still never reaches the engine', async () => {
+    const g = await gateway({
+      pools: [{ name: 'llm', servedModelName: 'served/llm', capabilities: ['messages'], endpoints: [upstream.url] }],
+      deployments: [{ id: 'llm-prod', model: 'llm', targets: [{ pool: 'llm' }] }],
+    });
+    const body = { model: 'llm', max_tokens: 4, messages: [{ role: 'user', content: 'hi' }] };
+    const res = await rawRequest(`${g.router.apiUrl}/v1/messages`, { headers: { 'x-api-key': KEY, 'anthropic-version': '2023-06-01' }, body });
+    expect(res.status).toBe(200);
+    const seen = upstream.requests[0]?.headers ?? {};
+    expect(upstream.requests[0]?.url).toBe('/v1/messages');
+    expect(seen['x-api-key']).toBeUndefined();
+    expect(seen.authorization).toBeUndefined();
+    expect(JSON.stringify(seen)).not.toContain(KEY);
+  });
+
   it('a router-owned header cannot be added to the allow-list', async () => {
     await expect(gateway({ server: { forwardHeaders: ['Authorization'] } })).rejects.toThrow('server.forwardHeaders[0]: "authorization" is set by the router itself');
   });
