@@ -11,6 +11,7 @@ import { API_ROUTES, apiRouteAt, type ApiRoute } from '../api/routes.js';
 import { bearerToken, type Principal } from '../auth/key-store.js';
 import { AddressRanges } from '../core/address-ranges.js';
 import { type Clock } from '../core/clock.js';
+import { type WireDialect } from '../core/types.js';
 import { RouterError, toErrorResponse } from '../core/errors.js';
 import { type RequestDirector } from '../director/director.js';
 import { type Route } from '../metrics/metrics.js';
@@ -60,8 +61,10 @@ export interface BuiltApp {
 const ROUTES: Record<string, string> = { ...Object.fromEntries(API_ROUTES.flatMap((r) => r.paths.map((path) => [path, 'POST']))), '/v1/models': 'GET', '/v1/models/*id': 'GET' };
 const ROUTE_LIST = `${API_ROUTES.flatMap((r) => r.paths.map((path) => `POST ${path}`)).join(', ')}, GET /v1/models and GET /v1/models/{model}`;
 
-function routeLabel(path: string): Route {
-  return apiRouteAt(path)?.name ?? (path === '/v1/models' ? 'models' : 'other');
+/** The metrics label and the wire dialect of the route at `path` (an unknown path speaks OpenAI's). */
+function routeOf(path: string): { route: Route; dialect: WireDialect } {
+  const api = apiRouteAt(path);
+  return api ? { route: api.name, dialect: api.dialect } : { route: path === '/v1/models' ? 'models' : 'other', dialect: 'openai' };
 }
 
 function sendError(res: Response, err: unknown): void {
@@ -106,8 +109,7 @@ export function buildApp(deps: AppDeps): BuiltApp {
       requestId,
       log: deps.logger.child({ requestId }),
       started: deps.clock.now(),
-      route: origin ? routeLabel(req.path) : 'other',
-      dialect: (origin ? apiRouteAt(req.path)?.dialect : undefined) ?? 'openai',
+      ...(origin ? routeOf(req.path) : { route: 'other', dialect: 'openai' }),
       path: origin ? req.path : req.url.slice(0, 200),
       forwarded: forwardedFor(req, trustedProxies),
       closed: false,
