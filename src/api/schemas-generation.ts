@@ -4,15 +4,8 @@
  * accepts more, so a request vLLM would serve is never turned away here. Unknown fields pass
  * through to the engine; optional fields may be `null` where the spec (or vLLM) allows it.
  */
+import { booleanOrNull, model, nullable, objectOrNull } from './schema-parts.js';
 
-const nullable = <T extends object>(schema: T, description?: string): object => ({
-  ...(description ? { description } : {}),
-  anyOf: [schema, { type: 'null' }],
-});
-
-const model = { type: 'string', minLength: 1 };
-const objectOrNull = nullable({ type: 'object' });
-const booleanOrNull = nullable({ type: 'boolean' });
 const stringOrNull = nullable({ type: 'string' });
 const penalty = nullable({ type: 'number', minimum: -2, maximum: 2 });
 /** OpenAI's range, and vLLM's own check since it added the upper bound. */

@@ -3,15 +3,8 @@
  * tokenize and detokenize, and the audio uploads (transcriptions and translations). The shapes are
  * vLLM's request classes, whose limits they never tighten; unknown fields pass through to the engine.
  */
+import { booleanOrNull, model, nullable, objectOrNull } from './schema-parts.js';
 
-const nullable = <T extends object>(schema: T, description?: string): object => ({
-  ...(description ? { description } : {}),
-  anyOf: [schema, { type: 'null' }],
-});
-
-const model = { type: 'string', minLength: 1 };
-const booleanOrNull = nullable({ type: 'boolean' });
-const objectOrNull = nullable({ type: 'object' });
 const tokenIds = { type: 'array', items: { type: 'integer', minimum: 0 } };
 /** vLLM: -1 truncates to the model's context length. */
 const truncatePromptTokens = nullable({ type: 'integer', minimum: -1 });

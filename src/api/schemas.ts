@@ -1,16 +1,11 @@
 /**
- * JSON Schemas of the two inference requests: the fields of the OpenAI-style convention with the
+ * JSON Schemas of chat and embeddings: the fields of the OpenAI-style convention with the
  * service description's limits. Unknown fields are allowed (they pass through to the engine), and
  * optional fields may be `null` as the OpenAI spec allows.
  */
-
-const nullable = <T extends object>(schema: T, description?: string): object => ({
-  ...(description ? { description } : {}),
-  anyOf: [schema, { type: 'null' }],
-});
+import { nullable, objectOrNull } from './schema-parts.js';
 
 const penalty = nullable({ type: 'number', minimum: -2, maximum: 2 });
-const objectOrNull = nullable({ type: 'object' });
 
 const contentPart = {
   type: 'object',

@@ -1,23 +1,9 @@
 /** The completions, Responses and Messages schemas: what the SDKs and vLLM's extras send passes; a bad field is named in param. */
 import Anthropic from '@anthropic-ai/sdk';
 import { describe, expect, it } from '@jest/globals';
-import { Ajv } from 'ajv';
 import OpenAI from 'openai';
 import { completionsRequestSchema, messagesRequestSchema, responsesRequestSchema } from '../../src/api/schemas-generation.js';
-import { describeSchemaErrors, type DescribedError, type SchemaError } from '../../src/core/schema-errors.js';
-
-/** The options of src/api/validate.ts. */
-const ajv = new Ajv({ allErrors: true, verbose: true, strict: true, strictTypes: false });
-
-/** The errors validation would report for `body`, most useful first ([] when it is valid). */
-function described(schema: object, body: unknown): DescribedError[] {
-  const validate = ajv.compile(schema);
-  return validate(body) ? [] : describeSchemaErrors(validate.errors as SchemaError[]);
-}
-/** The first error's param, as validation would report it; null when the body is valid. */
-function checker(schema: object): (body: unknown) => string | null {
-  return (body) => described(schema, body)[0]?.path ?? null;
-}
+import { checker, described } from '../helpers/schema-check.js';
 
 const completions = checker(completionsRequestSchema);
 const responses = checker(responsesRequestSchema);
