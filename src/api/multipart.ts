@@ -1,12 +1,14 @@
 /**
  * `multipart/form-data` bodies (the audio routes). The form is read with the platform's own parser
  * (the fetch API's `Response.formData()`), shown to validation as plain fields, and written again
- * only when a pool serves the model under another name (the file's bytes are copied as they came).
+ * only when a pool serves the model under another name. A file stays the parser's Blob until then:
+ * an upload forwarded as it came is never copied again (each copy of a large upload is external
+ * memory, which drives V8's full collections).
  */
 import { randomBytes } from 'node:crypto';
 import { RouterError } from '../core/errors.js';
 
-export type FormPart = { name: string; value: string } | { name: string; filename: string; type: string; data: Buffer };
+export type FormPart = { name: string; value: string } | { name: string; file: File };
 
 /** The parts of a multipart body, in order; INVALID_REQUEST when it is not a readable form. */
 export async function parseForm(raw: Buffer, contentType: string): Promise<FormPart[]> {
@@ -18,8 +20,7 @@ export async function parseForm(raw: Buffer, contentType: string): Promise<FormP
   }
   const parts: FormPart[] = [];
   for (const [name, value] of form) {
-    if (typeof value === 'string') parts.push({ name, value });
-    else parts.push({ name, filename: value.name, type: value.type, data: Buffer.from(await value.arrayBuffer()) });
+    parts.push(typeof value === 'string' ? { name, value } : { name, file: value });
   }
   return parts;
 }
@@ -31,7 +32,7 @@ export async function parseForm(raw: Buffer, contentType: string): Promise<FormP
 export function formFields(parts: readonly FormPart[]): Record<string, unknown> {
   const fields: Record<string, unknown> = {};
   for (const part of parts) {
-    const value = 'value' in part ? part.value : { filename: part.filename, size: part.data.length, type: part.type };
+    const value = 'value' in part ? part.value : { filename: part.file.name, size: part.file.size, type: part.file.type };
     const seen = fields[part.name];
     if (seen === undefined) fields[part.name] = value;
     else fields[part.name] = Array.isArray(seen) ? [...(seen as unknown[]), value] : [seen, value];
@@ -43,7 +44,7 @@ export function formFields(parts: readonly FormPart[]): Record<string, unknown> 
 const quoted = (text: string): string => `"${text.replace(/\r/g, '%0D').replace(/\n/g, '%0A').replace(/"/g, '%22')}"`;
 
 /** The parts written as a multipart body with a fresh boundary; returns the body and its content type. */
-export function encodeForm(parts: readonly FormPart[]): { body: Buffer; contentType: string } {
+export async function encodeForm(parts: readonly FormPart[]): Promise<{ body: Buffer; contentType: string }> {
   const boundary = `----modelgate${randomBytes(12).toString('hex')}`;
   const chunks: Buffer[] = [];
   for (const part of parts) {
@@ -51,8 +52,9 @@ export function encodeForm(parts: readonly FormPart[]): { body: Buffer; contentT
     if ('value' in part) {
       chunks.push(Buffer.from(`--${boundary}\r\n${disposition}\r\n\r\n${part.value}\r\n`, 'utf8'));
     } else {
-      chunks.push(Buffer.from(`--${boundary}\r\n${disposition}; filename=${quoted(part.filename)}\r\nContent-Type: ${part.type || 'application/octet-stream'}\r\n\r\n`, 'utf8'));
-      chunks.push(part.data, Buffer.from('\r\n'));
+      const { file } = part;
+      chunks.push(Buffer.from(`--${boundary}\r\n${disposition}; filename=${quoted(file.name)}\r\nContent-Type: ${file.type || 'application/octet-stream'}\r\n\r\n`, 'utf8'));
+      chunks.push(Buffer.from(await file.arrayBuffer()), Buffer.from('\r\n'));
     }
   }
   chunks.push(Buffer.from(`--${boundary}--\r\n`));

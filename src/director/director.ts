@@ -18,7 +18,7 @@ import { type ForwardedFor } from '../proxy/headers.js';
 import { type ModelCatalog } from '../registry/registry.js';
 import { type ExchangeReport, type ExchangeRunner } from './exchange.js';
 import { planRoute, type PlannedPool } from './route-plan.js';
-import { routeSteps, streamUsageOverride } from './upstream-request.js';
+import { encodedForms, routeSteps, streamUsageOverride } from './upstream-request.js';
 
 /** A validated, authorised request, as the server hands it over. */
 export interface DirectedRequest {
@@ -110,10 +110,11 @@ export class Director {
       deps.metrics.recordFallback(deployment.id, '', first.deployment, first.pool.name);
     }
     const usage = api.asksStreamUsage ? streamUsageOverride(body) : undefined;
+    const forms = request.form ? await encodedForms(planned, request) : undefined;
     const headers = request.headers;
     const promptText = api.promptText;
     const report = await deps.exchange.run(req, res, {
-      route: routeSteps(planned, request, usage, (pool) => this.allowedHeaders(pool)),
+      route: routeSteps(planned, request, usage, (pool) => this.allowedHeaders(pool), forms),
       request: {
         priority: request.priority,
         requestId: request.requestId,

@@ -34,37 +34,52 @@ export function streamUsageOverride(body: ValidRequest): Map<string, string> | u
  * attempt reads them: most requests never leave their first pool, and patching a large body for every
  * fallback up front would be wasted. `allowed(pool)` is the pool's header allow-list.
  */
-export function routeSteps(planned: readonly PlannedPool[], request: DirectedRequest, usage: Map<string, string> | undefined, allowed: (pool: PoolSpec) => ReadonlySet<string>): RouteStep[] {
+export function routeSteps(
+  planned: readonly PlannedPool[],
+  request: DirectedRequest,
+  usage: Map<string, string> | undefined,
+  allowed: (pool: PoolSpec) => ReadonlySet<string>,
+  forms?: ReadonlyMap<string, EncodedForm>,
+): RouteStep[] {
   return planned.map(({ pool, deployment }) => {
     let body: Buffer | undefined;
-    let contentType: string | undefined;
     let headers: OutgoingHttpHeaders | undefined;
-    const make = (): Buffer => {
-      if (request.form) {
-        if (pool.servedModelName === request.asked) return request.raw;
-        const encoded = encodeForm(withField(request.form, 'model', pool.servedModelName));
-        contentType = encoded.contentType;
-        return encoded.body;
-      }
-      const patched = upstreamBody(request.text, pool.servedModelName, request.asked, usage);
-      return patched === request.text ? request.raw : Buffer.from(patched, 'utf8');
-    };
+    // a form whose model the pool names differently, written again (encodedForms, before the route runs)
+    const form = forms?.get(pool.servedModelName);
     return {
       pool,
       deployment,
       get body(): Buffer {
-        body ??= make();
+        if (body === undefined) {
+          const patched = form || request.form ? undefined : upstreamBody(request.text, pool.servedModelName, request.asked, usage);
+          body = form?.body ?? (patched === undefined || patched === request.text ? request.raw : Buffer.from(patched, 'utf8'));
+        }
         return body;
       },
       get headers(): OutgoingHttpHeaders {
-        if (headers) return headers;
-        headers = upstreamHeaders(request.headers, allowed(pool), { requestId: request.requestId, forwarded: request.forwarded, backendKey: pool.backendKey });
-        if (request.form) {
-          body ??= make();
-          if (contentType) headers['content-type'] = contentType;
+        if (!headers) {
+          headers = upstreamHeaders(request.headers, allowed(pool), { requestId: request.requestId, forwarded: request.forwarded, backendKey: pool.backendKey });
+          if (form) headers['content-type'] = form.contentType;
         }
         return headers;
       },
     };
   });
+}
+
+export type EncodedForm = Awaited<ReturnType<typeof encodeForm>>;
+
+/**
+ * A multipart request's form written again for each served model name of the route that is not the
+ * name the client used (usually none: then nothing is copied and the upload is forwarded as it came).
+ */
+export async function encodedForms(planned: readonly PlannedPool[], request: DirectedRequest): Promise<Map<string, EncodedForm>> {
+  const forms = new Map<string, EncodedForm>();
+  const { form } = request;
+  if (!form) return forms;
+  for (const { pool } of planned) {
+    const served = pool.servedModelName;
+    if (served !== request.asked && !forms.has(served)) forms.set(served, await encodeForm(withField(form, 'model', served)));
+  }
+  return forms;
 }

@@ -34,12 +34,12 @@ describe('multipart forms', () => {
   it('writes the form again with the model replaced and every other byte of every part kept', async () => {
     const { raw, contentType } = await encoded(audioForm());
     const parts = await parseForm(raw, contentType);
-    const rewritten = encodeForm(withField(parts, 'model', 'openai/whisper-large-v3'));
+    const rewritten = await encodeForm(withField(parts, 'model', 'openai/whisper-large-v3'));
     expect(rewritten.contentType).toMatch(/^multipart\/form-data; boundary=----modelgate[0-9a-f]{24}$/);
     const again = await parseForm(rewritten.body, rewritten.contentType);
     expect(formFields(again)).toEqual({ ...formFields(parts), model: 'openai/whisper-large-v3' });
     const file = again.find((p) => p.name === 'file');
-    expect(file && 'data' in file ? [...file.data] : []).toEqual([0, 1, 2, 255, 13, 10, 45, 45]);
+    expect(file && 'file' in file ? [...Buffer.from(await file.file.arrayBuffer())] : []).toEqual([0, 1, 2, 255, 13, 10, 45, 45]);
   });
 
   it.each([

@@ -69,7 +69,7 @@ describe('openai client: completions.create', () => {
   });
 
   it('a bad prompt is the client’s BadRequestError with the field named', async () => {
-    const err = await client.completions.create({ model: 'default', prompt: [] as unknown as string }).catch((e: unknown) => e);
+    const err = await client.completions.create({ model: 'default', prompt: [] }).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(OpenAI.BadRequestError);
     expect((err as InstanceType<typeof OpenAI.BadRequestError>).param).toBe('prompt');
   });
