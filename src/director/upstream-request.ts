@@ -15,7 +15,7 @@ import { type RouteStep } from './exchange.js';
 import { type PlannedPool } from './route-plan.js';
 
 /**
- * For a streamed chat request whose client did not ask for usage: the `stream_options` that asks the
+ * For a streamed chat or completions request whose client did not ask for usage: the `stream_options` that asks the
  * engine for it anyway (so tokens are counted). The usage chunk is then removed from what the client
  * gets. `extra_body` is honoured, as the engine would see it.
  */

@@ -62,7 +62,7 @@ export function routingMetrics(registers: Registry[], sources: RoutingStateSourc
   return {
     prefixBlocks: new Counter({
       name: 'modelgate_prefix_blocks_total',
-      help: 'Prompt blocks of routed chat requests, by whether the chosen replica likely had them cached (hit) or not (miss).',
+      help: 'Prompt blocks of routed requests with a prompt (chat, completions, responses, messages), by whether the chosen replica likely had them cached (hit) or not (miss).',
       labelNames: ['pool', 'result'],
       registers,
     }),
