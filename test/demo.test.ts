@@ -2,7 +2,21 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from '@jest/globals';
 import { PassThrough } from 'node:stream';
 import OpenAI from 'openai';
-import { DEMO_AUDIO_MODEL, DEMO_CHAT_MODEL, DEMO_DEFAULTS, DEMO_EMBEDDING_MODEL, DEMO_RERANK_MODEL, DEMO_KEY, demoInstructions, demoLogger, DemoUsageError, parseDemoArgs, runDemo, startDemo, type RunningDemo } from '../src/demo.js';
+import {
+  DEMO_AUDIO_MODEL,
+  DEMO_CHAT_MODEL,
+  DEMO_DEFAULTS,
+  DEMO_EMBEDDING_MODEL,
+  DEMO_RERANK_MODEL,
+  DEMO_KEY,
+  demoInstructions,
+  demoLogger,
+  DemoUsageError,
+  parseDemoArgs,
+  runDemo,
+  startDemo,
+  type RunningDemo,
+} from '../src/demo.js';
 import { captureLogs } from './helpers/router.js';
 import { waitFor } from './helpers/sim.js';
 

@@ -90,7 +90,12 @@ describe('@anthropic-ai/sdk: errors arrive in Anthropic’s envelope', () => {
     ['a wrong key', () => new Anthropic({ apiKey: 'sk-wrong-0123456789', baseURL: gateway.router.apiUrl, maxRetries: 0 }).messages.create(ask), Anthropic.AuthenticationError, 'authentication_error'],
     ['no max_tokens', () => client.messages.create({ ...ask, max_tokens: undefined as unknown as number }), Anthropic.BadRequestError, 'invalid_request_error'],
     ['an unknown model', () => client.messages.create({ ...ask, model: 'claude-nope' }), Anthropic.NotFoundError, 'not_found_error'],
-    ['a model the key may not use', () => new Anthropic({ apiKey: 'sk-narrow-0123456789', baseURL: gateway.router.apiUrl, maxRetries: 0 }).messages.create(ask), Anthropic.NotFoundError, 'not_found_error'],
+    [
+      'a model the key may not use',
+      () => new Anthropic({ apiKey: 'sk-narrow-0123456789', baseURL: gateway.router.apiUrl, maxRetries: 0 }).messages.create(ask),
+      Anthropic.NotFoundError,
+      'not_found_error',
+    ],
     ['a model whose pools do not serve messages', () => client.messages.create({ ...ask, model: 'chat-only-model' }), Anthropic.BadRequestError, 'invalid_request_error'],
     ['the engine’s own 503', () => client.messages.create(ask, { headers: { 'x-sim-fault': 'status=503' } }), Anthropic.APIError, 'overloaded_error'],
   ])('%s', async (_case, call, errorClass, type) => {
