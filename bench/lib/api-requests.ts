@@ -6,10 +6,9 @@
  * answer it gets. Latency is measured from the scheduled send time; the check runs after the last
  * byte is timed.
  */
-import { fork } from 'node:child_process';
 import http from 'node:http';
-import { fileURLToPath } from 'node:url';
 import { mulberry32 } from './random.js';
+import { inWorker, serveWorker } from './worker.js';
 
 export interface ApiSpec {
   /** Name in the report. */
@@ -285,23 +284,7 @@ async function run(job: ApiJob): Promise<ApiLoadResult> {
 
 /** Runs a job in a fresh load-generator process (`--max-semi-space-size=4`, as `loadgen.ts`). */
 export function loadApi(job: ApiJob): Promise<ApiLoadResult> {
-  return new Promise((resolve, reject) => {
-    const child = fork(fileURLToPath(import.meta.url), ['--api-loadgen-worker'], { execArgv: ['--max-semi-space-size=4'], serialization: 'advanced', stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
-    child.once('message', (msg: ApiLoadResult | { error: string }) => {
-      if ('error' in msg) reject(new Error(msg.error));
-      else resolve(msg);
-      child.disconnect();
-    });
-    child.once('exit', (code) => code !== 0 && reject(new Error(`load generator exited with ${code}`)));
-    child.send(job);
-  });
+  return inWorker(import.meta.url, '--api-loadgen-worker', job);
 }
 
-if (process.argv.includes('--api-loadgen-worker')) {
-  process.once('message', (job: ApiJob) => {
-    run(job).then(
-      (result) => process.send?.(result),
-      (err: Error) => process.send?.({ error: err.message }),
-    );
-  });
-}
+serveWorker('--api-loadgen-worker', run);

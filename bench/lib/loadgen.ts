@@ -8,10 +8,9 @@
  * its queueing (no coordinated omission). One job can alternate between several URLs (several router
  * processes in front of one fleet): request n goes to `url[n % url.length]`.
  */
-import { fork } from 'node:child_process';
 import http from 'node:http';
-import { fileURLToPath } from 'node:url';
 import { mulberry32 } from './random.js';
+import { inWorker, serveWorker } from './worker.js';
 
 export interface LoadJob {
   /** Where requests go; several URLs are taken in turn (request n to `url[n % url.length]`). */
@@ -150,23 +149,7 @@ async function run(job: LoadJob): Promise<LoadResult> {
 
 /** Runs a job in a fresh load-generator process. */
 export function load(job: LoadJob): Promise<LoadResult> {
-  return new Promise((resolve, reject) => {
-    const child = fork(fileURLToPath(import.meta.url), ['--loadgen-worker'], { execArgv: ['--max-semi-space-size=4'], serialization: 'advanced', stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
-    child.once('message', (msg: LoadResult | { error: string }) => {
-      if ('error' in msg) reject(new Error(msg.error));
-      else resolve(msg);
-      child.disconnect();
-    });
-    child.once('exit', (code) => code !== 0 && reject(new Error(`load generator exited with ${code}`)));
-    child.send(job);
-  });
+  return inWorker(import.meta.url, '--loadgen-worker', job);
 }
 
-if (process.argv.includes('--loadgen-worker')) {
-  process.once('message', (job: LoadJob) => {
-    run(job).then(
-      (result) => process.send?.(result),
-      (err: Error) => process.send?.({ error: err.message }),
-    );
-  });
-}
+serveWorker('--loadgen-worker', run);
