@@ -7,6 +7,7 @@
  * byte is timed.
  */
 import http from 'node:http';
+import { openLoop } from './loadgen.js';
 import { mulberry32 } from './random.js';
 import { inWorker, serveWorker } from './worker.js';
 
@@ -262,22 +263,7 @@ async function run(job: ApiJob): Promise<ApiLoadResult> {
       req.end(bytes);
     });
 
-  const inflight = new Set<Promise<void>>();
-  let at = t0;
-  while (at < windowEnd) {
-    const now = performance.now();
-    while (at <= now && at < windowEnd) {
-      const p = once(at);
-      inflight.add(p);
-      void p.then(() => inflight.delete(p));
-      at += 1000 / job.rate;
-    }
-    // a timer is 1 ms at best; sleep only when the next arrival is that far away
-    await new Promise((r) => (at - performance.now() > 1.5 ? setTimeout(r, Math.max(0, at - performance.now() - 1)) : setImmediate(r)));
-  }
-  let timer: NodeJS.Timeout | undefined;
-  await Promise.race([Promise.all(inflight), new Promise((r) => (timer = setTimeout(r, 60_000)))]);
-  clearTimeout(timer);
+  await openLoop(t0, windowEnd, () => 1000 / job.rate, once, 60_000);
   agent.destroy();
   return { samples, finished, maxSendLagMs };
 }

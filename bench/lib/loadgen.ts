@@ -126,25 +126,33 @@ async function run(job: LoadJob): Promise<LoadResult> {
     const rate = job.rate ?? 1;
     const random = mulberry32(job.seed ?? 1);
     const gap = (): number => (job.arrivals === 'poisson' ? -Math.log(1 - random()) : 1) * (1000 / rate);
-    const inflight = new Set<Promise<void>>();
-    let at = t0;
-    while (at < windowEnd) {
-      const now = performance.now();
-      while (at <= now && at < windowEnd) {
-        const p = once(at);
-        inflight.add(p);
-        void p.then(() => inflight.delete(p));
-        at += gap();
-      }
-      // a timer is 1 ms at best; sleep only when the next arrival is that far away
-      await new Promise((r) => (at - performance.now() > 1.5 ? setTimeout(r, Math.max(0, at - performance.now() - 1)) : setImmediate(r)));
-    }
-    let timer: NodeJS.Timeout | undefined;
-    await Promise.race([Promise.all(inflight), new Promise((r) => (timer = setTimeout(r, job.drainMs ?? 60_000)))]);
-    clearTimeout(timer);
+    await openLoop(t0, windowEnd, gap, once, job.drainMs ?? 60_000);
   }
   agent.destroy();
   return { samples, windowMs: job.durationMs, maxSendLagMs, finished };
+}
+
+/**
+ * Open-loop arrivals: `once(at)` for each scheduled send time from `t0` until `windowEnd` (`gap()` ms
+ * apart), whether or not earlier requests have finished; then waits up to `drainMs` for those in flight.
+ */
+export async function openLoop(t0: number, windowEnd: number, gap: () => number, once: (at: number) => Promise<void>, drainMs: number): Promise<void> {
+  const inflight = new Set<Promise<void>>();
+  let at = t0;
+  while (at < windowEnd) {
+    const now = performance.now();
+    while (at <= now && at < windowEnd) {
+      const p = once(at);
+      inflight.add(p);
+      void p.then(() => inflight.delete(p));
+      at += gap();
+    }
+    // a timer is 1 ms at best; sleep only when the next arrival is that far away
+    await new Promise((r) => (at - performance.now() > 1.5 ? setTimeout(r, Math.max(0, at - performance.now() - 1)) : setImmediate(r)));
+  }
+  let timer: NodeJS.Timeout | undefined;
+  await Promise.race([Promise.all(inflight), new Promise((r) => (timer = setTimeout(r, drainMs)))]);
+  clearTimeout(timer);
 }
 
 /** Runs a job in a fresh load-generator process. */
