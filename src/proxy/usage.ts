@@ -152,7 +152,9 @@ export class ResponseMeter {
 
   /** The engine's usage, or else the completion tokens counted from the content events streamed. */
   finalUsage(): TokenUsage | undefined {
-    if (this.usage) return this.usage;
+    // A stream cut after the engine reported only part of its usage (the Messages API's input tokens
+    // come first) still counts the content events delivered: never fewer completion tokens than those.
+    if (this.usage) return this.usage.completionTokens >= this.contentEvents ? this.usage : { ...this.usage, completionTokens: this.contentEvents };
     return this.contentEvents > 0 ? { promptTokens: 0, completionTokens: this.contentEvents, estimated: true } : undefined;
   }
 

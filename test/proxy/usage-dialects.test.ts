@@ -74,13 +74,13 @@ describe('ResponseMeter dialects', () => {
     expect(meter.finalUsage()).toEqual({ promptTokens: 25, completionTokens: 2 });
   });
 
-  it('anthropic: a stream cut after message_start counts the deltas delivered as an estimate', () => {
+  it('anthropic: a stream cut after message_start keeps its input tokens and counts the deltas delivered', () => {
     const stream = sse([
       ['message_start', { type: 'message_start', message: { usage: { input_tokens: 25, output_tokens: 1 } } }],
       ['content_block_delta', { type: 'content_block_delta', index: 0, delta: { type: 'text_delta', text: 'Hel' } }],
     ]);
-    // the engine reported input tokens but never its output: the usage it gave stands (output 0 so far)
-    expect(meterOver('anthropic', stream).meter.finalUsage()).toEqual({ promptTokens: 25, completionTokens: 0 });
+    // the engine reported its input tokens but never its output: the delta delivered counts as one
+    expect(meterOver('anthropic', stream).meter.finalUsage()).toEqual({ promptTokens: 25, completionTokens: 1 });
   });
 
   it.each([
