@@ -6,23 +6,22 @@
 import { Ajv, type ValidateFunction } from 'ajv';
 import { RouterError } from '../core/errors.js';
 import { describeSchemaErrors, type SchemaError } from '../core/schema-errors.js';
-import { type ApiName } from '../core/types.js';
-import { API_ROUTES, apiRoute } from './routes.js';
+import { API_ROUTES, type ApiRoute } from './routes.js';
 import { type ValidRequest } from './valid-request.js';
 
 export { type ValidRequest } from './valid-request.js';
 
 const ajv = new Ajv({ allErrors: true, verbose: true, strict: true, strictTypes: false });
-const validators = new Map<ApiName, ValidateFunction>(API_ROUTES.map((route) => [route.name, ajv.compile(route.schema)]));
+const validators = new Map<ApiRoute, ValidateFunction>(API_ROUTES.map((route) => [route, ajv.compile(route.schema)]));
 
 const MAX_REPORTED = 5;
 
-/** Checks `body` (already JSON-parsed, or a form as fields) for the API `name`; returns it typed, or throws an INVALID_REQUEST RouterError. */
-export function validateRequest(name: ApiName, body: unknown): ValidRequest {
+/** Checks `body` (already JSON-parsed, or a form as fields) for `api`; returns it typed, or throws an INVALID_REQUEST RouterError. */
+export function validateRequest(api: ApiRoute, body: unknown): ValidRequest {
   if (typeof body !== 'object' || body === null || Array.isArray(body)) {
     throw new RouterError('INVALID_REQUEST', 'The request body must be a JSON object.');
   }
-  const validate = validators.get(name) as ValidateFunction;
+  const validate = validators.get(api) as ValidateFunction;
   if (!validate(body)) {
     const described = describeSchemaErrors(validate.errors as SchemaError[]);
     const shown = described.slice(0, MAX_REPORTED).map((d) => d.message);
@@ -30,6 +29,6 @@ export function validateRequest(name: ApiName, body: unknown): ValidRequest {
     throw new RouterError('INVALID_REQUEST', `Invalid request: ${shown.join('; ')}${more}.`, { param: described[0]?.path || null });
   }
   const valid = body as ValidRequest;
-  apiRoute(name).check?.(valid);
+  api.check?.(valid);
   return valid;
 }

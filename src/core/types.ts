@@ -22,6 +22,9 @@ export type ApiName = 'chat' | 'completions' | 'embeddings' | 'responses' | 'mes
  */
 export type WireDialect = 'openai' | 'responses' | 'anthropic';
 
+/** What became of a `previous_response_id`: sent to the replica holding it, unknown to the router, its replica gone, or another key's (refused). */
+export type PreviousResponseOutcome = 'pinned' | 'unknown' | 'replica_gone' | 'other_key';
+
 /** A pool's timeouts, retries, breaker, admission and health checks (defaults: resilience/settings.ts). */
 export interface ResilienceSettings {
   timeouts: {

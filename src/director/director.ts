@@ -13,7 +13,7 @@ import { type ApiRoute } from '../api/routes.js';
 import { type ValidRequest } from '../api/validate.js';
 import { type ResponseLocation, type ResponseLocations } from '../balancer/response-locations.js';
 import { RouterError } from '../core/errors.js';
-import { type Deployment, type EndpointSource, type PoolSpec, type Priority } from '../core/types.js';
+import { type Deployment, type EndpointSource, type PoolSpec, type PreviousResponseOutcome, type Priority } from '../core/types.js';
 import { type ForwardedFor } from '../proxy/headers.js';
 import { type ModelCatalog } from '../registry/registry.js';
 import { type ExchangeReport, type ExchangeRunner } from './exchange.js';
@@ -58,8 +58,7 @@ export interface ResponseMetrics {
   recordTokens(labels: { deployment: string; pool: string }, prompt: number, completion: number): void;
   recordResponseEnd(labels: { deployment: string; pool: string }, end: string): void;
   recordFallback(fromDeployment: string, fromPool: string, toDeployment: string, toPool: string): void;
-  /** A `previous_response_id` follow-up: sent to the replica holding it, unknown to the router, its replica gone, or another key's (refused). */
-  recordPreviousResponse(outcome: 'pinned' | 'unknown' | 'replica_gone' | 'other_key'): void;
+  recordPreviousResponse(outcome: PreviousResponseOutcome): void;
 }
 
 export interface DirectorDeps {

@@ -50,10 +50,7 @@ export function routeSteps(
       pool,
       deployment,
       get body(): Buffer {
-        if (body === undefined) {
-          const patched = form || request.form ? undefined : upstreamBody(request.text, pool.servedModelName, request.asked, usage);
-          body = form?.body ?? (patched === undefined || patched === request.text ? request.raw : Buffer.from(patched, 'utf8'));
-        }
+        body ??= form?.body ?? (request.form ? request.raw : patchedJson(request, pool, usage));
         return body;
       },
       get headers(): OutgoingHttpHeaders {
@@ -65,6 +62,12 @@ export function routeSteps(
       },
     };
   });
+}
+
+/** A JSON body with the pool's served model name (and any usage override); the body as received when nothing changes. */
+function patchedJson(request: DirectedRequest, pool: PoolSpec, usage: Map<string, string> | undefined): Buffer {
+  const patched = upstreamBody(request.text, pool.servedModelName, request.asked, usage);
+  return patched === request.text ? request.raw : Buffer.from(patched, 'utf8');
 }
 
 export type EncodedForm = Awaited<ReturnType<typeof encodeForm>>;

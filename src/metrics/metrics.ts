@@ -6,7 +6,7 @@
  * see `RouterMetrics`.
  */
 import { collectDefaultMetrics, Registry } from 'prom-client';
-import { type ApiName } from '../core/types.js';
+import { type ApiName, type PreviousResponseOutcome } from '../core/types.js';
 import { controlPlaneMetrics, type ControlPlaneMetrics, type ControlPlaneSources } from './control-plane.js';
 import { observeResilienceGauges, resilienceMetrics, type AdmissionSources, type ResilienceMetrics, type ResilienceSources } from './resilience.js';
 import { observeRoutingGauges, routingMetrics, type RoutingMetrics, type RoutingSources, type RoutingStateSources } from './routing.js';
@@ -98,7 +98,7 @@ export class RouterMetrics {
     this.resilience.fallbacks.inc({ from_deployment: fromDeployment, from_pool: fromPool, to_deployment: toDeployment, to_pool: toPool });
   }
 
-  recordPreviousResponse(outcome: 'pinned' | 'unknown' | 'replica_gone' | 'other_key'): void {
+  recordPreviousResponse(outcome: PreviousResponseOutcome): void {
     this.routing.previousResponses.inc({ outcome });
   }
 

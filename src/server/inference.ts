@@ -46,13 +46,13 @@ function parseBody(text: string, maxDepth: number): unknown {
 /** A JSON body, validated. */
 function readJson(api: ApiRoute, raw: Buffer, maxJsonDepth: number): { body: ValidRequest; text: string; form?: FormPart[] } {
   const text = raw.toString('utf8');
-  return { body: validateRequest(api.name, parseBody(text, maxJsonDepth)), text };
+  return { body: validateRequest(api, parseBody(text, maxJsonDepth)), text };
 }
 
 /** A multipart body's fields, validated, with its parts kept for forwarding. */
 async function readForm(api: ApiRoute, raw: Buffer, contentType: string): Promise<{ body: ValidRequest; text: string; form?: FormPart[] }> {
   const form = await parseForm(raw, contentType);
-  return { body: validateRequest(api.name, formFields(form)), text: '', form };
+  return { body: validateRequest(api, formFields(form)), text: '', form };
 }
 
 export function inferenceHandler(deps: InferenceDeps, api: ApiRoute) {

@@ -1,15 +1,16 @@
 /** The validator under arbitrary input: it answers every value with a verdict, never a crash. */
 import { describe, expect, it } from '@jest/globals';
 import fc from 'fast-check';
+import { API_ROUTES, apiRoute } from '../../src/api/routes.js';
 import { validateRequest } from '../../src/api/validate.js';
 import { RouterError } from '../../src/core/errors.js';
 
 describe('validateRequest (property)', () => {
-  it('accepts or rejects any JSON value with an INVALID_REQUEST RouterError, never anything else', () => {
+  it('accepts or rejects any JSON value on every API with an INVALID_REQUEST RouterError, never anything else', () => {
     fc.assert(
-      fc.property(fc.constantFrom('chat' as const, 'embeddings' as const), fc.jsonValue({ maxDepth: 6 }), (kind, value) => {
+      fc.property(fc.constantFrom(...API_ROUTES), fc.jsonValue({ maxDepth: 6 }), (api, value) => {
         try {
-          validateRequest(kind, value);
+          validateRequest(api, value);
         } catch (err) {
           expect(err).toBeInstanceOf(RouterError);
           expect((err as RouterError).code).toBe('INVALID_REQUEST');
@@ -28,7 +29,7 @@ describe('validateRequest (property)', () => {
         fc.array(message, { minLength: 1, maxLength: 4 }),
         fc.dictionary(fc.stringMatching(/^x_[a-z]{1,8}$/), fc.jsonValue({ maxDepth: 2 })),
         (model, messages, extra) => {
-          expect(() => validateRequest('chat', { ...extra, model, messages })).not.toThrow();
+          expect(() => validateRequest(apiRoute('chat'), { ...extra, model, messages })).not.toThrow();
         },
       ),
       { numRuns: 300 },
@@ -39,7 +40,7 @@ describe('validateRequest (property)', () => {
     fc.assert(
       fc.property(fc.record({ model: fc.string({ minLength: 1 }), messages: fc.constant([{ role: 'user', content: 'x' }]), n: fc.integer({ max: 0 }) }), (body) => {
         try {
-          validateRequest('chat', body);
+          validateRequest(apiRoute('chat'), body);
           throw new Error('expected a rejection');
         } catch (err) {
           expect((err as RouterError).param).toBe('n');

@@ -68,6 +68,13 @@ describe('openai client: completions.create', () => {
     expect(metricSum(metrics, 'modelgate_time_to_first_token_seconds_count', { deployment: 'llama-prod' })).toBeGreaterThan(0);
   });
 
+  it('suffix passes the router’s validation and reaches the engine, whose own answer comes back (vLLM refuses suffix)', async () => {
+    const err = await client.completions.create({ model: 'default', prompt: 'def f(', suffix: '\n    return x', max_tokens: 3 }).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(OpenAI.BadRequestError);
+    expect((err as InstanceType<typeof OpenAI.BadRequestError>).message).toMatch(/suffix is not currently supported/);
+    expect(metricSum(await adminMetrics(gateway), 'modelgate_upstream_attempts_total', { outcome: 'upstream_400' })).toBe(1);
+  });
+
   it('a bad prompt is the client’s BadRequestError with the field named', async () => {
     const err = await client.completions.create({ model: 'default', prompt: [] }).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(OpenAI.BadRequestError);
