@@ -15,6 +15,8 @@ import { RouterMetrics } from './metrics/metrics.js';
 import { Director } from './director/director.js';
 import { ExchangeRunner } from './director/exchange.js';
 import { DEFAULT_FORWARDED_HEADERS } from './proxy/headers.js';
+import { Limiter } from './limits/limiter.js';
+import { sharedLimits } from './wiring/limits.js';
 import { Forwarder } from './proxy/forwarder.js';
 import { AdmissionQueues } from './resilience/admission.js';
 import { BreakerRegistry } from './resilience/breaker.js';
@@ -157,12 +159,33 @@ export async function createRouter(config: Config, options: RouterOptions = {}):
     clientStallMs: config.server.clientStallTimeoutMs,
     responses: new ResponseLocations(config.server.rememberedResponses),
   });
+  const shared = config.limits.redis ? await sharedLimits(config.limits.redis, logger) : undefined;
+  const limitEvents = metrics.observeLimits({ redis: shared !== undefined, keyMetrics: config.limits.keyMetrics });
+  const limitsLog = logger.child({ component: 'limits' });
+  const limiter = new Limiter({
+    defaults: config.limits.defaults,
+    clock,
+    wallNow: () => Date.now(),
+    scheduler: systemScheduler,
+    ...(shared ? { shared: { store: shared.store, flushIntervalMs: shared.flushIntervalMs, expectedRouters: shared.expectedRouters, answering: shared.answering } } : {}),
+    events: {
+      ...limitEvents,
+      onShared: (up, error) => {
+        limitEvents.onShared?.(up);
+        if (!up && !error) return; // not answering at start: already logged
+        if (up) limitsLog.info('Redis answers again: limits are shared by every router again');
+        else limitsLog.error({ error: error?.message }, 'Redis is not answering: counting limits locally, each router taking its share, until it is back');
+      },
+    },
+  });
+  limiter.start();
   let stopping = false;
   const app = buildApp({
     maxBodyBytes: config.server.maxBodyBytes,
     maxUploadBytes: config.server.maxUploadBytes,
     maxJsonDepth: config.server.maxJsonDepth,
     keys,
+    limits: limiter,
     catalog: () => discovery.catalog(),
     director,
     metrics,
@@ -204,6 +227,8 @@ export async function createRouter(config: Config, options: RouterOptions = {}):
       await discovery.stop();
       breakers.shutdown();
       agent.destroy();
+      await limiter.stop();
+      await shared?.close();
     },
   };
 }

@@ -7,6 +7,7 @@
 import { createHash, timingSafeEqual } from 'node:crypto';
 import { unwatchFile, watchFile, type Stats } from 'node:fs';
 import { readKeysFile, type KeyEntry } from '../config/keys-file.js';
+import { type KeyLimitFields } from '../limits/settings.js';
 import { type Deployment, type Priority } from '../core/types.js';
 
 /** The caller, once authenticated. */
@@ -16,6 +17,10 @@ export interface Principal {
   models: ReadonlySet<string> | undefined;
   /** The class of this key's requests (a header may lower it, never raise it). */
   priority: Priority;
+  /** Fair-share weight when requests queue. */
+  weight: number;
+  /** The key's own limits (the config's defaults fill what it leaves out). */
+  limits?: KeyLimitFields;
 }
 
 interface StoredKey {
@@ -38,6 +43,8 @@ function toStored(entries: readonly KeyEntry[]): StoredKey[] {
       name: entry.name,
       models: !entry.models || entry.models.includes('*') ? undefined : new Set(entry.models),
       priority: entry.priority ?? 'standard',
+      weight: entry.weight ?? 1,
+      ...(entry.limits ? { limits: entry.limits } : {}),
     },
   }));
 }

@@ -1,5 +1,6 @@
-/** The API keys file: a YAML list of `{name, key | keySha256, models?, priority?}`. */
+/** The API keys file: a YAML list of `{name, key | keySha256, models?, priority?, weight?, limits?}`. */
 import { Ajv } from 'ajv';
+import { keyLimitsSchema, type KeyLimitFields } from '../limits/settings.js';
 import { PRIORITIES, type Priority } from '../core/types.js';
 import { readFile } from 'node:fs/promises';
 import { describeSchemaErrors, type SchemaError } from '../core/schema-errors.js';
@@ -16,6 +17,10 @@ export interface KeyEntry {
   models?: string[];
   /** The class of this key's requests under saturation; `standard` when absent. */
   priority?: Priority;
+  /** This key's share when requests queue: keys take turns in proportion to their weights (default 1). */
+  weight?: number;
+  /** What the key may spend (limits/settings.ts); unset fields come from the config's `limits.defaults`. */
+  limits?: KeyLimitFields;
 }
 
 const ajv = new Ajv({ allErrors: true, verbose: true, strict: true });
@@ -31,6 +36,8 @@ const validateKeys = ajv.compile({
       keySha256: { type: 'string', pattern: '^[0-9a-fA-F]{64}$' },
       models: { type: 'array', items: { type: 'string', minLength: 1 } },
       priority: { enum: PRIORITIES },
+      weight: { type: 'number', exclusiveMinimum: 0, maximum: 1000 },
+      limits: keyLimitsSchema,
     },
   },
 });

@@ -152,15 +152,32 @@ export function buildConfig(data: unknown, baseDir: string, env: NodeJS.ProcessE
   discovery.identity ??= env.POD_NAME ?? hostname();
   if (discovery.kubeconfig) discovery.kubeconfig = resolve(baseDir, discovery.kubeconfig);
   config.auth.keysFile = resolve(baseDir, config.auth.keysFile);
+  /** A secret or certificate named by a config field, read now (a missing file stops the start). */
+  const readSecret = (file: string, field: string, trim: boolean): { path: string; text: string } => {
+    const path = resolve(baseDir, file);
+    try {
+      const text = readFileSync(path, 'utf8');
+      return { path, text: trim ? text.trim() : text };
+    } catch (err) {
+      throw new ConfigError(`cannot read ${path}: ${(err as NodeJS.ErrnoException).code ?? String(err)}`, field);
+    }
+  };
   config.pools.forEach((pool, i) => {
     if (!pool.backendKeyFile) return;
-    pool.backendKeyFile = resolve(baseDir, pool.backendKeyFile);
-    try {
-      pool.backendKey = readFileSync(pool.backendKeyFile, 'utf8').trim();
-    } catch (err) {
-      throw new ConfigError(`cannot read ${pool.backendKeyFile}: ${(err as NodeJS.ErrnoException).code ?? String(err)}`, `pools[${i}].backendKeyFile`);
-    }
+    const { path, text } = readSecret(pool.backendKeyFile, `pools[${i}].backendKeyFile`, true);
+    pool.backendKeyFile = path;
+    pool.backendKey = text;
   });
+  const redis = config.limits.redis;
+  if (redis) {
+    try {
+      new URL(redis.url);
+    } catch {
+      throw new ConfigError('is not a URL (redis://host:port/db or rediss://…)', 'limits.redis.url');
+    }
+    if (redis.passwordFile) ({ path: redis.passwordFile, text: redis.password } = readSecret(redis.passwordFile, 'limits.redis.passwordFile', true));
+    if (redis.caFile) ({ path: redis.caFile, text: redis.ca } = readSecret(redis.caFile, 'limits.redis.caFile', false));
+  }
   return deepFreeze(config);
 }
 

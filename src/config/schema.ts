@@ -5,6 +5,7 @@
 import { CAPABILITIES, ENGINES, type Capability, type Engine } from '../core/types.js';
 import { routingOverridesSchema, type RoutingOverrides } from '../balancer/settings.js';
 import { type RoutingSettings } from '../core/types.js';
+import { defaultLimitsSchema, type LimitFields } from '../limits/settings.js';
 import { resilienceOverridesSchema, type ResilienceOverrides, type ResilienceSettings } from '../resilience/settings.js';
 
 export const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
@@ -82,6 +83,36 @@ export interface ServerConfig {
   forwardHeaders: string[];
 }
 
+export interface RedisLimitsConfig {
+  /** redis:// or rediss:// (TLS). */
+  url: string;
+  username?: string;
+  /** File holding the password; read at load into {@link RedisLimitsConfig.password}. */
+  passwordFile?: string;
+  password?: string;
+  /** TLS even with a redis:// URL. */
+  tls: boolean;
+  /** CA bundle for TLS; read at load into {@link RedisLimitsConfig.ca}. */
+  caFile?: string;
+  ca?: string;
+  keyPrefix: string;
+  /** A Redis call slower than this counts as Redis not answering, for that request. */
+  timeoutMs: number;
+  /** How often settled and streamed tokens are written to Redis. */
+  flushIntervalMs: number;
+  /** Router replicas assumed until their heartbeats in Redis say how many there are. */
+  expectedRouters: number;
+}
+
+export interface LimitsConfig {
+  /** Limits of keys whose entry sets none of that kind. */
+  defaults: LimitFields;
+  /** Per-key usage metrics, labelled by key name. */
+  keyMetrics: boolean;
+  /** Shared counts; unset: each router counts alone. */
+  redis?: RedisLimitsConfig;
+}
+
 export interface Config {
   server: ServerConfig;
   admin: { host: string; port: number };
@@ -94,6 +125,8 @@ export interface Config {
   routing: RoutingSettings;
   /** The request header that may lower a request's priority class below its key's. */
   priority: { header: string };
+  /** Per-key limits (the keys file holds each key's own). */
+  limits: LimitsConfig;
   pools: PoolConfig[];
   deployments: DeploymentConfig[];
 }
@@ -188,6 +221,31 @@ export const configSchema = {
       additionalProperties: false,
       default: {},
       properties: { header: { type: 'string', pattern: "^[A-Za-z0-9!#$%&'*+.^_`|~-]+$", default: 'x-modelgate-priority' } },
+    },
+    limits: {
+      type: 'object',
+      additionalProperties: false,
+      default: {},
+      properties: {
+        defaults: defaultLimitsSchema,
+        keyMetrics: { type: 'boolean', default: false },
+        redis: {
+          type: 'object',
+          additionalProperties: false,
+          required: ['url'],
+          properties: {
+            url: { type: 'string', pattern: '^rediss?://' },
+            username: { type: 'string', minLength: 1 },
+            passwordFile: { type: 'string', minLength: 1 },
+            tls: { type: 'boolean', default: false },
+            caFile: { type: 'string', minLength: 1 },
+            keyPrefix: { type: 'string', pattern: '^[^{}]*$', default: 'modelgate:' },
+            timeoutMs: { type: 'integer', minimum: 1, maximum: 10_000, default: 50 },
+            flushIntervalMs: { type: 'integer', minimum: 10, maximum: 60_000, default: 250 },
+            expectedRouters: { type: 'integer', minimum: 1, default: 1 },
+          },
+        },
+      },
     },
     pools: {
       type: 'array',

@@ -32,6 +32,8 @@ export const ERROR_CODES = {
   METHOD_NOT_ALLOWED: { status: 405, type: 'invalid_request_error' },
   REQUEST_TOO_LARGE: { status: 413, type: 'invalid_request_error' },
   UNSUPPORTED_MEDIA_TYPE: { status: 415, type: 'invalid_request_error' },
+  RATE_LIMIT_EXCEEDED: { status: 429, type: 'requests' },
+  INSUFFICIENT_QUOTA: { status: 429, type: 'insufficient_quota' },
   QUEUE_FULL: { status: 429, type: 'rate_limit_error' },
   QUEUE_TIMEOUT: { status: 429, type: 'rate_limit_error' },
   REQUEST_SHED: { status: 429, type: 'rate_limit_error' },
@@ -60,12 +62,18 @@ export interface RouterErrorOptions {
   param?: string | null;
   /** Seconds a client should wait before retrying (sent as `Retry-After`). */
   retryAfterSeconds?: number;
+  /** The envelope's `type` when it is not the code's (a rate limit on tokens is `tokens`, on requests `requests`). */
+  type?: string;
+  /** More headers for the answer (the rate-limit headers, `x-should-retry`). */
+  headers?: Readonly<Record<string, string>>;
   cause?: unknown;
 }
 
 export class RouterError extends Error {
   readonly param: string | null;
   readonly retryAfterSeconds: number | undefined;
+  readonly type: string | undefined;
+  readonly headers: Readonly<Record<string, string>> | undefined;
 
   constructor(
     readonly code: ErrorCode,
@@ -76,6 +84,8 @@ export class RouterError extends Error {
     this.name = 'RouterError';
     this.param = options.param ?? null;
     this.retryAfterSeconds = options.retryAfterSeconds;
+    this.type = options.type;
+    this.headers = options.headers;
   }
 
   get status(): number {
@@ -109,7 +119,7 @@ function answered(code: ErrorCode): ErrorCode {
 
 export function envelopeOf(err: RouterError): ErrorEnvelope {
   const code = answered(err.code);
-  return envelope(err.message, ERROR_CODES[code].type, err.param, failureCode(code));
+  return envelope(err.message, err.type ?? ERROR_CODES[code].type, err.param, failureCode(code));
 }
 
 /** Anthropic's error envelope (`/v1/messages`). */
@@ -143,7 +153,7 @@ export function toErrorResponse(err: unknown): { status: number; headers: Record
 export function toErrorResponse(err: unknown, dialect: WireDialect | undefined): { status: number; headers: Record<string, string>; body: ErrorEnvelope | AnthropicErrorBody };
 export function toErrorResponse(err: unknown, dialect: WireDialect = 'openai'): { status: number; headers: Record<string, string>; body: ErrorEnvelope | AnthropicErrorBody } {
   const routerError = err instanceof RouterError ? err : new RouterError('INTERNAL_ERROR', 'The router failed to handle the request.');
-  const headers: Record<string, string> = {};
+  const headers: Record<string, string> = { ...routerError.headers };
   if (routerError.retryAfterSeconds !== undefined) headers['retry-after'] = String(routerError.retryAfterSeconds);
   const status = ERROR_CODES[answered(routerError.code)].status;
   return { status, headers, body: errorBody(envelopeOf(routerError), status, dialect) };

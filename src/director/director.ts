@@ -35,8 +35,12 @@ export interface DirectedRequest {
   /** A multipart body's parts. */
   form?: readonly FormPart[];
   priority: Priority;
-  /** The API key's name: a stored response is continued only by the key that made it. */
+  /** The API key's name: a stored response is continued only by the key that made it; keys take turns in queues. */
   tenant: string;
+  /** The key's fair-share weight when requests queue. */
+  weight: number;
+  /** Hears each streamed content event (the key's token limits count them as they flow). */
+  onContent?: () => void;
   requestId: string;
   /** The client's request headers (only the allow-listed ones go on). */
   headers: IncomingHttpHeaders;
@@ -116,6 +120,8 @@ export class Director {
       route: routeSteps(planned, request, usage, (pool) => this.allowedHeaders(pool), forms),
       request: {
         priority: request.priority,
+        tenant: request.tenant,
+        weight: request.weight,
         requestId: request.requestId,
         ...(promptText ? { promptText: () => promptText(body) } : {}),
         ...(pinned ? { only: pinned.endpoint } : {}),
@@ -130,6 +136,7 @@ export class Director {
       signal: request.signal,
       stripUsageChunk: usage !== undefined,
       dialect: api.dialect,
+      ...(request.onContent ? { onContent: request.onContent } : {}),
       onInterToken: (pool, ms) => deps.metrics.recordInterToken({ deployment: deployment.id, pool }, ms / 1000),
     });
     const labels = { deployment: deployment.id, pool: report.pool?.name ?? first.pool.name };

@@ -96,6 +96,8 @@ export interface ExchangePlan {
   dialect?: WireDialect;
   /** Each inter-token gap of a committed stream, in ms, with the pool that streams it. */
   onInterToken?: (pool: string, ms: number) => void;
+  /** Each content event of a stream (a token on its way to the client). */
+  onContent?: () => void;
 }
 
 /** Where the request is on its route, and what it has spent there. */
@@ -171,9 +173,12 @@ export class ExchangeRunner {
     const { endpoint } = picked;
     const settings = step.pool.resilience;
     const started = clock.now();
-    const { onInterToken } = plan;
+    const { onInterToken, onContent } = plan;
     const dialect = plan.dialect ?? 'openai';
-    const meter = new ResponseMeter(clock, started, onInterToken && ((ms) => onInterToken(step.pool.name, ms)), dialect);
+    const meter = new ResponseMeter(clock, started, dialect, {
+      ...(onInterToken ? { interToken: (ms: number) => onInterToken(step.pool.name, ms) } : {}),
+      ...(onContent ? { content: onContent } : {}),
+    });
     const result = await this.deps.forwarder.attempt(req, res, {
       endpoint,
       body: step.body,

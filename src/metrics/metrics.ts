@@ -6,6 +6,8 @@
  * see `RouterMetrics`.
  */
 import { collectDefaultMetrics, Registry } from 'prom-client';
+import { type LimiterEvents } from '../limits/limiter.js';
+import { limitsMetrics } from './limits.js';
 import { type ApiName, type PreviousResponseOutcome } from '../core/types.js';
 import { controlPlaneMetrics, type ControlPlaneMetrics, type ControlPlaneSources } from './control-plane.js';
 import { observeResilienceGauges, resilienceMetrics, type AdmissionSources, type ResilienceMetrics, type ResilienceSources } from './resilience.js';
@@ -16,7 +18,7 @@ import { trafficMetrics, type TrafficMetrics } from './traffic.js';
 export interface MetricSources extends RoutingStateSources, AdmissionSources, ControlPlaneSources {}
 
 /** An inference API's name (the route table's), `models` (GET /v1/models…), or `other` (everything else). */
-export type Route = ApiName | 'models' | 'other';
+export type Route = ApiName | 'models' | 'limits' | 'other';
 
 export interface TrafficLabels {
   deployment: string;
@@ -41,7 +43,7 @@ export class RouterMetrics {
 
   recordRequest(route: Route, deployment: string, pool: string, code: number, seconds: number): void {
     this.traffic.requests.inc({ route, deployment, pool, code: String(code) });
-    if (route !== 'models' && route !== 'other') this.traffic.duration.observe({ route, deployment, pool }, seconds);
+    if (route !== 'models' && route !== 'limits' && route !== 'other') this.traffic.duration.observe({ route, deployment, pool }, seconds);
   }
 
   recordTimeToFirstToken(labels: TrafficLabels, seconds: number): void {
@@ -59,6 +61,11 @@ export class RouterMetrics {
 
   recordResponseEnd(labels: TrafficLabels, end: string): void {
     this.traffic.streamEnds.inc({ ...labels, end });
+  }
+
+  /** Registers the per-key limits' metrics; the limiter reports into what this returns. */
+  observeLimits(options: { redis: boolean; keyMetrics: boolean }): LimiterEvents {
+    return limitsMetrics([this.registry], options);
   }
 
   recordKeysReload(ok: boolean): void {

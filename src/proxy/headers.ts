@@ -74,7 +74,9 @@ export function upstreamHeaders(client: IncomingHttpHeaders, allowed: ReadonlySe
 export function clientResponseHeaders(upstream: IncomingHttpHeaders, requestId: string): OutgoingHttpHeaders {
   const drop = new Set([...connectionTokens(upstream), ...HOP_BY_HOP]);
   const out: OutgoingHttpHeaders = {};
-  for (const [name, value] of Object.entries(upstream)) if (value !== undefined && !drop.has(name)) out[name] = value;
+  // An engine's own rate-limit headers describe the router's backend key, shared by every tenant: the
+  // client gets the router's, for its own key (set before the response starts), never the engine's.
+  for (const [name, value] of Object.entries(upstream)) if (value !== undefined && !drop.has(name) && !name.startsWith('x-ratelimit-')) out[name] = value;
   out['x-request-id'] = requestId;
   return out;
 }

@@ -85,6 +85,14 @@ export function isUsageChunk(event: SseEvent): boolean {
   return event.data.includes('"choices":[]') && event.data.includes('"usage":{');
 }
 
+/** Who hears of a stream's content events as they pass. */
+export interface MeterWatch {
+  /** Each gap between content events, in ms. */
+  interToken?: (ms: number) => void;
+  /** Each content event (one token, as counted while a stream flows: the per-key limits take them). */
+  content?: () => void;
+}
+
 export class ResponseMeter {
   usage: TokenUsage | undefined;
   /** ms from the request being sent to the first content event. */
@@ -102,8 +110,8 @@ export class ResponseMeter {
   constructor(
     private readonly clock: Clock,
     private readonly sentAt: number,
-    private readonly onInterToken?: (ms: number) => void,
     private readonly dialect: WireDialect = 'openai',
+    private readonly watch: MeterWatch = {},
   ) {}
 
   /** The `sequence_number` an event added after the last one relayed should carry (Responses API). */
@@ -121,9 +129,10 @@ export class ResponseMeter {
     if (event.data === '[DONE]') return;
     if (this.isContent(event)) {
       this.contentEvents += 1;
+      this.watch.content?.();
       const now = this.clock.now();
       if (this.lastContentAt === undefined) this.ttftMs = now - this.sentAt;
-      else this.onInterToken?.(now - this.lastContentAt);
+      else this.watch.interToken?.(now - this.lastContentAt);
       this.lastContentAt = now;
     } else if (this.dialect === 'responses' && this.responseId === undefined && event.data.includes('"response":{')) {
       const response = this.parse(event)?.response;

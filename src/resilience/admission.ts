@@ -1,16 +1,33 @@
 /**
  * Admission control per pool. With `maxConcurrencyPerReplica` set, a request that finds every replica
- * at its limit waits in a bounded FIFO queue until a slot frees, at most `queue.timeoutMs`; a full
- * queue or a wait that runs out is answered 429 with Retry-After. A client that leaves while queued is
- * taken out of the queue at once.
+ * at its limit waits in a bounded queue until a slot frees, at most `queue.timeoutMs`; a full queue or
+ * a wait that runs out is answered 429 with Retry-After. A client that leaves while queued is taken out
+ * of the queue at once.
  *
- * Priorities: a `sheddable` request never waits — with no free slot it is answered 429 at once; a
- * `critical` one waits ahead of every `standard` one, and when the queue is full it takes the place
- * of the most recent `standard` waiter (which gets the 429 instead).
+ * Priorities: a `sheddable` request never waits — with no free slot it is answered 429 at once; every
+ * `critical` waiter goes ahead of every `standard` one.
+ *
+ * Fair sharing: inside each priority class, tenants (API keys) take turns by weighted start-time fair
+ * queueing (fair-queue.ts): a tenant's burst is spread out in virtual time, so another tenant's request
+ * waits for about one admission per busier tenant, not for the whole burst; a tenant of weight w is
+ * admitted w times as often as one of weight 1 while both have requests waiting. Requests without a
+ * tenant share one anonymous tenant (all of them alone: plain FIFO). Each pool and class has its own
+ * virtual time; `notify` admits the critical class by start tag, then the standard one, and stops at the
+ * first waiter that cannot take a slot.
+ *
+ * A full queue (`maxSize` waiters over both classes) makes room for a newcomer by turning one waiter
+ * away with the 429 instead (event `displaced`, then `queue_full`), so neither a lower class nor a
+ * flooding key can lock others out:
+ * 1. a `critical` newcomer displaces the latest `standard` waiter of the tenant with the most standard
+ *    waiters (with one tenant: the most recent standard waiter);
+ * 2. otherwise a newcomer whose tenant has fewer waiters in its class than the heaviest tenant of that
+ *    class displaces that tenant's latest waiter;
+ * 3. otherwise the newcomer gets the 429 (so the heaviest tenant's own newcomers do).
  */
 import { type Scheduler } from '../core/clock.js';
 import { BUSY_RETRY_AFTER_SECONDS, RouterError } from '../core/errors.js';
 import { type Priority } from '../core/types.js';
+import { FairQueue, type FairEntry } from './fair-queue.js';
 
 interface Waiter<T> {
   tryTake: () => T | undefined;
@@ -21,14 +38,39 @@ interface Waiter<T> {
   onAbort: () => void;
   enqueuedAt: number;
   critical: boolean;
+  /** Its place in its class's fair queue (set once queued). */
+  entry?: FairEntry<Waiter<unknown>>;
 }
+
+/** One pool's waiters: the critical class is served before the standard one. */
+interface PoolQueue {
+  critical: FairQueue<Waiter<unknown>>;
+  standard: FairQueue<Waiter<unknown>>;
+}
+
+type DequeueResult = 'admitted' | 'timeout' | 'abandoned' | 'displaced';
 
 export interface AdmissionEvents {
   onQueued?: (pool: string) => void;
   /** Wait in ms, and how it ended. */
-  onDequeued?: (pool: string, waitedMs: number, result: 'admitted' | 'timeout' | 'abandoned' | 'displaced') => void;
+  onDequeued?: (pool: string, waitedMs: number, result: DequeueResult) => void;
   onRejected?: (pool: string, reason: 'queue_full' | 'queue_timeout' | 'shed') => void;
 }
+
+/** Who is asking, for the order among waiters. */
+export interface AdmitOptions {
+  /** Aborts when the client leaves: a queued request is taken out at once. */
+  signal?: AbortSignal;
+  /** Default `standard`. */
+  priority?: Priority;
+  /** The API key's name; requests without one share one anonymous tenant. */
+  tenant?: string;
+  /** The tenant's fair share relative to weight 1; must be > 0. Default 1. */
+  weight?: number;
+}
+
+/** The tenant of requests that name none. Not a valid key name (those come from the keys file), so no key shares it by accident. */
+const ANONYMOUS = '\0anonymous';
 
 /** The 429 of a sheddable request that found the pool saturated. */
 export function shedError(): RouterError {
@@ -45,8 +87,19 @@ function abortError(): Error {
   return err;
 }
 
+/** The waiter that makes room for a newcomer of `tenant` in a full queue, if any (rules in the module comment). */
+function displaceable(queue: PoolQueue, critical: boolean, tenant: string): Waiter<unknown> | undefined {
+  if (critical) {
+    const standard = queue.standard.heaviest();
+    if (standard) return standard.entry.value;
+  }
+  const own = critical ? queue.critical : queue.standard;
+  const heaviest = own.heaviest();
+  return heaviest && own.count(tenant) < heaviest.count ? heaviest.entry.value : undefined;
+}
+
 export class AdmissionQueues {
-  private readonly queues = new Map<string, Array<Waiter<unknown>>>();
+  private readonly queues = new Map<string, PoolQueue>();
 
   constructor(
     private readonly scheduler: Scheduler,
@@ -55,18 +108,22 @@ export class AdmissionQueues {
   ) {}
 
   depth(pool: string): number {
-    return this.queues.get(pool)?.length ?? 0;
+    const queue = this.queues.get(pool);
+    return queue ? queue.critical.size + queue.standard.size : 0;
   }
 
   *depths(): IterableIterator<{ pool: string; depth: number }> {
-    for (const [pool, waiters] of this.queues) yield { pool, depth: waiters.length };
+    for (const [pool, queue] of this.queues) yield { pool, depth: queue.critical.size + queue.standard.size };
   }
 
   /**
    * Runs `tryTake` now, or when a slot frees (see {@link notify}), until it returns a value. Rejects
-   * with a 429 RouterError when the queue is full or the wait runs out, or an AbortError when `signal` aborts.
+   * with a 429 RouterError when the queue is full or the wait runs out, an AbortError when `signal`
+   * aborts, or a RangeError for a weight that is not a positive number.
    */
-  admit<T>(pool: string, tryTake: () => T | undefined, limits: { maxSize: number; timeoutMs: number }, signal?: AbortSignal, priority: Priority = 'standard'): Promise<T> {
+  admit<T>(pool: string, tryTake: () => T | undefined, limits: { maxSize: number; timeoutMs: number }, options: AdmitOptions = {}): Promise<T> {
+    const { signal, priority = 'standard', tenant = ANONYMOUS, weight = 1 } = options;
+    if (!(weight > 0 && Number.isFinite(weight))) return Promise.reject(new RangeError(`A fair-share weight must be a positive number (got ${weight}).`));
     const first = tryTake();
     if (first !== undefined) return Promise.resolve(first);
     if (signal?.aborted) return Promise.reject(abortError());
@@ -74,10 +131,10 @@ export class AdmissionQueues {
       this.events.onRejected?.(pool, 'shed');
       return Promise.reject(shedError());
     }
-    const queue = this.queues.get(pool) ?? [];
+    const queue = this.queues.get(pool) ?? { critical: new FairQueue(), standard: new FairQueue() };
     const critical = priority === 'critical';
-    if (queue.length >= limits.maxSize) {
-      const displaced = critical ? queue.findLast((w) => !w.critical) : undefined;
+    if (queue.critical.size + queue.standard.size >= limits.maxSize) {
+      const displaced = displaceable(queue, critical, tenant);
       if (!displaced) {
         this.events.onRejected?.(pool, 'queue_full');
         return Promise.reject(queueFullError(limits.maxSize));
@@ -106,19 +163,17 @@ export class AdmissionQueues {
         },
       };
       signal?.addEventListener('abort', waiter.onAbort, { once: true });
-      // critical waiters line up behind earlier critical ones, ahead of every standard one
-      const at = critical ? queue.findIndex((w) => !w.critical) : -1;
-      if (at < 0) queue.push(waiter as Waiter<unknown>);
-      else queue.splice(at, 0, waiter as Waiter<unknown>);
+      waiter.entry = (critical ? queue.critical : queue.standard).push(waiter as Waiter<unknown>, tenant, weight);
       this.events.onQueued?.(pool);
     });
   }
 
   /** A slot may have freed in `pool`: admit waiters in order for as long as they can take one. */
   notify(pool: string): void {
-    const queue = this.queues.get(pool);
-    while (queue && queue.length > 0) {
-      const waiter = queue[0] as Waiter<unknown>;
+    for (;;) {
+      const queue = this.queues.get(pool);
+      const waiter = (queue?.critical.head() ?? queue?.standard.head())?.value;
+      if (!waiter) return;
       const value = waiter.tryTake();
       if (value === undefined) return;
       this.remove(pool, waiter, 'admitted');
@@ -126,12 +181,13 @@ export class AdmissionQueues {
     }
   }
 
-  private remove(pool: string, waiter: Waiter<unknown>, result: 'admitted' | 'timeout' | 'abandoned' | 'displaced'): void {
+  private remove(pool: string, waiter: Waiter<unknown>, result: DequeueResult): void {
     const queue = this.queues.get(pool);
-    const at = queue?.indexOf(waiter) ?? -1;
-    if (!queue || at < 0) return;
-    queue.splice(at, 1);
-    if (queue.length === 0) this.queues.delete(pool);
+    const { entry } = waiter;
+    if (!queue || !entry) return;
+    const removed = (waiter.critical ? queue.critical : queue.standard).remove(entry, result === 'admitted' ? 'served' : 'dropped');
+    if (!removed) return;
+    if (queue.critical.size + queue.standard.size === 0) this.queues.delete(pool);
     this.scheduler.clearTimeout(waiter.timer);
     waiter.signal?.removeEventListener('abort', waiter.onAbort);
     this.events.onDequeued?.(pool, this.now() - waiter.enqueuedAt, result);

@@ -3,8 +3,9 @@
  * the pool (health checks, breaker, in-flight count, whether this request tried it) and hands it to
  * the balancer: filters (balancer/filters.ts) decide who may take the request, the pool's scheduling
  * profile scores the rest (balancer/scheduler.ts). When every usable endpoint is full, the request
- * waits in the pool's admission queue by priority; a sheddable request is turned away instead, and
- * also whenever the engines report every replica saturated.
+ * waits in the pool's admission queue by priority, taking turns with the other tenants (API keys) of
+ * its priority; a sheddable request is turned away instead, and also whenever the engines report every
+ * replica saturated.
  */
 import { isUsable, pickable, type CandidateState } from '../balancer/filters.js';
 import { type InFlight } from '../balancer/in-flight.js';
@@ -37,6 +38,10 @@ export interface PickRequest {
   header?: (name: string) => string | undefined;
   /** The only endpoint the request may go to (it holds state the request builds on, e.g. a stored response). */
   only?: string;
+  /** The API key's name: queued requests of one priority take turns by tenant. None: the shared anonymous tenant. */
+  tenant?: string;
+  /** The key's fair-share weight among queued tenants (> 0, default 1). */
+  weight?: number;
 }
 
 export interface PickEvents {
@@ -94,7 +99,8 @@ export class EndpointPicker {
     }
     const { queue } = pool.resilience;
     const limits = maxWaitMs < queue.timeoutMs ? { ...queue, timeoutMs: Math.max(0, maxWaitMs) } : queue;
-    return this.deps.admission.admit(pool.name, () => this.take(pool, tried, request), limits, signal, request.priority);
+    const { priority, tenant, weight } = request;
+    return this.deps.admission.admit(pool.name, () => this.take(pool, tried, request), limits, { signal, priority, tenant, weight });
   }
 
   /** Whether `pool` still has a replica that could take traffic and that this request has not tried. */

@@ -21,7 +21,8 @@ import { buildAdminApp, type AdminDeps, type ReadinessCheck } from './admin.js';
 import { bodyReader, bodyTooLarge, bodyTruncated } from './body.js';
 import { contextOf, requestIdOf, setContext, type RequestContext } from './context.js';
 import { forwardedFor } from './forwarded.js';
-import { inferenceHandler } from './inference.js';
+import { inferenceHandler, type RequestLimits } from './inference.js';
+import { getLimits, type LimitsView } from './limits.js';
 import { listModels, retrieveModel } from './models.js';
 
 export type { ReadinessCheck };
@@ -36,6 +37,8 @@ export interface AppDeps {
   maxUploadBytes: number;
   maxJsonDepth: number;
   keys: Authenticator;
+  /** Per-key limits; absent: no key is limited. */
+  limits?: RequestLimits & LimitsView;
   catalog: () => ModelCatalog;
   director: RequestDirector;
   metrics: RequestMetrics & AdminDeps['metrics'];
@@ -58,13 +61,13 @@ export interface BuiltApp {
 }
 
 /** Every route and its one method, for the 405 answers. */
-const ROUTES: Record<string, string> = { ...Object.fromEntries(API_ROUTES.flatMap((r) => r.paths.map((path) => [path, 'POST']))), '/v1/models': 'GET', '/v1/models/*id': 'GET' };
-const ROUTE_LIST = `${API_ROUTES.flatMap((r) => r.paths.map((path) => `POST ${path}`)).join(', ')}, GET /v1/models and GET /v1/models/{model}`;
+const ROUTES: Record<string, string> = { ...Object.fromEntries(API_ROUTES.flatMap((r) => r.paths.map((path) => [path, 'POST']))), '/v1/models': 'GET', '/v1/models/*id': 'GET', '/v1/limits': 'GET' };
+const ROUTE_LIST = `${API_ROUTES.flatMap((r) => r.paths.map((path) => `POST ${path}`)).join(', ')}, GET /v1/models, GET /v1/models/{model} and GET /v1/limits`;
 
 /** The metrics label and the wire dialect of the route at `path` (an unknown path speaks OpenAI's). */
 function routeOf(path: string): { route: Route; dialect: WireDialect } {
   const api = apiRouteAt(path);
-  return api ? { route: api.name, dialect: api.dialect } : { route: path === '/v1/models' ? 'models' : 'other', dialect: 'openai' };
+  return api ? { route: api.name, dialect: api.dialect } : { route: path === '/v1/models' ? 'models' : path === '/v1/limits' ? 'limits' : 'other', dialect: 'openai' };
 }
 
 function sendError(res: Response, err: unknown): void {
@@ -161,7 +164,7 @@ export function buildApp(deps: AppDeps): BuiltApp {
 
   const readJson = bodyReader(deps.maxBodyBytes);
   const readUpload = bodyReader(deps.maxUploadBytes);
-  const inference = { maxJsonDepth: deps.maxJsonDepth, catalog: deps.catalog, director: deps.director, priorityHeader };
+  const inference = { maxJsonDepth: deps.maxJsonDepth, catalog: deps.catalog, director: deps.director, priorityHeader, ...(deps.limits ? { limits: deps.limits } : {}) };
   const mount = (route: ApiRoute): void => {
     const reads = route.body === 'multipart' ? [requireForm, readUpload] : [requireJson, readJson];
     for (const path of route.paths) api.post(path, authenticate, ...reads, inferenceHandler(inference, route));
@@ -169,6 +172,7 @@ export function buildApp(deps: AppDeps): BuiltApp {
   API_ROUTES.forEach(mount);
   api.get('/v1/models', authenticate, listModels(deps.catalog));
   api.get('/v1/models/*id', authenticate, retrieveModel(deps.catalog));
+  api.get('/v1/limits', authenticate, getLimits(deps.limits));
   for (const [path, method] of Object.entries(ROUTES)) {
     api.all(path, (req: Request) => {
       throw new RouterError('METHOD_NOT_ALLOWED', `${req.method} is not allowed on ${path}; use ${method}.`);

@@ -12,11 +12,19 @@ import { validateRequest, type ValidRequest } from '../api/validate.js';
 import { modelNotFound, RouterError } from '../core/errors.js';
 import { PRIORITIES, type Priority } from '../core/types.js';
 import { type RequestDirector } from '../director/director.js';
+import { type Lease } from '../limits/limiter.js';
 import { type ModelCatalog } from '../registry/registry.js';
 import { contextOf } from './context.js';
 
+/** The per-key limits as the handler uses them (limits/limiter.ts). */
+export interface RequestLimits {
+  admit(key: Principal, deployment: string, estimate: number): Promise<Pick<Lease, 'headers' | 'streamed' | 'finish'> | undefined>;
+}
+
 export interface InferenceDeps {
   maxJsonDepth: number;
+  /** Absent: no key is limited. */
+  limits?: RequestLimits;
   catalog: () => ModelCatalog;
   director: RequestDirector;
   /** The header that may lower a request's priority class (config `priority.header`), lower case. */
@@ -55,6 +63,16 @@ async function readForm(api: ApiRoute, raw: Buffer, contentType: string): Promis
   return { body: validateRequest(api, formFields(form)), text: '', form };
 }
 
+/**
+ * The prompt tokens a request is charged before the engine reports them: its prompt text (or, for
+ * APIs without one, its JSON body) at about four characters a token. A form (audio) is charged nothing
+ * up front. The engine's usage replaces the estimate when the response ends.
+ */
+export function estimatePromptTokens(api: ApiRoute, body: ValidRequest, text: string): number {
+  const chars = api.promptText ? api.promptText(body).length : text.length;
+  return Math.ceil(chars / 4);
+}
+
 export function inferenceHandler(deps: InferenceDeps, api: ApiRoute) {
   return async (req: Request, res: Response): Promise<void> => {
     const ctx = contextOf(res);
@@ -70,6 +88,12 @@ export function inferenceHandler(deps: InferenceDeps, api: ApiRoute) {
     const priority = requestPriority(principal.priority, req.headers[deps.priorityHeader], deps.priorityHeader);
     ctx.priority = priority;
     if (ctx.closed) return; // the client left while the body was read
+    const lease = deps.limits && (await deps.limits.admit(principal, deployment.id, estimatePromptTokens(api, body, text)));
+    if (lease) for (const [name, value] of Object.entries(lease.headers)) res.setHeader(name, value);
+    if (ctx.closed) {
+      lease?.finish(undefined); // the client left while its limits were checked
+      return;
+    }
     const request = {
       api,
       path: ctx.path,
@@ -81,6 +105,8 @@ export function inferenceHandler(deps: InferenceDeps, api: ApiRoute) {
       ...(form ? { form } : {}),
       priority,
       tenant: principal.name,
+      weight: principal.weight,
+      ...(lease ? { onContent: () => lease.streamed() } : {}),
       requestId: ctx.requestId,
       headers: req.headers,
       forwarded: ctx.forwarded,
@@ -90,8 +116,9 @@ export function inferenceHandler(deps: InferenceDeps, api: ApiRoute) {
     ctx.exchange = directed.then(
       (report) => {
         ctx.report = report;
+        lease?.finish(report.usage);
       },
-      () => undefined, // a route that cannot be planned is answered by the error handler below
+      () => lease?.finish(undefined), // a route that cannot be planned is answered by the error handler below
     );
     await directed;
   };

@@ -1,13 +1,14 @@
 /**
  * charts/modelgate with every ci/*-values.yaml: helm lint --strict passes, helm template renders
  * objects that pass the Kubernetes and CRD schemas and carry the common labels, and the rendered
- * router config is one the router itself accepts (buildConfig and `modelgate validate`).
+ * router config is one the router itself accepts (buildConfig and `modelgate validate`), with
+ * stand-ins for the files the pod mounts from Secrets.
  */
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { basename, join } from 'node:path';
 import { parse, stringify } from 'yaml';
 import { validateCommand } from '../../src/commands.js';
 import { buildConfig } from '../../src/config/load.js';
@@ -29,7 +30,29 @@ const objectsOf = (file: string): K8sObject[] => {
   return r.objects;
 };
 
+/** A rendered config's fields that name files the pod mounts from Secrets. */
+interface MountedFiles {
+  auth: { keysFile: string };
+  limits?: { redis?: { passwordFile?: string; caFile?: string } };
+}
+
+/**
+ * The router reads limits.redis.passwordFile and caFile when it loads its config; the pod has them
+ * from Secrets (test/chart/limits.test.ts checks the mounts). Points them at stand-ins of the same
+ * name in `secrets`.
+ */
+function withStandInSecrets<T extends MountedFiles>(config: T): T {
+  const redis = config.limits?.redis;
+  if (redis?.passwordFile) redis.passwordFile = join(secrets, basename(redis.passwordFile));
+  if (redis?.caFile) redis.caFile = join(secrets, basename(redis.caFile));
+  return config;
+}
+
+let secrets = '';
 beforeAll(async () => {
+  secrets = await mkdtemp(join(tmpdir(), 'modelgate-chart-secrets-'));
+  await writeFile(join(secrets, 'password'), 'redis-password\n');
+  await writeFile(join(secrets, 'ca.crt'), '-----BEGIN CERTIFICATE-----\nstand-in\n-----END CERTIFICATE-----\n');
   await Promise.all(
     CI_FILES.map(async (file) => {
       const result = await render([file]);
@@ -37,10 +60,22 @@ beforeAll(async () => {
     }),
   );
 });
+afterAll(async () => {
+  await rm(secrets, { recursive: true, force: true });
+});
 
 describe('charts/modelgate ci values', () => {
   it('has the values files CI renders', () => {
-    expect(CI_FILES).toEqual(expect.arrayContaining(['ci/default-values.yaml', 'ci/all-namespaces-values.yaml', 'ci/existing-secret-values.yaml', 'ci/full-values.yaml', 'ci/namespaces-values.yaml']));
+    expect(CI_FILES).toEqual(
+      expect.arrayContaining([
+        'ci/default-values.yaml',
+        'ci/all-namespaces-values.yaml',
+        'ci/existing-secret-values.yaml',
+        'ci/full-values.yaml',
+        'ci/limits-values.yaml',
+        'ci/namespaces-values.yaml',
+      ]),
+    );
   });
 
   it('passes helm lint --strict with the defaults and one key', async () => {
@@ -88,7 +123,7 @@ describe.each(CI_FILES)('charts/modelgate rendered with %s', (file) => {
   });
 
   it("renders a config the router's own validation accepts, in Kubernetes mode", () => {
-    const config = buildConfig(parse(routerConfigText(objectsOf(file))) as unknown, '/etc/modelgate/config', { POD_NAME: 'x', POD_NAMESPACE: 'ns' });
+    const config = buildConfig(withStandInSecrets(parse(routerConfigText(objectsOf(file))) as MountedFiles), '/etc/modelgate/config', { POD_NAME: 'x', POD_NAMESPACE: 'ns' });
     expect(config.discovery.mode).toBe('kubernetes');
     expect(config.discovery.identity).toBe('x');
     expect(config.discovery.leaderElection.leaseNamespace).toBe('ns');
@@ -110,7 +145,7 @@ describe.each(CI_FILES)('charts/modelgate rendered with %s', (file) => {
       const objects = objectsOf(file);
       const keys = keysFileText(objects) ?? stringify([{ name: 'outside-the-chart', key: 'sk-outside-0123456789' }]);
       expect(parseKeysFile(keys, 'keys.yaml').length).toBeGreaterThan(0);
-      const config = parse(routerConfigText(objects)) as { auth: { keysFile: string } };
+      const config = withStandInSecrets(parse(routerConfigText(objects)) as MountedFiles);
       config.auth.keysFile = join(dir, 'keys.yaml');
       await writeFile(join(dir, 'keys.yaml'), keys);
       await writeFile(join(dir, 'modelgate.yaml'), stringify(config));

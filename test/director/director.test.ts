@@ -80,6 +80,7 @@ function request(kind: ApiName, deployment: Deployment, body: ValidRequest, head
     text,
     priority: 'critical',
     tenant: 'team-a',
+    weight: 1,
     requestId: 'rid-7',
     headers: { 'content-type': 'application/json', cookie: 'secret', ...headers },
     forwarded: { for: '10.1.2.3', proto: 'http', host: 'router.local', port: '8080' },

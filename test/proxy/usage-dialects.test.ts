@@ -9,7 +9,7 @@ import { ResponseMeter, usageFromJson } from '../../src/proxy/usage.js';
 function meterOver(dialect: WireDialect, stream: string): { meter: ResponseMeter; gaps: number[] } {
   const time = { at: 0, now: () => time.at };
   const gaps: number[] = [];
-  const meter = new ResponseMeter(time, 0, (ms) => gaps.push(ms), dialect);
+  const meter = new ResponseMeter(time, 0, dialect, { interToken: (ms) => gaps.push(ms) });
   for (const event of new SseTap().push(stream)) {
     time.at += 10;
     meter.onEvent(event);
@@ -93,7 +93,7 @@ describe('ResponseMeter dialects', () => {
   });
 
   it('reads a non-streamed Responses API answer’s top-level id (not a nested one)', () => {
-    const meter = new ResponseMeter({ now: () => 0 }, 0, undefined, 'responses');
+    const meter = new ResponseMeter({ now: () => 0 }, 0, 'responses');
     meter.onBody(Buffer.from('{"output":[{"id":"msg_9","type":"message"}],"id":"resp_top",'));
     meter.onBody(Buffer.from('"usage":{"input_tokens":1,"output_tokens":2}}'));
     meter.onBodyEnd();

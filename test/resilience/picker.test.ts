@@ -312,6 +312,31 @@ describe('EndpointPicker: concurrency limit and admission', () => {
     for (const p of held) p.release();
   });
 
+  it("queued requests of one priority take turns by tenant (the request's API key), by weight", async () => {
+    const t = setup(['a']);
+    const wide = pool({ maxConcurrencyPerReplica: 1, queue: { maxSize: 10, timeoutMs: 1_000 } });
+    let held = await t.picker.pick(wide, new Set());
+    const order: string[] = [];
+    const waiting = new Map<string, Promise<Picked>>();
+    const queue = (label: string, tenant: string, weight?: number): void => {
+      const request = { priority: 'standard' as Priority, tenant, ...(weight === undefined ? {} : { weight }) };
+      waiting.set(
+        label,
+        t.picker.pick(wide, new Set(), undefined, request).then((picked) => (order.push(label), picked)),
+      );
+    };
+    for (const label of ['flood0', 'flood1', 'flood2']) queue(label, 'flood');
+    for (const label of ['trickle0', 'trickle1']) queue(label, 'trickle', 2);
+    while (order.length < waiting.size) {
+      held.release(); // the only slot frees: the next in turn takes it
+      await flush();
+      held = await (waiting.get(order.at(-1) ?? '') as Promise<Picked>);
+    }
+    held.release();
+    // flood: 0, 1, 2; trickle (weight 2): 0, 0.5
+    expect(order).toEqual(['flood0', 'trickle0', 'trickle1', 'flood1', 'flood2']);
+  });
+
   it('a sheddable request never waits for a slot: REQUEST_SHED (429) at once', async () => {
     const t = setup(['a']);
     const first = await t.picker.pick(limited, new Set());

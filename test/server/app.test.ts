@@ -19,9 +19,9 @@ import { waitFor } from '../helpers/sim.js';
 const pool: PoolSpec = { name: 'p', engine: 'vllm', servedModelName: 'served/m', capabilities: ['chat'], resilience: RESILIENCE_DEFAULTS, routing: ROUTING_DEFAULTS };
 const catalog = new Registry([pool], [{ id: 'm-prod', model: 'm', aliases: ['default'], targets: [{ pool: 'p', weight: 100 }], fallbacks: [], created: 1 }]);
 const principals: Record<string, Principal> = {
-  'sk-all': { name: 'all', models: undefined, priority: 'standard' },
-  'sk-batch': { name: 'batch', models: new Set(['m']), priority: 'sheddable' },
-  'sk-none': { name: 'none', models: new Set(['other']), priority: 'critical' },
+  'sk-all': { name: 'all', models: undefined, priority: 'standard', weight: 1 },
+  'sk-batch': { name: 'batch', models: new Set(['m']), priority: 'sheddable', weight: 1 },
+  'sk-none': { name: 'none', models: new Set(['other']), priority: 'critical', weight: 1 },
 };
 
 function app(report: Partial<DirectorReport> = {}): { api: ReturnType<typeof buildApp>['api']; handed: DirectedRequest[]; logs: string[] } {

@@ -114,6 +114,7 @@ to set.
 {{- fail (printf "modelDeployments %q: spec.fallbacks names the deployment itself; list other ModelDeployments of its namespace" .name) }}
 {{- end }}
 {{- end }}
+{{- include "modelgate.validateRedis" . }}
 {{- if and .Values.watch.allNamespaces .Values.watch.namespaces }}
 {{- fail "watch: set watch.allNamespaces or watch.namespaces, not both" }}
 {{- end }}
@@ -128,6 +129,82 @@ to set.
 {{- end }}
 {{- end }}
 {{- end }}
+{{- end }}
+
+{{/*
+Checks of limits.redis: settings that would do nothing without a URL, a CA without TLS, and a
+password in the URL (the config is a ConfigMap, readable by anyone who can read the namespace).
+*/}}
+{{- define "modelgate.validateRedis" -}}
+{{- $redis := .Values.limits.redis }}
+{{- if not $redis.url }}
+{{- range $name, $set := dict "existingSecret" $redis.existingSecret "tls.enabled" $redis.tls.enabled "tls.caSecret" $redis.tls.caSecret "username" $redis.username }}
+{{- if $set }}
+{{- fail (printf "limits.redis: %s is set but limits.redis.url is empty; set url (e.g. redis://redis-master.cache:6379/0) or unset %s" $name $name) }}
+{{- end }}
+{{- end }}
+{{- else }}
+{{- if (urlParse $redis.url).userinfo }}
+{{- fail "limits.redis.url: carries a user or password, which would land in a ConfigMap; put the password in a Secret and set limits.redis.existingSecret (and limits.redis.username for an ACL user)" }}
+{{- end }}
+{{- if and $redis.tls.caSecret (not (include "modelgate.redisTls" .)) }}
+{{- fail "limits.redis.tls.caSecret: set, but the connection to Redis is plain; set limits.redis.tls.enabled or use a rediss:// URL" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+"true" when the router talks TLS to Redis (limits.redis.tls.enabled or a rediss:// URL), else empty.
+*/}}
+{{- define "modelgate.redisTls" -}}
+{{- if or .Values.limits.redis.tls.enabled (hasPrefix "rediss://" .Values.limits.redis.url) }}true{{ end }}
+{{- end }}
+
+{{/*
+The TCP port of limits.redis.url: the URL's, or Redis' 6379 when it has none.
+*/}}
+{{- define "modelgate.redisPort" -}}
+{{- $host := (urlParse .Values.limits.redis.url).host }}
+{{- if regexMatch ":[0-9]+$" $host }}
+{{- regexFind "[0-9]+$" $host }}
+{{- else }}
+{{- 6379 }}
+{{- end }}
+{{- end }}
+
+{{/*
+Router replicas the config's limits.redis.expectedRouters assumes until the routers' heartbeat in
+Redis says how many there are: autoscaling.minReplicas with the HPA, else replicaCount (at least 1).
+*/}}
+{{- define "modelgate.expectedRouters" -}}
+{{- if .Values.autoscaling.enabled }}
+{{- .Values.autoscaling.minReplicas }}
+{{- else }}
+{{- max 1 .Values.replicaCount }}
+{{- end }}
+{{- end }}
+
+{{/*
+The config's `limits` block: defaults and keyMetrics always; redis only with limits.redis.url, its
+password and CA as the files the Deployment mounts from their Secrets.
+*/}}
+{{- define "modelgate.limitsConfig" -}}
+{{- $l := .Values.limits }}
+{{- $limits := dict "defaults" $l.defaults "keyMetrics" $l.keyMetrics }}
+{{- with $l.redis.url }}
+{{- $redis := dict "url" . "tls" $l.redis.tls.enabled "keyPrefix" $l.redis.keyPrefix "timeoutMs" $l.redis.timeoutMs "flushIntervalMs" $l.redis.flushIntervalMs "expectedRouters" (include "modelgate.expectedRouters" $ | atoi) }}
+{{- with $l.redis.username }}
+{{- $_ := set $redis "username" . }}
+{{- end }}
+{{- if $l.redis.existingSecret }}
+{{- $_ := set $redis "passwordFile" "/etc/modelgate/redis/password" }}
+{{- end }}
+{{- if $l.redis.tls.caSecret }}
+{{- $_ := set $redis "caFile" "/etc/modelgate/redis-tls/ca.crt" }}
+{{- end }}
+{{- $_ := set $limits "redis" $redis }}
+{{- end }}
+{{- toYaml $limits }}
 {{- end }}
 
 {{/*
@@ -146,8 +223,9 @@ it; the schema cannot say it). Takes a dict: where (for the message) and routing
 
 {{/*
 The router's config file (modelgate.yaml) in Kubernetes mode. server.host/port and admin.port come
-from `service`, server.shutdownDelayMs/gracePeriodMs from `drain`, everything else from `config`
-(resilience and routing only when set, so an empty block keeps the router's defaults).
+from `service`, server.shutdownDelayMs/gracePeriodMs from `drain`, `limits` from `limits`,
+everything else from `config` (resilience and routing only when set, so an empty block keeps the
+router's defaults).
 */}}
 {{- define "modelgate.config" -}}
 {{- $c := .Values.config }}
@@ -169,6 +247,7 @@ from `service`, server.shutdownDelayMs/gracePeriodMs from `drain`, everything el
 {{- with $c.priority }}
 {{- $_ := set $config "priority" . }}
 {{- end }}
+{{- $_ := set $config "limits" (include "modelgate.limitsConfig" . | fromYaml) }}
 {{- toYaml $config }}
 {{- end }}
 
@@ -190,7 +269,8 @@ The subjects of every RoleBinding and ClusterRoleBinding: the router's ServiceAc
 {{- end }}
 
 {{/*
-The API keys file (README "API keys file"): a YAML list of {name, key | keySha256, models, priority}.
+The API keys file (README "API keys file"): a YAML list of {name, key | keySha256, models, priority,
+weight, limits}.
 */}}
 {{- define "modelgate.keysFile" -}}
 {{- range .Values.auth.keys }}
@@ -206,6 +286,12 @@ The API keys file (README "API keys file"): a YAML list of {name, key | keySha25
   {{- end }}
   {{- if hasKey . "priority" }}
   priority: {{ .priority | toJson }}
+  {{- end }}
+  {{- if hasKey . "weight" }}
+  weight: {{ .weight | toJson }}
+  {{- end }}
+  {{- if hasKey . "limits" }}
+  limits: {{ .limits | toJson }}
   {{- end }}
 {{- end }}
 {{- end }}

@@ -1,0 +1,455 @@
+/**
+ * Per-key limits on the request path. `admit` makes one store call (one Redis round trip when Redis is
+ * configured) that checks every limit of the key and takes the request and its estimated prompt
+ * tokens; the answer gives the rate-limit headers, or a 429. The lease it returns follows the response:
+ * each streamed content event is one more token, and the engine's usage corrects the estimate at the
+ * end. Tokens reach the store in batches every `flushIntervalMs`, off the request path, so a long
+ * stream is counted while it flows and the key's next requests see it.
+ *
+ * With Redis configured the counts are shared by every router. When Redis cannot answer (down,
+ * or slower than its timeout), the router keeps serving: it counts locally with the limits divided
+ * by the number of routers (known from their heartbeats in Redis, else `expectedRouters`), logs
+ * once, and tries Redis again at most once a second. Budgets while down are what was left of them
+ * when Redis was last seen, divided the same way, and the tokens spent locally are added to Redis's
+ * budgets once it is back. Nothing is ever written over Redis's counts: it is only added to.
+ */
+import { randomUUID } from 'node:crypto';
+import { type Clock, type Scheduler } from '../core/clock.js';
+import { RouterError } from '../core/errors.js';
+import { type TokenUsage } from '../proxy/usage.js';
+import { formatDuration, rateLimitHeaders } from './headers.js';
+import { keyLimits, type KeyLimitFields, type KeyLimits, type LimitFields, type ScopeLimits } from './settings.js';
+import { LocalLimitStore, type AdmitRequest, type BudgetSpec, type Checks, type ConcurrencySpec, type LimitStore, type RateSpec, type Settlement, type Verdict } from './store.js';
+
+/** What the limiter knows of the caller. */
+export interface LimitedKey {
+  name: string;
+  limits?: KeyLimitFields;
+}
+
+/** The shared store (Redis), with the routers' heartbeat. */
+export interface SharedLimitStore extends LimitStore {
+  heartbeat(router: string, ttlMs: number): Promise<number>;
+}
+
+export type RedisOp = 'admit' | 'settle' | 'heartbeat';
+
+export interface LimiterEvents {
+  onAdmitted?: (key: string) => void;
+  onRejected?: (key: string, reason: 'requests' | 'tokens' | 'concurrency' | 'budget') => void;
+  onTokens?: (key: string, prompt: number, completion: number) => void;
+  onBudget?: (key: string, window: 'day' | 'month', remaining: number) => void;
+  /** Redis answered again (true), or stopped answering (false). */
+  onShared?: (up: boolean, error?: Error) => void;
+  onSharedError?: (op: RedisOp) => void;
+  onRoundTrip?: (seconds: number) => void;
+  onRouters?: (routers: number) => void;
+}
+
+export interface LimiterOptions {
+  defaults: LimitFields;
+  /** Monotonic ms (the local counts and the lease clock). */
+  clock: Clock;
+  /** Wall-clock ms (budget periods are UTC days and months). */
+  wallNow: () => number;
+  scheduler: Scheduler;
+  shared?: {
+    store: SharedLimitStore;
+    flushIntervalMs: number;
+    /** Routers assumed until their heartbeats say. */
+    expectedRouters: number;
+    /** Whether Redis answered at start (default true); when not, counts start local. */
+    answering?: boolean;
+  };
+  events?: LimiterEvents;
+}
+
+/** How long a concurrency lease lives unless renewed (renewed every third of it while in use). */
+export const LEASE_MS = 60_000;
+const HEARTBEAT_MS = 5_000;
+const HEARTBEAT_TTL_MS = 3 * HEARTBEAT_MS;
+/** After Redis failed a request, the next try waits this long (meanwhile: local counts). */
+const RETRY_SHARED_MS = 1_000;
+/** Budget settlements kept for Redis while it is down (per key and period, so bounded by keys × 2). */
+const MAX_PENDING = 100_000;
+const LOCAL_FLUSH_MS = 250;
+
+/** A UTC period's name and its end. */
+export function periods(wallMs: number): { day: { period: string; endsInMs: number }; month: { period: string; endsInMs: number } } {
+  const now = new Date(wallMs);
+  const y = now.getUTCFullYear();
+  const m = now.getUTCMonth();
+  const d = now.getUTCDate();
+  const pad = (n: number): string => String(n).padStart(2, '0');
+  return {
+    day: { period: `day:${y}-${pad(m + 1)}-${pad(d)}`, endsInMs: Date.UTC(y, m, d + 1) - wallMs },
+    month: { period: `month:${y}-${pad(m + 1)}`, endsInMs: Date.UTC(y, m + 1, 1) - wallMs },
+  };
+}
+
+/** The checks of a key's request on `deployment` (all deployments when undefined: what GET /v1/limits shows). */
+export function checksFor(key: string, limits: KeyLimits, deployment: string | undefined, wallMs: number): Checks {
+  const rates: RateSpec[] = [];
+  const concurrency: ConcurrencySpec[] = [];
+  if (limits.requestsPerMinute) rates.push({ id: 'requests', kind: 'requests', perMinute: limits.requestsPerMinute });
+  if (limits.tokensPerMinute) rates.push({ id: 'tokens', kind: 'tokens', perMinute: limits.tokensPerMinute });
+  if (limits.concurrentRequests) concurrency.push({ id: 'all', limit: limits.concurrentRequests });
+  const scopes = deployment === undefined ? [...limits.deployments] : limits.deployments.has(deployment) ? [[deployment, limits.deployments.get(deployment) as ScopeLimits] as const] : [];
+  for (const [id, scope] of scopes) {
+    if (scope.requestsPerMinute) rates.push({ id: `requests:${id}`, kind: 'requests', perMinute: scope.requestsPerMinute });
+    if (scope.tokensPerMinute) rates.push({ id: `tokens:${id}`, kind: 'tokens', perMinute: scope.tokensPerMinute });
+    if (scope.concurrentRequests) concurrency.push({ id: `deployment:${id}`, limit: scope.concurrentRequests });
+  }
+  const budgets: BudgetSpec[] = [];
+  if (limits.tokensPerDay || limits.tokensPerMonth) {
+    const { day, month } = periods(wallMs);
+    if (limits.tokensPerDay) budgets.push({ window: 'day', ...day, limit: limits.tokensPerDay });
+    if (limits.tokensPerMonth) budgets.push({ window: 'month', ...month, limit: limits.tokensPerMonth });
+  }
+  return { key, rates, budgets, concurrency };
+}
+
+function refusal(verdict: Verdict, limits: KeyLimits): RouterError {
+  const refused = verdict.refused as NonNullable<Verdict['refused']>;
+  const wait = formatDuration(refused.retryAfterMs);
+  const headers = { ...rateLimitHeaders(verdict), 'retry-after-ms': String(refused.retryAfterMs) };
+  const retryAfterSeconds = Math.max(1, Math.ceil(refused.retryAfterMs / 1000));
+  if (refused.reason === 'budget') {
+    const budget = verdict.budgets.find((b) => b.window === refused.id);
+    const per = refused.id === 'day' ? 'day (UTC)' : 'month (UTC)';
+    return new RouterError('INSUFFICIENT_QUOTA', `You exceeded your current quota: this API key's budget of ${budget?.limit ?? '?'} tokens per ${per} is spent; it renews in ${wait}.`, {
+      retryAfterSeconds,
+      // the official SDKs retry every 429 unless told not to; a spent budget will not come back in seconds
+      headers: { ...headers, 'x-should-retry': 'false' },
+    });
+  }
+  if (refused.reason === 'concurrency') {
+    const limit = refused.id === 'all' ? limits.concurrentRequests : limits.deployments.get(refused.id.slice('deployment:'.length))?.concurrentRequests;
+    const scope = refused.id === 'all' ? '' : ` on this model`;
+    return new RouterError('RATE_LIMIT_EXCEEDED', `Too many concurrent requests: this API key may have ${limit ?? '?'} in flight at once${scope}. Retry when one has finished.`, {
+      retryAfterSeconds,
+      headers,
+    });
+  }
+  const state = verdict.rates.find((r) => r.id === refused.id);
+  const unit = refused.reason === 'requests' ? 'requests per min (RPM)' : 'tokens per min (TPM)';
+  const scope = refused.id.includes(':') ? ' on this model' : '';
+  return new RouterError(
+    'RATE_LIMIT_EXCEEDED',
+    `Rate limit reached for this API key${scope} on ${unit}: Limit ${Math.floor(state?.limit ?? 0)}, Remaining ${state?.remaining ?? 0}. Please try again in ${wait}.`,
+    {
+      retryAfterSeconds,
+      type: refused.reason,
+      headers,
+    },
+  );
+}
+
+/** Local limits while Redis is down: each router takes its share of what the key may spend. */
+function scaled(checks: Checks, routers: number, budgetUsed: (period: string) => number): Checks {
+  if (routers <= 1 && checks.budgets.every((b) => budgetUsed(b.period) === 0)) return checks;
+  return {
+    key: checks.key,
+    rates: checks.rates.map((r) => ({ ...r, perMinute: r.perMinute / routers })),
+    concurrency: checks.concurrency.map((c) => ({ ...c, limit: Math.max(1, Math.floor(c.limit / routers)) })),
+    budgets: checks.budgets.map((b) => ({ ...b, limit: Math.max(0, b.limit - budgetUsed(b.period)) / routers })),
+  };
+}
+
+/** One admitted request's hold on its key's limits. */
+export class Lease {
+  /** Content events streamed and not yet sent to the store. */
+  unsent = 0;
+  /** Tokens the store has been charged for this request so far (estimate + streamed). */
+  charged: number;
+  private done = false;
+
+  constructor(
+    private readonly limiter: Limiter,
+    readonly store: LimitStore,
+    readonly checks: Checks,
+    readonly id: string,
+    readonly estimate: number,
+    /** OpenAI's rate-limit headers for the response. */
+    readonly headers: Readonly<Record<string, string>>,
+    readonly startedAt: number,
+  ) {
+    this.charged = estimate;
+  }
+
+  /** One content event went to the client. */
+  streamed(): void {
+    if (!this.done) this.unsent += 1;
+  }
+
+  /** The response ended; `usage` is what it used (undefined when the engine produced nothing). */
+  finish(usage: TokenUsage | undefined): void {
+    if (this.done) return;
+    this.done = true;
+    this.limiter.finished(this, usage);
+  }
+}
+
+export class Limiter {
+  private readonly limits = new WeakMap<LimitedKey, KeyLimits | null>();
+  private readonly local: LocalLimitStore;
+  /** Counts while Redis is down (a fresh one each outage). */
+  private fallback: LocalLimitStore | undefined;
+  private sharedUp = true;
+  private retrySharedAt = 0;
+  private routers: number;
+  private readonly router = randomUUID();
+  private sequence = 0;
+  /** Leases of requests not yet finished (their streamed tokens are flushed; their concurrency slots renewed). */
+  private readonly active = new Set<Lease>();
+  /** Tokens waiting for the next flush, per store and key and checks. */
+  private readonly pending = new Map<string, { store: LimitStore; settlement: Settlement }>();
+  /** Budget use Redis last reported, per key and period: the base of the local budgets while it is down. */
+  private readonly budgetSeen = new Map<string, number>();
+  private timers: unknown[] = [];
+  private flushing = false;
+
+  constructor(private readonly options: LimiterOptions) {
+    this.local = new LocalLimitStore(() => options.clock.now());
+    this.routers = Math.max(1, options.shared?.expectedRouters ?? 1);
+    if (options.shared?.answering === false) {
+      this.sharedUp = false;
+      this.fallback = new LocalLimitStore(() => options.clock.now());
+    }
+  }
+
+  /** Whether counts are shared right now (false without Redis, or while it is down). */
+  get shared(): boolean {
+    return this.options.shared !== undefined && this.sharedUp;
+  }
+
+  start(): void {
+    const { scheduler, shared } = this.options;
+    if (!this.sharedUp) this.options.events?.onShared?.(false);
+    const flushEvery = shared?.flushIntervalMs ?? LOCAL_FLUSH_MS;
+    const loop = (ms: number, run: () => Promise<void>): void => {
+      const tick = (): void => {
+        void run().finally(() => {
+          if (this.timers.length > 0) this.timers[index] = scheduler.setTimeout(tick, ms);
+        });
+      };
+      const index = this.timers.length;
+      this.timers.push(scheduler.setTimeout(tick, ms));
+    };
+    loop(flushEvery, () => this.flush());
+    if (shared) {
+      loop(HEARTBEAT_MS, () => this.beat());
+      void this.beat();
+    }
+  }
+
+  /** Stops the timers and sends what is pending. */
+  async stop(): Promise<void> {
+    const timers = this.timers;
+    this.timers = [];
+    for (const timer of timers) this.options.scheduler.clearTimeout(timer);
+    await this.flush();
+  }
+
+  /** The key's limits in force, or undefined when it has none. */
+  limitsOf(key: LimitedKey): KeyLimits | undefined {
+    let limits = this.limits.get(key);
+    if (limits === undefined) {
+      limits = keyLimits(key.limits, this.options.defaults) ?? null;
+      this.limits.set(key, limits);
+    }
+    return limits ?? undefined;
+  }
+
+  /**
+   * Takes a request of `key` on `deployment` with `estimate` prompt tokens. Resolves with its lease
+   * (undefined for a key without limits); rejects with a 429 RouterError when a limit refuses it.
+   */
+  async admit(key: LimitedKey, deployment: string, estimate: number): Promise<Lease | undefined> {
+    const limits = this.limitsOf(key);
+    if (!limits) return undefined;
+    const { clock, events } = this.options;
+    const checks = checksFor(key.name, limits, deployment, this.options.wallNow());
+    const request: AdmitRequest = { ...checks, tokens: estimate, lease: `${this.router}:${++this.sequence}`, leaseMs: LEASE_MS };
+    let store: LimitStore = this.storeNow();
+    let verdict: Verdict;
+    if (store === this.options.shared?.store) {
+      const started = clock.now();
+      try {
+        verdict = await store.admit(request);
+        events?.onRoundTrip?.((clock.now() - started) / 1000);
+        this.sharedAnswered();
+        for (const budget of verdict.budgets) this.budgetSeen.set(`${key.name}\0${budget.period}`, budget.used - (verdict.ok ? estimate : 0));
+      } catch (err) {
+        this.sharedFailed('admit', err as Error);
+        store = this.storeNow();
+        verdict = await store.admit(this.localChecks(request));
+      }
+    } else {
+      verdict = await store.admit(store === this.local ? request : this.localChecks(request));
+    }
+    for (const budget of verdict.budgets) events?.onBudget?.(key.name, budget.window, Math.max(0, budget.limit - budget.used));
+    if (!verdict.ok) {
+      events?.onRejected?.(key.name, verdict.refused?.reason ?? 'requests');
+      throw refusal(verdict, limits);
+    }
+    events?.onAdmitted?.(key.name);
+    const lease = new Lease(this, store, request, request.lease, estimate, rateLimitHeaders(verdict), clock.now());
+    this.active.add(lease);
+    return lease;
+  }
+
+  /** The key's limits and what is left of them, taking nothing (GET /v1/limits). */
+  async peek(key: LimitedKey): Promise<{ limits: KeyLimits; verdict: Verdict } | undefined> {
+    const limits = this.limitsOf(key);
+    if (!limits) return undefined;
+    const checks = checksFor(key.name, limits, undefined, this.options.wallNow());
+    const store = this.storeNow();
+    if (store !== this.options.shared?.store) return { limits, verdict: await store.peek(store === this.local ? checks : this.localChecksOf(checks)) };
+    try {
+      const verdict = await store.peek(checks);
+      this.sharedAnswered();
+      return { limits, verdict };
+    } catch (err) {
+      this.sharedFailed('admit', err as Error);
+      return { limits, verdict: await this.storeNow().peek(this.localChecksOf(checks)) };
+    }
+  }
+
+  /** Called by Lease.finish. */
+  finished(lease: Lease, usage: TokenUsage | undefined): void {
+    this.active.delete(lease);
+    const used = usage ? Math.round((usage.estimated ? lease.estimate : usage.promptTokens) + usage.completionTokens) : 0;
+    if (usage) this.options.events?.onTokens?.(lease.checks.key, usage.estimated ? lease.estimate : usage.promptTokens, usage.completionTokens);
+    this.queue(lease.store, lease, used - lease.charged);
+    lease.charged = used;
+    lease.unsent = 0;
+    if (lease.checks.concurrency.length > 0) {
+      lease.store.release(lease.checks.key, lease.checks.concurrency, lease.id).catch(() => {
+        // the lease expires by itself within LEASE_MS
+        this.options.events?.onSharedError?.('settle');
+      });
+    }
+    // tokens spent while Redis was down still count against the shared budgets once it is back
+    const shared = this.options.shared?.store;
+    if (shared && lease.store !== shared && lease.checks.budgets.length > 0 && used > 0) {
+      this.queue(shared, { checks: { ...lease.checks, rates: [] } }, used);
+    }
+  }
+
+  private queue(store: LimitStore, lease: Pick<Lease, 'checks'>, tokens: number): void {
+    if (tokens === 0) return;
+    const { checks } = lease;
+    if (checks.budgets.length === 0 && !checks.rates.some((r) => r.kind === 'tokens')) return;
+    const id = `${store === this.local ? 'l' : store === this.fallback ? 'f' : 's'}\0${checks.key}\0${checks.rates.map((r) => `${r.id}=${r.perMinute}`).join(',')}\0${checks.budgets.map((b) => `${b.period}=${b.limit}`).join(',')}`;
+    const entry = this.pending.get(id);
+    if (entry) entry.settlement.tokens += tokens;
+    else if (this.pending.size < MAX_PENDING) this.pending.set(id, { store, settlement: { key: checks.key, rates: checks.rates.filter((r) => r.kind === 'tokens'), budgets: checks.budgets, tokens } });
+  }
+
+  /** Sends the tokens streamed since the last flush and those of finished requests. */
+  async flush(): Promise<void> {
+    if (this.flushing) return;
+    this.flushing = true;
+    try {
+      for (const lease of this.active) {
+        if (lease.unsent === 0) continue;
+        this.queue(lease.store, lease, lease.unsent);
+        lease.charged += lease.unsent;
+        lease.unsent = 0;
+      }
+      const shared = this.options.shared?.store;
+      if (shared && !this.sharedUp) this.keepBudgetsOnly(shared);
+      const byStore = new Map<LimitStore, Settlement[]>();
+      for (const { store, settlement } of this.pending.values()) {
+        const list = byStore.get(store) ?? [];
+        list.push(settlement);
+        byStore.set(store, list);
+      }
+      const sharedItems = shared ? byStore.get(shared) : undefined;
+      for (const [id, { store }] of this.pending) if (store !== shared || this.sharedUp) this.pending.delete(id);
+      for (const [store, settlements] of byStore) {
+        if (store !== shared) await store.settle(settlements);
+      }
+      if (shared && sharedItems && this.sharedUp) {
+        try {
+          await shared.settle(sharedItems);
+        } catch (err) {
+          this.sharedFailed('settle', err as Error);
+          for (const item of sharedItems) this.queue(shared, { checks: { key: item.key, rates: [], budgets: item.budgets, concurrency: [] } }, item.tokens);
+        }
+      }
+    } finally {
+      this.flushing = false;
+    }
+  }
+
+  /**
+   * While Redis is down, what waits for it keeps only the budgets' share: a minute's bucket will have
+   * refilled long before Redis is back, and late debt would stall the key after the outage.
+   */
+  private keepBudgetsOnly(shared: LimitStore): void {
+    for (const [id, { store, settlement }] of this.pending) {
+      if (store !== shared || settlement.rates.length === 0) continue;
+      this.pending.delete(id);
+      this.queue(shared, { checks: { key: settlement.key, rates: [], budgets: settlement.budgets, concurrency: [] } }, settlement.tokens);
+    }
+  }
+
+  /** The routers' heartbeat: how many routers share the key's limits (and whether Redis answers). */
+  private async beat(): Promise<void> {
+    const shared = this.options.shared;
+    if (!shared) return;
+    try {
+      this.routers = Math.max(1, await shared.store.heartbeat(this.router, HEARTBEAT_TTL_MS));
+      this.options.events?.onRouters?.(this.routers);
+      this.sharedAnswered();
+      const leases = [...this.active].filter((l) => l.store === shared.store && l.checks.concurrency.length > 0);
+      if (leases.length > 0)
+        await shared.store.renew(
+          leases.map((l) => ({ key: l.checks.key, concurrency: l.checks.concurrency, lease: l.id })),
+          LEASE_MS,
+        );
+    } catch (err) {
+      this.sharedFailed('heartbeat', err as Error);
+    }
+  }
+
+  /** The store this request goes to: Redis when configured and answering (or due a retry), else local counts. */
+  private storeNow(): LimitStore {
+    const shared = this.options.shared;
+    if (!shared) return this.local;
+    if (this.sharedUp) return shared.store;
+    if (this.options.clock.now() >= this.retrySharedAt) {
+      // one request a second tries Redis again; the rest count locally meanwhile
+      this.retrySharedAt = this.options.clock.now() + RETRY_SHARED_MS;
+      return shared.store;
+    }
+    this.fallback ??= new LocalLimitStore(() => this.options.clock.now());
+    return this.fallback;
+  }
+
+  private localChecks(request: AdmitRequest): AdmitRequest {
+    return { ...request, ...this.localChecksOf(request) };
+  }
+
+  private localChecksOf(checks: Checks): Checks {
+    return scaled(checks, this.routers, (period) => this.budgetSeen.get(`${checks.key}\0${period}`) ?? 0);
+  }
+
+  private sharedAnswered(): void {
+    if (this.sharedUp) return;
+    this.sharedUp = true;
+    this.fallback = undefined;
+    this.options.events?.onShared?.(true);
+  }
+
+  private sharedFailed(op: RedisOp, error: Error): void {
+    this.options.events?.onSharedError?.(op);
+    this.retrySharedAt = this.options.clock.now() + RETRY_SHARED_MS;
+    if (!this.sharedUp) return;
+    this.sharedUp = false;
+    this.fallback = new LocalLimitStore(() => this.options.clock.now());
+    this.options.events?.onShared?.(false, error);
+  }
+}

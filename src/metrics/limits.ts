@@ -1,0 +1,75 @@
+/**
+ * Per-key limits: requests refused and why, whether Redis answers, its round trip, how many routers
+ * share the limits — and, opt-in (`limits.keyMetrics`), requests, tokens and budgets by key *name*.
+ * Key names are the operator's (the keys file), so the set is bounded; still, a fleet with thousands
+ * of keys leaves the per-key series off.
+ */
+import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
+import { type LimiterEvents } from '../limits/limiter.js';
+
+export function limitsMetrics(registers: Registry[], options: { redis: boolean; keyMetrics: boolean }): LimiterEvents {
+  const rejections = new Counter({
+    name: 'modelgate_limit_rejections_total',
+    help: "Requests refused by their API key's limits, by the limit that refused (requests, tokens, concurrency, budget).",
+    labelNames: ['reason'],
+    registers,
+  });
+  const events: LimiterEvents = { onRejected: (_key, reason) => rejections.inc({ reason }) };
+  if (options.redis) {
+    const up = new Gauge({
+      name: 'modelgate_limits_redis_up',
+      help: 'Whether Redis answers for the shared limits (1), or the router counts locally with its share of each limit (0).',
+      registers,
+    });
+    up.set(1);
+    const errors = new Counter({
+      name: 'modelgate_limits_redis_errors_total',
+      help: 'Redis calls of the limits that failed or timed out, by operation (admit, settle, heartbeat).',
+      labelNames: ['op'],
+      registers,
+    });
+    const seconds = new Histogram({
+      name: 'modelgate_limits_redis_seconds',
+      help: "Round trip of a request's limit check in Redis.",
+      buckets: [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1],
+      registers,
+    });
+    const routers = new Gauge({ name: 'modelgate_limits_routers', help: "Routers sharing the limits (their heartbeats in Redis): each router's share of a limit while Redis is down.", registers });
+    routers.set(1);
+    events.onShared = (answering) => up.set(answering ? 1 : 0);
+    events.onSharedError = (op) => errors.inc({ op });
+    events.onRoundTrip = (s) => seconds.observe(s);
+    events.onRouters = (n) => routers.set(n);
+  }
+  if (options.keyMetrics) {
+    const requests = new Counter({
+      name: 'modelgate_key_requests_total',
+      help: 'Requests by API key name and how its limits answered (admitted, rate_limited, quota_exceeded). Opt-in: limits.keyMetrics.',
+      labelNames: ['key', 'outcome'],
+      registers,
+    });
+    const tokens = new Counter({
+      name: 'modelgate_key_tokens_total',
+      help: 'Tokens by API key name and type (prompt, completion). Opt-in: limits.keyMetrics.',
+      labelNames: ['key', 'type'],
+      registers,
+    });
+    const budget = new Gauge({
+      name: 'modelgate_key_budget_remaining_tokens',
+      help: "Tokens left of each API key's budget (window: day, month), as of its last request. Opt-in: limits.keyMetrics.",
+      labelNames: ['key', 'window'],
+      registers,
+    });
+    events.onAdmitted = (key) => requests.inc({ key, outcome: 'admitted' });
+    events.onRejected = (key, reason) => {
+      rejections.inc({ reason });
+      requests.inc({ key, outcome: reason === 'budget' ? 'quota_exceeded' : 'rate_limited' });
+    };
+    events.onTokens = (key, prompt, completion) => {
+      if (prompt > 0) tokens.inc({ key, type: 'prompt' }, prompt);
+      if (completion > 0) tokens.inc({ key, type: 'completion' }, completion);
+    };
+    events.onBudget = (key, window, remaining) => budget.set({ key, window }, remaining);
+  }
+  return events;
+}

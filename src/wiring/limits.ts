@@ -1,0 +1,56 @@
+/**
+ * The shared store of the per-key limits: a Redis client and the store over it. Loaded only when
+ * `limits.redis` is set, so a router without Redis never loads the client.
+ */
+import { type Logger } from 'pino';
+import { type RedisLimitsConfig } from '../config/schema.js';
+import { type SharedLimitStore } from '../limits/limiter.js';
+
+/** How long start-up waits for Redis before serving with local counts (it keeps trying after). */
+const CONNECT_WAIT_MS = 2_000;
+
+export interface SharedLimits {
+  store: SharedLimitStore;
+  flushIntervalMs: number;
+  expectedRouters: number;
+  /** Whether Redis answered at start. */
+  answering: boolean;
+  close(): Promise<void>;
+}
+
+export async function sharedLimits(config: RedisLimitsConfig, logger: Logger): Promise<SharedLimits> {
+  const { RedisLimitStore, redisClient } = await import('../limits/redis-store.js');
+  const client = redisClient({
+    url: config.url,
+    ...(config.username ? { username: config.username } : {}),
+    ...(config.password ? { password: config.password } : {}),
+    tls: config.tls,
+    ...(config.ca ? { ca: config.ca } : {}),
+    timeoutMs: config.timeoutMs,
+  });
+  // 'ready', or the bound: a refused connection is retried by the client meanwhile, so errors are not the end
+  const answering = await new Promise<boolean>((resolve) => {
+    const timer = setTimeout(() => {
+      client.off('ready', ready);
+      resolve(false);
+    }, CONNECT_WAIT_MS);
+    const ready = (): void => {
+      clearTimeout(timer);
+      resolve(true);
+    };
+    client.once('ready', ready);
+  });
+  if (!answering) {
+    logger.error({ component: 'limits', waitedMs: CONNECT_WAIT_MS }, 'Redis is not answering at start: counting limits locally, each router taking its share, until it is back');
+  }
+  return {
+    store: new RedisLimitStore(client, { prefix: config.keyPrefix }),
+    flushIntervalMs: config.flushIntervalMs,
+    expectedRouters: config.expectedRouters,
+    answering,
+    async close() {
+      client.disconnect();
+      await Promise.resolve();
+    },
+  };
+}

@@ -1,0 +1,286 @@
+import { describe, expect, it } from '@jest/globals';
+import { RouterError, toErrorResponse } from '../../src/core/errors.js';
+import { formatDuration } from '../../src/limits/headers.js';
+import { Limiter, periods, type LimitedKey, type LimiterEvents, type SharedLimitStore } from '../../src/limits/limiter.js';
+import { type LimitFields } from '../../src/limits/settings.js';
+import { LocalLimitStore, type AdmitRequest, type Checks, type ConcurrencySpec, type Settlement } from '../../src/limits/store.js';
+import { FakeTime } from '../helpers/fake-time.js';
+
+/** 2026-11-24 12:00:00 UTC */
+const NOON = Date.UTC(2026, 10, 24, 12);
+
+/** A shared store (Redis's stand-in) over local counts, which can be made to stop answering. */
+class FlakyShared implements SharedLimitStore {
+  readonly counts: LocalLimitStore;
+  down = false;
+  routers = 1;
+  settled: Settlement[] = [];
+  constructor(time: FakeTime) {
+    this.counts = new LocalLimitStore(() => time.now());
+  }
+  private check(): void {
+    if (this.down) throw new Error('connect ECONNREFUSED 127.0.0.1:6379');
+  }
+  async admit(request: AdmitRequest) {
+    this.check();
+    return this.counts.admit(request);
+  }
+  async peek(checks: Checks) {
+    this.check();
+    return this.counts.peek(checks);
+  }
+  async settle(settlements: readonly Settlement[]) {
+    this.check();
+    this.settled.push(...settlements.map((s) => ({ ...s })));
+    return this.counts.settle(settlements);
+  }
+  async release(key: string, concurrency: readonly ConcurrencySpec[], lease: string) {
+    this.check();
+    return this.counts.release(key, concurrency, lease);
+  }
+  async renew(leases: ReadonlyArray<{ key: string; concurrency: readonly ConcurrencySpec[]; lease: string }>, leaseMs: number) {
+    this.check();
+    return this.counts.renew(leases, leaseMs);
+  }
+  heartbeat() {
+    this.check();
+    return Promise.resolve(this.routers);
+  }
+}
+
+function setup(defaults: LimitFields = {}, options: { shared?: boolean; events?: LimiterEvents } = {}) {
+  const time = new FakeTime();
+  const wall = (): number => NOON + time.now();
+  const shared = options.shared ? new FlakyShared(time) : undefined;
+  const limiter = new Limiter({
+    defaults,
+    clock: time,
+    wallNow: wall,
+    scheduler: time,
+    ...(shared ? { shared: { store: shared, flushIntervalMs: 250, expectedRouters: 1 } } : {}),
+    ...(options.events ? { events: options.events } : {}),
+  });
+  limiter.start();
+  return { time, limiter, shared };
+}
+
+async function refused(promise: Promise<unknown>): Promise<RouterError> {
+  const err = await promise.then(
+    () => undefined,
+    (e: unknown) => e,
+  );
+  expect(err).toBeInstanceOf(RouterError);
+  return err as RouterError;
+}
+
+describe('Limiter', () => {
+  it('leaves a key without limits alone: no lease, no headers', async () => {
+    const { limiter } = setup();
+    expect(await limiter.admit({ name: 'free' }, 'llama', 10)).toBeUndefined();
+    await limiter.stop();
+  });
+
+  it("takes the config's defaults for what a key leaves out, and lets a key lift one with `unlimited`", () => {
+    const { limiter } = setup({ requestsPerMinute: 60, tokensPerDay: 1000 });
+    expect(limiter.limitsOf({ name: 'a' })).toMatchObject({ requestsPerMinute: 60, tokensPerDay: 1000 });
+    expect(limiter.limitsOf({ name: 'b', limits: { requestsPerMinute: 5 } })).toMatchObject({ requestsPerMinute: 5, tokensPerDay: 1000 });
+    const lifted = limiter.limitsOf({ name: 'c', limits: { tokensPerDay: 'unlimited' } });
+    expect(lifted?.tokensPerDay).toBeUndefined();
+    expect(lifted?.requestsPerMinute).toBe(60);
+  });
+
+  it('holds a key to its requests per minute: OpenAI headers, then a 429 rate_limit_exceeded with Retry-After, then the refill', async () => {
+    const { limiter, time } = setup();
+    const key: LimitedKey = { name: 'team', limits: { requestsPerMinute: 3 } };
+    const first = await limiter.admit(key, 'llama', 0);
+    expect(first?.headers).toEqual({ 'x-ratelimit-limit-requests': '3', 'x-ratelimit-remaining-requests': '2', 'x-ratelimit-reset-requests': '20s' });
+    await limiter.admit(key, 'llama', 0);
+    const third = await limiter.admit(key, 'llama', 0);
+    expect(third?.headers['x-ratelimit-remaining-requests']).toBe('0');
+    const err = await refused(limiter.admit(key, 'llama', 0));
+    expect(err.code).toBe('RATE_LIMIT_EXCEEDED');
+    const answer = toErrorResponse(err);
+    expect(answer.status).toBe(429);
+    expect(answer.body.error).toMatchObject({ type: 'requests', code: 'rate_limit_exceeded', param: null });
+    expect(answer.body.error.message).toMatch(/requests per min \(RPM\): Limit 3, Remaining 0\. Please try again in 20s/);
+    expect(answer.headers).toMatchObject({ 'retry-after': '20', 'retry-after-ms': '20000', 'x-ratelimit-remaining-requests': '0' });
+    await time.advance(20_000);
+    expect(await limiter.admit(key, 'llama', 0)).toBeDefined();
+    await limiter.stop();
+  });
+
+  it('counts streamed tokens as they flow, so the next request sees them before the stream ends, and corrects the estimate at the end', async () => {
+    const { limiter, time } = setup();
+    const key: LimitedKey = { name: 'team', limits: { tokensPerMinute: 1000 } };
+    const lease = await limiter.admit(key, 'llama', 100);
+    expect(lease?.headers['x-ratelimit-remaining-tokens']).toBe('900');
+    for (let i = 0; i < 500; i++) lease?.streamed();
+    await time.advance(250); // one flush
+    const during = await limiter.admit(key, 'llama', 0);
+    // 1000 - 100 - 500, plus 250 ms of refill at 1000 a minute (4 tokens)
+    expect(Number(during?.headers['x-ratelimit-remaining-tokens'])).toBe(404);
+    during?.finish(undefined);
+    // the engine reports 40 prompt tokens and 600 completion tokens: 640 in all, 600 charged so far
+    lease?.finish({ promptTokens: 40, completionTokens: 600 });
+    await time.advance(250);
+    const after = await limiter.admit(key, 'llama', 0);
+    const remaining = Number(after?.headers['x-ratelimit-remaining-tokens']);
+    expect(remaining).toBeGreaterThanOrEqual(360);
+    expect(remaining).toBeLessThanOrEqual(370); // 1000 - 640 + 500 ms of refill at 1000/min
+    await limiter.stop();
+  });
+
+  it('refuses a tokens-per-minute key in debt until the refill, as a tokens rate limit', async () => {
+    const { limiter, time } = setup();
+    const key: LimitedKey = { name: 'team', limits: { tokensPerMinute: 600 } };
+    (await limiter.admit(key, 'llama', 50))?.finish({ promptTokens: 50, completionTokens: 1150 }); // 600 into debt
+    await time.advance(250);
+    const err = await refused(limiter.admit(key, 'llama', 10));
+    expect(toErrorResponse(err).body.error).toMatchObject({ type: 'tokens', code: 'rate_limit_exceeded' });
+    await time.advance(60_000);
+    expect(await limiter.admit(key, 'llama', 10)).toBeDefined();
+    await limiter.stop();
+  });
+
+  it('answers a spent budget 429 insufficient_quota, tells the SDKs not to retry, and renews at the UTC day', async () => {
+    const { limiter, time } = setup();
+    const key: LimitedKey = { name: 'team', limits: { tokensPerDay: 1000 } };
+    (await limiter.admit(key, 'llama', 10))?.finish({ promptTokens: 10, completionTokens: 990 });
+    await time.advance(250);
+    const err = await refused(limiter.admit(key, 'llama', 10));
+    const answer = toErrorResponse(err);
+    expect(answer.status).toBe(429);
+    expect(answer.body.error).toMatchObject({ type: 'insufficient_quota', code: 'insufficient_quota' });
+    expect(answer.body.error.message).toMatch(/budget of 1000 tokens per day \(UTC\) is spent; it renews in 11h59m59\.75s/);
+    expect(answer.headers).toMatchObject({ 'x-should-retry': 'false', 'retry-after': String(12 * 3600) });
+    await time.advance(12 * 3600_000);
+    expect(await limiter.admit(key, 'llama', 10)).toBeDefined();
+    await limiter.stop();
+  });
+
+  it('holds a key to its concurrent requests until one finishes', async () => {
+    const { limiter } = setup({ concurrentRequests: 2 });
+    const key: LimitedKey = { name: 'team' };
+    const a = await limiter.admit(key, 'llama', 0);
+    await limiter.admit(key, 'llama', 0);
+    const err = await refused(limiter.admit(key, 'llama', 0));
+    expect(err.message).toMatch(/may have 2 in flight at once/);
+    a?.finish(undefined);
+    expect(await limiter.admit(key, 'llama', 0)).toBeDefined();
+    await limiter.stop();
+  });
+
+  it('adds per-deployment limits on top of the key-wide ones, and the headers show whichever has less left', async () => {
+    const { limiter } = setup();
+    const key: LimitedKey = { name: 'team', limits: { requestsPerMinute: 100, deployments: { big: { requestsPerMinute: 2 } } } };
+    const first = await limiter.admit(key, 'big', 0);
+    expect(first?.headers['x-ratelimit-limit-requests']).toBe('2');
+    await limiter.admit(key, 'big', 0);
+    const err = await refused(limiter.admit(key, 'big', 0));
+    expect(err.message).toMatch(/on this model/);
+    const other = await limiter.admit(key, 'small', 0);
+    expect(other?.headers).toMatchObject({ 'x-ratelimit-limit-requests': '100', 'x-ratelimit-remaining-requests': '97' });
+    await limiter.stop();
+  });
+
+  it('shows a key its limits and what is left without spending anything', async () => {
+    const { limiter } = setup();
+    const key: LimitedKey = { name: 'team', limits: { requestsPerMinute: 10, tokensPerMonth: 5000 } };
+    await limiter.admit(key, 'llama', 30);
+    const seen = await limiter.peek(key);
+    const again = await limiter.peek(key);
+    expect(seen?.verdict.rates).toEqual([expect.objectContaining({ id: 'requests', remaining: 9 })]);
+    expect(seen?.verdict.budgets).toEqual([expect.objectContaining({ window: 'month', period: 'month:2026-11', used: 30, limit: 5000 })]);
+    expect(again?.verdict).toEqual(seen?.verdict);
+    expect(await limiter.peek({ name: 'free' })).toBeUndefined();
+    await limiter.stop();
+  });
+});
+
+describe('Limiter with a shared store', () => {
+  it('counts locally with its share of each limit while the store does not answer, logs once, and shares again when it is back', async () => {
+    const shared: boolean[] = [];
+    const errors: string[] = [];
+    const { limiter, time, shared: store } = setup({}, { shared: true, events: { onShared: (up) => shared.push(up), onSharedError: (op) => errors.push(op) } });
+    const flaky = store as FlakyShared;
+    flaky.routers = 2;
+    await time.advance(5_000); // a heartbeat: two routers share the limits
+    const key: LimitedKey = { name: 'team', limits: { requestsPerMinute: 10 } };
+    expect((await limiter.admit(key, 'llama', 0))?.headers['x-ratelimit-limit-requests']).toBe('10');
+    flaky.down = true;
+    // this router's share while Redis is down: 10 / 2 routers = 5 a minute
+    const local = await limiter.admit(key, 'llama', 0);
+    expect(local?.headers['x-ratelimit-limit-requests']).toBe('5');
+    expect(limiter.shared).toBe(false);
+    for (let i = 0; i < 4; i++) await limiter.admit(key, 'llama', 0);
+    await refused(limiter.admit(key, 'llama', 0));
+    expect(shared).toEqual([false]);
+    expect(errors[0]).toBe('admit');
+    flaky.down = false;
+    await time.advance(1_000);
+    // the next request tries Redis again, finds it, and counts there (9 were left of its 10)
+    const back = await limiter.admit(key, 'llama', 0);
+    expect(back?.headers['x-ratelimit-limit-requests']).toBe('10');
+    expect(shared).toEqual([false, true]);
+    await limiter.stop();
+  });
+
+  it('adds the tokens spent while the store was down to its budgets once it is back, never its per-minute buckets', async () => {
+    const { limiter, time, shared: store } = setup({}, { shared: true });
+    const flaky = store as FlakyShared;
+    const key: LimitedKey = { name: 'team', limits: { tokensPerMinute: 100_000, tokensPerDay: 1_000_000 } };
+    (await limiter.admit(key, 'llama', 100))?.finish({ promptTokens: 100, completionTokens: 0 });
+    await time.advance(250);
+    flaky.down = true;
+    (await limiter.admit(key, 'llama', 50))?.finish({ promptTokens: 50, completionTokens: 250 });
+    await time.advance(250);
+    await time.advance(250);
+    flaky.settled = [];
+    flaky.down = false;
+    await time.advance(5_000); // the heartbeat finds Redis again; the next flush sends what waited
+    await time.advance(250);
+    expect(flaky.settled).toEqual([expect.objectContaining({ key: 'team', rates: [], tokens: 300 })]);
+    const seen = await limiter.peek(key);
+    expect(seen?.verdict.budgets[0]?.used).toBe(400);
+    await limiter.stop();
+  });
+
+  it('starts on local counts when the store did not answer at start', async () => {
+    const time = new FakeTime();
+    const store = new FlakyShared(time);
+    store.down = true;
+    const shared: boolean[] = [];
+    const limiter = new Limiter({
+      defaults: { requestsPerMinute: 10 },
+      clock: time,
+      wallNow: () => NOON,
+      scheduler: time,
+      shared: { store, flushIntervalMs: 250, expectedRouters: 2, answering: false },
+      events: { onShared: (up) => shared.push(up) },
+    });
+    limiter.start();
+    expect(shared).toEqual([false]);
+    expect((await limiter.admit({ name: 'k' }, 'd', 0))?.headers['x-ratelimit-limit-requests']).toBe('5');
+    await limiter.stop();
+  });
+});
+
+describe('periods and durations', () => {
+  it('names UTC days and months and how long each has left, across a year end', () => {
+    const eve = Date.UTC(2026, 11, 31, 23, 59, 30);
+    expect(periods(eve)).toEqual({ day: { period: 'day:2026-12-31', endsInMs: 30_000 }, month: { period: 'month:2026-12', endsInMs: 30_000 } });
+    expect(periods(NOON).month).toEqual({ period: 'month:2026-11', endsInMs: (6 * 24 + 12) * 3600_000 });
+  });
+
+  it.each([
+    [0, '0ms'],
+    [17, '17ms'],
+    [999.2, '1s'],
+    [1000, '1s'],
+    [1500, '1.5s'],
+    [360_000, '6m0s'],
+    [3_723_000, '1h2m3s'],
+  ])('formats %p ms as %p', (ms, text) => {
+    expect(formatDuration(ms)).toBe(text);
+  });
+});

@@ -1,0 +1,153 @@
+/**
+ * Two router processes (`modelgate serve`, as users start it) sharing one real redis-server: together
+ * they hold a key to its requests and tokens per minute; with Redis killed mid-run traffic keeps
+ * flowing on each router's share of the limits; with Redis back, counting is shared again.
+ */
+import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { type SimServer } from '../../src/sim/server.js';
+import { startRedisServer, type RedisServer } from '../helpers/redis-server.js';
+import { metricSum } from '../helpers/router.js';
+import { serveRouter, type ServedRouter } from '../helpers/serve.js';
+import { startTestSim, waitFor } from '../helpers/sim.js';
+
+const RPM_KEY = 'sk-shared-rpm-0123456789'; // 600 requests a minute: 10 a second across both routers
+const TPM_KEY = 'sk-shared-tpm-0123456789'; // 30,000 tokens a minute: 500 a second
+const OUTAGE_KEY = 'sk-outage-0123456789'; // 600 requests a minute
+const SLOW_KEY = 'sk-slow-0123456789'; // 60 requests a minute: one a second
+
+let dir: string;
+let redis: RedisServer;
+let sim: SimServer;
+let routers: ServedRouter[];
+
+beforeAll(async () => {
+  dir = await mkdtemp(join(tmpdir(), 'modelgate-shared-limits-'));
+  redis = await startRedisServer();
+  sim = await startTestSim({ model: ['meta/llama'], name: 'replica', ttftMs: 0, itlMs: 0 });
+  await writeFile(
+    join(dir, 'keys.yaml'),
+    [
+      `- { name: rpm, key: ${RPM_KEY}, limits: { requestsPerMinute: 600 } }`,
+      `- { name: tpm, key: ${TPM_KEY}, limits: { tokensPerMinute: 30000 } }`,
+      `- { name: outage, key: ${OUTAGE_KEY}, limits: { requestsPerMinute: 600 } }`,
+      `- { name: slow, key: ${SLOW_KEY}, limits: { requestsPerMinute: 60 } }`,
+    ].join('\n'),
+  );
+  const config = {
+    server: { host: '127.0.0.1', port: 0, shutdownDelayMs: 0 },
+    admin: { host: '127.0.0.1', port: 0 },
+    log: { level: 'info' },
+    auth: { keysFile: 'keys.yaml' },
+    pools: [{ name: 'llama', servedModelName: 'meta/llama', endpoints: [sim.url] }],
+    deployments: [{ id: 'llama-prod', model: 'llama', targets: [{ pool: 'llama' }] }],
+    limits: { redis: { url: redis.url } },
+  };
+  await writeFile(join(dir, 'modelgate.yaml'), JSON.stringify(config));
+  routers = [];
+  for (let i = 0; i < 2; i++) routers.push(await serveRouter(join(dir, 'modelgate.yaml')));
+}, 60_000);
+
+afterAll(async () => {
+  await Promise.all((routers ?? []).map((r) => r.stop()));
+  await sim?.close();
+  await redis?.stop();
+  await rm(dir, { recursive: true, force: true });
+});
+
+function chat(router: ServedRouter, key: string, content = 'hi'): Promise<Response> {
+  return fetch(`${router.api}/v1/chat/completions`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+    body: JSON.stringify({ model: 'llama', messages: [{ role: 'user', content }], max_tokens: 2 }),
+  });
+}
+
+/**
+ * Four clients, two on each router, send as fast as they are answered. Once the key's burst is spent
+ * (the first 429) and `settleMs` more have passed — for tokens, the burst's last requests are settled
+ * (their prompt estimates corrected) and paid back — requests sent during the next `measureMs` are
+ * counted: the key's steady rate. Resolves with the admitted requests and their tokens, and any answer other than 200 or 429.
+ */
+async function flood(key: string, content: string, measureMs: number, settleMs: number): Promise<{ admitted: number; tokens: number; other: number }> {
+  const totals = { admitted: 0, tokens: 0, other: 0 };
+  let from = Infinity;
+  let until = Infinity;
+  const client = async (router: ServedRouter): Promise<void> => {
+    for (let sent = performance.now(); sent < until; sent = performance.now()) {
+      const res = await chat(router, key, content);
+      const body = (await res.json()) as { usage?: { total_tokens: number } };
+      if (res.status === 429 && from === Infinity) {
+        from = performance.now() + settleMs;
+        until = from + measureMs;
+      }
+      if (sent < from || sent >= until) continue;
+      if (res.status === 200) {
+        totals.admitted += 1;
+        totals.tokens += body.usage?.total_tokens ?? 0;
+      } else if (res.status !== 429) totals.other += 1;
+    }
+  };
+  await Promise.all([0, 1, 0, 1].map((i) => client(routers[i] as ServedRouter)));
+  return totals;
+}
+
+async function metric(router: ServedRouter, name: string): Promise<number> {
+  return metricSum(await (await fetch(`${router.admin}/metrics`)).text(), name);
+}
+
+describe('limits shared by two routers through Redis', () => {
+  it('holds a key to its requests per minute within 5%, whichever router its requests reach', async () => {
+    // once the bucket's burst (600) is spent, 8 s are measured: 10 a second → 80
+    const { admitted, other } = await flood(RPM_KEY, 'hi', 8_000, 500);
+    expect(other).toBe(0);
+    expect(admitted).toBeGreaterThanOrEqual(80 * 0.95);
+    expect(admitted).toBeLessThanOrEqual(80 * 1.05);
+  }, 30_000);
+
+  it('holds a key to its tokens per minute within 5%, counting prompt and completion tokens', async () => {
+    // about 12 tokens a request (prompt and completion): ~40 requests a second at 500 tokens a second, so
+    // the requests not yet settled at each end of the window weigh little against the 6,000 measured
+    const { tokens, other } = await flood(TPM_KEY, 'say hi', 12_000, 3_000);
+    expect(other).toBe(0);
+    expect(tokens).toBeGreaterThanOrEqual(6000 * 0.95);
+    expect(tokens).toBeLessThanOrEqual(6000 * 1.05);
+  }, 40_000);
+
+  it('keeps traffic flowing on each router’s share while Redis is down, and shares the counts again once it is back', async () => {
+    // both routers know there are two of them (their heartbeats, every 5 s)
+    await waitFor(
+      async () => (await metric(routers[0] as ServedRouter, 'modelgate_limits_routers')) === 2 && (await metric(routers[1] as ServedRouter, 'modelgate_limits_routers')) === 2,
+      'two routers',
+      15_000,
+    );
+    const shared = await chat(routers[0] as ServedRouter, OUTAGE_KEY);
+    expect(shared.headers.get('x-ratelimit-limit-requests')).toBe('600');
+
+    await redis.stop();
+    for (let i = 0; i < 20; i++) {
+      const res = await chat(routers[i % 2] as ServedRouter, OUTAGE_KEY);
+      expect(res.status).toBe(200);
+      // each router's share: 600 / 2
+      expect(res.headers.get('x-ratelimit-limit-requests')).toBe('300');
+    }
+    for (const router of routers) {
+      expect(await metric(router, 'modelgate_limits_redis_up')).toBe(0);
+      expect(router.logs.filter((l) => String(l.msg).startsWith('Redis is not answering')).length).toBe(1);
+    }
+
+    await redis.restart();
+    for (const router of routers) {
+      await waitFor(async () => (await chat(router, OUTAGE_KEY)).headers.get('x-ratelimit-limit-requests') === '600', 'shared counting again', 15_000);
+      expect(await metric(router, 'modelgate_limits_redis_up')).toBe(1);
+      expect(router.logs.some((l) => String(l.msg).startsWith('Redis answers again'))).toBe(true);
+    }
+    // shared again: five requests on one router show on the other (one a second refills, so allow two)
+    for (let i = 0; i < 5; i++) await chat(routers[0] as ServedRouter, SLOW_KEY);
+    const seen = Number((await chat(routers[1] as ServedRouter, SLOW_KEY)).headers.get('x-ratelimit-remaining-requests'));
+    expect(seen).toBeLessThanOrEqual(54 + 2);
+    expect(seen).toBeGreaterThanOrEqual(54);
+  }, 60_000);
+});
