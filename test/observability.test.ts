@@ -10,6 +10,7 @@ import { parse } from 'yaml';
 import { FakeKubeApi } from './helpers/fake-kube-api.js';
 import { rawRequest } from './helpers/http.js';
 import { endpointSlice, eventually, modelDeployment, modelPool, startKubeRouter, startPods } from './helpers/kube-env.js';
+import { startRedisServer } from './helpers/redis-server.js';
 import { chatSetup, KEY, startTestRouter } from './helpers/router.js';
 import { startTestSim } from './helpers/sim.js';
 
@@ -34,7 +35,13 @@ function collect(text: string): void {
 
 beforeAll(async () => {
   const sim = await startTestSim({ model: ['served/llm'] });
-  const staticRouter = await startTestRouter({ ...chatSetup([sim.url]), pools: [{ name: 'llm', servedModelName: 'served/llm', endpoints: [sim.url], resilience: { maxConcurrencyPerReplica: 4 } }] });
+  // limits shared through Redis, with the opt-in per-key series: every limits series is exported
+  const redis = await startRedisServer();
+  const staticRouter = await startTestRouter({
+    ...chatSetup([sim.url]),
+    pools: [{ name: 'llm', servedModelName: 'served/llm', endpoints: [sim.url], resilience: { maxConcurrencyPerReplica: 4 } }],
+    config: { limits: { keyMetrics: true, redis: { url: redis.url } } },
+  });
   await rawRequest(`${staticRouter.router.apiUrl}/v1/chat/completions`, {
     headers: { authorization: `Bearer ${KEY}` },
     body: { model: 'llm', messages: [{ role: 'user', content: 'hi' }], stream: true },
@@ -42,6 +49,7 @@ beforeAll(async () => {
   collect((await rawRequest(`${staticRouter.router.adminUrl}/metrics`)).body);
   await staticRouter.close();
   await sim.close();
+  await redis.stop();
 
   const fake = await FakeKubeApi.start();
   const pods = await startPods(['pod-a']);

@@ -343,6 +343,7 @@ describe('docs/architecture.md', () => {
     balancer: ['core'],
     registry: ['core'],
     metrics: ['core'],
+    limits: ['core'],
     'engine-metrics': ['core'],
     sim: ['core'],
     // discovery reads pools and endpoints as plain data; the pool resolver (config) applies the policy
@@ -352,9 +353,9 @@ describe('docs/architecture.md', () => {
     // the director owns a request: planning, scheduling (through the picker), forwarding
     director: ['api', 'balancer', 'core', 'proxy', 'registry', 'resilience'],
     // the composition root's adapters: everything but the request path
-    wiring: ['balancer', 'config', 'controller', 'core', 'discovery', 'metrics', 'registry'],
-    // the server parses, authenticates and hands over: it makes no routing decision
-    server: ['api', 'auth', 'core', 'director', 'metrics', 'proxy', 'registry'],
+    wiring: ['balancer', 'config', 'controller', 'core', 'discovery', 'limits', 'metrics', 'registry'],
+    // the server parses, authenticates, checks the key's limits and hands over: it makes no routing decision
+    server: ['api', 'auth', 'core', 'director', 'limits', 'metrics', 'proxy', 'registry'],
   };
 
   it.each(Object.entries(LAYERS))('%s imports only what its layer allows', (part, allowed) => {

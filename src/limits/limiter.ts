@@ -16,10 +16,17 @@
 import { randomUUID } from 'node:crypto';
 import { type Clock, type Scheduler } from '../core/clock.js';
 import { RouterError } from '../core/errors.js';
-import { type TokenUsage } from '../proxy/usage.js';
 import { formatDuration, rateLimitHeaders } from './headers.js';
 import { keyLimits, type KeyLimitFields, type KeyLimits, type LimitFields, type ScopeLimits } from './settings.js';
 import { LocalLimitStore, type AdmitRequest, type BudgetSpec, type Checks, type ConcurrencySpec, type LimitStore, type RateSpec, type Settlement, type Verdict } from './store.js';
+
+/** What a response used, as the director reports it (proxy/usage.ts `TokenUsage`). */
+export interface TokenUsage {
+  promptTokens: number;
+  completionTokens: number;
+  /** Counted from the streamed content events, not reported by the engine (promptTokens is then 0). */
+  estimated?: true;
+}
 
 /** What the limiter knows of the caller. */
 export interface LimitedKey {

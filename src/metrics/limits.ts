@@ -5,16 +5,29 @@
  * of keys leaves the per-key series off.
  */
 import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
-import { type LimiterEvents } from '../limits/limiter.js';
 
-export function limitsMetrics(registers: Registry[], options: { redis: boolean; keyMetrics: boolean }): LimiterEvents {
+type RefusalReason = 'requests' | 'tokens' | 'concurrency' | 'budget';
+
+/** What the limiter reports (limits/limiter.ts `LimiterEvents` is the same shape). */
+export interface LimitsRecorder {
+  onAdmitted?: (key: string) => void;
+  onRejected?: (key: string, reason: RefusalReason) => void;
+  onTokens?: (key: string, prompt: number, completion: number) => void;
+  onBudget?: (key: string, window: 'day' | 'month', remaining: number) => void;
+  onShared?: (up: boolean) => void;
+  onSharedError?: (op: 'admit' | 'settle' | 'heartbeat') => void;
+  onRoundTrip?: (seconds: number) => void;
+  onRouters?: (routers: number) => void;
+}
+
+export function limitsMetrics(registers: Registry[], options: { redis: boolean; keyMetrics: boolean }): LimitsRecorder {
   const rejections = new Counter({
     name: 'modelgate_limit_rejections_total',
     help: "Requests refused by their API key's limits, by the limit that refused (requests, tokens, concurrency, budget).",
     labelNames: ['reason'],
     registers,
   });
-  const events: LimiterEvents = { onRejected: (_key, reason) => rejections.inc({ reason }) };
+  const events: LimitsRecorder = { onRejected: (_key, reason) => rejections.inc({ reason }) };
   if (options.redis) {
     const up = new Gauge({
       name: 'modelgate_limits_redis_up',

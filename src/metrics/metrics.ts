@@ -6,8 +6,7 @@
  * see `RouterMetrics`.
  */
 import { collectDefaultMetrics, Registry } from 'prom-client';
-import { type LimiterEvents } from '../limits/limiter.js';
-import { limitsMetrics } from './limits.js';
+import { limitsMetrics, type LimitsRecorder } from './limits.js';
 import { type ApiName, type PreviousResponseOutcome } from '../core/types.js';
 import { controlPlaneMetrics, type ControlPlaneMetrics, type ControlPlaneSources } from './control-plane.js';
 import { observeResilienceGauges, resilienceMetrics, type AdmissionSources, type ResilienceMetrics, type ResilienceSources } from './resilience.js';
@@ -64,7 +63,7 @@ export class RouterMetrics {
   }
 
   /** Registers the per-key limits' metrics; the limiter reports into what this returns. */
-  observeLimits(options: { redis: boolean; keyMetrics: boolean }): LimiterEvents {
+  observeLimits(options: { redis: boolean; keyMetrics: boolean }): LimitsRecorder {
     return limitsMetrics([this.registry], options);
   }
 
