@@ -71,6 +71,10 @@ export async function startSim(name: string, args: string[]): Promise<Proc> {
 export interface ModelgateOptions {
   /** Profile the router with V8's CPU profiler (`--cpu-prof`), the .cpuprofile written to this directory at exit. */
   cpuProfileDir?: string;
+  /** The keys file (default: BENCH_KEY alone, no limits). */
+  keysYaml?: string;
+  /** More top-level config blocks (e.g. `limits`). */
+  config?: object;
 }
 
 export interface ModelgateProc extends Proc {
@@ -95,7 +99,7 @@ export interface ModelgateProc extends Proc {
 export async function startModelgate(upstreams: string[], servedModel: string, extra: object = {}, options: ModelgateOptions = {}): Promise<ModelgateProc> {
   const dir = mkdtempSync(join(tmpdir(), 'mg-bench-'));
   const [port, admin] = [await freePort(), await freePort()];
-  writeFileSync(join(dir, 'keys.yaml'), `- name: bench\n  key: ${BENCH_KEY}\n`);
+  writeFileSync(join(dir, 'keys.yaml'), options.keysYaml ?? `- name: bench\n  key: ${BENCH_KEY}\n`);
   writeFileSync(
     join(dir, 'config.json'),
     JSON.stringify({
@@ -105,6 +109,7 @@ export async function startModelgate(upstreams: string[], servedModel: string, e
       auth: { keysFile: 'keys.yaml' },
       pools: [{ name: 'bench', servedModelName: servedModel, endpoints: upstreams, ...extra }],
       deployments: [{ id: 'bench', model: servedModel, targets: [{ pool: 'bench' }] }],
+      ...options.config,
     }),
   );
   const env: NodeJS.ProcessEnv = { ...process.env };

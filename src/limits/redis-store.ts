@@ -361,6 +361,9 @@ export function redisClient(options: RedisClientOptions): Redis {
     connectTimeout: Math.max(2_000, options.timeoutMs),
     retryStrategy: (attempt: number) => reconnectDelay(attempt),
     lazyConnect: false,
+    // commands issued in the same tick (the admissions of concurrent requests, releases) go out in one
+    // write: fewer syscalls per request under load (ioredis's documented auto-pipelining)
+    enableAutoPipelining: true,
   });
   client.on('error', () => undefined);
   return client;
