@@ -64,13 +64,14 @@ export function describeSchemaError(err: SchemaError): DescribedError {
 /**
  * The most useful errors of a failed validation, most specific first. For a union (`anyOf`/`oneOf`):
  * when a branch got past its type check, its deeper errors explain the problem (`stop[1] must be
- * string`); when only the branch types mismatched, the union is reported once with its schema's
+ * string`); when only the branch types (or a branch's one literal, `const`) mismatched, the union is reported once with its schema's
  * `description` (`stop must be a string or a list of at most 4 strings`). Needs ajv's `verbose` mode.
  */
 export function describeSchemaErrors(errors: readonly SchemaError[]): DescribedError[] {
   const isUnion = (e: SchemaError): boolean => e.keyword === 'anyOf' || e.keyword === 'oneOf';
   const unionPaths = errors.filter(isUnion).map((e) => e.instancePath);
-  const branchTypeMismatch = (e: SchemaError): boolean => e.keyword === 'type' && unionPaths.includes(e.instancePath);
+  // a branch that is one literal (`const`) and was not given it mismatched like a type
+  const branchTypeMismatch = (e: SchemaError): boolean => (e.keyword === 'type' || e.keyword === 'const') && unionPaths.includes(e.instancePath);
   const out: DescribedError[] = [];
   const seen = new Set<string>();
   for (const err of errors) {

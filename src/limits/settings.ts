@@ -38,7 +38,7 @@ export interface KeyLimits extends ScopeLimits {
   deployments: ReadonlyMap<string, ScopeLimits>;
 }
 
-const limit = { anyOf: [{ type: 'integer', minimum: 1 }, { const: 'unlimited' }] } as const;
+const limit = { description: 'a whole number of at least 1, or "unlimited"', anyOf: [{ type: 'integer', minimum: 1 }, { const: 'unlimited' }] } as const;
 const scopeProperties = { requestsPerMinute: limit, tokensPerMinute: limit, concurrentRequests: limit } as const;
 const keyWideProperties = { ...scopeProperties, tokensPerDay: limit, tokensPerMonth: limit } as const;
 

@@ -32,6 +32,14 @@ describe('KeyStore', () => {
     });
   });
 
+  it('keeps the current keys, and their limits, when a reload finds a malformed limit', async () => {
+    await withKeys('- name: a\n  key: sk-aaaaaaaa\n  limits: { requestsPerMinute: 60 }\n', async (store, file) => {
+      await writeFile(file, '- name: a\n  key: sk-aaaaaaaa\n  limits: { requestsPerMinute: 0 }\n');
+      expect(await store.reload()).toBe(false);
+      expect(store.authenticate('sk-aaaaaaaa')).toMatchObject({ name: 'a', weight: 1, limits: { requestsPerMinute: 60 } });
+    });
+  });
+
   it('keeps the current keys when a reload finds a bad file', async () => {
     await withKeys('- name: a\n  key: sk-aaaaaaaa\n', async (store, file) => {
       await writeFile(file, 'not: [valid');

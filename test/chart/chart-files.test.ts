@@ -12,30 +12,12 @@ import { PRIORITIES } from '../../src/core/types.js';
 import { resilienceOverridesSchema } from '../../src/resilience/settings.js';
 import { A_KEY, CHART_DIR, helm, NAMESPACE, RELEASE, REPO_ROOT, type HelmResult } from '../helpers/helm.js';
 import { crdToJsonSchema, loadCrds } from '../helpers/k8s-schemas.js';
+import { schemaNode, withoutKeywords, type Obj } from '../helpers/json-schema.js';
 
-type Obj = Record<string, unknown>;
 const read = (path: string): string => readFileSync(join(CHART_DIR, path), 'utf8');
 const valuesSchema = JSON.parse(read('values.schema.json')) as Obj;
 
-/** A schema node at a path of property names. */
-function node(schema: Obj, ...path: string[]): Obj {
-  return path.reduce<Obj>((at, key) => {
-    const next = (at.properties as Obj | undefined)?.[key];
-    if (typeof next !== 'object' || next === null) throw new Error(`no schema for ${path.join('.')}`);
-    return next as Obj;
-  }, schema);
-}
-
-/** A schema without its descriptions, for comparing what it accepts. */
-function withoutDescriptions(value: unknown): unknown {
-  if (Array.isArray(value)) return value.map(withoutDescriptions);
-  if (typeof value !== 'object' || value === null) return value;
-  return Object.fromEntries(
-    Object.entries(value)
-      .filter(([k]) => k !== 'description')
-      .map(([k, v]) => [k, withoutDescriptions(v)]),
-  );
-}
+const withoutDescriptions = (value: unknown): unknown => withoutKeywords(value, ['description']);
 
 describe('charts/modelgate files', () => {
   it('describes the chart: apiVersion v2, application, version 0.1.0, Kubernetes 1.30 or later', () => {
@@ -79,24 +61,24 @@ describe('charts/modelgate values.schema.json', () => {
   });
 
   it("accepts in config.resilience and config.routing exactly what the router's resilience and routing blocks accept", () => {
-    expect(withoutDescriptions(node(valuesSchema, 'config', 'resilience'))).toEqual(withoutDescriptions(resilienceOverridesSchema));
-    expect(withoutDescriptions(node(valuesSchema, 'config', 'routing'))).toEqual(withoutDescriptions(routingOverridesSchema));
+    expect(withoutDescriptions(schemaNode(valuesSchema, 'config', 'resilience'))).toEqual(withoutDescriptions(resilienceOverridesSchema));
+    expect(withoutDescriptions(schemaNode(valuesSchema, 'config', 'routing'))).toEqual(withoutDescriptions(routingOverridesSchema));
   });
 
   it("accepts in config.priority the router's priority block, without its default (values.yaml holds it)", () => {
-    const { default: _default, ...header } = node(configSchema, 'priority', 'header');
-    expect(withoutDescriptions(node(valuesSchema, 'config', 'priority'))).toEqual({ type: 'object', additionalProperties: false, properties: { header } });
+    const { default: _default, ...header } = schemaNode(configSchema, 'priority', 'header');
+    expect(withoutDescriptions(schemaNode(valuesSchema, 'config', 'priority'))).toEqual({ type: 'object', additionalProperties: false, properties: { header } });
     expect((parse(read('values.yaml')) as { config: { priority: unknown } }).config.priority).toEqual({ header: _default });
   });
 
   it('accepts in auth.keys[].priority exactly the classes of the keys file', () => {
-    const keys = node(valuesSchema, 'auth', 'keys').items as Obj;
-    expect(withoutDescriptions(node(keys, 'priority'))).toEqual({ type: 'string', enum: [...PRIORITIES] });
+    const keys = schemaNode(valuesSchema, 'auth', 'keys').items as Obj;
+    expect(withoutDescriptions(schemaNode(keys, 'priority'))).toEqual({ type: 'string', enum: [...PRIORITIES] });
   });
 
   it("accepts in config.server the router's server fields except those the chart sets (host, port, drain), with the same bounds", () => {
-    const router = node(configSchema, 'server').properties as Record<string, Obj>;
-    const chart = node(valuesSchema, 'config', 'server').properties as Record<string, Obj>;
+    const router = schemaNode(configSchema, 'server').properties as Record<string, Obj>;
+    const chart = schemaNode(valuesSchema, 'config', 'server').properties as Record<string, Obj>;
     const expected = Object.fromEntries(
       Object.entries(router)
         .filter(([key]) => !['host', 'port', 'shutdownDelayMs', 'gracePeriodMs'].includes(key))

@@ -4,6 +4,7 @@
  * to Redis, a values schema with the router's bounds, and the alert and dashboard panels that watch
  * the limits.
  */
+import { schemaNode, withoutKeywords, type Obj } from '../helpers/json-schema.js';
 import { beforeAll, describe, expect, it } from '@jest/globals';
 import { parser } from '@prometheus-io/lezer-promql';
 import type { IDeployment } from 'kubernetes-models/apps/v1/Deployment';
@@ -17,7 +18,6 @@ import { configSchema } from '../../src/config/schema.js';
 import { defaultLimitsSchema, keyLimitsSchema } from '../../src/limits/settings.js';
 import { A_KEY, CHART_DIR, keysFileText, only, render, routerConfigText, type K8sObject, type SetValues, Variants } from '../helpers/helm.js';
 
-type Obj = Record<string, unknown>;
 const KEYS: SetValues = { 'auth.keys': [A_KEY] };
 const REDIS_URL = 'redis://redis-master.cache:6379/0';
 const LIMITS_FILE = 'ci/limits-values.yaml';
@@ -59,25 +59,7 @@ const containerOf = (objects: K8sObject[]): IContainer => {
 const checksumOf = (objects: K8sObject[]): string | undefined => deploymentOf(objects).spec?.template.metadata?.annotations?.['checksum/config'];
 const egressOf = (objects: K8sObject[]): Obj[] => (only(objects, 'NetworkPolicy').spec as { egress: Obj[] }).egress;
 
-/** A schema node at a path of property names. */
-function node(schema: Obj, ...path: string[]): Obj {
-  return path.reduce<Obj>((at, key) => {
-    const next = (at.properties as Obj | undefined)?.[key];
-    if (typeof next !== 'object' || next === null) throw new Error(`no schema for ${path.join('.')}`);
-    return next as Obj;
-  }, schema);
-}
-
-/** A schema without its descriptions and defaults, for comparing what it accepts. */
-function accepted(value: unknown): unknown {
-  if (Array.isArray(value)) return value.map(accepted);
-  if (typeof value !== 'object' || value === null) return value;
-  return Object.fromEntries(
-    Object.entries(value)
-      .filter(([k]) => k !== 'description' && k !== 'default')
-      .map(([k, v]) => [k, accepted(v)]),
-  );
-}
+const accepted = (value: unknown): unknown => withoutKeywords(value, ['description', 'default']);
 
 /** Whether PromQL parses with Prometheus' own grammar (Grafana's $__rate_interval as 5m). */
 function parses(expr: string): boolean {
@@ -216,18 +198,18 @@ describe('chart limits: NetworkPolicy', () => {
 
 describe('chart limits: values schema', () => {
   it("accepts in limits.defaults and auth.keys[].limits exactly what the router's config and keys file accept", () => {
-    expect(accepted(node(valuesSchema, 'limits', 'defaults'))).toEqual(accepted(defaultLimitsSchema));
-    expect(accepted(node(valuesSchema, 'limits', 'defaults'))).toEqual(accepted(node(configSchema, 'limits', 'defaults')));
-    const keys = node(valuesSchema, 'auth', 'keys').items as Obj;
-    expect(accepted(node(keys, 'limits'))).toEqual(accepted(keyLimitsSchema));
+    expect(accepted(schemaNode(valuesSchema, 'limits', 'defaults'))).toEqual(accepted(defaultLimitsSchema));
+    expect(accepted(schemaNode(valuesSchema, 'limits', 'defaults'))).toEqual(accepted(schemaNode(configSchema, 'limits', 'defaults')));
+    const keys = schemaNode(valuesSchema, 'auth', 'keys').items as Obj;
+    expect(accepted(schemaNode(keys, 'limits'))).toEqual(accepted(keyLimitsSchema));
   });
 
   it("bounds limits.keyMetrics and limits.redis' keyPrefix and timings as the router does, and defaults them as the router does", () => {
     for (const field of ['keyPrefix', 'timeoutMs', 'flushIntervalMs']) {
-      expect({ field, schema: accepted(node(valuesSchema, 'limits', 'redis', field)) }).toEqual({ field, schema: accepted(node(configSchema, 'limits', 'redis', field)) });
-      expect({ field, value: values.limits.redis[field] }).toEqual({ field, value: node(configSchema, 'limits', 'redis', field).default });
+      expect({ field, schema: accepted(schemaNode(valuesSchema, 'limits', 'redis', field)) }).toEqual({ field, schema: accepted(schemaNode(configSchema, 'limits', 'redis', field)) });
+      expect({ field, value: values.limits.redis[field] }).toEqual({ field, value: schemaNode(configSchema, 'limits', 'redis', field).default });
     }
-    expect(accepted(node(valuesSchema, 'limits', 'keyMetrics'))).toEqual(accepted(node(configSchema, 'limits', 'keyMetrics')));
+    expect(accepted(schemaNode(valuesSchema, 'limits', 'keyMetrics'))).toEqual(accepted(schemaNode(configSchema, 'limits', 'keyMetrics')));
   });
 
   it.each([

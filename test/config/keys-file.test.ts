@@ -15,6 +15,36 @@ describe('parseKeysFile', () => {
     expect(parseKeysFile('- name: batch\n  key: sk-aaaaaaaa\n  priority: sheddable\n', 'keys.yaml')).toEqual([{ name: 'batch', key: 'sk-aaaaaaaa', priority: 'sheddable' }]);
   });
 
+  it('reads a key’s weight and limits, with per-deployment limits and `unlimited`', () => {
+    const text = [
+      '- name: team',
+      '  key: sk-aaaaaaaa',
+      '  weight: 2.5',
+      '  limits:',
+      '    requestsPerMinute: 600',
+      '    tokensPerMinute: unlimited',
+      '    concurrentRequests: 8',
+      '    tokensPerDay: 1000000',
+      '    tokensPerMonth: 20000000',
+      '    deployments: { llama-70b: { requestsPerMinute: 60, concurrentRequests: 2 } }',
+    ].join('\n');
+    expect(parseKeysFile(text, 'keys.yaml')).toEqual([
+      {
+        name: 'team',
+        key: 'sk-aaaaaaaa',
+        weight: 2.5,
+        limits: {
+          requestsPerMinute: 600,
+          tokensPerMinute: 'unlimited',
+          concurrentRequests: 8,
+          tokensPerDay: 1000000,
+          tokensPerMonth: 20000000,
+          deployments: { 'llama-70b': { requestsPerMinute: 60, concurrentRequests: 2 } },
+        },
+      },
+    ]);
+  });
+
   it.each([
     ['- key: sk-aaaaaaaa\n', 'entry 0.name is required'],
     ['- name: a\n', 'needs exactly one of key or keySha256'],
@@ -30,6 +60,13 @@ describe('parseKeysFile', () => {
     ['[]\n', 'keys.yaml: has no keys'],
     ['---\n', 'keys.yaml: has no keys'],
     ['- name: a\n  key: sk-aaaaaaaa\n  priority: urgent\n', 'entry 0.priority must be one of: "critical", "standard", "sheddable"'],
+    ['- name: a\n  key: sk-aaaaaaaa\n  limits: { requestsPerMinute: 0 }\n', 'entry 0.limits.requestsPerMinute'],
+    ['- name: a\n  key: sk-aaaaaaaa\n  limits: { tokensPerMinute: -5 }\n', 'entry 0.limits.tokensPerMinute'],
+    ['- name: a\n  key: sk-aaaaaaaa\n  limits: { tokensPerDay: lots }\n', 'entry 0.limits.tokensPerDay'],
+    ['- name: a\n  key: sk-aaaaaaaa\n  limits: { tokensPerDay: 1.5 }\n', 'entry 0.limits.tokensPerDay'],
+    ['- name: a\n  key: sk-aaaaaaaa\n  limits: { rpm: 10 }\n', 'entry 0.limits.rpm is not a known field'],
+    ['- name: a\n  key: sk-aaaaaaaa\n  limits: { deployments: { llama: { tokensPerDay: 10 } } }\n', 'entry 0.limits.deployments.llama.tokensPerDay is not a known field'],
+    ['- name: a\n  key: sk-aaaaaaaa\n  weight: 0\n', 'entry 0.weight'],
   ])('rejects %j without echoing keys', (text, message) => {
     expect(() => parseKeysFile(text, 'keys.yaml')).toThrow(ConfigError);
     expect(() => parseKeysFile(text, 'keys.yaml')).toThrow(message);
