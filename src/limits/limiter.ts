@@ -75,6 +75,8 @@ export interface LimiterOptions {
 export const LEASE_MS = 60_000;
 const HEARTBEAT_MS = 5_000;
 const HEARTBEAT_TTL_MS = 3 * HEARTBEAT_MS;
+/** Longest a finished request's concurrency slot waits to go back to Redis with the next admission. */
+const RELEASE_WAIT_MS = 5;
 /** After Redis failed a request, the next try waits this long (meanwhile: local counts). */
 const RETRY_SHARED_MS = 1_000;
 /** Budget settlements kept for Redis while it is down (per key and period, so bounded by keys × 2). */
@@ -214,6 +216,9 @@ export class Limiter {
   /** Budget use Redis last reported, per key and period: the base of the local budgets while it is down. */
   private readonly budgetSeen = new Map<string, number>();
   private timers: unknown[] = [];
+  /** Shared leases whose slots go back with the next admission (see releaseSoon). */
+  private releases: Lease[] = [];
+  private releaseTimer: unknown;
   private flushing = false;
 
   constructor(private readonly options: LimiterOptions) {
@@ -255,6 +260,7 @@ export class Limiter {
     const timers = this.timers;
     this.timers = [];
     for (const timer of timers) this.options.scheduler.clearTimeout(timer);
+    this.sendReleases();
     await this.flush();
   }
 
@@ -281,6 +287,7 @@ export class Limiter {
     let store: LimitStore = this.storeNow();
     let verdict: Verdict;
     if (store === this.options.shared?.store) {
+      if (this.releases.length > 0) this.sendReleases();
       const started = clock.now();
       try {
         verdict = await store.admit(request);
@@ -323,6 +330,33 @@ export class Limiter {
     }
   }
 
+  /**
+   * A shared lease's slot goes back with this router's next admission — issued in the same tick, so
+   * the client (ioredis auto-pipelining) sends both in one write and Redis frees the slot before it
+   * checks the next request — or within RELEASE_WAIT_MS when no admission comes. On Redis, a write
+   * is most of what a call costs the router.
+   */
+  private releaseSoon(lease: Lease): void {
+    this.releases.push(lease);
+    this.releaseTimer ??= this.options.scheduler.setTimeout(() => {
+      this.releaseTimer = undefined;
+      this.sendReleases();
+    }, RELEASE_WAIT_MS);
+  }
+
+  private sendReleases(): void {
+    if (this.releaseTimer !== undefined) this.options.scheduler.clearTimeout(this.releaseTimer);
+    this.releaseTimer = undefined;
+    const releases = this.releases;
+    this.releases = [];
+    for (const lease of releases) {
+      lease.store.release(lease.checks.key, lease.checks.concurrency, lease.id).catch(() => {
+        // the lease expires by itself within LEASE_MS
+        this.options.events?.onSharedError?.('settle');
+      });
+    }
+  }
+
   /** Called by Lease.finish. */
   finished(lease: Lease, usage: TokenUsage | undefined): void {
     this.active.delete(lease);
@@ -332,10 +366,8 @@ export class Limiter {
     lease.charged = used;
     lease.unsent = 0;
     if (lease.checks.concurrency.length > 0) {
-      lease.store.release(lease.checks.key, lease.checks.concurrency, lease.id).catch(() => {
-        // the lease expires by itself within LEASE_MS
-        this.options.events?.onSharedError?.('settle');
-      });
+      if (lease.store === this.options.shared?.store) this.releaseSoon(lease);
+      else void lease.store.release(lease.checks.key, lease.checks.concurrency, lease.id);
     }
     // tokens spent while Redis was down still count against the shared budgets once it is back
     const shared = this.options.shared?.store;

@@ -15,6 +15,7 @@ class FlakyShared implements SharedLimitStore {
   down = false;
   routers = 1;
   settled: Settlement[] = [];
+  released: string[] = [];
   constructor(time: FakeTime) {
     this.counts = new LocalLimitStore(() => time.now());
   }
@@ -36,6 +37,7 @@ class FlakyShared implements SharedLimitStore {
   }
   async release(key: string, concurrency: readonly ConcurrencySpec[], lease: string) {
     this.check();
+    this.released.push(lease);
     return this.counts.release(key, concurrency, lease);
   }
   async renew(leases: ReadonlyArray<{ key: string; concurrency: readonly ConcurrencySpec[]; lease: string }>, leaseMs: number) {
@@ -242,6 +244,20 @@ describe('Limiter with a shared store', () => {
     expect(flaky.settled).toEqual([expect.objectContaining({ key: 'team', rates: [], tokens: 300 })]);
     const seen = await limiter.peek(key);
     expect(seen?.verdict.budgets[0]?.used).toBe(400);
+    await limiter.stop();
+  });
+
+  it("gives a finished request's slot back with the next admission (before its check), or within 5 ms", async () => {
+    const { limiter, time, shared: store } = setup({ concurrentRequests: 1 }, { shared: true });
+    const flaky = store as FlakyShared;
+    const key: LimitedKey = { name: 'one-at-a-time' };
+    (await limiter.admit(key, 'llama', 0))?.finish(undefined);
+    expect(flaky.released).toHaveLength(0); // not yet: it rides with the next admission
+    const next = await limiter.admit(key, 'llama', 0); // a sequential client is never refused its own freed slot
+    expect(flaky.released).toHaveLength(1);
+    next?.finish(undefined);
+    await time.advance(5);
+    expect(flaky.released).toHaveLength(2);
     await limiter.stop();
   });
 
