@@ -8,7 +8,7 @@
 import { mkdirSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { load } from './lib/loadgen.js';
-import { BENCH_KEY, startModelgate, startSim } from './lib/procs.js';
+import { BENCH_KEY, startModelgate, startSim, usage } from './lib/procs.js';
 import { barChart, machine, SMOKE, table, write } from './lib/report.js';
 
 interface ProfileNode {
@@ -19,6 +19,9 @@ interface ProfileNode {
 interface Profile {
   nodes: ProfileNode[];
   samples: number[];
+  /** µs */
+  startTime: number;
+  endTime: number;
 }
 
 const DIR = new URL('../profile/', import.meta.url).pathname; // .bench/profile/
@@ -33,6 +36,53 @@ const moduleOf = (url: string): string | undefined => {
   const own = /\/dist\/([^/]+)\//.exec(url)?.[1];
   return own ? `modelgate ${own}/` : undefined;
 };
+
+/**
+ * The request phase a frame's code belongs to, by its file or package; undefined for code that is
+ * no phase by itself (Node's internals, natives), whose time goes to the nearest caller that is.
+ */
+const PHASES: Array<[RegExp, string]> = [
+  [/\/dist\/server\/(body|inference)\.js|\/dist\/api\/(json-depth|multipart)\.js/, 'parse (read the body, JSON)'],
+  [/\/dist\/api\/|node_modules\/ajv\//, 'validate (ajv, cross-field checks)'],
+  [/\/dist\/auth\//, 'authenticate (key hash, lookup)'],
+  [/\/dist\/limits\//, 'limits'],
+  [/\/dist\/(resilience|balancer|registry)\/|node_modules\/opossum\//, 'schedule (admission, pick, breakers)'],
+  [
+    /\/dist\/(director|proxy\/(forwarder|headers|body-patch))\.?|\/dist\/director\/|\/dist\/proxy\/(forwarder|headers|body-patch|upstream-errors)\.js|node_modules\/(http-proxy-middleware|httpxy)\//,
+    'forward (plan, headers, request to the engine)',
+  ],
+  [/\/dist\/proxy\/(relay|sse-tap|usage)\.js/, 'relay (response to the client, usage)'],
+  [/\/dist\/metrics\/|node_modules\/prom-client\//, 'metrics'],
+  [/\/dist\/server\/access-log\.js|node_modules\/(pino|sonic-boom|pino-std-serializers|fast-redact|on-exit-leak-free|thread-stream)\//, 'log (access log line)'],
+  [
+    /\/dist\/server\/|node_modules\/(express|router|type-is|body-parser|finalhandler|send|debug|qs|media-typer|content-type|mime-types|on-finished|parseurl)\//,
+    'serve (express, request context, errors)',
+  ],
+  [/\/dist\//, 'other modelgate code'],
+];
+const phaseOf = (url: string): string | undefined => PHASES.find(([re]) => re.test(url))?.[1];
+
+/**
+ * Samples by request phase: each sample goes to the innermost frame on its stack that belongs to a
+ * phase (so a socket write under the relay is the relay's, JSON.parse under the body reader is
+ * parsing); samples with no such frame are Node's HTTP machinery, GC, idle or start-up.
+ */
+function phases(profile: Profile): Array<[string, number]> {
+  const byId = new Map(profile.nodes.map((n) => [n.id, n]));
+  const parent = new Map<number, number>();
+  for (const n of profile.nodes) for (const c of n.children ?? []) parent.set(c, n.id);
+  const out = new Map<string, number>();
+  for (const sample of profile.samples) {
+    const leaf = byId.get(sample)!.callFrame;
+    let phase: string | undefined = leaf.functionName === '(garbage collector)' ? 'garbage collection' : leaf.functionName === '(idle)' ? 'idle' : undefined;
+    for (let cur: number | undefined = sample; phase === undefined && cur !== undefined; cur = parent.get(cur)) phase = phaseOf(byId.get(cur)!.callFrame.url);
+    phase ??= /^(writev|writeBuffer|writeString|writeUtf8String|writeLatin1String)$/.test(leaf.functionName)
+      ? 'socket writes (kernel; both directions, flushed after the handlers)'
+      : 'Node HTTP: parsing, sockets, timers (no modelgate frame on the stack)';
+    out.set(phase, (out.get(phase) ?? 0) + 1);
+  }
+  return [...out].sort((a, b) => b[1] - a[1]);
+}
 
 function analyse(profile: Profile): { total: number; self: Array<[string, number]>; modules: Array<[string, number]> } {
   const byId = new Map(profile.nodes.map((n) => [n.id, n]));
@@ -66,6 +116,8 @@ async function main(): Promise<void> {
   const router = await startModelgate([sim.url], 'bench-model', {}, { cpuProfileDir: DIR });
   const windowMs = SMOKE ? 1000 : 10_000;
   let rps: number;
+  let requests: number;
+  let cpuSeconds: number;
   try {
     const body = JSON.stringify({ model: 'bench-model', messages: [{ role: 'user', content: 'Write a haiku about load balancers.' }], max_tokens: 16, ignore_eos: true });
     const result = await load({
@@ -78,13 +130,20 @@ async function main(): Promise<void> {
       durationMs: windowMs,
     });
     rps = (result.samples.filter((s) => s.status === 200).length * 1000) / windowMs;
+    requests = result.finished;
+    cpuSeconds = usage(router.pid).cpuSeconds;
   } finally {
     await router.stop(); // the profile is written as the process exits
     await sim.stop();
   }
   const file = readdirSync(DIR).find((f) => f.endsWith('.cpuprofile'));
   if (!file) throw new Error('no .cpuprofile written');
-  const { total, self, modules } = analyse(JSON.parse(readFileSync(join(DIR, file), 'utf8')) as Profile);
+  const profile = JSON.parse(readFileSync(join(DIR, file), 'utf8')) as Profile;
+  const { total, self, modules } = analyse(profile);
+  const byPhase = phases(profile);
+  // the router's CPU time spread over its busy samples (a sample is wall time: on a busy machine the thread is not always running)
+  const busy = profile.samples.length - (byPhase.find(([p]) => p === 'idle')?.[1] ?? 0);
+  const usPerSample = (cpuSeconds * 1e6) / busy;
   const pct = (n: number): string => `${((100 * n) / total).toFixed(1)}%`;
   const lines = [
     '# Where modelgate spends its CPU',
@@ -95,6 +154,18 @@ async function main(): Promise<void> {
     `as \`(idle)\`). The raw profile is in \`.bench/profile/${file}\`.${SMOKE ? ' **Smoke run.**' : ''}`,
     '',
     ...machine(),
+    '',
+    '## Where the time goes per request (by phase)',
+    '',
+    'Each sample is charged to the innermost frame on its stack that belongs to a phase of the request (the socket write',
+    "under the relay is the relay's, JSON.parse under the body reader is parsing); socket writes Node flushes after the",
+    "handler returned have no modelgate frame left on the stack and are shown apart. µs per request: the router's CPU time",
+    `(${cpuSeconds.toFixed(1)} s, GC threads included) spread over the busy samples, divided by the ${requests} requests of the run (warm-up included).`,
+    '',
+    table(
+      ['phase', 'samples', 'µs per request'],
+      byPhase.map(([p, n]) => [p, pct(n), p === 'idle' ? '' : ((n * usPerSample) / requests).toFixed(1)]),
+    ),
     '',
     '## By module (inclusive)',
     '',

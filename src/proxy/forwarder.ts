@@ -1,9 +1,7 @@
 /**
- * One attempt to forward a request to one endpoint. http-proxy-middleware carries the request leg
- * through its documented options and events (`router` for the target per attempt, `pathRewrite` for
- * the canonical path, the 'proxyReq' event for exactly the caller's headers and body, a keep-alive
- * agent, the client's disconnect aborting the upstream request); the response leg is ours
- * (`selfHandleResponse`, relay.ts):
+ * One attempt to forward a request to one endpoint: the request leg is one `http.request` on the
+ * router's keep-alive agent with exactly the caller's path, headers and body; the response leg is
+ * relay.ts. The attempt owns the engine's response from its first event:
  *
  * - nothing reaches the client until the engine sends the first byte of its response body: until then
  *   the attempt can still fail cleanly (connection error, reset, timeout, an error status) and the
@@ -11,15 +9,17 @@
  *   headers alone commit nothing;
  * - non-2xx answers are read (bounded) and returned normalised, for the caller to retry or pass on.
  *
- * Where the library does not let the attempt own the engine's response, http-proxy-gap.ts does.
+ * Until issue 18 this leg went through http-proxy-middleware. With the response leg ours
+ * (`selfHandleResponse`) and the request's headers, path and body all the caller's, the library only
+ * copied headers the forwarder then removed, parsed a URL per attempt and added listeners the attempt
+ * had to take back off (the old http-proxy-gap.ts); in the profile that was ~5% of the router's CPU
+ * per request (bench/results/profile.md), for nothing the router used.
  */
-import { type Agent, type ClientRequest, type IncomingMessage, type OutgoingHttpHeaders, type ServerResponse } from 'node:http';
-import { createProxyMiddleware, type RequestHandler } from 'http-proxy-middleware';
+import http, { type Agent, type ClientRequest, type IncomingMessage, type OutgoingHttpHeaders, type ServerResponse } from 'node:http';
 import { systemScheduler, type Clock, type Scheduler } from '../core/clock.js';
 import { type RouterError } from '../core/errors.js';
 import { type Endpoint } from '../core/types.js';
 import { retryHeaders } from './headers.js';
-import { ownResponse, type OwnListener } from './http-proxy-gap.js';
 import { relayResponse, type AttemptControl } from './relay.js';
 import { type SseEvent } from './sse-tap.js';
 import { MAX_ERROR_BODY_BYTES, normaliseUpstreamError, type NormalisedError } from './upstream-errors.js';
@@ -67,8 +67,6 @@ export type AttemptResult =
 
 interface Attempt {
   spec: AttemptSpec;
-  /** A fresh URL per attempt, so http-proxy's error events can be told apart by their target. */
-  target: URL;
   settled: boolean;
   resolve: (result: AttemptResult) => void;
   proxyReq?: ClientRequest;
@@ -88,42 +86,17 @@ export function retryAfterMs(headers: IncomingMessage['headers'], now = Date.now
 }
 
 export class Forwarder {
-  private readonly attempts = new WeakMap<IncomingMessage, Attempt>();
-  private readonly proxy: RequestHandler;
-
   constructor(
-    agent: Agent,
+    private readonly agent: Agent,
     private readonly clock: Clock,
     private readonly scheduler: Scheduler = systemScheduler,
-  ) {
-    this.proxy = createProxyMiddleware({
-      router: (req) => this.current(req).target,
-      pathRewrite: (_path, req) => this.current(req).spec.path,
-      changeOrigin: true,
-      xfwd: false, // the caller's spec.headers carry X-Forwarded-*, built from what the router saw
-      selfHandleResponse: true,
-      agent,
-      ejectPlugins: true,
-      plugins: [
-        (server) => {
-          server.on('proxyReq', (proxyReq, req) => this.started(proxyReq, req));
-          server.on('proxyRes', (proxyRes, req, res) => this.responded(proxyRes, req, res));
-          server.on('error', (err, req, _res, target) => {
-            if (req) this.errored(err, req, target);
-          });
-          // The client left and the upstream request was torn down with it.
-          server.on('econnreset', (_err, req) => this.settle(this.attempts.get(req), { kind: 'client_gone' }));
-        },
-      ],
-    });
-  }
+  ) {}
 
   /** Runs one attempt. The request headers must already be prepared for the upstream. */
-  attempt(req: IncomingMessage, res: ServerResponse, spec: AttemptSpec): Promise<AttemptResult> {
+  attempt(_req: IncomingMessage, res: ServerResponse, spec: AttemptSpec): Promise<AttemptResult> {
     if (res.destroyed || res.writableEnded) return Promise.resolve({ kind: 'client_gone' });
     return new Promise<AttemptResult>((resolve) => {
-      const attempt: Attempt = { spec, target: new URL(spec.endpoint.url), settled: false, resolve };
-      this.attempts.set(req, attempt);
+      const attempt: Attempt = { spec, settled: false, resolve };
       const onClose = (): void => this.fail(attempt, { kind: 'client_gone' });
       res.once('close', onClose);
       attempt.resolve = (result) => {
@@ -131,16 +104,36 @@ export class Forwarder {
         resolve(result);
       };
       this.arm(attempt, Math.min(spec.timeouts.firstByteMs, spec.deadline - this.clock.now()), () => this.firstByteTimeout(attempt));
-      void this.proxy(req, res, (err) => {
-        if (err) this.fail(attempt, { kind: 'failed', reason: 'connect', detail: (err as Error).message });
-      });
+      this.send(attempt, res);
     });
   }
 
-  private current(req: IncomingMessage): Attempt {
-    const attempt = this.attempts.get(req);
-    if (!attempt) throw new Error('forwarder: request has no attempt');
-    return attempt;
+  /** The request leg: the endpoint's address and base path, the spec's path, host, headers and body. */
+  private send(attempt: Attempt, res: ServerResponse): void {
+    const { endpoint, path, headers, body, timeouts } = attempt.spec;
+    const url = endpoint.url;
+    const base = url.pathname === '/' ? '' : url.pathname.replace(/\/$/, '');
+    const proxyReq = http.request({
+      hostname: url.hostname.startsWith('[') ? url.hostname.slice(1, -1) : url.hostname,
+      port: url.port,
+      method: 'POST',
+      path: base + path,
+      // host first, as any client would send it; then exactly the caller's headers
+      headers: { host: url.host, ...withoutUndefined(headers), 'content-length': body.length },
+      agent: this.agent,
+    });
+    // HTTP/1.1 keeps the connection alive without saying so: the engine gets no header the caller did not set
+    proxyReq.removeHeader('connection');
+    attempt.proxyReq = proxyReq;
+    proxyReq.on('response', (proxyRes: IncomingMessage) => this.responded(attempt, proxyRes, res));
+    proxyReq.on('error', (err: Error) => this.errored(attempt, err));
+    proxyReq.once('socket', (socket) => {
+      if (!socket.connecting) return;
+      const timer = this.scheduler.setTimeout(() => this.fail(attempt, { kind: 'failed', reason: 'connect_timeout', detail: `no connection within ${timeouts.connectMs} ms` }), timeouts.connectMs);
+      socket.once('connect', () => this.scheduler.clearTimeout(timer));
+      socket.once('close', () => this.scheduler.clearTimeout(timer));
+    });
+    proxyReq.end(body);
   }
 
   private firstByteTimeout(attempt: Attempt): void {
@@ -172,50 +165,23 @@ export class Forwarder {
     attempt.timer = undefined;
   }
 
-  private started(proxyReq: ClientRequest, req: IncomingMessage): void {
-    const attempt = this.attempts.get(req);
-    if (!attempt || attempt.settled) {
-      proxyReq.destroy();
-      return;
-    }
-    attempt.proxyReq = proxyReq;
-    // Exactly the caller's headers: whatever http-proxy copied from the client goes (host stays: changeOrigin set it).
-    for (const name of proxyReq.getHeaderNames()) if (name !== 'host') proxyReq.removeHeader(name);
-    for (const [name, value] of Object.entries(attempt.spec.headers)) if (value !== undefined) proxyReq.setHeader(name, value);
-    const socket = proxyReq.socket;
-    if (socket?.connecting) {
-      const timer = this.scheduler.setTimeout(
-        () => this.fail(attempt, { kind: 'failed', reason: 'connect_timeout', detail: `no connection within ${attempt.spec.timeouts.connectMs} ms` }),
-        attempt.spec.timeouts.connectMs,
-      );
-      socket.once('connect', () => this.scheduler.clearTimeout(timer));
-      socket.once('close', () => this.scheduler.clearTimeout(timer));
-    }
-    proxyReq.setHeader('content-length', attempt.spec.body.length);
-    proxyReq.write(attempt.spec.body);
-  }
-
-  private errored(err: Error, req: IncomingMessage, target: unknown): void {
-    const attempt = this.attempts.get(req);
-    // A late error of an earlier attempt (torn down on purpose) carries that attempt's target.
-    if (!attempt || attempt.settled || (target !== undefined && target !== attempt.target)) return;
+  private errored(attempt: Attempt, err: Error): void {
+    if (attempt.settled) return;
     const code = (err as NodeJS.ErrnoException).code;
     const reused = attempt.proxyReq?.reusedSocket === true;
     const reason: FailureReason = code === 'ECONNREFUSED' || code === 'EHOSTUNREACH' || code === 'ENOTFOUND' ? 'connect' : 'reset';
     this.settle(attempt, { kind: 'failed', reason, detail: `${code ?? err.message}${reused ? ' on a reused connection' : ''}` });
   }
 
-  private responded(proxyRes: IncomingMessage, req: IncomingMessage, res: ServerResponse): void {
-    const attempt = this.attempts.get(req);
-    if (!attempt || attempt.settled) {
+  private responded(attempt: Attempt, proxyRes: IncomingMessage, res: ServerResponse): void {
+    if (attempt.settled) {
       proxyRes.destroy();
       return;
     }
-    const on = ownResponse(proxyRes);
-    on('error', () => undefined); // 'close' below decides
+    proxyRes.on('error', () => undefined); // 'close' decides
     const status = proxyRes.statusCode ?? 502;
-    if (status < 200 || status >= 300) this.readError(attempt, proxyRes, status, on);
-    else relayResponse(attempt.spec, proxyRes, res, status, on, this.control(attempt), this.clock);
+    if (status < 200 || status >= 300) this.readError(attempt, proxyRes, status);
+    else relayResponse(attempt.spec, proxyRes, res, status, this.control(attempt), this.clock);
   }
 
   /** The attempt's timer and settlement, lent to the relay. */
@@ -227,16 +193,16 @@ export class Forwarder {
     };
   }
 
-  private readError(attempt: Attempt, proxyRes: IncomingMessage, status: number, on: OwnListener): void {
+  private readError(attempt: Attempt, proxyRes: IncomingMessage, status: number): void {
     const chunks: Buffer[] = [];
     let size = 0;
     this.arm(attempt, Math.min(attempt.spec.timeouts.idleMs, attempt.spec.deadline - this.clock.now()), () => this.fail(attempt, { kind: 'failed', reason: 'reset', detail: 'error body stalled' }));
-    on('data', (chunk: Buffer) => {
+    proxyRes.on('data', (chunk: Buffer) => {
       if (size >= MAX_ERROR_BODY_BYTES) return;
       chunks.push(chunk);
       size += chunk.length;
     });
-    on('end', () => {
+    proxyRes.on('end', () => {
       this.settle(attempt, {
         kind: 'upstream_error',
         status,
@@ -245,8 +211,18 @@ export class Forwarder {
         retryAfterMs: retryAfterMs(proxyRes.headers),
       });
     });
-    on('close', () => {
+    proxyRes.on('close', () => {
       if (!proxyRes.complete) this.settle(attempt, { kind: 'failed', reason: 'reset', detail: 'the connection closed while the error body was read' });
     });
   }
+}
+
+/** The headers without the absent ones (`http.request` refuses an undefined value). */
+function withoutUndefined(headers: OutgoingHttpHeaders): OutgoingHttpHeaders {
+  const out: OutgoingHttpHeaders = {};
+  for (const name in headers) {
+    const value = headers[name];
+    if (value !== undefined) out[name] = value;
+  }
+  return out;
 }

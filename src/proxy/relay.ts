@@ -13,7 +13,6 @@ import { type IncomingMessage, type ServerResponse } from 'node:http';
 import { RouterError, streamErrorEvent } from '../core/errors.js';
 import { type Clock } from '../core/clock.js';
 import { clientResponseHeaders } from './headers.js';
-import { type OwnListener } from './http-proxy-gap.js';
 import { SseTap } from './sse-tap.js';
 import { isUsageChunk } from './usage.js';
 import { type AttemptResult, type AttemptSpec, type StreamEnd } from './forwarder.js';
@@ -38,7 +37,7 @@ function isEventStream(contentType: string | undefined): boolean {
   return contentType?.toLowerCase().startsWith('text/event-stream') ?? false;
 }
 
-export function relayResponse(spec: AttemptSpec, proxyRes: IncomingMessage, res: ServerResponse, status: number, on: OwnListener, control: AttemptControl, clock: Clock): void {
+export function relayResponse(spec: AttemptSpec, proxyRes: IncomingMessage, res: ServerResponse, status: number, control: AttemptControl, clock: Clock): void {
   const tap = isEventStream(proxyRes.headers['content-type']) ? new SseTap() : undefined;
   let bytes = 0;
   let committed = false;
@@ -96,7 +95,7 @@ export function relayResponse(spec: AttemptSpec, proxyRes: IncomingMessage, res:
       proxyRes.resume();
     });
   };
-  on('data', (chunk: Buffer) => {
+  proxyRes.on('data', (chunk: Buffer) => {
     if (!committed) commit();
     bytes += chunk.length;
     idle();
@@ -117,7 +116,7 @@ export function relayResponse(spec: AttemptSpec, proxyRes: IncomingMessage, res:
       .join('');
     if (kept !== '') write(kept);
   });
-  on('end', () => {
+  proxyRes.on('end', () => {
     if (!committed) commit(); // an empty 2xx body
     if (tap && spec.stripUsageChunk) {
       const rest = tap.rest(); // a last event without its blank line (some llama.cpp builds)
@@ -127,7 +126,7 @@ export function relayResponse(spec: AttemptSpec, proxyRes: IncomingMessage, res:
     if (!res.writableEnded) res.end();
     finish('complete');
   });
-  on('close', () => {
+  proxyRes.on('close', () => {
     if (proxyRes.complete) return;
     if (!committed) control.settle({ kind: 'failed', reason: 'reset', detail: 'the connection closed before the first byte' });
     else endBroken('upstream_broken');
