@@ -1,7 +1,11 @@
 /**
  * Per-key limits on the request path. `admit` makes one store call (one Redis round trip when Redis is
  * configured) that checks every limit of the key and takes the request and its estimated prompt
- * tokens; the answer gives the rate-limit headers, or a 429. The lease it returns follows the response:
+ * tokens; the answer gives the rate-limit headers, or a 429. The prompt estimate learns: requests of
+ * one kind (a deployment's API) add the amount by which the engine's reported prompt tokens have
+ * lately exceeded the estimate (a chat template's tokens, a tokenizer denser than four characters a
+ * token), so settlement corrects little and a busy key's bucket does not swing into debt.
+ * The lease it returns follows the response:
  * each streamed content event is one more token, and the engine's usage corrects the estimate at the
  * end. Tokens reach the store in batches every `flushIntervalMs`, off the request path, so a long
  * stream is counted while it flows and the key's next requests see it.
@@ -9,16 +13,28 @@
  * With Redis configured the counts are shared by every router. When Redis cannot answer (down,
  * or slower than its timeout), the router keeps serving: it counts locally with the limits divided
  * by the number of routers (known from their heartbeats in Redis, else `expectedRouters`), logs
- * once, and tries Redis again at most once a second. Budgets while down are what was left of them
- * when Redis was last seen, divided the same way, and the tokens spent locally are added to Redis's
- * budgets once it is back. Nothing is ever written over Redis's counts: it is only added to.
+ * once, and tries Redis again at most once a second. Each bucket and budget starts the outage at
+ * this router's share of what was left of it when Redis last answered (a Redis hiccup hands no key a
+ * fresh burst), and the tokens spent locally are added to Redis's budgets once it is back. Nothing is ever written over Redis's counts: it is only added to.
  */
 import { randomUUID } from 'node:crypto';
 import { type Clock, type Scheduler } from '../core/clock.js';
 import { RouterError } from '../core/errors.js';
 import { formatDuration, rateLimitHeaders } from './headers.js';
 import { keyLimits, type KeyLimitFields, type KeyLimits, type LimitFields, type ScopeLimits } from './settings.js';
-import { LocalLimitStore, type AdmitRequest, type BudgetSpec, type Checks, type ConcurrencySpec, type LimitStore, type RateSpec, type Settlement, type Verdict } from './store.js';
+import {
+  LocalLimitStore,
+  StoreTimeout,
+  type AdmitRequest,
+  type Bucket,
+  type BudgetSpec,
+  type Checks,
+  type ConcurrencySpec,
+  type LimitStore,
+  type RateSpec,
+  type Settlement,
+  type Verdict,
+} from './store.js';
 
 /** What a response used, as the director reports it (proxy/usage.ts `TokenUsage`). */
 export interface TokenUsage {
@@ -33,6 +49,13 @@ export interface LimitedKey {
   name: string;
   limits?: KeyLimitFields;
 }
+
+/** How fast the learned prompt overhead follows the engines' usage (weight of the newest request). */
+const OVERHEAD_WEIGHT = 0.25;
+/** Most bucket levels remembered for an outage (keys × rates; the least recently seen go first). */
+const MAX_LEVELS_SEEN = 100_000;
+/** Most kinds of request whose overhead is learned (deployments × APIs; beyond it, new kinds learn nothing). */
+const MAX_KINDS = 1_000;
 
 /** The shared store (Redis), with the routers' heartbeat. */
 export interface SharedLimitStore extends LimitStore {
@@ -79,6 +102,11 @@ const HEARTBEAT_TTL_MS = 3 * HEARTBEAT_MS;
 const RELEASE_WAIT_MS = 5;
 /** After Redis failed a request, the next try waits this long (meanwhile: local counts). */
 const RETRY_SHARED_MS = 1_000;
+/**
+ * Timeouts in a row after which Redis counts as down. One slow answer (a busy host) sends only that
+ * call's request to local counts; a refused or lost connection counts as down at once.
+ */
+const TIMEOUTS_BEFORE_DOWN = 3;
 /** Budget settlements kept for Redis while it is down (per key and period, so bounded by keys × 2). */
 const MAX_PENDING = 100_000;
 const LOCAL_FLUSH_MS = 250;
@@ -179,6 +207,8 @@ export class Lease {
     readonly checks: Checks,
     readonly id: string,
     readonly estimate: number,
+    /** The caller's own estimate, before the learned overhead; and the kind that learns from this request. */
+    readonly learn: { estimate: number; kind: string } | undefined,
     /** OpenAI's rate-limit headers for the response. */
     readonly headers: Readonly<Record<string, string>>,
     readonly startedAt: number,
@@ -215,11 +245,17 @@ export class Limiter {
   private readonly pending = new Map<string, { store: LimitStore; settlement: Settlement }>();
   /** Budget use Redis last reported, per key and period: the base of the local budgets while it is down. */
   private readonly budgetSeen = new Map<string, number>();
+  /** Bucket levels Redis last reported, per key and rate (with when, on the clock): where the local buckets start while it is down. */
+  private readonly levelSeen = new Map<string, Bucket>();
   private timers: unknown[] = [];
   /** Shared leases whose slots go back with the next admission (see releaseSoon). */
   private releases: Lease[] = [];
   private releaseTimer: unknown;
   private flushing = false;
+  /** Redis's timeouts in a row (see TIMEOUTS_BEFORE_DOWN). */
+  private timeouts = 0;
+  /** Per kind of request: how many prompt tokens the engines report beyond the caller's estimate, lately. */
+  private readonly overhead = new Map<string, number>();
 
   constructor(private readonly options: LimiterOptions) {
     this.local = new LocalLimitStore(() => options.clock.now());
@@ -275,12 +311,14 @@ export class Limiter {
   }
 
   /**
-   * Takes a request of `key` on `deployment` with `estimate` prompt tokens. Resolves with its lease
-   * (undefined for a key without limits); rejects with a 429 RouterError when a limit refuses it.
+   * Takes a request of `key` on `deployment` with `estimate` prompt tokens (plus the overhead learned
+   * for `kind`, when given). Resolves with its lease (undefined for a key without limits); rejects with
+   * a 429 RouterError when a limit refuses it.
    */
-  async admit(key: LimitedKey, deployment: string, estimate: number): Promise<Lease | undefined> {
+  async admit(key: LimitedKey, deployment: string, given: number, kind?: string): Promise<Lease | undefined> {
     const limits = this.limitsOf(key);
     if (!limits) return undefined;
+    const estimate = kind === undefined ? given : Math.max(0, Math.round(given + (this.overhead.get(kind) ?? 0)));
     const { clock, events } = this.options;
     const checks = checksFor(key.name, limits, deployment, this.options.wallNow());
     const request: AdmitRequest = { ...checks, tokens: estimate, lease: `${this.router}:${++this.sequence}`, leaseMs: LEASE_MS };
@@ -294,10 +332,13 @@ export class Limiter {
         events?.onRoundTrip?.((clock.now() - started) / 1000);
         this.sharedAnswered();
         for (const budget of verdict.budgets) this.budgetSeen.set(`${key.name}\0${budget.period}`, budget.used - (verdict.ok ? estimate : 0));
+        this.sawLevels(key.name, verdict, clock.now());
       } catch (err) {
         this.sharedFailed('admit', err as Error);
-        store = this.storeNow();
-        verdict = await store.admit(this.localChecks(request));
+        const local = this.localNow();
+        verdict = await local.admit(this.localChecks(request));
+        // after one slow answer Redis may have taken the request all the same: what it uses is settled there
+        if (!this.sharedUp) store = local;
       }
     } else {
       verdict = await store.admit(store === this.local ? request : this.localChecks(request));
@@ -308,7 +349,7 @@ export class Limiter {
       throw refusal(verdict, limits);
     }
     events?.onAdmitted?.(key.name);
-    const lease = new Lease(this, store, request, request.lease, estimate, rateLimitHeaders(verdict), clock.now());
+    const lease = new Lease(this, store, request, request.lease, estimate, kind === undefined ? undefined : { estimate: given, kind }, rateLimitHeaders(verdict), clock.now());
     this.active.add(lease);
     return lease;
   }
@@ -326,7 +367,7 @@ export class Limiter {
       return { limits, verdict };
     } catch (err) {
       this.sharedFailed('admit', err as Error);
-      return { limits, verdict: await this.storeNow().peek(this.localChecksOf(checks)) };
+      return { limits, verdict: await this.localNow().peek(this.localChecksOf(checks)) };
     }
   }
 
@@ -360,6 +401,7 @@ export class Limiter {
   /** Called by Lease.finish. */
   finished(lease: Lease, usage: TokenUsage | undefined): void {
     this.active.delete(lease);
+    if (usage && !usage.estimated && lease.learn) this.learn(lease.learn.kind, usage.promptTokens - lease.learn.estimate);
     const used = usage ? Math.round((usage.estimated ? lease.estimate : usage.promptTokens) + usage.completionTokens) : 0;
     if (usage) this.options.events?.onTokens?.(lease.checks.key, usage.estimated ? lease.estimate : usage.promptTokens, usage.completionTokens);
     this.queue(lease.store, lease, used - lease.charged);
@@ -374,6 +416,12 @@ export class Limiter {
     if (shared && lease.store !== shared && lease.checks.budgets.length > 0 && used > 0) {
       this.queue(shared, { checks: { ...lease.checks, rates: [] } }, used);
     }
+  }
+
+  private learn(kind: string, excess: number): void {
+    const before = this.overhead.get(kind);
+    if (before === undefined && this.overhead.size >= MAX_KINDS) return;
+    this.overhead.set(kind, before === undefined ? excess : before + OVERHEAD_WEIGHT * (excess - before));
   }
 
   private queue(store: LimitStore, lease: Pick<Lease, 'checks'>, tokens: number): void {
@@ -464,8 +512,36 @@ export class Limiter {
       this.retrySharedAt = this.options.clock.now() + RETRY_SHARED_MS;
       return shared.store;
     }
-    this.fallback ??= new LocalLimitStore(() => this.options.clock.now());
+    this.fallback ??= this.fallbackStore();
     return this.fallback;
+  }
+
+  /** Where a request goes when Redis failed it: the outage's local counts, or (Redis still up after one slow answer) counts for that request alone. */
+  private localNow(): LocalLimitStore {
+    return this.sharedUp ? this.fallbackStore() : (this.fallback ??= this.fallbackStore());
+  }
+
+  /** Local counts for an outage: each bucket starts at this router's share of the level Redis last reported. */
+  private fallbackStore(): LocalLimitStore {
+    return new LocalLimitStore(
+      () => this.options.clock.now(),
+      (key, rateId) => {
+        const seen = this.levelSeen.get(`${key}\0${rateId}`);
+        return seen && { level: seen.level / this.routers, at: seen.at };
+      },
+    );
+  }
+
+  private sawLevels(key: string, verdict: Verdict, now: number): void {
+    for (const rate of verdict.rates) {
+      const id = `${key}\0${rate.id}`;
+      this.levelSeen.delete(id); // re-inserted last: the map's order is least recently seen first
+      this.levelSeen.set(id, { level: rate.remaining, at: now });
+    }
+    for (const id of this.levelSeen.keys()) {
+      if (this.levelSeen.size <= MAX_LEVELS_SEEN) break;
+      this.levelSeen.delete(id);
+    }
   }
 
   private localChecks(request: AdmitRequest): AdmitRequest {
@@ -477,6 +553,7 @@ export class Limiter {
   }
 
   private sharedAnswered(): void {
+    this.timeouts = 0;
     if (this.sharedUp) return;
     this.sharedUp = true;
     this.fallback = undefined;
@@ -485,10 +562,12 @@ export class Limiter {
 
   private sharedFailed(op: RedisOp, error: Error): void {
     this.options.events?.onSharedError?.(op);
+    if (this.sharedUp && error instanceof StoreTimeout && ++this.timeouts < TIMEOUTS_BEFORE_DOWN) return;
+    this.timeouts = 0;
     this.retrySharedAt = this.options.clock.now() + RETRY_SHARED_MS;
     if (!this.sharedUp) return;
     this.sharedUp = false;
-    this.fallback = new LocalLimitStore(() => this.options.clock.now());
+    this.fallback = this.fallbackStore();
     this.options.events?.onShared?.(false, error);
   }
 }

@@ -27,7 +27,7 @@
  * its count, not a fresh one), and `renew` extends only leases that have not expired yet.
  */
 import { Redis, type Result } from 'ioredis';
-import { rateState, refusalOf, type AdmitRequest, type Checks, type ConcurrencySpec, type LimitStore, type BudgetSpec, type Settlement, type Verdict } from './store.js';
+import { rateState, refusalOf, StoreTimeout, type AdmitRequest, type Checks, type ConcurrencySpec, type LimitStore, type BudgetSpec, type Settlement, type Verdict } from './store.js';
 
 /** How long idle state outlives the moment it stops mattering (ms). */
 export const TTL_MARGIN_MS = {
@@ -233,7 +233,7 @@ export class RedisLimitStore implements LimitStore {
       ...budgets.flatMap((s) => [String(s.limit), String(s.endsInMs)]),
       ...concurrency.map((s) => String(s.limit)),
     ];
-    const reply = await this.client.modelgateLimitsAdmit(keys.length, ...keys, ...args);
+    const reply = await timed(this.client.modelgateLimitsAdmit(keys.length, ...keys, ...args));
     const values = numbers(reply, 1 + keys.length);
     const levels = values.slice(1, 1 + rates.length);
     const used = values.slice(1 + rates.length, 1 + rates.length + budgets.length);
@@ -281,8 +281,18 @@ export class RedisLimitStore implements LimitStore {
 
   /** Records that `router` is alive now; resolves with how many routers beat within the last `ttlMs`. */
   async heartbeat(router: string, ttlMs: number): Promise<number> {
-    const reply = await this.client.modelgateLimitsHeartbeat(1, `${this.prefix}routers`, this.clock(), router, String(ttlMs));
+    const reply = await timed(this.client.modelgateLimitsHeartbeat(1, `${this.prefix}routers`, this.clock(), router, String(ttlMs)));
     return numbers([reply], 1)[0] as number;
+  }
+}
+
+/** ioredis's `commandTimeout` rejection (its message is the only mark it has) as a {@link StoreTimeout}. */
+async function timed<T>(reply: Promise<T>): Promise<T> {
+  try {
+    return await reply;
+  } catch (err) {
+    if ((err as Error).message === 'Command timed out') throw new StoreTimeout('Redis answered later than limits.redis.timeoutMs');
+    throw err;
   }
 }
 

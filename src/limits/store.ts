@@ -106,13 +106,17 @@ export interface LimitStore {
   renew(leases: ReadonlyArray<{ key: string; concurrency: readonly ConcurrencySpec[]; lease: string }>, leaseMs: number): Promise<void>;
 }
 
+/** The store answered too late (the call may or may not have been applied); any other failure means it could not be reached. */
+export class StoreTimeout extends Error {}
+
 /** ms a refused concurrency check asks the client to wait (when a lease frees is unknown). */
 export const CONCURRENCY_RETRY_MS = 1000;
 
 const MINUTE_MS = 60_000;
 
-interface Bucket {
+export interface Bucket {
   level: number;
+  /** The store's ms clock when `level` was measured. */
   at: number;
 }
 
@@ -166,12 +170,29 @@ export class LocalLimitStore implements LimitStore {
   private readonly leases = new Map<string, Map<string, number>>();
   private sweeps = 0;
 
-  constructor(private readonly now: () => number) {}
+  /**
+   * `initial`: a bucket's state before this store's first take (absent: full); the limiter seeds its
+   * fallback counts from what Redis last reported, so an outage does not hand every key a fresh burst.
+   */
+  constructor(
+    private readonly now: () => number,
+    private readonly initial?: (key: string, rateId: string) => Bucket | undefined,
+  ) {}
+
+  private bucket(key: string, rateId: string): Bucket | undefined {
+    const id = `${key}\0${rateId}`;
+    let bucket = this.buckets.get(id);
+    if (!bucket && this.initial) {
+      bucket = this.initial(key, rateId);
+      if (bucket) this.buckets.set(id, bucket);
+    }
+    return bucket;
+  }
 
   private verdict(checks: Checks, take: AdmitRequest | undefined): Verdict {
     const now = this.now();
     if (++this.sweeps % 1024 === 0) this.sweep(now);
-    const levels = checks.rates.map((spec) => refill(this.buckets.get(`${checks.key}\0${spec.id}`), spec.perMinute, now));
+    const levels = checks.rates.map((spec) => refill(this.bucket(checks.key, spec.id), spec.perMinute, now));
     const used = checks.budgets.map((spec) => this.budgetUsed(checks.key, spec, now));
     const held = checks.concurrency.map((spec) => this.held(checks.key, spec.id, now));
     const refused = refusalOf(
@@ -242,7 +263,7 @@ export class LocalLimitStore implements LimitStore {
       for (const spec of rates) {
         if (spec.kind !== 'tokens') continue;
         const id = `${key}\0${spec.id}`;
-        this.buckets.set(id, { level: Math.min(spec.perMinute, refill(this.buckets.get(id), spec.perMinute, now) - tokens), at: now });
+        this.buckets.set(id, { level: Math.min(spec.perMinute, refill(this.bucket(key, spec.id), spec.perMinute, now) - tokens), at: now });
       }
       for (const spec of budgets) {
         const id = `${key}\0${spec.period}`;

@@ -18,7 +18,8 @@ import { contextOf } from './context.js';
 
 /** The per-key limits as the handler uses them (limits/limiter.ts). */
 export interface RequestLimits {
-  admit(key: Principal, deployment: string, estimate: number): Promise<Pick<Lease, 'headers' | 'streamed' | 'finish'> | undefined>;
+  /** `kind`: requests whose prompt estimates are corrected together (limits/limiter.ts). */
+  admit(key: Principal, deployment: string, estimate: number, kind?: string): Promise<Pick<Lease, 'headers' | 'streamed' | 'finish'> | undefined>;
 }
 
 export interface InferenceDeps {
@@ -66,7 +67,8 @@ async function readForm(api: ApiRoute, raw: Buffer, contentType: string): Promis
 /**
  * The prompt tokens a request is charged before the engine reports them: its prompt text (or, for
  * APIs without one, its JSON body) at about four characters a token. A form (audio) is charged nothing
- * up front. The engine's usage replaces the estimate when the response ends.
+ * up front. The engine's usage replaces the estimate when the response ends, and the limiter learns
+ * from it how far this kind of request's estimates fall short (a chat template's tokens).
  */
 export function estimatePromptTokens(api: ApiRoute, body: ValidRequest, text: string): number {
   const chars = api.promptText ? api.promptText(body).length : text.length;
@@ -88,7 +90,7 @@ export function inferenceHandler(deps: InferenceDeps, api: ApiRoute) {
     const priority = requestPriority(principal.priority, req.headers[deps.priorityHeader], deps.priorityHeader);
     ctx.priority = priority;
     if (ctx.closed) return; // the client left while the body was read
-    const lease = deps.limits && (await deps.limits.admit(principal, deployment.id, estimatePromptTokens(api, body, text)));
+    const lease = deps.limits && (await deps.limits.admit(principal, deployment.id, estimatePromptTokens(api, body, text), `${deployment.id} ${api.name}`));
     if (lease) for (const [name, value] of Object.entries(lease.headers)) res.setHeader(name, value);
     if (ctx.closed) {
       lease?.finish(undefined); // the client left while its limits were checked

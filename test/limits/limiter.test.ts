@@ -3,7 +3,7 @@ import { RouterError, toErrorResponse } from '../../src/core/errors.js';
 import { formatDuration } from '../../src/limits/headers.js';
 import { Limiter, periods, type LimitedKey, type LimiterEvents, type SharedLimitStore } from '../../src/limits/limiter.js';
 import { type LimitFields } from '../../src/limits/settings.js';
-import { LocalLimitStore, type AdmitRequest, type Checks, type ConcurrencySpec, type Settlement } from '../../src/limits/store.js';
+import { LocalLimitStore, StoreTimeout, type AdmitRequest, type Checks, type ConcurrencySpec, type Settlement } from '../../src/limits/store.js';
 import { FakeTime } from '../helpers/fake-time.js';
 
 /** 2026-11-24 12:00:00 UTC */
@@ -13,6 +13,8 @@ const NOON = Date.UTC(2026, 10, 24, 12);
 class FlakyShared implements SharedLimitStore {
   readonly counts: LocalLimitStore;
   down = false;
+  /** Calls left that answer too late. */
+  slow = 0;
   routers = 1;
   settled: Settlement[] = [];
   released: string[] = [];
@@ -21,6 +23,10 @@ class FlakyShared implements SharedLimitStore {
   }
   private check(): void {
     if (this.down) throw new Error('connect ECONNREFUSED 127.0.0.1:6379');
+    if (this.slow > 0) {
+      this.slow -= 1;
+      throw new StoreTimeout('Redis answered later than limits.redis.timeoutMs');
+    }
   }
   async admit(request: AdmitRequest) {
     this.check();
@@ -132,6 +138,39 @@ describe('Limiter', () => {
     await limiter.stop();
   });
 
+  it('learns how far a kind of request’s prompt estimates fall short (a chat template) and charges that up front', async () => {
+    const { limiter, time } = setup();
+    const key: LimitedKey = { name: 'team', limits: { tokensPerMinute: 100_000 } };
+    const remaining = (lease: { headers: Readonly<Record<string, string>> } | undefined): number => Number(lease?.headers['x-ratelimit-remaining-tokens']);
+    // nothing learned yet: the caller's estimate alone (100,000 - 10)
+    const first = await limiter.admit(key, 'llama', 10, 'llama chat');
+    expect(remaining(first)).toBe(99_990);
+    // the engine counts 30 prompt tokens for it: 20 more than the estimate
+    first?.finish({ promptTokens: 30, completionTokens: 0 });
+    await time.advance(250);
+    const before = remaining(await limiter.admit(key, 'llama', 0)); // another kind: nothing added
+    const second = await limiter.admit(key, 'llama', 10, 'llama chat');
+    expect(before - remaining(second)).toBe(30); // 10 + the 20 learned
+    // a later request reports 10 more than its estimate: the overhead moves a quarter of the way (20 → 17.5)
+    second?.finish({ promptTokens: 20, completionTokens: 0 });
+    await time.advance(250);
+    const base = remaining(await limiter.admit(key, 'llama', 0));
+    expect(base - remaining(await limiter.admit(key, 'llama', 10, 'llama chat'))).toBe(28); // round(10 + 17.5)
+    // another kind has learned nothing; usage the router estimated itself teaches nothing
+    const other = await limiter.admit(key, 'llama', 10, 'llama completions');
+    other?.finish({ promptTokens: 0, completionTokens: 5, estimated: true });
+    await time.advance(250);
+    const mark = remaining(await limiter.admit(key, 'llama', 0));
+    expect(mark - remaining(await limiter.admit(key, 'llama', 10, 'llama completions'))).toBe(10);
+    // an overhead below zero (a sparse tokenizer) never makes a charge negative
+    const sparse = await limiter.admit(key, 'llama', 100, 'sparse');
+    sparse?.finish({ promptTokens: 10, completionTokens: 0 });
+    await time.advance(250);
+    const at = remaining(await limiter.admit(key, 'llama', 0));
+    expect(at - remaining(await limiter.admit(key, 'llama', 50, 'sparse'))).toBe(0);
+    await limiter.stop();
+  });
+
   it('refuses a tokens-per-minute key in debt until the refill, as a tokens rate limit', async () => {
     const { limiter, time } = setup();
     const key: LimitedKey = { name: 'team', limits: { tokensPerMinute: 600 } };
@@ -210,11 +249,13 @@ describe('Limiter with a shared store', () => {
     const key: LimitedKey = { name: 'team', limits: { requestsPerMinute: 10 } };
     expect((await limiter.admit(key, 'llama', 0))?.headers['x-ratelimit-limit-requests']).toBe('10');
     flaky.down = true;
-    // this router's share while Redis is down: 10 / 2 routers = 5 a minute
+    // this router's share while Redis is down: 10 / 2 routers = 5 a minute, starting from its share of
+    // what Redis had left (9 / 2 = 4.5), not a full bucket: four requests
     const local = await limiter.admit(key, 'llama', 0);
     expect(local?.headers['x-ratelimit-limit-requests']).toBe('5');
+    expect(local?.headers['x-ratelimit-remaining-requests']).toBe('3');
     expect(limiter.shared).toBe(false);
-    for (let i = 0; i < 4; i++) await limiter.admit(key, 'llama', 0);
+    for (let i = 0; i < 3; i++) await limiter.admit(key, 'llama', 0);
     await refused(limiter.admit(key, 'llama', 0));
     expect(shared).toEqual([false]);
     expect(errors[0]).toBe('admit');
@@ -224,6 +265,27 @@ describe('Limiter with a shared store', () => {
     const back = await limiter.admit(key, 'llama', 0);
     expect(back?.headers['x-ratelimit-limit-requests']).toBe('10');
     expect(shared).toEqual([false, true]);
+    await limiter.stop();
+  });
+
+  it('counts one slow answer’s request locally and stays shared; three in a row count as down', async () => {
+    const shared: boolean[] = [];
+    const errors: string[] = [];
+    const { limiter, shared: store } = setup({}, { shared: true, events: { onShared: (up) => shared.push(up), onSharedError: (op) => errors.push(op) } });
+    const flaky = store as FlakyShared;
+    const key: LimitedKey = { name: 'team', limits: { requestsPerMinute: 10 } };
+    expect((await limiter.admit(key, 'llama', 0))?.headers['x-ratelimit-remaining-requests']).toBe('9');
+    flaky.slow = 1;
+    // admitted on this router's share of what Redis had left (9), the store still counted as up
+    expect((await limiter.admit(key, 'llama', 0))?.headers['x-ratelimit-remaining-requests']).toBe('8');
+    expect(limiter.shared).toBe(true);
+    expect(errors).toEqual(['admit']);
+    // the next request goes to Redis again, which never saw the slow one here (the stand-in did not apply it)
+    expect((await limiter.admit(key, 'llama', 0))?.headers['x-ratelimit-remaining-requests']).toBe('8');
+    flaky.slow = 3;
+    for (let i = 0; i < 3; i++) await limiter.admit(key, 'llama', 0);
+    expect(limiter.shared).toBe(false);
+    expect(shared).toEqual([false]);
     await limiter.stop();
   });
 

@@ -43,7 +43,10 @@ beforeAll(async () => {
     auth: { keysFile: 'keys.yaml' },
     pools: [{ name: 'llama', servedModelName: 'meta/llama', endpoints: [sim.url] }],
     deployments: [{ id: 'llama-prod', model: 'llama', targets: [{ pool: 'llama' }] }],
-    limits: { redis: { url: redis.url } },
+    // the documented timeout setting raised from its 50 ms default: on a loaded 2-core CI machine Redis
+    // sometimes answers later than that, and this file is about shared counting, not about a slow Redis
+    // (the limiter's own tests cover slow answers; the last test here a Redis that is gone)
+    limits: { redis: { url: redis.url, timeoutMs: 1000 } },
   };
   await writeFile(join(dir, 'modelgate.yaml'), JSON.stringify(config));
   routers = [];
@@ -66,7 +69,10 @@ function chat(router: ServedRouter, key: string, content = 'hi'): Promise<Respon
 }
 
 /**
- * Four clients, two on each router, send as fast as they are answered. Once the key's burst is spent
+ * Sixteen clients, eight on each router, send as fast as they are answered and, like the official
+ * SDKs, wait the `retry-after-ms` of a 429 before sending again: enough demand that the key's limit is
+ * always the bound, and no storm of refused requests loading the machine (clients that retried at
+ * once left a loaded CI machine's count 6–13% short). Once the key's burst is spent
  * (the first 429) and `settleMs` more have passed — for tokens, the burst's last requests are settled
  * (their prompt estimates corrected) and paid back — requests sent during the next `measureMs` are
  * counted: the key's steady rate. Resolves with the admitted requests and their tokens, and any answer other than 200 or 429.
@@ -83,6 +89,7 @@ async function flood(key: string, content: string, measureMs: number, settleMs: 
         from = performance.now() + settleMs;
         until = from + measureMs;
       }
+      if (res.status === 429) await new Promise((resolve) => setTimeout(resolve, Math.min(1_000, Number(res.headers.get('retry-after-ms')) || 0)));
       if (sent < from || sent >= until) continue;
       if (res.status === 200) {
         totals.admitted += 1;
@@ -90,7 +97,7 @@ async function flood(key: string, content: string, measureMs: number, settleMs: 
       } else if (res.status !== 429) totals.other += 1;
     }
   };
-  await Promise.all([0, 1, 0, 1].map((i) => client(routers[i] as ServedRouter)));
+  await Promise.all(Array.from({ length: 16 }, (_, i) => client(routers[i % 2] as ServedRouter)));
   return totals;
 }
 
@@ -125,6 +132,9 @@ describe('limits shared by two routers through Redis', () => {
     );
     const shared = await chat(routers[0] as ServedRouter, OUTAGE_KEY);
     expect(shared.headers.get('x-ratelimit-limit-requests')).toBe('600');
+    // a busy machine may have slowed Redis past its timeout in an earlier test: count this outage's lines
+    const outageLines = (router: ServedRouter): number => router.logs.filter((l) => String(l.msg).startsWith('Redis is not answering')).length;
+    const before = routers.map(outageLines);
 
     await redis.stop();
     for (let i = 0; i < 20; i++) {
@@ -133,9 +143,9 @@ describe('limits shared by two routers through Redis', () => {
       // each router's share: 600 / 2
       expect(res.headers.get('x-ratelimit-limit-requests')).toBe('300');
     }
-    for (const router of routers) {
+    for (const [i, router] of routers.entries()) {
       expect(await metric(router, 'modelgate_limits_redis_up')).toBe(0);
-      expect(router.logs.filter((l) => String(l.msg).startsWith('Redis is not answering')).length).toBe(1);
+      expect(outageLines(router)).toBe((before[i] as number) + 1);
     }
 
     await redis.restart();
