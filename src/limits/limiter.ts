@@ -1,7 +1,9 @@
 /**
  * Per-key limits on the request path. `admit` makes one store call (one Redis round trip when Redis is
  * configured) that checks every limit of the key and takes the request and its estimated prompt
- * tokens; the answer gives the rate-limit headers, or a 429. The prompt estimate learns: requests of
+ * tokens; the answer gives the rate-limit headers, or a 429. With Redis, a request far from every
+ * limit does not wait for that round trip: it is let through on what the router last heard from Redis
+ * about the key, and counted there in the background (view.ts). The prompt estimate learns: requests of
  * one kind (a deployment's API) add the amount by which the engine's reported prompt tokens have
  * lately exceeded the estimate (a chat template's tokens, a tokenizer denser than four characters a
  * token), so settlement corrects little and a busy key's bucket does not swing into debt.
@@ -21,6 +23,7 @@ import { randomUUID } from 'node:crypto';
 import { type Clock, type Scheduler } from '../core/clock.js';
 import { RouterError } from '../core/errors.js';
 import { formatDuration, rateLimitHeaders } from './headers.js';
+import { SharedView } from './view.js';
 import { keyLimits, type KeyLimitFields, type KeyLimits, type LimitFields, type ScopeLimits } from './settings.js';
 import {
   LocalLimitStore,
@@ -252,6 +255,8 @@ export class Limiter {
   private releases: Lease[] = [];
   private releaseTimer: unknown;
   private flushing = false;
+  /** What this router knows of keys' shared counts, to admit requests far from every limit without waiting for Redis. */
+  private readonly view = new SharedView();
   /** Redis's timeouts in a row (see TIMEOUTS_BEFORE_DOWN). */
   private timeouts = 0;
   /** Per kind of request: how many prompt tokens the engines report beyond the caller's estimate, lately. */
@@ -324,16 +329,31 @@ export class Limiter {
     const request: AdmitRequest = { ...checks, tokens: estimate, lease: `${this.router}:${++this.sequence}`, leaseMs: LEASE_MS };
     let store: LimitStore = this.storeNow();
     let verdict: Verdict;
-    if (store === this.options.shared?.store) {
+    const shared = this.options.shared?.store;
+    if (store === shared && shared) {
       if (this.releases.length > 0) this.sendReleases();
+      const onView = this.sharedUp ? this.view.tryTake(request, estimate, clock.now()) : undefined;
+      this.view.sent(key.name, estimate);
       const started = clock.now();
       try {
-        verdict = await store.admit(request);
-        events?.onRoundTrip?.((clock.now() - started) / 1000);
-        this.sharedAnswered();
-        for (const budget of verdict.budgets) this.budgetSeen.set(`${key.name}\0${budget.period}`, budget.used - (verdict.ok ? estimate : 0));
-        this.sawLevels(key.name, verdict, clock.now());
+        if (onView) {
+          // far from every limit: let it through now, and count it in Redis in the background
+          verdict = onView;
+          void shared.admit({ ...request, force: true }).then(
+            (answer) => this.sharedAdmitted(request, answer, true, started),
+            (err: unknown) => {
+              this.view.failed(key.name);
+              this.sharedFailed('admit', err as Error);
+              // Redis never counted it: its estimate waits for Redis's budgets, like tokens spent while it is down
+              this.queue(shared, { checks: { ...request, rates: [] } }, request.tokens);
+            },
+          );
+        } else {
+          verdict = await store.admit(request);
+          this.sharedAdmitted(request, verdict, verdict.ok, started);
+        }
       } catch (err) {
+        this.view.failed(key.name);
         this.sharedFailed('admit', err as Error);
         const local = this.localNow();
         verdict = await local.admit(this.localChecks(request));
@@ -352,6 +372,16 @@ export class Limiter {
     const lease = new Lease(this, store, request, request.lease, estimate, kind === undefined ? undefined : { estimate: given, kind }, rateLimitHeaders(verdict), clock.now());
     this.active.add(lease);
     return lease;
+  }
+
+  /** Redis answered an admission (`taken`: it took the request). */
+  private sharedAdmitted(request: AdmitRequest, verdict: Verdict, taken: boolean, started: number): void {
+    const now = this.options.clock.now();
+    this.options.events?.onRoundTrip?.((now - started) / 1000);
+    this.sharedAnswered();
+    this.view.answered(request, verdict, now);
+    for (const budget of verdict.budgets) this.budgetSeen.set(`${request.key}\0${budget.period}`, budget.used - (taken ? request.tokens : 0));
+    this.sawLevels(request.key, verdict, now);
   }
 
   /** The key's limits and what is left of them, taking nothing (GET /v1/limits). */
@@ -408,8 +438,10 @@ export class Limiter {
     lease.charged = used;
     lease.unsent = 0;
     if (lease.checks.concurrency.length > 0) {
-      if (lease.store === this.options.shared?.store) this.releaseSoon(lease);
-      else void lease.store.release(lease.checks.key, lease.checks.concurrency, lease.id);
+      if (lease.store === this.options.shared?.store) {
+        this.view.released(lease.checks.key, lease.checks.concurrency);
+        this.releaseSoon(lease);
+      } else void lease.store.release(lease.checks.key, lease.checks.concurrency, lease.id);
     }
     // tokens spent while Redis was down still count against the shared budgets once it is back
     const shared = this.options.shared?.store;
@@ -567,6 +599,7 @@ export class Limiter {
     this.retrySharedAt = this.options.clock.now() + RETRY_SHARED_MS;
     if (!this.sharedUp) return;
     this.sharedUp = false;
+    this.view.clear();
     this.fallback = this.fallbackStore();
     this.options.events?.onShared?.(false, error);
   }

@@ -79,14 +79,16 @@ end
 `;
 
 /**
- * KEYS: nr buckets, nb budget counters, then lease sets. ARGV: now, take ('1' admit, '0' peek), tokens,
+ * KEYS: nr buckets, nb budget counters, then lease sets. ARGV: now, take ('1' admit, '2' admit even if a
+ * check refuses, '0' peek), tokens,
  * lease, leaseMs, nr, nb, then nr × (perMinute, cost), nb × (limit, endsInMs), one limit per lease set.
- * Returns {admitted (1|0), nr levels (strings), nb used, one held count per lease set}: after the take
- * when admitted, as they stand otherwise.
+ * Returns {admitted by the checks (1|0), nr levels (strings), nb used, one held count per lease set}:
+ * after the take when taken, as they stand otherwise.
  */
 const ADMIT = `${PRELUDE}
 local now = clock(ARGV[1])
-local take = ARGV[2] == '1'
+local take = ARGV[2] ~= '0'
+local force = ARGV[2] == '2'
 local nr, nb = tonumber(ARGV[6]), tonumber(ARGV[7])
 local nc = #KEYS - nr - nb
 local rateAt, budgetAt, leaseAt = 8, 8 + 2 * nr, 8 + 2 * nr + 2 * nb
@@ -104,7 +106,7 @@ for k = 1, nc do
   held[k] = redis.call('ZCOUNT', KEYS[nr + nb + k], '(' .. num(now), '+inf')
   if held[k] >= tonumber(ARGV[leaseAt + k - 1]) then ok = false end
 end
-if ok and take then
+if take and (ok or force) then
   for i = 1, nr do
     local perMinute = tonumber(ARGV[rateAt + 2 * (i - 1)])
     levels[i] = levels[i] - tonumber(ARGV[rateAt + 2 * (i - 1) + 1])
@@ -119,6 +121,7 @@ if ok and take then
     redis.call('ZREMRANGEBYSCORE', key, '-inf', num(now))
     redis.call('ZADD', key, num(now + tonumber(ARGV[5])), ARGV[4])
     expireLeases(key, now)
+    held[k] = redis.call('ZCOUNT', key, '(' .. num(now), '+inf')
   end
 end
 local reply = {(ok and take) and 1 or 0}
@@ -223,7 +226,7 @@ export class RedisLimitStore implements LimitStore {
     const tokens = String(take?.tokens ?? 0);
     const args = [
       this.clock(),
-      take ? '1' : '0',
+      take ? (take.force ? '2' : '1') : '0',
       tokens,
       take?.lease ?? '',
       String(take?.leaseMs ?? 0),
@@ -239,13 +242,25 @@ export class RedisLimitStore implements LimitStore {
     const used = values.slice(1 + rates.length, 1 + rates.length + budgets.length);
     const held = values.slice(1 + rates.length + budgets.length);
     const admitted = values[0] === 1;
-    const refused = admitted ? undefined : refusalOf(checks, levels, used, held);
+    // a forced take is in the counts the script returned: the refusal is judged on the counts before it
+    const before = take?.force && !admitted;
+    const refused = admitted
+      ? undefined
+      : before
+        ? refusalOf(
+            checks,
+            levels.map((level, i) => level + (rates[i]?.kind === 'requests' ? 1 : take.tokens)),
+            used.map((u) => u - take.tokens),
+            held.map((h) => h - 1),
+          )
+        : refusalOf(checks, levels, used, held);
     if (take && !admitted && !refused) throw new Error('RedisLimitStore: the admit script refused a request that every check admits (script and store.ts disagree)');
     return {
       ok: refused === undefined,
       ...(refused ? { refused } : {}),
       rates: rates.map((spec, i) => rateState(spec, levels[i] as number)),
       budgets: budgets.map((spec, i) => ({ window: spec.window, period: spec.period, limit: spec.limit, used: used[i] as number, endsInMs: spec.endsInMs })),
+      concurrency: concurrency.map((spec, i) => ({ id: spec.id, limit: spec.limit, held: held[i] as number })),
     };
   }
 

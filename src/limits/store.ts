@@ -15,7 +15,8 @@
  * - **Concurrency**: leases with an expiry. A request is admitted while fewer than `limit` unexpired
  *   leases are held; it holds one until released. Leases of a router that died expire by themselves.
  *
- * Admission is all or nothing: when any check refuses, nothing is taken. A refusal names the check
+ * Admission is all or nothing: when any check refuses, nothing is taken (unless the caller forces the
+ * take: it already let the request through). A refusal names the check
  * and how long until it would admit (a budget: the end of its period; concurrency: unknown, 1 s).
  */
 
@@ -61,6 +62,12 @@ export interface AdmitRequest extends Checks {
   lease: string;
   /** How long a lease lives unless renewed. */
   leaseMs: number;
+  /**
+   * Take it even if a check refuses: the router already let the request through on what it last knew
+   * of the key (limits/limiter.ts), and the store must count it all the same. The verdict still says
+   * whether the checks would have admitted it.
+   */
+  force?: boolean;
 }
 
 export interface RateState {
@@ -79,6 +86,13 @@ export interface BudgetState {
   endsInMs: number;
 }
 
+export interface ConcurrencyState {
+  id: string;
+  limit: number;
+  /** Leases held (after this request's, when taken). */
+  held: number;
+}
+
 export interface Verdict {
   ok: boolean;
   /** Set when not ok: the check that refused, and when it would admit. */
@@ -86,6 +100,7 @@ export interface Verdict {
   /** After this request was taken (or, refused, as they stand). */
   rates: RateState[];
   budgets: BudgetState[];
+  concurrency: ConcurrencyState[];
 }
 
 /** Tokens to take (or, negative, give back) from a key's tokens buckets and budgets. */
@@ -201,7 +216,8 @@ export class LocalLimitStore implements LimitStore {
       used,
       held.map((leases) => leases?.size ?? 0),
     );
-    if (take && !refused) {
+    const counts = held.map((leases) => leases?.size ?? 0);
+    if (take && (!refused || take.force)) {
       checks.rates.forEach((spec, i) => {
         const level = (levels[i] as number) - (spec.kind === 'requests' ? 1 : take.tokens);
         levels[i] = level;
@@ -211,11 +227,12 @@ export class LocalLimitStore implements LimitStore {
         used[i] = (used[i] as number) + take.tokens;
         this.budgets.set(`${checks.key}\0${spec.period}`, { used: used[i], expires: now + spec.endsInMs });
       });
-      checks.concurrency.forEach((spec) => {
+      checks.concurrency.forEach((spec, i) => {
         const id = `${checks.key}\0${spec.id}`;
         const leases = this.leases.get(id) ?? new Map<string, number>();
         leases.set(take.lease, now + take.leaseMs);
         this.leases.set(id, leases);
+        counts[i] = leases.size;
       });
     }
     return {
@@ -223,6 +240,7 @@ export class LocalLimitStore implements LimitStore {
       ...(refused ? { refused } : {}),
       rates: checks.rates.map((spec, i) => rateState(spec, levels[i] as number)),
       budgets: checks.budgets.map((spec, i) => ({ window: spec.window, period: spec.period, limit: spec.limit, used: used[i] as number, endsInMs: spec.endsInMs })),
+      concurrency: checks.concurrency.map((spec, i) => ({ id: spec.id, limit: spec.limit, held: counts[i] as number })),
     };
   }
 

@@ -28,9 +28,15 @@ class FlakyShared implements SharedLimitStore {
       throw new StoreTimeout('Redis answered later than limits.redis.timeoutMs');
     }
   }
+  /** Admissions answered only when released (as a slow Redis would); undefined: at once. */
+  held: Array<() => void> | undefined;
+  forced = 0;
   async admit(request: AdmitRequest) {
     this.check();
-    return this.counts.admit(request);
+    if (request.force) this.forced += 1;
+    const verdict = this.counts.admit(request);
+    if (this.held) await new Promise<void>((resolve) => this.held?.push(resolve));
+    return verdict;
   }
   async peek(checks: Checks) {
     this.check();
@@ -286,6 +292,52 @@ describe('Limiter with a shared store', () => {
     for (let i = 0; i < 3; i++) await limiter.admit(key, 'llama', 0);
     expect(limiter.shared).toBe(false);
     expect(shared).toEqual([false]);
+    await limiter.stop();
+  });
+
+  it('lets a request far from every limit through on its view of the key, and counts it in the store in the background', async () => {
+    const { limiter, time, shared: store } = setup({}, { shared: true });
+    const flaky = store as FlakyShared;
+    const key: LimitedKey = { name: 'team', limits: { requestsPerMinute: 1_000, tokensPerMinute: 1_000_000, concurrentRequests: 100, tokensPerDay: 10_000_000 } };
+    // the first request waits for the store: nothing is known of the key yet
+    const first = await limiter.admit(key, 'llama', 10);
+    expect(first?.headers['x-ratelimit-remaining-requests']).toBe('999');
+    expect(flaky.forced).toBe(0);
+    // the store stops answering for a while: requests far from the limits do not wait for it
+    flaky.held = [];
+    const leases = [];
+    for (let i = 0; i < 5; i++) leases.push(await limiter.admit(key, 'llama', 10));
+    expect(leases.map((l) => l?.headers['x-ratelimit-remaining-requests'])).toEqual(['998', '997', '996', '995', '994']);
+    expect(flaky.forced).toBe(5); // each was sent to be counted
+    for (const answer of flaky.held.splice(0)) answer();
+    flaky.held = undefined;
+    await time.advance(0);
+    expect((await flaky.counts.peek({ key: 'team', rates: [{ id: 'requests', kind: 'requests', perMinute: 1_000 }], budgets: [], concurrency: [] })).rates[0]?.remaining).toBe(994);
+    for (const lease of [first, ...leases]) lease?.finish(undefined);
+    await limiter.stop();
+  });
+
+  it('waits for the store near a limit, where its answer decides', async () => {
+    const { limiter, shared: store } = setup({}, { shared: true });
+    const flaky = store as FlakyShared;
+    // 5% of 1,000 is 50: a request admitted on the view must leave at least 50
+    const key: LimitedKey = { name: 'team', limits: { requestsPerMinute: 1_000 } };
+    for (let i = 0; i < 940; i++)
+      await flaky.counts.admit({ key: 'team', rates: [{ id: 'requests', kind: 'requests', perMinute: 1_000 }], budgets: [], concurrency: [], tokens: 0, lease: `x${i}`, leaseMs: 1 });
+    await limiter.admit(key, 'llama', 0); // seen: 59 left
+    for (let i = 0; i < 9; i++) await limiter.admit(key, 'llama', 0); // on the view: 50 left
+    expect(flaky.forced).toBe(9);
+    flaky.held = [];
+    const waiting = limiter.admit(key, 'llama', 0); // 49 would be left: inside the margin, so the store decides
+    let settled = false;
+    void waiting.then(() => (settled = true));
+    await Promise.resolve();
+    await Promise.resolve();
+    expect(settled).toBe(false);
+    expect(flaky.forced).toBe(9);
+    for (const answer of flaky.held.splice(0)) answer();
+    flaky.held = undefined;
+    expect((await waiting)?.headers['x-ratelimit-remaining-requests']).toBe('49');
     await limiter.stop();
   });
 

@@ -103,6 +103,7 @@ describe.each([local, redis])('$name', (subject) => {
         refused: { reason: 'requests', id: 'requests', retryAfterMs: 20_000 },
         rates: [{ id: 'requests', kind: 'requests', limit: 3, remaining: 0, resetMs: 60_000 }],
         budgets: [],
+        concurrency: [],
       });
     });
 
@@ -291,13 +292,28 @@ describe.each([local, redis])('$name', (subject) => {
           ok: true,
           rates: [{ id: 'requests', kind: 'requests', limit: 1, remaining: 1, resetMs: 0 }],
           budgets: [{ window: 'day', period: '2026-11-24', limit: 100, used: 0, endsInMs: 2 * HOUR }],
+          concurrency: [{ id: 'all', limit: 1, held: 0 }],
         });
       }
       expect((await store.admit(request({ ...checks, tokens: 5 }))).ok).toBe(true);
       const refusal = await store.admit(request({ ...checks, tokens: 5 }));
       expect(refusal.ok).toBe(false);
       expect(await store.peek(checks)).toEqual(refusal);
-      expect(await store.peek({ key: 'alice', rates: [], budgets: [], concurrency: [] })).toEqual({ ok: true, rates: [], budgets: [] });
+      expect(await store.peek({ key: 'alice', rates: [], budgets: [], concurrency: [] })).toEqual({ ok: true, rates: [], budgets: [], concurrency: [] });
+    });
+
+    it('takes a forced request even when a check refuses it, and says the checks refused', async () => {
+      const checks: Checks = { key: 'alice', rates: [requests(1), tokens(10)], budgets: [day(8)], concurrency: [slots(1)] };
+      expect((await store.admit(request({ ...checks, tokens: 6 }))).ok).toBe(true);
+      // every check is spent: the router let this one through on its own view, so the store counts it anyway
+      const forced = await store.admit({ ...request({ ...checks, tokens: 6 }), force: true });
+      expect(forced.ok).toBe(false);
+      expect(forced.refused?.reason).toBe('requests');
+      expect(forced.rates.map((r) => r.remaining)).toEqual([0, 0]);
+      expect(forced.budgets[0]?.used).toBe(12);
+      expect(forced.concurrency).toEqual([{ id: 'all', limit: 1, held: 2 }]);
+      // the debt stays: a plain request is refused
+      expect((await store.peek(checks)).rates[1]?.remaining).toBe(0);
     });
 
     it('keeps two keys independent', async () => {

@@ -1,0 +1,120 @@
+/**
+ * What one router knows of a key's shared counts between Redis's answers, so that a request far from
+ * every limit need not wait for Redis: the limiter lets it through on this view and sends the take to
+ * Redis in the background (forced: Redis counts it whatever it would have said). Near a limit, where
+ * the answer matters, the limiter waits for Redis as before.
+ *
+ * - The view is each answer's counts (levels, budgets used, leases held), less what this router has
+ *   sent since and not yet seen answered (one connection: answers come back in the order sent).
+ * - "Far" means: after this request, every check keeps a margin of at least 5% of its limit and at
+ *   least a floor (10 requests, 2,000 tokens, 4 concurrent requests, 10,000 budget tokens), and the
+ *   view is under a second old. Other routers' use since the last answer is not in the view; at the
+ *   full rate of a per-minute limit a second of it is 1.7% of the limit, inside the margin. So a key is
+ *   over-admitted only if the other routers together take more than the margin within one answer's
+ *   time, and never by more than the requests admitted in that time; Redis still counts every one.
+ */
+import { rateState, type Checks, type Verdict } from './store.js';
+
+/** How stale a view may be and still admit (ms). */
+export const FRESH_MS = 1_000;
+/** What every check must have left after a request admitted on the view: the larger of a share of its limit and a floor. */
+export const MARGIN = { share: 0.05, requests: 10, tokens: 2_000, concurrency: 4, budget: 10_000 } as const;
+/** Most keys with a view (the least recently answered go first). */
+const MAX_KEYS = 100_000;
+
+interface KeyView {
+  /** The limiter's clock (ms) at the last answer. */
+  at: number;
+  /** Bucket levels at `at`, less what was taken on the view since. */
+  levels: Map<string, number>;
+  /** Budget use by period. */
+  used: Map<string, number>;
+  /** Leases held by concurrency check. */
+  held: Map<string, number>;
+  /** The tokens of each admission sent to Redis and not answered yet, oldest first. */
+  inflight: number[];
+}
+
+const margin = (limit: number, floor: number): number => Math.max(floor, limit * MARGIN.share);
+
+export class SharedView {
+  private readonly keys = new Map<string, KeyView>();
+
+  /**
+   * The verdict for `checks` taking `tokens` on the view alone, when every check stays far from its
+   * limit (the view then counts the take); undefined when Redis must decide.
+   */
+  tryTake(checks: Checks, tokens: number, now: number): Verdict | undefined {
+    const view = this.keys.get(checks.key);
+    if (!view || now - view.at > FRESH_MS) return undefined;
+    const levels: number[] = [];
+    for (const spec of checks.rates) {
+      const seen = view.levels.get(spec.id);
+      if (seen === undefined) return undefined;
+      const cost = spec.kind === 'requests' ? 1 : tokens;
+      const level = Math.min(spec.perMinute, seen + ((now - view.at) * spec.perMinute) / 60_000) - cost;
+      if (level < margin(spec.perMinute, spec.kind === 'requests' ? MARGIN.requests : MARGIN.tokens)) return undefined;
+      levels.push(level);
+    }
+    for (const spec of checks.budgets) {
+      const used = view.used.get(spec.period);
+      if (used === undefined || used + tokens > spec.limit - margin(spec.limit, MARGIN.budget)) return undefined;
+    }
+    for (const spec of checks.concurrency) {
+      const held = view.held.get(spec.id);
+      if (held === undefined || held + 1 > spec.limit - margin(spec.limit, MARGIN.concurrency)) return undefined;
+    }
+    checks.rates.forEach((spec, i) => view.levels.set(spec.id, (levels[i] as number) - ((now - view.at) * spec.perMinute) / 60_000));
+    for (const spec of checks.budgets) view.used.set(spec.period, (view.used.get(spec.period) as number) + tokens);
+    for (const spec of checks.concurrency) view.held.set(spec.id, (view.held.get(spec.id) as number) + 1);
+    return {
+      ok: true,
+      rates: checks.rates.map((spec, i) => rateState(spec, levels[i] as number)),
+      budgets: checks.budgets.map((spec) => ({ window: spec.window, period: spec.period, limit: spec.limit, used: view.used.get(spec.period) as number, endsInMs: spec.endsInMs })),
+      concurrency: checks.concurrency.map((spec) => ({ id: spec.id, limit: spec.limit, held: view.held.get(spec.id) as number })),
+    };
+  }
+
+  /** An admission of `tokens` for `key` went to Redis (its answer comes after those sent before it). */
+  sent(key: string, tokens: number): void {
+    this.keys.get(key)?.inflight.push(tokens);
+  }
+
+  /** Redis answered the oldest admission sent for `checks.key`: the view becomes its counts less what is still in flight. */
+  answered(checks: Checks, verdict: Verdict, now: number): void {
+    let view = this.keys.get(checks.key);
+    view?.inflight.shift();
+    const inflight = view?.inflight ?? [];
+    const tokens = inflight.reduce((sum, t) => sum + t, 0);
+    if (view) this.keys.delete(checks.key); // re-inserted last: the map's order is least recently answered first
+    view = { at: now, levels: new Map(), used: new Map(), held: new Map(), inflight };
+    checks.rates.forEach((spec, i) => view.levels.set(spec.id, (verdict.rates[i]?.remaining ?? 0) - (spec.kind === 'requests' ? inflight.length : tokens)));
+    checks.budgets.forEach((spec, i) => view.used.set(spec.period, (verdict.budgets[i]?.used ?? spec.limit) + tokens));
+    checks.concurrency.forEach((spec, i) => view.held.set(spec.id, (verdict.concurrency[i]?.held ?? spec.limit) + inflight.length));
+    this.keys.set(checks.key, view);
+    for (const key of this.keys.keys()) {
+      if (this.keys.size <= MAX_KEYS) break;
+      this.keys.delete(key);
+    }
+  }
+
+  /** Redis failed the oldest admission sent for `key`. */
+  failed(key: string): void {
+    this.keys.get(key)?.inflight.shift();
+  }
+
+  /** A request of `key` gave its concurrency slots back. */
+  released(key: string, concurrency: Checks['concurrency']): void {
+    const view = this.keys.get(key);
+    if (!view) return;
+    for (const spec of concurrency) {
+      const held = view.held.get(spec.id);
+      if (held !== undefined) view.held.set(spec.id, Math.max(0, held - 1));
+    }
+  }
+
+  /** Forgets everything (Redis stopped answering: the view would be stale when it is back). */
+  clear(): void {
+    this.keys.clear();
+  }
+}
