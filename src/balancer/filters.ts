@@ -54,5 +54,19 @@ export function usable(candidates: readonly CandidateState[]): CandidateState[] 
  */
 export function pickable(candidates: readonly CandidateState[], concurrencyLimit: number): CandidateState[] {
   const anyFresh = candidates.some((c) => isUsable(c) && !c.tried);
-  return candidates.filter((c) => isUsable(c) && (!anyFresh || !c.tried) && (concurrencyLimit === 0 || c.inFlight < concurrencyLimit * c.endpoint.weight));
+  return candidates.filter((c) => isUsable(c) && mayPick(c.endpoint, c.inFlight, c.tried, anyFresh, concurrencyLimit));
+}
+
+/** Whether a pick over these usable endpoints leaves out the ones the request tried: it does while any is untried. */
+export function skipsTried(usable: readonly Endpoint[], tried: ReadonlySet<string>): boolean {
+  return tried.size > 0 && usable.some((ep) => !tried.has(ep.id));
+}
+
+/**
+ * {@link pickable}'s rule for one usable endpoint, for a caller that keeps the usable endpoints between
+ * picks rather than a snapshot per pick: not tried (while `skipTried`, see {@link skipsTried}), and under
+ * the concurrency limit.
+ */
+export function mayPick(endpoint: Endpoint, inFlight: number, tried: boolean, skipTried: boolean, concurrencyLimit: number): boolean {
+  return (!skipTried || !tried) && (concurrencyLimit === 0 || inFlight < concurrencyLimit * endpoint.weight);
 }

@@ -2,9 +2,26 @@
  * Outstanding requests per endpoint, as seen by this router process. A request holds its count from
  * the pick until its response (or stream) has fully ended or the client went away; `release` is
  * idempotent, so no path can release twice and drive a count negative.
+ *
+ * A reader that needs every endpoint's count on every pick (the picker) holds the endpoints' counters
+ * instead of looking each id up: {@link hold} returns an object whose `count` stays live, kept (at 0
+ * too) until the matching {@link drop}. An endpoint nobody holds is forgotten when its count reaches 0.
  */
+
+/** One endpoint's outstanding requests; `count` follows every acquire and release. */
+export interface InFlightCounter {
+  readonly count: number;
+}
+
+interface Entry extends InFlightCounter {
+  pool: string;
+  count: number;
+  /** Readers holding this entry: it stays at count 0 while any does. */
+  holds: number;
+}
+
 export class InFlight {
-  private readonly counts = new Map<string, { pool: string; count: number }>();
+  private readonly counts = new Map<string, Entry>();
 
   count(endpointId: string): number {
     return this.counts.get(endpointId)?.count ?? 0;
@@ -13,8 +30,12 @@ export class InFlight {
   /** Takes one slot on an endpoint; call the returned function (any number of times) to give it back. */
   acquire(endpointId: string, pool = ''): () => void {
     const entry = this.counts.get(endpointId);
-    if (entry) entry.count += 1;
-    else this.counts.set(endpointId, { pool, count: 1 });
+    if (!entry) this.counts.set(endpointId, { pool, count: 1, holds: 0 });
+    else {
+      // the pool is that of the request that made the endpoint busy, as when idle entries did not exist
+      if (entry.count === 0) entry.pool = pool;
+      entry.count += 1;
+    }
     let held = true;
     return () => {
       if (!held) return;
@@ -22,8 +43,27 @@ export class InFlight {
       const current = this.counts.get(endpointId);
       if (!current) return;
       current.count -= 1;
-      if (current.count <= 0) this.counts.delete(endpointId);
+      if (current.count <= 0 && current.holds === 0) this.counts.delete(endpointId);
     };
+  }
+
+  /** The endpoint's live counter, kept until as many {@link drop}s as holds. */
+  hold(endpointId: string, pool = ''): InFlightCounter {
+    let entry = this.counts.get(endpointId);
+    if (!entry) {
+      entry = { pool, count: 0, holds: 0 };
+      this.counts.set(endpointId, entry);
+    }
+    entry.holds += 1;
+    return entry;
+  }
+
+  /** Gives back one {@link hold} of the endpoint's counter. */
+  drop(endpointId: string): void {
+    const entry = this.counts.get(endpointId);
+    if (!entry || entry.holds === 0) return;
+    entry.holds -= 1;
+    if (entry.holds === 0 && entry.count <= 0) this.counts.delete(endpointId);
   }
 
   total(): number {
@@ -34,11 +74,11 @@ export class InFlight {
 
   /** Endpoints with outstanding requests: [endpoint id, count]. */
   *entries(): IterableIterator<[string, number]> {
-    for (const [id, e] of this.counts) yield [id, e.count];
+    for (const [id, e] of this.counts) if (e.count > 0) yield [id, e.count];
   }
 
   /** Endpoints with outstanding requests, with their pool. */
   *byEndpoint(): IterableIterator<{ endpoint: string; pool: string; count: number }> {
-    for (const [endpoint, e] of this.counts) yield { endpoint, pool: e.pool, count: e.count };
+    for (const [endpoint, e] of this.counts) if (e.count > 0) yield { endpoint, pool: e.pool, count: e.count };
   }
 }

@@ -30,6 +30,8 @@ export interface BreakerSettings {
 
 export interface BreakerEvents {
   onStateChange?: (state: BreakerState, cause?: string) => void;
+  /** What {@link EndpointBreaker.available} answers may have changed (a transition, or the half-open probe taken). */
+  onAvailabilityChange?: () => void;
 }
 
 /** The token of one attempt through a breaker: report its outcome exactly once. */
@@ -113,6 +115,7 @@ export class EndpointBreaker {
    */
   begin(cause?: string): BreakerTicket | undefined {
     if (!this.available()) return undefined;
+    const probe = !this.circuit.closed;
     let settle!: (outcome: AttemptOutcome) => void;
     const result = new Promise<void>((resolve, reject) => {
       settle = (outcome) => {
@@ -122,6 +125,7 @@ export class EndpointBreaker {
       };
     });
     this.circuit.fire(() => result).catch(() => undefined);
+    if (probe) this.events.onAvailabilityChange?.(); // the probe slot is taken
     let settled = false;
     return {
       settle: (outcome) => {
@@ -151,11 +155,13 @@ export class EndpointBreaker {
     circuit.on('open', () => {
       this.scheduler.clearTimeout(this.cooldown);
       this.cooldown = this.scheduler.setTimeout(() => this.endCooldown(circuit), this.settings.cooldownMs);
+      this.events.onAvailabilityChange?.();
       this.events.onStateChange?.('open', this.cause);
     });
     circuit.on('close', () => {
       this.probation = Math.max(0, this.settings.closeAfterSuccesses - 1);
       this.consecutiveFailures = 0;
+      this.events.onAvailabilityChange?.();
       this.events.onStateChange?.('closed', this.cause);
     });
     return circuit;
@@ -167,6 +173,7 @@ export class EndpointBreaker {
     if (opened !== this.circuit || !opened.opened) return;
     this.circuit = this.watch(halfOpenCircuit());
     opened.shutdown();
+    this.events.onAvailabilityChange?.();
     this.events.onStateChange?.('half-open');
   }
 
@@ -189,6 +196,10 @@ export class EndpointBreaker {
 /** Breakers by endpoint id, created on first use with the pool's settings. */
 export class BreakerRegistry {
   private readonly breakers = new Map<string, { breaker: EndpointBreaker; pool: string }>();
+  private changes = 0;
+  private readonly changed = (): void => {
+    this.changes += 1;
+  };
 
   constructor(
     /** `cause`: the id of the request whose outcome triggered the transition (none for the cool-down's end). */
@@ -200,11 +211,19 @@ export class BreakerRegistry {
   get(endpoint: string, pool: string, settings: BreakerSettings): EndpointBreaker {
     let entry = this.breakers.get(endpoint);
     if (!entry) {
-      const events: BreakerEvents = { onStateChange: (state, cause) => this.onStateChange?.(pool, endpoint, state, cause) };
+      const events: BreakerEvents = { onStateChange: (state, cause) => this.onStateChange?.(pool, endpoint, state, cause), onAvailabilityChange: this.changed };
       entry = { pool, breaker: new EndpointBreaker(settings, events, this.scheduler) };
       this.breakers.set(endpoint, entry);
     }
     return entry.breaker;
+  }
+
+  /**
+   * Grows whenever what some breaker's `available()` answers may have changed — a transition, a
+   * half-open probe taken, a breaker dropped — so a reader can keep the answers until it moves.
+   */
+  get version(): number {
+    return this.changes;
   }
 
   /** Current state of every breaker, for metrics. */
@@ -218,6 +237,7 @@ export class BreakerRegistry {
       if (live.has(endpoint)) continue;
       breaker.shutdown();
       this.breakers.delete(endpoint);
+      this.changes += 1;
     }
   }
 

@@ -46,11 +46,17 @@ export class HealthChecker {
   private timer: unknown;
   private running = false;
   private stopped = true;
+  private changes = 0;
 
   constructor(private readonly deps: HealthCheckerDeps) {}
 
   isHealthy(endpointId: string): boolean {
     return this.states.get(endpointId)?.healthy ?? true;
+  }
+
+  /** Grows whenever what `isHealthy` answers for some endpoint may have changed. */
+  get version(): number {
+    return this.changes;
   }
 
   start(): void {
@@ -85,7 +91,11 @@ export class HealthChecker {
         jobs.push(async () => this.record(pool, ep.id, await (this.deps.probe ?? httpProbe)(new URL(path, ep.url), check.timeoutMs)));
       }
     }
-    for (const id of this.states.keys()) if (!live.has(id)) this.states.delete(id);
+    for (const [id, state] of this.states) {
+      if (live.has(id)) continue;
+      this.states.delete(id);
+      if (!state.healthy) this.changes += 1;
+    }
     let next = 0;
     await Promise.all(
       Array.from({ length: Math.min(CONCURRENCY, jobs.length) }, async () => {
@@ -103,6 +113,7 @@ export class HealthChecker {
       state.successes += 1;
       if (!state.healthy && state.successes >= check.healthyThreshold) {
         state.healthy = true;
+        this.changes += 1;
         this.deps.onChange?.(pool.name, endpoint, true);
       }
     } else {
@@ -110,6 +121,7 @@ export class HealthChecker {
       state.failures += 1;
       if (state.healthy && state.failures >= check.unhealthyThreshold) {
         state.healthy = false;
+        this.changes += 1;
         this.deps.onChange?.(pool.name, endpoint, false);
       }
     }

@@ -6,11 +6,19 @@
  * waits in the pool's admission queue by priority, taking turns with the other tenants (API keys) of
  * its priority; a sheddable request is turned away instead, and also whenever the engines report every
  * replica saturated.
+ *
+ * A pick runs over the whole pool, so what changes only with discovery's snapshot or with a breaker or
+ * health transition is kept between picks, per pool: the endpoints that can take traffic, and the
+ * in-flight counter of each. The snapshot is compared by identity (discovery hands out a new array
+ * when a pool's endpoints change), breakers and health checks by their version. What changes from pick
+ * to pick — in-flight counts, engine samples, what this request tried, its prompt's prefix matches — is
+ * read afresh into buffers the picker reuses, so a pick allocates nothing per endpoint.
  */
-import { isUsable, pickable, type CandidateState } from '../balancer/filters.js';
-import { type InFlight } from '../balancer/in-flight.js';
-import { promptBlocks, PrefixIndex } from '../balancer/prefix-index.js';
-import { schedule } from '../balancer/scheduler.js';
+import { isUsable, mayPick, skipsTried } from '../balancer/filters.js';
+import { type InFlight, type InFlightCounter } from '../balancer/in-flight.js';
+import { promptBlocks, PrefixIndex, type PrefixHold } from '../balancer/prefix-index.js';
+import { choose, scheduleBuffers, type ScheduleBuffers } from '../balancer/scheduler.js';
+import { estimatedLoad } from '../balancer/scorers.js';
 import { noReadyReplica } from '../core/errors.js';
 import { type EngineLoad, type EngineLoadSource, type Endpoint, type EndpointSource, type PoolSpec, type Priority } from '../core/types.js';
 import { shedError, type AdmissionQueues } from './admission.js';
@@ -25,6 +33,11 @@ export interface Picked {
 
 export interface HealthView {
   isHealthy(endpointId: string): boolean;
+  /**
+   * Grows whenever some answer of `isHealthy` may have changed. Without it the picker asks
+   * `isHealthy` for every endpoint on every pick.
+   */
+  readonly version?: number;
 }
 
 /** What the scheduler needs to know about the request, beyond its pool. */
@@ -66,9 +79,64 @@ export interface PickerDeps {
 
 const NO_ENGINE: EngineLoadSource = { load: () => undefined };
 
+/**
+ * Endpoints that can take traffic (healthy, breaker allows), with their in-flight counters and, when
+ * held, their places in the prefix index (none: looked up by id).
+ */
+interface Usable {
+  readonly endpoints: readonly Endpoint[];
+  readonly counters: readonly InFlightCounter[];
+  readonly prefixes?: readonly PrefixHold[];
+}
+
+/** One pool as the last pick saw it: a {@link Usable} kept until the snapshot, a breaker or a health check changes. */
+interface PoolView {
+  /** Discovery's snapshot the view was built from. */
+  readonly snapshot: readonly Endpoint[];
+  /** The in-flight counter and prefix-index place of each endpoint of the snapshot, held while the view lives. */
+  readonly heldCounters: readonly InFlightCounter[];
+  readonly heldPrefixes: readonly PrefixHold[];
+  /** 1 where the endpoint's breaker lets a request through, by position in the snapshot. */
+  readonly breakerAllows: Uint8Array;
+  endpoints: Endpoint[];
+  counters: InFlightCounter[];
+  prefixes: PrefixHold[];
+  /** `breakers.version` when `breakerAllows` was computed, `health.version` when `endpoints` was (NaN: never). */
+  breakerVersion: number;
+  healthVersion: number | undefined;
+}
+
+/** The scheduler's choice, with what the picker records about it. */
+interface Chosen {
+  endpoint: Endpoint;
+  engine: EngineLoad | undefined;
+  prefixMatched: number;
+}
+
+/** A pick's per-candidate data, reused from pick to pick (picks run one at a time). */
+class PickBuffers {
+  readonly candidates: Endpoint[];
+  readonly local: Float64Array;
+  readonly load: Float64Array;
+  readonly engine: Array<EngineLoad | undefined>;
+  readonly prefixMatched: Float64Array;
+  readonly schedule: ScheduleBuffers;
+
+  constructor(readonly capacity: number) {
+    this.candidates = new Array<Endpoint>(capacity);
+    this.local = new Float64Array(capacity);
+    this.load = new Float64Array(capacity);
+    this.engine = new Array<EngineLoad | undefined>(capacity).fill(undefined);
+    this.prefixMatched = new Float64Array(capacity);
+    this.schedule = scheduleBuffers(capacity);
+  }
+}
+
 export class EndpointPicker {
   /** Prompt blocks per request, per block geometry: a queued request is re-scheduled without re-hashing. */
   private readonly blocks = new WeakMap<PickRequest, { key: string; hashes: number[] }>();
+  private readonly views = new Map<string, PoolView>();
+  private buffers = new PickBuffers(16);
 
   private readonly engine: EngineLoadSource;
   private readonly prefixIndex: PrefixIndex;
@@ -85,15 +153,9 @@ export class EndpointPicker {
    * left of the request's total timeout).
    */
   pick(pool: PoolSpec, tried: ReadonlySet<string>, signal?: AbortSignal, request: PickRequest = { priority: 'standard' }, maxWaitMs = Infinity): Promise<Picked> {
-    const all = this.endpointsFor(pool, request);
-    if (!all.some((ep) => this.usable(pool, ep))) return Promise.reject(noReadyReplica());
-    if (
-      request.priority === 'sheddable' &&
-      this.saturated(
-        pool,
-        all.filter((ep) => this.usable(pool, ep)),
-      )
-    ) {
+    const usable = this.usable(pool, request).endpoints;
+    if (usable.length === 0) return Promise.reject(noReadyReplica());
+    if (request.priority === 'sheddable' && this.saturated(pool, usable)) {
       this.deps.events?.onShed?.(pool.name);
       return Promise.reject(shedError());
     }
@@ -105,23 +167,7 @@ export class EndpointPicker {
 
   /** Whether `pool` still has a replica that could take traffic and that this request has not tried. */
   hasUntried(pool: PoolSpec, tried: ReadonlySet<string>, request?: PickRequest): boolean {
-    return this.endpointsFor(pool, request).some((ep) => !tried.has(ep.id) && this.usable(pool, ep));
-  }
-
-  /** The pool's endpoints this request may go to: all, or only the one it is pinned to. */
-  private endpointsFor(pool: PoolSpec, request: PickRequest | undefined): readonly Endpoint[] {
-    const all = this.deps.endpoints.snapshot(pool.name);
-    const only = request?.only;
-    return only === undefined ? all : all.filter((ep) => ep.id === only);
-  }
-
-  /**
-   * The balancer's usable rule for one endpoint, without a snapshot: the checks before admission run
-   * on every attempt. A pick itself filters the snapshot (take).
-   */
-  private usable(pool: PoolSpec, ep: Endpoint): boolean {
-    const { health, breakers } = this.deps;
-    return isUsable({ healthy: health.isHealthy(ep.id), breakerAvailable: breakers.get(ep.id, pool.name, pool.resilience.breaker).available() });
+    return this.usable(pool, request).endpoints.some((ep) => !tried.has(ep.id));
   }
 
   /** A committed stream that the engine broke counts against its endpoint's breaker. */
@@ -129,33 +175,89 @@ export class EndpointPicker {
     this.deps.breakers.get(endpointId, pool.name, pool.resilience.breaker).recordFailure(requestId);
   }
 
+  /** The endpoints of the pool this request may go to (all, or only the one it is pinned to) that can take traffic now. */
+  private usable(pool: PoolSpec, request: PickRequest | undefined): Usable {
+    const only = request?.only;
+    if (only === undefined) return this.view(pool);
+    // pinned: one endpoint, looked at directly (no breakers made for the rest of the pool)
+    const endpoints = this.deps.endpoints.snapshot(pool.name).filter((ep) => ep.id === only && this.canTakeTraffic(pool, ep));
+    const { inFlight } = this.deps;
+    return { endpoints, counters: endpoints.map((ep) => ({ count: inFlight.count(ep.id) })) };
+  }
+
+  /** The balancer's usable rule for one endpoint. */
+  private canTakeTraffic(pool: PoolSpec, ep: Endpoint): boolean {
+    const { health, breakers } = this.deps;
+    return isUsable({ healthy: health.isHealthy(ep.id), breakerAvailable: breakers.get(ep.id, pool.name, pool.resilience.breaker).available() });
+  }
+
+  /**
+   * The pool's view, brought up to date: rebuilt for a new snapshot, its breakers asked again after a
+   * breaker changed, its usable endpoints recomputed after that or a health transition — on every pick
+   * when the health view has no version.
+   */
+  private view(pool: PoolSpec): PoolView {
+    const { endpoints, breakers, health } = this.deps;
+    const snapshot = endpoints.snapshot(pool.name);
+    let view = this.views.get(pool.name);
+    if (view?.snapshot !== snapshot) view = this.rebuild(pool, snapshot, view);
+    const breakerVersion = breakers.version;
+    const healthVersion = health.version;
+    const breakersMoved = view.breakerVersion !== breakerVersion;
+    if (!breakersMoved && healthVersion !== undefined && view.healthVersion === healthVersion) return view;
+    if (breakersMoved) {
+      for (let i = 0; i < snapshot.length; i++) view.breakerAllows[i] = breakers.get((snapshot[i] as Endpoint).id, pool.name, pool.resilience.breaker).available() ? 1 : 0;
+      view.breakerVersion = breakerVersion;
+    }
+    view.endpoints = [];
+    view.counters = [];
+    view.prefixes = [];
+    for (let i = 0; i < snapshot.length; i++) {
+      const ep = snapshot[i] as Endpoint;
+      if (!isUsable({ healthy: health.isHealthy(ep.id), breakerAvailable: view.breakerAllows[i] === 1 })) continue;
+      view.endpoints.push(ep);
+      view.counters.push(view.heldCounters[i] as InFlightCounter);
+      view.prefixes.push(view.heldPrefixes[i] as PrefixHold);
+    }
+    view.healthVersion = healthVersion;
+    return view;
+  }
+
+  /** A view of a new snapshot: its endpoints' in-flight counters and prefix-index places held, those of the view it replaces given back. */
+  private rebuild(pool: PoolSpec, snapshot: readonly Endpoint[], old: PoolView | undefined): PoolView {
+    const { inFlight } = this.deps;
+    const prefixIndex = this.prefixIndex;
+    const view: PoolView = {
+      snapshot,
+      heldCounters: snapshot.map((ep) => inFlight.hold(ep.id, pool.name)),
+      heldPrefixes: snapshot.map((ep) => prefixIndex.hold(ep.id)),
+      breakerAllows: new Uint8Array(snapshot.length),
+      endpoints: [],
+      counters: [],
+      prefixes: [],
+      breakerVersion: NaN,
+      healthVersion: NaN,
+    };
+    for (const ep of old?.snapshot ?? []) {
+      inFlight.drop(ep.id);
+      prefixIndex.drop(ep.id);
+    }
+    this.views.set(pool.name, view);
+    return view;
+  }
+
   /** Every usable replica has a fresh engine sample over the pool's saturation thresholds. */
   private saturated(pool: PoolSpec, usable: readonly Endpoint[]): boolean {
     const { queueDepth, kvCacheUsage } = pool.routing.saturation;
+    const engine = this.engineFor(pool);
     return usable.every((ep) => {
-      const load = this.engineLoad(pool, ep.id);
+      const load = engine.load(ep.id);
       return load !== undefined && (load.waiting >= queueDepth || (load.kvCacheUsage ?? 0) >= kvCacheUsage);
     });
   }
 
-  private engineLoad(pool: PoolSpec, endpointId: string): EngineLoad | undefined {
-    return (pool.routing.engineMetrics.enabled ? this.engine : NO_ENGINE).load(endpointId);
-  }
-
-  /** What the picker knows about each endpoint of the pool right now, as plain data for the filters. */
-  private snapshot(pool: PoolSpec, tried: ReadonlySet<string>, request: PickRequest): CandidateState[] {
-    return this.endpointsFor(pool, request).map((endpoint) => this.state(pool, endpoint, tried.has(endpoint.id)));
-  }
-
-  private state(pool: PoolSpec, endpoint: Endpoint, tried: boolean): CandidateState {
-    const { health, breakers, inFlight } = this.deps;
-    return {
-      endpoint,
-      healthy: health.isHealthy(endpoint.id),
-      breakerAvailable: breakers.get(endpoint.id, pool.name, pool.resilience.breaker).available(),
-      inFlight: inFlight.count(endpoint.id),
-      tried,
-    };
+  private engineFor(pool: PoolSpec): EngineLoadSource {
+    return pool.routing.engineMetrics.enabled ? this.engine : NO_ENGINE;
   }
 
   /** The request's prompt blocks for this pool's block geometry (empty when the profile does not use them). */
@@ -177,31 +279,61 @@ export class EndpointPicker {
     return value === '' ? undefined : value;
   }
 
-  private take(pool: PoolSpec, tried: ReadonlySet<string>, request: PickRequest): Picked | undefined {
-    const { inFlight, breakers, admission, random } = this.deps;
+  /**
+   * The balancer's filters and scheduler over the usable endpoints, each candidate's data gathered into
+   * the reused buffers in one pass: the chosen endpoint, with its engine sample and prefix match.
+   */
+  private decide(pool: PoolSpec, usable: Usable, tried: ReadonlySet<string>, request: PickRequest, blocks: readonly number[]): Chosen | undefined {
+    const { endpoints, counters, prefixes } = usable;
+    if (this.buffers.capacity < endpoints.length) this.buffers = new PickBuffers(endpoints.length);
+    const b = this.buffers;
+    const skipTried = skipsTried(endpoints, tried);
+    const limit = pool.resilience.maxConcurrencyPerReplica;
+    const engine = this.engineFor(pool);
     const prefixIndex = this.prefixIndex;
-    const states = pickable(this.snapshot(pool, tried, request), pool.resilience.maxConcurrencyPerReplica);
-    const candidates = states.map((c) => c.endpoint);
+    let count = 0;
+    for (let i = 0; i < endpoints.length; i++) {
+      const ep = endpoints[i] as Endpoint;
+      const inFlight = (counters[i] as InFlightCounter).count;
+      if (!mayPick(ep, inFlight, skipTried && tried.has(ep.id), skipTried, limit)) continue;
+      const sample = engine === NO_ENGINE ? undefined : engine.load(ep.id);
+      b.candidates[count] = ep;
+      b.local[count] = inFlight;
+      b.engine[count] = sample;
+      b.load[count] = estimatedLoad(inFlight, sample, ep.weight);
+      if (blocks.length > 0) b.prefixMatched[count] = prefixes ? prefixIndex.matchHeld(prefixes[i] as PrefixHold, blocks) : prefixIndex.match(ep.id, blocks);
+      count++;
+    }
+    const input = {
+      candidates: b.candidates,
+      count,
+      local: b.local,
+      load: b.load,
+      engine: b.engine,
+      prefixMatched: b.prefixMatched,
+      prefixTotal: blocks.length,
+      sessionKey: this.sessionKey(pool, request),
+      settings: pool.routing,
+    };
+    const index = choose(input, b.schedule, this.deps.random);
+    if (index < 0) return undefined;
+    return { endpoint: b.candidates[index] as Endpoint, engine: b.engine[index], prefixMatched: blocks.length > 0 ? (b.prefixMatched[index] as number) : 0 };
+  }
+
+  private take(pool: PoolSpec, tried: ReadonlySet<string>, request: PickRequest): Picked | undefined {
+    const { inFlight, breakers, admission } = this.deps;
+    const prefixIndex = this.prefixIndex;
     const blocks = this.promptBlocksFor(pool, request);
-    const prefixMatched = blocks.length === 0 ? undefined : candidates.map((ep) => prefixIndex.match(ep.id, blocks));
-    const engine = candidates.map((ep) => this.engineLoad(pool, ep.id));
-    const decision = schedule(
-      candidates,
-      states.map((c) => c.inFlight),
-      engine,
-      { prefixMatched, prefixTotal: blocks.length, sessionKey: this.sessionKey(pool, request) },
-      pool.routing,
-      random,
-    );
-    if (!decision) return undefined;
-    const { endpoint } = decision;
+    const chosen = this.decide(pool, this.usable(pool, request), tried, request, blocks);
+    if (!chosen) return undefined;
+    const { endpoint } = chosen;
     const ticket = breakers.get(endpoint.id, pool.name, pool.resilience.breaker).begin(request.requestId);
     if (!ticket) return undefined; // its half-open probe slot was just taken
     if (blocks.length > 0) {
-      const cacheTokens = engine[decision.index]?.cacheTokens;
+      const cacheTokens = chosen.engine?.cacheTokens;
       if (cacheTokens !== undefined) prefixIndex.tune(endpoint.id, cacheTokens, pool.routing.prefix.blockChars);
       prefixIndex.record(endpoint.id, blocks, pool.routing.prefix.capacityPerEndpoint);
-      this.deps.events?.onPicked?.(pool.name, prefixMatched?.[decision.index] ?? 0, blocks.length);
+      this.deps.events?.onPicked?.(pool.name, chosen.prefixMatched, blocks.length);
     }
     const releaseSlot = inFlight.acquire(endpoint.id, pool.name);
     let released = false;

@@ -1,6 +1,7 @@
 /** The pure filters over a pick's snapshot: who may take the request, in input order. */
 import { describe, expect, it } from '@jest/globals';
-import { breakerAllows, healthy, pickable, underConcurrencyLimit, untried, usable, type CandidateState } from '../../src/balancer/filters.js';
+import { breakerAllows, healthy, mayPick, pickable, skipsTried, underConcurrencyLimit, untried, usable, type CandidateState } from '../../src/balancer/filters.js';
+import { createRng } from '../../src/sim/prng.js';
 
 function candidate(id: string, state: Partial<Omit<CandidateState, 'endpoint'>> & { weight?: number } = {}): CandidateState {
   const { weight = 1, ...rest } = state;
@@ -99,5 +100,33 @@ describe('pickable', () => {
   it('keeps the candidates’ own objects (the picker reads inFlight from them)', () => {
     const a = candidate('a', { inFlight: 1 });
     expect(pickable([a], 2)[0]).toBe(a);
+  });
+});
+
+describe('skipsTried and mayPick: pickable over endpoints already known to be usable', () => {
+  it('leave out what pickable leaves out, over random pools', () => {
+    const rng = createRng(23);
+    for (let run = 0; run < 2000; run++) {
+      const limit = [0, 1, 2][Math.floor(rng() * 3)] as number;
+      const input = Array.from({ length: Math.floor(rng() * 6) }, (_, i) =>
+        candidate(`e${i}`, { tried: rng() < 0.4, inFlight: Math.floor(rng() * 4), weight: [0.5, 1, 2][Math.floor(rng() * 3)] as number }),
+      );
+      const tried = new Set(input.filter((c) => c.tried).map((c) => c.endpoint.id));
+      const skip = skipsTried(
+        input.map((c) => c.endpoint),
+        tried,
+      );
+      const kept = input.filter((c) => mayPick(c.endpoint, c.inFlight, tried.has(c.endpoint.id), skip, limit));
+      expect(ids(kept)).toEqual(ids(pickable(input, limit)));
+    }
+  });
+
+  it.each([
+    { case: 'nothing tried', tried: [], skip: false },
+    { case: 'one of two tried', tried: ['a'], skip: true },
+    { case: 'both tried', tried: ['a', 'b'], skip: false },
+    { case: 'only ids that are not in the pool tried', tried: ['gone'], skip: true },
+  ])('skipsTried: $case → $skip', ({ tried, skip }) => {
+    expect(skipsTried([candidate('a').endpoint, candidate('b').endpoint], new Set(tried))).toBe(skip);
   });
 });

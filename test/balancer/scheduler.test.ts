@@ -1,11 +1,11 @@
 /** The scheduler and its scorers as tables of scenarios: loads, engine samples, prefixes and randomness in, picks out. */
 import { describe, expect, it } from '@jest/globals';
 import { InFlight } from '../../src/balancer/in-flight.js';
-import { schedule } from '../../src/balancer/scheduler.js';
+import { choose, schedule, scheduleBuffers } from '../../src/balancer/scheduler.js';
 import { estimatedLoads, loadScores, SCORERS, type ScoringInput } from '../../src/balancer/scorers.js';
 import { ROUTING_DEFAULTS } from '../../src/balancer/settings.js';
 import { pickWeighted } from '../../src/balancer/weighted.js';
-import { type EngineLoad, type Endpoint, type RoutingSettings, type ScorerName } from '../../src/core/types.js';
+import { SCORER_NAMES, type EngineLoad, type Endpoint, type RoutingSettings, type ScorerName } from '../../src/core/types.js';
 import { createRng } from '../../src/sim/prng.js';
 
 const ep = (id: string, weight = 1): Endpoint => ({ id, pool: 'p', url: new URL(`http://${id}.local:8000`), weight });
@@ -168,6 +168,73 @@ describe('scorers', () => {
     const first = scores(SCORERS.session(input({ sessionKey: 'abc' })));
     expect(first.filter((s) => s === 1)).toHaveLength(1);
     expect(scores(SCORERS.session(input({ sessionKey: 'abc' })))).toEqual(first);
+  });
+});
+
+describe('scorers over a whole fleet: in place, to the same bits as the rule', () => {
+  /** Random candidates with random loads, engine samples (some missing, some without KV-cache use) and prefix matches. */
+  function fleet(rng: () => number): ScoringInput {
+    const candidates = Array.from({ length: 1 + Math.floor(rng() * 9) }, (_, i) => ep(`e${i}`, [0.5, 1, 1, 2, 3][Math.floor(rng() * 5)]));
+    const local = candidates.map(() => Math.floor(rng() * 8));
+    const engine = candidates.map(() => (rng() < 0.3 ? undefined : sample(Math.floor(rng() * 6), Math.floor(rng() * 6), rng() < 0.3 ? undefined : rng() * 1.2 - 0.1, Math.floor(rng() * 3))));
+    const prefixTotal = rng() < 0.3 ? 0 : 10;
+    return input({ candidates, local, engine, prefixMatched: candidates.map(() => Math.floor(rng() * 11)), prefixTotal, sessionKey: rng() < 0.3 ? `s${Math.floor(rng() * 9)}` : undefined });
+  }
+
+  it('outstanding and queue score as loadScores does, over their signals', () => {
+    const rng = createRng(29);
+    for (let run = 0; run < 1000; run++) {
+      const scoring = fleet(rng);
+      const { candidates, local, engine, load } = scoring;
+      expect(SCORERS.outstanding(scoring)).toEqual(loadScores(candidates.map((c, i) => (local[i] as number) / c.weight)));
+      expect(SCORERS.queue(scoring)).toEqual(loadScores(candidates.map((_, i) => (engine[i] ? load[i] : undefined))));
+    }
+  });
+
+  it('kv-cache clamps as Math.min and Math.max do', () => {
+    const rng = createRng(31);
+    for (let run = 0; run < 1000; run++) {
+      const scoring = fleet(rng);
+      const usage = scoring.candidates.map((_, i) => scoring.engine[i]?.kvCacheUsage);
+      const known = usage.filter((u): u is number => u !== undefined);
+      const neutral = known.length === 0 ? 1 : known.reduce((a, u) => a + (1 - Math.min(1, u)), 0) / known.length;
+      expect(SCORERS['kv-cache'](scoring)).toEqual(Float64Array.from(usage, (u) => (u === undefined ? neutral : 1 - Math.min(1, Math.max(0, u)))));
+    }
+  });
+
+  it.each(SCORER_NAMES)('%s adds its scores, times a weight, to what is already there', (name) => {
+    const rng = createRng(37);
+    for (let run = 0; run < 200; run++) {
+      const scoring = fleet(rng);
+      const scores = SCORERS[name](scoring);
+      const base = Float64Array.from(scoring.candidates, () => rng());
+      expect(SCORERS[name](scoring, Float64Array.from(base), 2.5)).toEqual(base.map((b, i) => b + 2.5 * (scores[i] as number)));
+    }
+  });
+
+  it('choose, over the first `count` entries of buffers a pick reuses, decides as schedule does and draws as often', () => {
+    const rng = createRng(41);
+    const buffers = scheduleBuffers(32);
+    const profiles: RoutingSettings[] = [ROUTING_DEFAULTS, LOR, only('queue'), only('kv-cache'), only('prefix'), only('session')];
+    for (let run = 0; run < 2000; run++) {
+      const { candidates, local, engine, prefixMatched, prefixTotal, sessionKey } = fleet(rng);
+      const settings = profiles[run % profiles.length] as RoutingSettings;
+      const seed = Math.floor(rng() * 1e9);
+      const [drawsA, drawsB] = [createRng(seed), createRng(seed)];
+      const expected = schedule(candidates, Array.from(local), engine, { prefixMatched: Array.from(prefixMatched), prefixTotal, sessionKey }, settings, drawsA);
+      // stale entries past `count`, as a buffer has after a pick over a larger pool
+      buffers.load.fill(7);
+      buffers.total.fill(-3);
+      const pad = <T>(values: ArrayLike<T>, stale: T): T[] => [...Array.from(values), stale, stale, stale];
+      const count = candidates.length;
+      const index = choose(
+        { candidates: pad(candidates, ep('stale')), count, local: pad(local, 0), engine: pad(engine, sample(0, 0, 0)), prefixMatched: pad(prefixMatched, 10), prefixTotal, sessionKey, settings },
+        buffers,
+        drawsB,
+      );
+      expect(index).toBe(expected?.index ?? -1);
+      expect(drawsB()).toBe(drawsA());
+    }
   });
 });
 

@@ -1,7 +1,9 @@
 /** Session affinity: rendezvous hashing with bounded load. */
 import { describe, expect, it } from '@jest/globals';
 import { sessionTarget } from '../../src/balancer/session-affinity.js';
+import { hash53 } from '../../src/core/hash.js';
 import { type Endpoint } from '../../src/core/types.js';
+import { createRng } from '../../src/sim/prng.js';
 
 const ep = (id: string, weight = 1): Endpoint => ({ id, pool: 'p', url: new URL(`http://${id}.local:8000`), weight });
 const fleet = (n: number): Endpoint[] => Array.from({ length: n }, (_, i) => ep(`replica-${i + 1}`));
@@ -67,5 +69,27 @@ describe('sessionTarget', () => {
 
   it('has no target without candidates', () => {
     expect(sessionTarget([], 'k', idle, 1.25)).toBe(-1);
+  });
+
+  it('chooses as ranking every replica would: the best-ranked under the load bound, else the best-ranked', () => {
+    // the rule spelled out: rank by rendezvous score (a stable sort), walk the ranking
+    const ranked = (candidates: readonly Endpoint[], key: string, load: (i: number) => number, loadFactor: number): number => {
+      const rank = candidates.map((c, i) => ({ i, score: -c.weight / Math.log((hash53(c.id, hash53(key) % 4294967296) + 1) / (2 ** 53 + 2)) }));
+      rank.sort((a, b) => b.score - a.score);
+      const bound = (loadFactor * candidates.reduce((sum, c, i) => sum + load(i) * c.weight, 0)) / candidates.reduce((sum, c) => sum + c.weight, 0) + 1;
+      return (rank.find(({ i }) => load(i) < bound) ?? rank[0])?.i ?? -1;
+    };
+    const rng = createRng(43);
+    for (let run = 0; run < 2000; run++) {
+      const replicas = Array.from({ length: 1 + Math.floor(rng() * 8) }, (_, i) => ep(`replica-${i}`, [0.5, 1, 2][Math.floor(rng() * 3)]));
+      const loads = replicas.map(() => Math.floor(rng() * 6));
+      const key = keys[run % keys.length] as string;
+      expect(sessionTarget(replicas, key, (i) => loads[i]!, 1.25)).toBe(ranked(replicas, key, (i) => loads[i]!, 1.25));
+    }
+  });
+
+  it('takes only the first `count` candidates when told how many there are', () => {
+    const replicas = fleet(6);
+    for (const key of keys.slice(0, 500)) expect(sessionTarget(replicas, key, idle, 1.25, 4)).toBe(sessionTarget(replicas.slice(0, 4), key, idle, 1.25));
   });
 });

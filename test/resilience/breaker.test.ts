@@ -196,4 +196,32 @@ describe('BreakerRegistry', () => {
     registry.shutdown();
     expect([...registry.states()]).toEqual([]);
   });
+
+  it('moves its version whenever what a breaker’s available() answers may have changed, and only then', async () => {
+    const time = new FakeTime();
+    const registry = new BreakerRegistry(undefined, time);
+    const a = registry.get('a', 'p', settings);
+    registry.get('b', 'p', settings);
+    let probe: ReturnType<typeof a.begin>;
+    const steps: Array<[string, () => void | Promise<void>]> = [
+      ['a success and a failure below the threshold', async () => (run(a, 'success'), run(a, 'failure'), flush())],
+      ['backpressure', async () => (run(a, 'backpressure'), flush())],
+      ['opening', () => opened(a)],
+      ['a rejected attempt', () => void a.begin()],
+      ['the cool-down ending (half-open)', () => time.advance(settings.cooldownMs)],
+      ['the probe taken', () => void (probe = a.begin())],
+      ['the probe succeeding (closed)', async () => (probe?.settle('success'), flush())],
+      ['retain keeping every breaker', () => registry.retain(new Set(['a', 'b']))],
+      ['retain dropping one', () => registry.retain(new Set(['a']))],
+    ];
+    const moved: string[] = [];
+    for (const [step, act] of steps) {
+      const before = registry.version;
+      await act();
+      if (registry.version !== before) moved.push(step);
+    }
+    expect(moved).toEqual(['opening', 'the cool-down ending (half-open)', 'the probe taken', 'the probe succeeding (closed)', 'retain dropping one']);
+    expect(a.state).toBe('closed');
+    registry.shutdown();
+  });
 });

@@ -10,7 +10,8 @@ import { RouterError } from '../../src/core/errors.js';
 import { type Endpoint, type EngineLoad, type PoolSpec, type Priority } from '../../src/core/types.js';
 import { AdmissionQueues } from '../../src/resilience/admission.js';
 import { BreakerRegistry } from '../../src/resilience/breaker.js';
-import { EndpointPicker, type Picked } from '../../src/resilience/picker.js';
+import { HealthChecker } from '../../src/resilience/health-checker.js';
+import { EndpointPicker, type HealthView, type Picked } from '../../src/resilience/picker.js';
 import { mergeResilience, RESILIENCE_DEFAULTS, type ResilienceOverrides } from '../../src/resilience/settings.js';
 import { FakeTime, flush } from '../helpers/fake-time.js';
 
@@ -40,13 +41,17 @@ afterEach(() => {
   for (const breakers of opened.splice(0)) breakers.shutdown();
 });
 
-function setup(ids: Array<string | Endpoint>) {
+const endpoints = (ids: Array<string | Endpoint>): Endpoint[] => ids.map((e) => (typeof e === 'string' ? endpoint(e) : e));
+
+/** `health`: a health view of the test's own (default: the `unhealthy` set, asked on every pick as it has no version). */
+function setup(ids: Array<string | Endpoint>, health?: (time: FakeTime, snapshot: () => readonly Endpoint[]) => HealthView) {
   const time = new FakeTime();
-  const endpoints = ids.map((e) => (typeof e === 'string' ? endpoint(e) : e));
+  // discovery's snapshot: the same array until replaced
+  let snapshot: readonly Endpoint[] = endpoints(ids);
   const unhealthy = new Set<string>();
   const loads = new Map<string, EngineLoad>();
   const inFlight = new InFlight();
-  const breakers = new BreakerRegistry();
+  const breakers = new BreakerRegistry(undefined, time);
   opened.push(breakers);
   const events: string[] = [];
   const admission = new AdmissionQueues(time, () => time.now(), {
@@ -56,10 +61,10 @@ function setup(ids: Array<string | Endpoint>) {
   });
   let draw = 0;
   const picker = new EndpointPicker({
-    endpoints: { snapshot: (name) => (name === 'p' ? endpoints : []) },
+    endpoints: { snapshot: (name) => (name === 'p' ? snapshot : []) },
     inFlight,
     breakers,
-    health: { isHealthy: (id) => !unhealthy.has(id) },
+    health: health?.(time, () => snapshot) ?? { isHealthy: (id) => !unhealthy.has(id) },
     admission,
     engine: { load: (id) => loads.get(id) },
     random: () => draw,
@@ -81,6 +86,7 @@ function setup(ids: Array<string | Endpoint>) {
     events,
     open,
     setDraw: (r: number) => (draw = r),
+    setSnapshot: (ids: Array<string | Endpoint>) => (snapshot = endpoints(ids)),
   };
 }
 
@@ -423,5 +429,134 @@ describe('EndpointPicker: a request pinned to one endpoint (PickRequest.only)', 
     const spec = pool();
     t.open(spec, 'b');
     expect((await routerError(t.picker.pick(spec, new Set(), undefined, pinned))).code).toBe('NO_READY_REPLICA');
+  });
+});
+
+describe('EndpointPicker: what it keeps between picks, the very next pick sees change', () => {
+  const spec = pool();
+  const { cooldownMs } = spec.resilience.breaker;
+  /** A picker whose health view has a version that never moves: it keeps what it knows until a breaker or the snapshot changes. */
+  const cached = (ids: string[]): ReturnType<typeof setup> => setup(ids, () => ({ isHealthy: () => true, version: 0 }));
+
+  /** The endpoints the next picks can land on, over draws that reach every one of up to three tied replicas. */
+  async function reachable(t: ReturnType<typeof setup>, tried: ReadonlySet<string> = new Set()): Promise<string[]> {
+    const seen = new Set<string>();
+    for (const draw of [0, 0.4, 0.99]) {
+      t.setDraw(draw);
+      const picked = await t.picker.pick(spec, tried);
+      seen.add(picked.endpoint.id);
+      picked.ticket.settle('success');
+      picked.release();
+    }
+    return [...seen].sort();
+  }
+
+  it('a breaker that opens, its cool-down ending, its half-open probe taken and closing', async () => {
+    const t = cached(['a', 'b']);
+    expect(await reachable(t)).toEqual(['a', 'b']);
+    t.open(spec, 'b');
+    expect(await reachable(t)).toEqual(['a']);
+    await t.time.advance(cooldownMs);
+    expect(t.breakers.get('b', 'p', spec.resilience.breaker).state).toBe('half-open');
+    const probe = await t.picker.pick(spec, new Set(['a'])); // the untried one: b, its probe
+    expect(probe.endpoint.id).toBe('b');
+    // b's probe slot is taken: a request that tried a goes to a again rather than to b
+    const next = await t.picker.pick(spec, new Set(['a']));
+    expect(next.endpoint.id).toBe('a');
+    next.release();
+    probe.ticket.settle('success');
+    probe.release();
+    await flush();
+    expect(t.breakers.get('b', 'p', spec.resilience.breaker).state).toBe('closed');
+    expect(await reachable(t)).toEqual(['a', 'b']);
+  });
+
+  it('a breaker dropped for an endpoint no longer listed: a new one, closed, if the endpoint is picked again', async () => {
+    const t = cached(['a', 'b']);
+    expect(await reachable(t)).toEqual(['a', 'b']);
+    t.open(spec, 'b');
+    expect(await reachable(t)).toEqual(['a']);
+    t.breakers.retain(new Set(['a']));
+    expect(await reachable(t)).toEqual(['a', 'b']);
+  });
+
+  it('a health check that fails, and passes again (the health checker’s version)', async () => {
+    let failing = new Set<string>();
+    const checks = pool({ healthCheck: { enabled: true, intervalMs: 1_000, unhealthyThreshold: 1, healthyThreshold: 1 } });
+    let checker: HealthChecker | undefined;
+    const t = setup(['a', 'b'], (time, snapshot) => {
+      checker = new HealthChecker({
+        endpoints: { snapshot },
+        pools: () => [checks],
+        scheduler: time,
+        now: () => time.now(),
+        probe: (url) => Promise.resolve(!failing.has(url.hostname.split('.')[0] ?? '')),
+      });
+      return checker;
+    });
+    const round = async (): Promise<void> => {
+      await t.time.advance(1_000);
+      await checker?.runOnce();
+    };
+    expect(await reachable(t)).toEqual(['a', 'b']);
+    failing = new Set(['b']);
+    await round();
+    expect(checker?.isHealthy('b')).toBe(false);
+    expect(await reachable(t)).toEqual(['a']);
+    failing = new Set();
+    await round();
+    expect(await reachable(t)).toEqual(['a', 'b']);
+  });
+
+  it('a health view without a version is asked on every pick', async () => {
+    const t = setup(['a', 'b']);
+    expect(await reachable(t)).toEqual(['a', 'b']);
+    t.unhealthy.add('b');
+    expect(await reachable(t)).toEqual(['a']);
+    t.unhealthy.delete('b');
+    expect(await reachable(t)).toEqual(['a', 'b']);
+  });
+
+  it.each([
+    { case: 'an endpoint added', next: ['a', 'b', 'c'], reach: ['a', 'b', 'c'] },
+    { case: 'an endpoint removed', next: ['b'], reach: ['b'] },
+    { case: 'every endpoint replaced', next: ['c', 'd'], reach: ['c', 'd'] },
+    { case: 'no endpoint left', next: [], reach: [] },
+  ])('a new snapshot from discovery: $case', async ({ next, reach }) => {
+    const t = cached(['a', 'b']);
+    expect(await reachable(t)).toEqual(['a', 'b']);
+    t.setSnapshot(next);
+    if (reach.length === 0) expect((await routerError(t.picker.pick(spec, new Set()))).code).toBe('NO_READY_REPLICA');
+    else expect(await reachable(t)).toEqual(reach);
+    expect(t.inFlight.total()).toBe(0);
+  });
+
+  it('a weight changed in a new snapshot (the concurrency limit is per unit of weight)', async () => {
+    const t = cached(['a']);
+    const limited = pool({ maxConcurrencyPerReplica: 1, queue: { maxSize: 4, timeoutMs: 1_000 } });
+    const first = await t.picker.pick(limited, new Set());
+    t.setSnapshot([endpoint('a', 2)]);
+    const second = await t.picker.pick(limited, new Set());
+    expect(second.endpoint).toEqual(endpoint('a', 2));
+    first.release();
+    second.release();
+  });
+
+  it('a replica reaching its concurrency limit, whoever took the last slot', async () => {
+    const t = cached(['a', 'b']);
+    const limited = pool({ maxConcurrencyPerReplica: 1, queue: { maxSize: 4, timeoutMs: 1_000 } });
+    const first = await t.picker.pick(limited, new Set());
+    const other = first.endpoint.id === 'a' ? 'b' : 'a';
+    const release = t.inFlight.acquire(other, 'p'); // a slot taken outside this picker's picks
+    const waiting = track(t.picker.pick(limited, new Set()));
+    await flush();
+    expect(waiting.state()).toBe('pending');
+    release();
+    t.admission.notify('p');
+    await flush();
+    expect(waiting.picked()?.endpoint.id).toBe(other);
+    waiting.picked()?.release();
+    first.release();
+    expect(t.inFlight.total()).toBe(0);
   });
 });
