@@ -195,7 +195,10 @@ export interface EngineLoad {
 
 /** Read side of engine metrics: a replica's fresh load, or undefined (never scraped, failing, or stale). */
 export interface EngineLoadSource {
-  load(endpointId: string): EngineLoad | undefined;
+  /** `now`: the source's clock read once by a caller asking for many endpoints (else read per call). */
+  load(endpointId: string, now?: number): EngineLoad | undefined;
+  /** The clock `load` judges freshness by. */
+  now?(): number;
 }
 
 /** Read side of discovery: the current routable endpoints of a pool (an immutable snapshot). */

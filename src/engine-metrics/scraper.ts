@@ -72,9 +72,13 @@ export class EngineMetricsScraper implements EngineLoadSource {
   }
 
   /** The replica's last sample while `now() - at <= staleAfterMs` of its pool; otherwise undefined. */
-  load(endpointId: string): EngineLoad | undefined {
+  load(endpointId: string, now = this.deps.now()): EngineLoad | undefined {
     const sample = this.current.get(endpointId);
-    return sample && this.isFresh(sample) ? sample.load : undefined;
+    return sample && now - sample.load.at <= sample.staleAfterMs ? sample.load : undefined;
+  }
+
+  now(): number {
+    return this.deps.now();
   }
 
   /** Every fresh sample, for gauges. */

@@ -250,8 +250,9 @@ export class EndpointPicker {
   private saturated(pool: PoolSpec, usable: readonly Endpoint[]): boolean {
     const { queueDepth, kvCacheUsage } = pool.routing.saturation;
     const engine = this.engineFor(pool);
+    const now = engine.now?.();
     return usable.every((ep) => {
-      const load = engine.load(ep.id);
+      const load = engine.load(ep.id, now);
       return load !== undefined && (load.waiting >= queueDepth || (load.kvCacheUsage ?? 0) >= kvCacheUsage);
     });
   }
@@ -290,13 +291,14 @@ export class EndpointPicker {
     const skipTried = skipsTried(endpoints, tried);
     const limit = pool.resilience.maxConcurrencyPerReplica;
     const engine = this.engineFor(pool);
+    const now = engine === NO_ENGINE ? undefined : engine.now?.(); // one clock read per pick, not per endpoint
     const prefixIndex = this.prefixIndex;
     let count = 0;
     for (let i = 0; i < endpoints.length; i++) {
       const ep = endpoints[i] as Endpoint;
       const inFlight = (counters[i] as InFlightCounter).count;
       if (!mayPick(ep, inFlight, skipTried && tried.has(ep.id), skipTried, limit)) continue;
-      const sample = engine === NO_ENGINE ? undefined : engine.load(ep.id);
+      const sample = engine === NO_ENGINE ? undefined : engine.load(ep.id, now);
       b.candidates[count] = ep;
       b.local[count] = inFlight;
       b.engine[count] = sample;

@@ -60,13 +60,21 @@ function setup(ids: Array<string | Endpoint>, health?: (time: FakeTime, snapshot
     onRejected: (p, reason) => events.push(`rejected:${p}:${reason}`),
   });
   let draw = 0;
+  let clockReads = 0;
+  const engineReads: Array<number | undefined> = [];
   const picker = new EndpointPicker({
     endpoints: { snapshot: (name) => (name === 'p' ? snapshot : []) },
     inFlight,
     breakers,
     health: health?.(time, () => snapshot) ?? { isHealthy: (id) => !unhealthy.has(id) },
     admission,
-    engine: { load: (id) => loads.get(id) },
+    engine: {
+      load: (id, now) => {
+        engineReads.push(now);
+        return loads.get(id);
+      },
+      now: () => ++clockReads,
+    },
     random: () => draw,
     events: { onShed: (p) => events.push(`shed:${p}`) },
   });
@@ -85,6 +93,8 @@ function setup(ids: Array<string | Endpoint>, health?: (time: FakeTime, snapshot
     loads,
     events,
     open,
+    engineReads,
+    clockReads: () => clockReads,
     setDraw: (r: number) => (draw = r),
     setSnapshot: (ids: Array<string | Endpoint>) => (snapshot = endpoints(ids)),
   };
@@ -152,6 +162,13 @@ describe('EndpointPicker: who can take traffic', () => {
     const picked = await t.picker.pick(spec, new Set());
     expect(picked.endpoint.id).toBe('fine');
     picked.release();
+  });
+
+  it('reads the engine samples’ clock once a pick, not once an endpoint', async () => {
+    const { picker, engineReads, clockReads } = setup(['a', 'b', 'c']);
+    (await picker.pick(pool(), new Set())).release();
+    expect(clockReads()).toBe(1);
+    expect(engineReads).toEqual([1, 1, 1]);
   });
 
   it('avoids the endpoints this request tried while an untried one is usable', async () => {
