@@ -167,7 +167,7 @@ export async function createRouter(config: Config, options: RouterOptions = {}):
     clock,
     wallNow: () => Date.now(),
     scheduler: systemScheduler,
-    ...(shared ? { shared: { store: shared.store, flushIntervalMs: shared.flushIntervalMs, expectedRouters: shared.expectedRouters, answering: shared.answering } } : {}),
+    ...(shared ? { shared: { store: shared.store, flushIntervalMs: shared.flushIntervalMs, expectedRouters: shared.expectedRouters, strict: shared.strict, answering: shared.answering } } : {}),
     events: {
       ...limitEvents,
       onShared: (up, error) => {

@@ -102,6 +102,8 @@ export interface RedisLimitsConfig {
   flushIntervalMs: number;
   /** Router replicas assumed until their heartbeats in Redis say how many there are. */
   expectedRouters: number;
+  /** Every request waits for Redis's answer, however far from its limits (else only near them). */
+  strict: boolean;
 }
 
 export interface LimitsConfig {
@@ -243,6 +245,7 @@ export const configSchema = {
             timeoutMs: { type: 'integer', minimum: 1, maximum: 10_000, default: 50 },
             flushIntervalMs: { type: 'integer', minimum: 10, maximum: 60_000, default: 250 },
             expectedRouters: { type: 'integer', minimum: 1, default: 1 },
+            strict: { type: 'boolean', default: false },
           },
         },
       },

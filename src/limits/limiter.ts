@@ -93,6 +93,8 @@ export interface LimiterOptions {
     expectedRouters: number;
     /** Whether Redis answered at start (default true); when not, counts start local. */
     answering?: boolean;
+    /** Every request waits for Redis's answer (default: only near a limit; see view.ts). */
+    strict?: boolean;
   };
   events?: LimiterEvents;
 }
@@ -332,7 +334,7 @@ export class Limiter {
     const shared = this.options.shared?.store;
     if (store === shared && shared) {
       if (this.releases.length > 0) this.sendReleases();
-      const onView = this.sharedUp ? this.view.tryTake(request, estimate, clock.now()) : undefined;
+      const onView = this.sharedUp && !this.options.shared?.strict ? this.view.tryTake(request, estimate, clock.now()) : undefined;
       this.view.sent(key.name, estimate);
       const started = clock.now();
       try {

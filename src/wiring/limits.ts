@@ -13,6 +13,7 @@ export interface SharedLimits {
   store: SharedLimitStore;
   flushIntervalMs: number;
   expectedRouters: number;
+  strict: boolean;
   /** Whether Redis answered at start. */
   answering: boolean;
   close(): Promise<void>;
@@ -47,6 +48,7 @@ export async function sharedLimits(config: RedisLimitsConfig, logger: Logger): P
     store: new RedisLimitStore(client, { prefix: config.keyPrefix }),
     flushIntervalMs: config.flushIntervalMs,
     expectedRouters: config.expectedRouters,
+    strict: config.strict,
     answering,
     async close() {
       client.disconnect();

@@ -35,6 +35,7 @@ interface RedisBlock {
   keyPrefix: string;
   timeoutMs: number;
   flushIntervalMs: number;
+  strict: boolean;
   expectedRouters: number;
 }
 interface LimitsBlock {
@@ -108,7 +109,7 @@ describe('chart limits: the config', () => {
   });
 
   it('with limits.redis.url renders the redis block from the values, without username, passwordFile or caFile unless set', () => {
-    expect(redisOf(get('redis'))).toEqual({ url: REDIS_URL, tls: false, keyPrefix: 'modelgate:', timeoutMs: 50, flushIntervalMs: 250, expectedRouters: 2 });
+    expect(redisOf(get('redis'))).toEqual({ url: REDIS_URL, tls: false, keyPrefix: 'modelgate:', timeoutMs: 50, flushIntervalMs: 250, strict: false, expectedRouters: 2 });
     expect(volumesOf(get('redis')).map((v) => v.name)).toEqual(['config', 'keys', 'tmp']);
   });
 
@@ -140,7 +141,7 @@ describe('chart limits: Redis password and CA from Secrets', () => {
     expect(volumesOf(get('redisTlsFlag')).find((v) => v.name === 'redis-tls')?.secret).toEqual({ secretName: 'corp-ca', items: [{ key: 'bundle.pem', path: 'ca.crt' }] });
   });
 
-  it('passes the rest of the ci file through: URL, ACL user, TLS flag, key prefix and timings', () => {
+  it('passes the rest of the ci file through: URL, ACL user, TLS flag, key prefix, timings and strict', () => {
     expect(redisOf(get('limits'))).toEqual({
       url: 'rediss://redis-master.cache.svc:6380/0',
       username: 'modelgate',
@@ -150,6 +151,7 @@ describe('chart limits: Redis password and CA from Secrets', () => {
       keyPrefix: 'modelgate-prod:',
       timeoutMs: 40,
       flushIntervalMs: 500,
+      strict: true,
       expectedRouters: 3,
     });
     expect(redisOf(get('redisTlsFlag'))).toMatchObject({ url: REDIS_URL, tls: true, caFile: '/etc/modelgate/redis-tls/ca.crt' });

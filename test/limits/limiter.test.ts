@@ -317,6 +317,26 @@ describe('Limiter with a shared store', () => {
     await limiter.stop();
   });
 
+  it('with strict set, waits for the store on every request', async () => {
+    const time = new FakeTime();
+    const store = new FlakyShared(time);
+    const limiter = new Limiter({ defaults: {}, clock: time, wallNow: () => NOON + time.now(), scheduler: time, shared: { store, flushIntervalMs: 250, expectedRouters: 1, strict: true } });
+    limiter.start();
+    const key: LimitedKey = { name: 'team', limits: { requestsPerMinute: 1_000_000 } };
+    await limiter.admit(key, 'llama', 0);
+    store.held = [];
+    let settled = false;
+    const waiting = limiter.admit(key, 'llama', 0).then(() => (settled = true));
+    await Promise.resolve();
+    await Promise.resolve();
+    expect(settled).toBe(false);
+    expect(store.forced).toBe(0);
+    for (const answer of store.held.splice(0)) answer();
+    store.held = undefined;
+    await waiting;
+    await limiter.stop();
+  });
+
   it('waits for the store near a limit, where its answer decides', async () => {
     const { limiter, shared: store } = setup({}, { shared: true });
     const flaky = store as FlakyShared;
