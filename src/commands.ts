@@ -1,14 +1,13 @@
 /**
  * `modelgate <command>` (cli.ts checks the runtime, then calls runCli). Bad flags or config, and a
  * port that cannot be listened on, print one clear message naming the field and exit 2.
+ *
+ * Each command imports what it runs when it runs: `serve` never loads the simulator or the demo,
+ * `sim` never loads the router (test/startup/lazy-loading.test.ts).
  */
 import { parseArgs } from 'node:util';
 import { readKeysFile } from './config/keys-file.js';
 import { ConfigError, loadConfig } from './config/load.js';
-import { DemoUsageError, runDemo } from './demo.js';
-import { startRouter } from './main.js';
-import { parseSimArgs, simHelp, SimOptionsError } from './sim/options.js';
-import { startSim } from './sim/server.js';
 
 const USAGE = `Usage: modelgate <command> [flags]
 
@@ -48,12 +47,22 @@ function onSignals(stop: () => Promise<void>): void {
 }
 
 async function runSim(args: string[]): Promise<void> {
+  const { parseSimArgs, simHelp, SimOptionsError } = await import('./sim/options.js');
+  const { startSim } = await import('./sim/server.js');
+  const usage = (err: unknown): unknown => (err instanceof SimOptionsError ? new UsageError(err.message) : err);
   if (args.includes('--help') || args.includes('-h')) {
     process.stdout.write(simHelp() + '\n');
     return;
   }
-  const options = parseSimArgs(args);
-  const starting = startSim(options);
+  let options: ReturnType<typeof parseSimArgs>;
+  try {
+    options = parseSimArgs(args);
+  } catch (err) {
+    throw usage(err);
+  }
+  const starting = startSim(options).catch((err: unknown) => {
+    throw usage(err);
+  });
   onSignals(async () => (await starting).close());
   const sim = await starting;
   process.stdout.write(`modelgate sim listening on ${sim.url} (models: ${options.model.join(', ')})\n`);
@@ -61,7 +70,8 @@ async function runSim(args: string[]): Promise<void> {
 
 async function runServe(args: string[]): Promise<void> {
   const { config: file } = flags(args, { config: { type: 'string' } });
-  const starting = startRouter(loadConfig(file, process.env));
+  const config = loadConfig(file, process.env);
+  const starting = import('./main.js').then(({ startRouter }) => startRouter(config, { releaseStartupMemory: true }));
   // Signals are handled from the start: one that arrives while starting drains once started.
   onSignals(async () => {
     await (await starting).shutdown();
@@ -79,7 +89,10 @@ export async function validateCommand(args: string[], env: NodeJS.ProcessEnv): P
 }
 
 async function demoCommand(args: string[]): Promise<void> {
-  const starting = runDemo(args);
+  const { DemoUsageError, runDemo } = await import('./demo.js');
+  const starting = runDemo(args).catch((err: unknown) => {
+    throw err instanceof DemoUsageError ? new UsageError(err.message) : err;
+  });
   onSignals(async () => (await starting).close());
   await starting;
 }
@@ -109,7 +122,7 @@ async function main(argv: string[]): Promise<void> {
 
 /** The exit code and one-line message for an error that ends the CLI. */
 export function exitFor(err: unknown): { code: number; message: string } {
-  if (err instanceof UsageError || err instanceof SimOptionsError || err instanceof ConfigError || err instanceof DemoUsageError) return { code: 2, message: `modelgate: ${err.message}` };
+  if (err instanceof UsageError || err instanceof ConfigError) return { code: 2, message: `modelgate: ${err.message}` };
   return { code: 1, message: `modelgate: ${err instanceof Error ? err.message : String(err)}` };
 }
 

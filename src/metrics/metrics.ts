@@ -5,11 +5,12 @@
  * declared by area (`traffic.ts`, `routing.ts`, `resilience.ts`, `control-plane.ts`); callers only
  * see `RouterMetrics`.
  */
-import { collectDefaultMetrics, Registry } from 'prom-client';
+import { Registry } from 'prom-client';
 import { limitsMetrics, type LimitsRecorder } from './limits.js';
 import { type ApiName, type PreviousResponseOutcome } from '../core/types.js';
 import { controlPlaneMetrics, type ControlPlaneMetrics, type ControlPlaneSources } from './control-plane.js';
 import { observeResilienceGauges, resilienceMetrics, type AdmissionSources, type ResilienceMetrics, type ResilienceSources } from './resilience.js';
+import { registerProcessMetrics } from './process.js';
 import { observeRoutingGauges, routingMetrics, type RoutingMetrics, type RoutingSources, type RoutingStateSources } from './routing.js';
 import { trafficMetrics, type TrafficMetrics } from './traffic.js';
 
@@ -37,7 +38,7 @@ export class RouterMetrics {
     this.routing = routingMetrics(registers, sources);
     this.resilience = resilienceMetrics(registers, sources);
     this.controlPlane = controlPlaneMetrics(registers, sources);
-    if (options.processMetrics ?? true) collectDefaultMetrics({ register: this.registry });
+    if (options.processMetrics ?? true) registerProcessMetrics(this.registry);
   }
 
   recordRequest(route: Route, deployment: string, pool: string, code: number, seconds: number): void {

@@ -1,0 +1,113 @@
+/**
+ * What a static-mode router loads, started as users start it (`node dist/cli.js serve --config FILE`,
+ * built by `npm test` first) and after it has answered requests: nothing of Kubernetes mode (the
+ * client, discovery's watches, the controller, leader election), of Redis (only `limits.redis` loads
+ * it), of the simulator or of the demo. A module hook (node:module registerHooks, preloaded with
+ * --import) writes every module the process loads to a file; the router re-executes itself in place
+ * with the same flags and environment, so the hook sees both images.
+ */
+import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import { spawn } from 'node:child_process';
+import { existsSync, readFileSync } from 'node:fs';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { createInterface } from 'node:readline';
+import { pathToFileURL } from 'node:url';
+import { type SimServer } from '../../src/sim/server.js';
+import { rawRequest } from '../helpers/http.js';
+import { startTestSim } from '../helpers/sim.js';
+
+const cli = new URL('../../dist/cli.js', import.meta.url).pathname;
+const KEY = 'sk-lazy-loading-0123';
+const HOOK = `
+import { registerHooks } from 'node:module';
+import { appendFileSync } from 'node:fs';
+const log = process.env.MODELGATE_TEST_LOADED;
+registerHooks({ load(url, context, next) { appendFileSync(log, url + '\\n'); return next(url, context); } });
+`;
+
+let dir: string;
+let sim: SimServer;
+let loaded: string[];
+
+/** Starts `serve` with the hook, sends `traffic` once it listens, stops it; resolves with its exit code. */
+async function serveOnce(config: string, log: string, traffic: (api: string, admin: string) => Promise<void>): Promise<number | null> {
+  const hook = join(dir, 'hook.mjs');
+  const child = spawn(process.execPath, ['--import', pathToFileURL(hook).href, cli, 'serve', '--config', config], {
+    env: { ...process.env, MODELGATE_TEST_LOADED: log },
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
+  const exit = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
+  try {
+    const { api, admin } = await new Promise<{ api: string; admin: string }>((resolve, reject) => {
+      createInterface(child.stdout).on('line', (line) => {
+        const entry = JSON.parse(line) as { msg?: string; api?: string; admin?: string };
+        if (entry.msg === 'modelgate listening') resolve({ api: entry.api ?? '', admin: entry.admin ?? '' });
+      });
+      void exit.then((code) => reject(new Error(`modelgate exited early with ${code}`)));
+    });
+    await traffic(api, admin);
+  } finally {
+    if (child.exitCode === null && child.signalCode === null) child.kill('SIGTERM');
+  }
+  return exit;
+}
+
+beforeAll(async () => {
+  if (!existsSync(cli)) throw new Error('dist/cli.js is missing: run `npm run build` (npm test does it first)');
+  dir = await mkdtemp(join(tmpdir(), 'modelgate-lazy-loading-'));
+  sim = await startTestSim({ model: ['served/llm'] });
+  await writeFile(join(dir, 'hook.mjs'), HOOK);
+  await writeFile(join(dir, 'keys.yaml'), `- name: t\n  key: ${KEY}\n`);
+  const config = join(dir, 'static.json');
+  await writeFile(
+    config,
+    JSON.stringify({
+      server: { host: '127.0.0.1', port: 0, shutdownDelayMs: 0 },
+      admin: { host: '127.0.0.1', port: 0 },
+      auth: { keysFile: 'keys.yaml' },
+      pools: [{ name: 'llm', servedModelName: 'served/llm', endpoints: [sim.url] }],
+      deployments: [{ id: 'llm', model: 'llm', targets: [{ pool: 'llm' }] }],
+    }),
+  );
+  const log = join(dir, 'loaded.txt');
+  const code = await serveOnce(config, log, async (api, admin) => {
+    const headers = { authorization: `Bearer ${KEY}` };
+    for (const stream of [false, true]) {
+      const res = await rawRequest(`${api}/v1/chat/completions`, { headers, body: { model: 'llm', messages: [{ role: 'user', content: 'hi' }], max_tokens: 4, stream } });
+      expect(res.status).toBe(200);
+    }
+    expect((await rawRequest(`${api}/v1/models`, { headers })).status).toBe(200);
+    expect((await rawRequest(`${admin}/metrics`)).status).toBe(200);
+  });
+  expect(code).toBe(0);
+  loaded = readFileSync(log, 'utf8').split('\n').filter(Boolean);
+});
+
+afterAll(async () => {
+  await sim.close();
+  await rm(dir, { recursive: true, force: true });
+});
+
+describe('a static-mode router, after answering requests', () => {
+  it('loaded the router itself (the hook saw every module)', () => {
+    for (const module of ['/dist/cli.js', '/dist/main.js', '/dist/wiring/static-discovery.js', '/dist/proxy/forwarder.js', '/node_modules/prom-client/']) {
+      expect(loaded.some((url) => url.includes(module))).toBe(true);
+    }
+  });
+
+  it.each([
+    ['the Kubernetes client', '/node_modules/@kubernetes/'],
+    ['Kubernetes discovery', '/dist/discovery/kubernetes/'],
+    ['the controller and leader election', '/dist/controller/'],
+    ["Kubernetes mode's wiring", '/dist/wiring/kubernetes-discovery.js'],
+    ['the Redis client', '/node_modules/ioredis/'],
+    ['the Redis limit store', '/dist/limits/redis-store.js'],
+    ['the simulator', '/dist/sim/'],
+    ['the demo', '/dist/demo.js'],
+    ["the demo's log printer", '/node_modules/pino-pretty/'],
+  ])('never loaded %s', (_what, path) => {
+    expect(loaded.filter((url) => url.includes(path))).toEqual([]);
+  });
+});
