@@ -71,7 +71,7 @@ async function runSim(args: string[]): Promise<void> {
 async function runServe(args: string[]): Promise<void> {
   const { config: file } = flags(args, { config: { type: 'string' } });
   const config = loadConfig(file, process.env);
-  const starting = import('./main.js').then(({ startRouter }) => startRouter(config, { releaseStartupMemory: true }));
+  const starting = import('./main.js').then(({ startRouter }) => startRouter(config));
   // Signals are handled from the start: one that arrives while starting drains once started.
   onSignals(async () => {
     await (await starting).shutdown();

@@ -28,7 +28,6 @@ import { buildApp } from './server/app.js';
 import { closeServer, createApiServer, drain, listen } from './wiring/servers.js';
 import { staticDiscovery } from './wiring/static-discovery.js';
 import { createLogger } from './wiring/logger.js';
-import { releaseStartupMemory } from './wiring/startup-memory.js';
 import { discoveryGauges } from './wiring/gauges.js';
 
 export interface RouterOptions {
@@ -37,11 +36,6 @@ export interface RouterOptions {
   random?: () => number;
   /** Register Node's default process metrics (off in tests that build many routers). */
   processMetrics?: boolean;
-  /**
-   * Before listening, run one memory-reducing collection to give back what start-up left behind
-   * (wiring/startup-memory.ts): `modelgate serve` sets it; tests that build many routers do not pay the pause.
-   */
-  releaseStartupMemory?: boolean;
 }
 
 /** A router built from a config, not yet listening: its two apps and the state tests look at. */
@@ -242,7 +236,6 @@ export async function createRouter(config: Config, options: RouterOptions = {}):
 /** Builds a router and starts its API and admin servers. */
 export async function startRouter(config: Config, options: RouterOptions = {}): Promise<RunningRouter> {
   const router = await createRouter(config, options);
-  if (options.releaseStartupMemory) releaseStartupMemory();
   const apiServer = createApiServer(config.server, router.api);
   const adminServer = http.createServer(router.admin);
   try {
