@@ -28,6 +28,24 @@ class FlakyShared implements SharedLimitStore {
       throw new StoreTimeout('Redis answered later than limits.redis.timeoutMs');
     }
   }
+  /**
+   * Runs `admit` with the store's answers held back: resolves with whether the admission settled
+   * before the store answered, then lets the answers through and resolves with its result.
+   */
+  async whileHeld<T>(admit: () => Promise<T>): Promise<{ settledEarly: boolean; result: T }> {
+    this.held = [];
+    let settled = false;
+    const waiting = admit().then((result) => {
+      settled = true;
+      return result;
+    });
+    await Promise.resolve();
+    await Promise.resolve();
+    const settledEarly = settled;
+    for (const answer of this.held.splice(0)) answer();
+    this.held = undefined;
+    return { settledEarly, result: await waiting };
+  }
   /** Admissions answered only when released (as a slow Redis would); undefined: at once. */
   held: Array<() => void> | undefined;
   forced = 0;
@@ -324,16 +342,9 @@ describe('Limiter with a shared store', () => {
     limiter.start();
     const key: LimitedKey = { name: 'team', limits: { requestsPerMinute: 1_000_000 } };
     await limiter.admit(key, 'llama', 0);
-    store.held = [];
-    let settled = false;
-    const waiting = limiter.admit(key, 'llama', 0).then(() => (settled = true));
-    await Promise.resolve();
-    await Promise.resolve();
-    expect(settled).toBe(false);
+    const { settledEarly } = await store.whileHeld(() => limiter.admit(key, 'llama', 0));
+    expect(settledEarly).toBe(false);
     expect(store.forced).toBe(0);
-    for (const answer of store.held.splice(0)) answer();
-    store.held = undefined;
-    await waiting;
     await limiter.stop();
   });
 
@@ -347,17 +358,11 @@ describe('Limiter with a shared store', () => {
     await limiter.admit(key, 'llama', 0); // seen: 59 left
     for (let i = 0; i < 9; i++) await limiter.admit(key, 'llama', 0); // on the view: 50 left
     expect(flaky.forced).toBe(9);
-    flaky.held = [];
-    const waiting = limiter.admit(key, 'llama', 0); // 49 would be left: inside the margin, so the store decides
-    let settled = false;
-    void waiting.then(() => (settled = true));
-    await Promise.resolve();
-    await Promise.resolve();
-    expect(settled).toBe(false);
+    // 49 would be left: inside the margin, so the store decides
+    const { settledEarly, result } = await flaky.whileHeld(() => limiter.admit(key, 'llama', 0));
+    expect(settledEarly).toBe(false);
     expect(flaky.forced).toBe(9);
-    for (const answer of flaky.held.splice(0)) answer();
-    flaky.held = undefined;
-    expect((await waiting)?.headers['x-ratelimit-remaining-requests']).toBe('49');
+    expect(result?.headers['x-ratelimit-remaining-requests']).toBe('49');
     await limiter.stop();
   });
 
