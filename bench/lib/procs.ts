@@ -19,6 +19,27 @@ export interface Proc {
   stop(): Promise<void>;
 }
 
+/**
+ * `count` distinct free ports: every listener stays open until all are taken, so the kernel cannot
+ * hand the same port out twice (two freePort() calls in a row can get the same one).
+ */
+export async function freePorts(count: number): Promise<number[]> {
+  const servers: net.Server[] = [];
+  try {
+    for (let i = 0; i < count; i++) {
+      const server = net.createServer();
+      servers.push(server);
+      await new Promise<void>((resolve, reject) => {
+        server.once('error', reject);
+        server.listen(0, '127.0.0.1', resolve);
+      });
+    }
+    return servers.map((server) => (server.address() as net.AddressInfo).port);
+  } finally {
+    await Promise.all(servers.map((server) => new Promise((resolve) => server.close(resolve))));
+  }
+}
+
 export function freePort(): Promise<number> {
   return new Promise((resolve, reject) => {
     const server = net.createServer();
@@ -98,7 +119,7 @@ export interface ModelgateProc extends Proc {
  */
 export async function startModelgate(upstreams: string[], servedModel: string, extra: object = {}, options: ModelgateOptions = {}): Promise<ModelgateProc> {
   const dir = mkdtempSync(join(tmpdir(), 'mg-bench-'));
-  const [port, admin] = [await freePort(), await freePort()];
+  const [port, admin] = (await freePorts(2)) as [number, number];
   writeFileSync(join(dir, 'keys.yaml'), options.keysYaml ?? `- name: bench\n  key: ${BENCH_KEY}\n`);
   writeFileSync(
     join(dir, 'config.json'),
