@@ -114,21 +114,19 @@ async function main(): Promise<void> {
     '100000',
   ]);
   const redis = await startRedis();
-  const variants: Variant[] = [
-    { name: 'no limits', proc: await startModelgate([sim.url], MODEL) },
-    { name: 'local limits', proc: await startModelgate([sim.url], MODEL, {}, { keysYaml: KEYS }) },
-    {
-      name: 'Redis limits',
-      // BENCH_LIMITS_CPU_PROFILE=DIR: a diagnostic run with V8's CPU profile of this router written to DIR
-      proc: await startModelgate([sim.url], MODEL, {}, { keysYaml: KEYS, config: { limits: { redis: { url: redis.url } } }, ...(PROFILE ? { cpuProfileDir: PROFILE } : {}) }),
-    },
-    // every request waits for Redis's answer, as one near a limit does
-    { name: 'Redis limits, strict', proc: await startModelgate([sim.url], MODEL, {}, { keysYaml: KEYS, config: { limits: { redis: { url: redis.url, strict: true } } } }) },
-  ];
+  const variants: Variant[] = [];
   const rounds: Array<{ sides: Record<string, Side>; othersCores: number }> = [];
-  /** The Redis router's /metrics at the end of the run. */
+  /** The Redis routers' /metrics at the end of the run. */
   const scraped = { text: '', strict: '' };
   try {
+    // started one by one inside the try: if one fails to start, those before it, Redis and the simulator are still stopped
+    variants.push({ name: 'no limits', proc: await startModelgate([sim.url], MODEL) });
+    variants.push({ name: 'local limits', proc: await startModelgate([sim.url], MODEL, {}, { keysYaml: KEYS }) });
+    // BENCH_LIMITS_CPU_PROFILE=DIR: a diagnostic run with V8's CPU profile of this router written to DIR
+    const profiled = PROFILE ? { cpuProfileDir: PROFILE } : {};
+    variants.push({ name: 'Redis limits', proc: await startModelgate([sim.url], MODEL, {}, { keysYaml: KEYS, config: { limits: { redis: { url: redis.url } } }, ...profiled }) });
+    // every request waits for Redis's answer, as one near a limit does
+    variants.push({ name: 'Redis limits, strict', proc: await startModelgate([sim.url], MODEL, {}, { keysYaml: KEYS, config: { limits: { redis: { url: redis.url, strict: true } } } }) });
     for (const v of variants)
       await load({ url: `${v.proc.url}/v1/chat/completions`, headers: { authorization: `Bearer ${BENCH_KEY}` }, bodies: [BODY], mode: 'closed', concurrency: 16, warmupMs: 0, durationMs: WARMUP_MS });
     for (let i = 0; i < ROUNDS; i++) {
