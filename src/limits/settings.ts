@@ -65,12 +65,12 @@ function pick(value: number | 'unlimited' | undefined, fallback: number | 'unlim
 /** A key's limits: its own fields, else the defaults'. Undefined when the key has none at all. */
 export function keyLimits(own: KeyLimitFields | undefined, defaults: LimitFields): KeyLimits | undefined {
   const result: KeyLimits = { deployments: new Map() };
-  let any = false;
+  let limited = false;
   for (const field of FIELDS) {
     const value = pick(own?.[field], defaults[field]);
     if (value !== undefined) {
       result[field] = value;
-      any = true;
+      limited = true;
     }
   }
   const deployments = new Map<string, ScopeLimits>();
@@ -84,7 +84,7 @@ export function keyLimits(own: KeyLimitFields | undefined, defaults: LimitFields
   }
   if (deployments.size > 0) {
     result.deployments = deployments;
-    any = true;
+    limited = true;
   }
-  return any ? result : undefined;
+  return limited ? result : undefined;
 }
