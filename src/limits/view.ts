@@ -83,11 +83,19 @@ export class SharedView {
   /** Redis answered the oldest admission sent for `checks.key`: the view becomes its counts less what is still in flight. */
   answered(checks: Checks, verdict: Verdict, now: number): void {
     let view = this.keys.get(checks.key);
-    view?.inflight.shift();
-    const inflight = view?.inflight ?? [];
+    if (view) {
+      view.inflight.shift();
+      this.keys.delete(checks.key); // re-inserted last: the map's order is least recently answered first
+      view.at = now;
+      // only this answer's checks are known now (another deployment's limits may have moved meanwhile)
+      view.levels.clear();
+      view.used.clear();
+      view.held.clear();
+    } else {
+      view = { at: now, levels: new Map(), used: new Map(), held: new Map(), inflight: [] };
+    }
+    const { inflight } = view;
     const tokens = inflight.reduce((sum, t) => sum + t, 0);
-    if (view) this.keys.delete(checks.key); // re-inserted last: the map's order is least recently answered first
-    view = { at: now, levels: new Map(), used: new Map(), held: new Map(), inflight };
     checks.rates.forEach((spec, i) => view.levels.set(spec.id, (verdict.rates[i]?.remaining ?? 0) - (spec.kind === 'requests' ? inflight.length : tokens)));
     checks.budgets.forEach((spec, i) => view.used.set(spec.period, (verdict.budgets[i]?.used ?? spec.limit) + tokens));
     checks.concurrency.forEach((spec, i) => view.held.set(spec.id, (verdict.concurrency[i]?.held ?? spec.limit) + inflight.length));

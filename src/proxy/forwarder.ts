@@ -118,8 +118,7 @@ export class Forwarder {
       port: url.port,
       method: 'POST',
       path: base + path,
-      // host first, as any client would send it; then exactly the caller's headers
-      headers: { host: url.host, ...withoutUndefined(headers), 'content-length': body.length },
+      headers: requestHeaders(url.host, headers, body.length),
       agent: this.agent,
     });
     // HTTP/1.1 keeps the connection alive without saying so: the engine gets no header the caller did not set
@@ -217,12 +216,13 @@ export class Forwarder {
   }
 }
 
-/** The headers without the absent ones (`http.request` refuses an undefined value). */
-function withoutUndefined(headers: OutgoingHttpHeaders): OutgoingHttpHeaders {
-  const out: OutgoingHttpHeaders = {};
+/** What the engine gets: host first, as any client would send it; then exactly the caller's headers (the absent ones left out: `http.request` refuses an undefined value); then the body's length. */
+function requestHeaders(host: string, headers: OutgoingHttpHeaders, length: number): OutgoingHttpHeaders {
+  const out: OutgoingHttpHeaders = { host };
   for (const name in headers) {
     const value = headers[name];
     if (value !== undefined) out[name] = value;
   }
+  out['content-length'] = length;
   return out;
 }
