@@ -1,7 +1,6 @@
 /** Per-request state the handlers fill in and the access log and metrics read when the response closes. */
 import { randomUUID } from 'node:crypto';
 import { type Request, type Response } from 'express';
-import { type Logger } from 'pino';
 import { type Principal } from '../auth/key-store.js';
 import { type Priority, type WireDialect } from '../core/types.js';
 import { type DirectorReport } from '../director/director.js';
@@ -10,8 +9,6 @@ import { type ForwardedFor } from '../proxy/headers.js';
 
 export interface RequestContext {
   requestId: string;
-  /** The router's logger bound to this request's id: every line about the request goes through it. */
-  log: Logger;
   /** Monotonic ms at arrival. */
   started: number;
   route: Route;

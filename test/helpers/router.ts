@@ -3,9 +3,9 @@ import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Writable } from 'node:stream';
-import { pino, type Logger } from 'pino';
+import { type Logger } from 'pino';
 import { buildConfig } from '../../src/config/load.js';
-import { createRouter, startRouter, type Router, type RunningRouter } from '../../src/main.js';
+import { createLogger, createRouter, startRouter, type Router, type RunningRouter } from '../../src/main.js';
 import { rawRequest } from './http.js';
 
 export const KEY = 'sk-test-0123456789';
@@ -54,7 +54,7 @@ export function captureLogs(): { logs: string[]; logger: Logger } {
       done();
     },
   });
-  return { logs, logger: pino({ level: 'info' }, sink) };
+  return { logs, logger: createLogger('info', sink) };
 }
 
 /** Wraps a router with its captured logs and a close() that also removes its temp dir. */

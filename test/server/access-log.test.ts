@@ -1,0 +1,142 @@
+/** The access-log line, rendered by hand, is the line pino would have written for the same members. */
+import { describe, expect, it } from '@jest/globals';
+import { Writable } from 'node:stream';
+import { type Request, type Response } from 'express';
+import { pino } from 'pino';
+import { AccessLog } from '../../src/server/access-log.js';
+import { type RequestContext } from '../../src/server/context.js';
+import { createLogger } from '../../src/wiring/logger.js';
+
+function capture(): { lines: string[]; sink: Writable } {
+  const lines: string[] = [];
+  const sink = new Writable({
+    write(chunk: Buffer, _enc, done) {
+      lines.push(chunk.toString('utf8'));
+      done();
+    },
+  });
+  return { lines, sink };
+}
+
+const req = { method: 'POST' } as Request;
+const finished = { headersSent: true, statusCode: 200, writableFinished: true } as Response;
+
+function context(overrides: Partial<RequestContext> = {}): RequestContext {
+  return {
+    requestId: 'req-"1"',
+    started: 1000,
+    route: 'chat',
+    dialect: 'openai',
+    path: '/v1/chat/completions',
+    forwarded: { client: '10.0.0.7', for: '10.0.0.7', proto: 'http', host: '', port: '8080' },
+    closed: true,
+    abort: new AbortController(),
+    principal: { name: 'team-a' } as RequestContext['principal'],
+    model: 'llama "8b"\n',
+    deployment: 'llama-prod',
+    priority: 'critical',
+    report: {
+      poolName: 'llama',
+      attempts: [
+        { endpoint: '10.0.0.1:8000', outcome: 'upstream_503', ms: 3 },
+        { endpoint: '10.0.0.2:8000', outcome: 'committed', ms: 12 },
+      ],
+      endpoint: '10.0.0.2:8000',
+      upstreamStatus: 200,
+      ttftMs: 41.26,
+      usage: { promptTokens: 12, completionTokens: 30 },
+      bytes: 812,
+    },
+    ...overrides,
+  };
+}
+
+/** What pino writes for the same members on a child logger bound to the request id. */
+function pinoLine(ctx: RequestContext, extra: Record<string, unknown>): Record<string, unknown> {
+  const { lines, sink } = capture();
+  createLogger('info', sink)
+    .child({ requestId: ctx.requestId })
+    .info(
+      {
+        key: ctx.principal?.name,
+        client: ctx.forwarded.client,
+        method: 'POST',
+        path: ctx.path,
+        status: 200,
+        model: ctx.model,
+        durationMs: 52.3,
+        deployment: ctx.deployment,
+        ...extra,
+      },
+      'request',
+    );
+  return JSON.parse(lines[0] as string) as Record<string, unknown>;
+}
+
+describe('access log', () => {
+  it('writes, member for member and in the same order, the line pino would write', () => {
+    const { lines, sink } = capture();
+    const recorded: unknown[] = [];
+    const log = new AccessLog(createLogger('info', sink), { recordRequest: (...args) => recorded.push(args) });
+    const ctx = context();
+    log.record(req, finished, ctx, 1052.34);
+    expect(lines).toHaveLength(1);
+    expect(lines[0]?.endsWith('}\n')).toBe(true);
+    const ours = JSON.parse(lines[0] as string) as Record<string, unknown>;
+    const theirs = pinoLine(ctx, {
+      pool: 'llama',
+      priority: 'critical',
+      endpoint: '10.0.0.2:8000',
+      upstreamStatus: 200,
+      attempts: ctx.report?.attempts,
+      ttftMs: 41.3,
+      promptTokens: 12,
+      completionTokens: 30,
+      bytes: 812,
+    });
+    expect(typeof ours.time).toBe('number');
+    expect({ ...ours, time: 0 }).toEqual({ ...theirs, time: 0 });
+    expect(Object.keys(ours)).toEqual(Object.keys(theirs));
+    expect(recorded).toEqual([['chat', 'llama-prod', 'llama', 200, expect.closeTo(0.05234, 9)]]);
+  });
+
+  it('leaves out what the request did not get to, and marks a client that left', () => {
+    const { lines, sink } = capture();
+    const log = new AccessLog(createLogger('info', sink), { recordRequest: () => undefined });
+    const ctx = context({ report: undefined, priority: 'standard', model: undefined, deployment: undefined, failure: 'client_gone' });
+    log.record(req, { headersSent: false, statusCode: 200, writableFinished: false } as Response, ctx, 1003);
+    const line = JSON.parse(lines[0] as string) as Record<string, unknown>;
+    expect(line).toEqual({ level: 30, time: line.time, service: 'modelgate', requestId: 'req-"1"', key: 'team-a', client: '10.0.0.7', method: 'POST', path: '/v1/chat/completions', status: 499, durationMs: 3, failure: 'client_gone', incomplete: true, msg: 'request' });
+  });
+
+  it('marks tokens counted from the stream as estimated, without a prompt count', () => {
+    const { lines, sink } = capture();
+    const log = new AccessLog(createLogger('info', sink), { recordRequest: () => undefined });
+    const base = context();
+    log.record(req, finished, context({ report: { ...(base.report as NonNullable<RequestContext['report']>), usage: { promptTokens: 0, completionTokens: 9, estimated: true } } }), 1010);
+    const line = JSON.parse(lines[0] as string) as Record<string, unknown>;
+    expect(line).toMatchObject({ completionTokens: 9, tokensEstimated: true });
+    expect(line).not.toHaveProperty('promptTokens');
+  });
+
+  it('writes nothing below info, and still records the metrics', () => {
+    const { lines, sink } = capture();
+    let recorded = 0;
+    const log = new AccessLog(createLogger('warn', sink), { recordRequest: () => void (recorded += 1) });
+    log.record(req, finished, context(), 1010);
+    expect(lines).toEqual([]);
+    expect(recorded).toBe(1);
+  });
+
+  it('gives a logger it did not make the same members through logger.info', () => {
+    const { lines, sink } = capture();
+    const log = new AccessLog(pino({ level: 'info', base: { service: 'modelgate' } }, sink), { recordRequest: () => undefined });
+    const ctx = context();
+    log.record(req, finished, ctx, 1052.34);
+    const { lines: ownLines, sink: ownSink } = capture();
+    new AccessLog(createLogger('info', ownSink), { recordRequest: () => undefined }).record(req, finished, ctx, 1052.34);
+    const theirs = JSON.parse(lines[0] as string) as Record<string, unknown>;
+    const ours = JSON.parse(ownLines[0] as string) as Record<string, unknown>;
+    expect({ ...theirs, time: 0 }).toEqual({ ...ours, time: 0 });
+  });
+});
