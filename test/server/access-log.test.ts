@@ -106,7 +106,21 @@ describe('access log', () => {
     const ctx = context({ report: undefined, priority: 'standard', model: undefined, deployment: undefined, failure: 'client_gone' });
     log.record(req, { headersSent: false, statusCode: 200, writableFinished: false } as Response, ctx, 1003);
     const line = JSON.parse(lines[0] as string) as Record<string, unknown>;
-    expect(line).toEqual({ level: 30, time: line.time, service: 'modelgate', requestId: 'req-"1"', key: 'team-a', client: '10.0.0.7', method: 'POST', path: '/v1/chat/completions', status: 499, durationMs: 3, failure: 'client_gone', incomplete: true, msg: 'request' });
+    expect(line).toEqual({
+      level: 30,
+      time: line.time,
+      service: 'modelgate',
+      requestId: 'req-"1"',
+      key: 'team-a',
+      client: '10.0.0.7',
+      method: 'POST',
+      path: '/v1/chat/completions',
+      status: 499,
+      durationMs: 3,
+      failure: 'client_gone',
+      incomplete: true,
+      msg: 'request',
+    });
   });
 
   it('marks tokens counted from the stream as estimated, without a prompt count', () => {
