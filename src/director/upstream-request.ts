@@ -66,6 +66,8 @@ export function routeSteps(
 
 /** A JSON body with the pool's served model name (and any usage override); the body as received when nothing changes. */
 function patchedJson(request: DirectedRequest, pool: PoolSpec, usage: Map<string, string> | undefined): Buffer {
+  // the common case, known from the parsed body without scanning its text: nothing to change
+  if (usage === undefined && request.asked === pool.servedModelName && !('extra_body' in request.body)) return request.raw;
   const patched = upstreamBody(request.text, pool.servedModelName, request.asked, usage);
   return patched === request.text ? request.raw : Buffer.from(patched, 'utf8');
 }

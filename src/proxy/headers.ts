@@ -3,6 +3,7 @@ import { type IncomingHttpHeaders, type OutgoingHttpHeaders } from 'node:http';
 
 /** Hop-by-hop headers (RFC 9110 §7.6.1) plus ones the router must own. */
 const HOP_BY_HOP = ['connection', 'keep-alive', 'proxy-connection', 'proxy-authenticate', 'proxy-authorization', 'te', 'trailer', 'transfer-encoding', 'upgrade'];
+const HOP_BY_HOP_SET: ReadonlySet<string> = new Set(HOP_BY_HOP);
 
 /** Names listed in `Connection` are hop-by-hop too. */
 function connectionTokens(headers: IncomingHttpHeaders): string[] {
@@ -72,11 +73,14 @@ export function upstreamHeaders(client: IncomingHttpHeaders, allowed: ReadonlySe
 
 /** The upstream response headers a client may see: hop-by-hop ones removed, the request id set. */
 export function clientResponseHeaders(upstream: IncomingHttpHeaders, requestId: string): OutgoingHttpHeaders {
-  const drop = new Set([...connectionTokens(upstream), ...HOP_BY_HOP]);
+  const listed = connectionTokens(upstream);
   const out: OutgoingHttpHeaders = {};
   // An engine's own rate-limit headers describe the router's backend key, shared by every tenant: the
   // client gets the router's, for its own key (set before the response starts), never the engine's.
-  for (const [name, value] of Object.entries(upstream)) if (value !== undefined && !drop.has(name) && !name.startsWith('x-ratelimit-')) out[name] = value;
+  for (const name in upstream) {
+    const value = upstream[name];
+    if (value !== undefined && !HOP_BY_HOP_SET.has(name) && !name.startsWith('x-ratelimit-') && (listed.length === 0 || !listed.includes(name))) out[name] = value;
+  }
   out['x-request-id'] = requestId;
   return out;
 }
