@@ -19,6 +19,7 @@ export interface SimOptions {
   maxModelLen: number;
   maxNumSeqs: number;
   maxWaiting: number;
+  loadTimeMs: number;
   ttftMs: number;
   prefillMsPerToken: number;
   itlMs: number;
@@ -56,6 +57,7 @@ export const SIM_FLAGS: FlagTable = {
   maxModelLen: { default: 8192, kind: 'int', min: 16, help: 'context length: prompt + max_tokens must fit' },
   maxNumSeqs: { default: 16, kind: 'int', min: 1, help: 'requests running at once (the continuous batch)' },
   maxWaiting: { default: 256, kind: 'int', min: 0, help: 'requests that may wait for a slot; beyond that 429' },
+  loadTimeMs: { default: 0, kind: 'number', min: 0, max: 86_400_000, help: 'model load time (ms) after start: until then /health, /v1/models and inference answer 503' },
   ttftMs: { default: 4, kind: 'number', min: 0, help: 'fixed prefill cost (ms) in the time to first token' },
   prefillMsPerToken: { default: 0.02, kind: 'number', min: 0, help: 'prefill cost per uncached prompt token (ms)' },
   itlMs: { default: 2, kind: 'number', min: 0, help: 'inter-token latency with one running request (ms)' },
@@ -109,6 +111,8 @@ export function checkSimOptions(options: SimOptions): SimOptions {
   if (options.outputMin > options.outputMax) throw new SimOptionsError('--output-min must not exceed --output-max');
   if (options.model.length === 0 || options.model.some((m) => m.trim() === '')) throw new SimOptionsError('--model must be a non-empty name');
   if (!isSimEngine(options.engine)) throw new SimOptionsError(`--engine must be one of ${SIM_ENGINES.join(', ')} (got "${String(options.engine)}")`);
+  const maxLoad = SIM_FLAGS.loadTimeMs.max ?? Infinity;
+  if (!(options.loadTimeMs >= 0 && options.loadTimeMs <= maxLoad)) throw new SimOptionsError(`--load-time-ms must be a number from 0 to ${maxLoad} (got ${options.loadTimeMs})`);
   try {
     parseFault(options.fault);
   } catch (err) {

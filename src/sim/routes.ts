@@ -6,7 +6,8 @@ import { type IncomingMessage, type ServerResponse } from 'node:http';
 import { handleTranscription, handleTranslation } from './audio.js';
 import { handleCompletions } from './completions.js';
 import { handleChat, handleEmbeddings } from './inference.js';
-import { handleMessages } from './messages.js';
+import { type ErrorDialect, VLLM_ERRORS } from './http-io.js';
+import { ANTHROPIC_ERRORS, handleMessages } from './messages.js';
 import { handleRerank, handleScore } from './pooling.js';
 import { handleResponses, retrieveResponse } from './responses.js';
 import { type InferenceContext } from './slots.js';
@@ -17,6 +18,8 @@ export type RouteHandler = (ctx: InferenceContext, req: IncomingMessage, res: Se
 export interface Route {
   method: 'GET' | 'POST';
   handle: RouteHandler;
+  /** How the route writes the errors the server raises before handing over (e.g. while the model loads). */
+  errors: ErrorDialect;
 }
 
 const POST_ROUTES: Record<string, RouteHandler> = {
@@ -41,10 +44,10 @@ const STORED_RESPONSE = '/v1/responses/';
 /** The inference route at `path`, if any. */
 export function inferenceRoute(path: string): Route | undefined {
   const handle = Object.hasOwn(POST_ROUTES, path) ? POST_ROUTES[path] : undefined;
-  if (handle) return { method: 'POST', handle };
+  if (handle) return { method: 'POST', handle, errors: path === '/v1/messages' ? ANTHROPIC_ERRORS : VLLM_ERRORS };
   if (path.startsWith(STORED_RESPONSE) && path.length > STORED_RESPONSE.length) {
     const id = path.slice(STORED_RESPONSE.length);
-    return { method: 'GET', handle: (ctx, req, res) => retrieveResponse(ctx, req, res, id) };
+    return { method: 'GET', handle: (ctx, req, res) => retrieveResponse(ctx, req, res, id), errors: VLLM_ERRORS };
   }
   return undefined;
 }

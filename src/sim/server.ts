@@ -6,14 +6,19 @@
  * /tokenize, /detokenize, /v1/audio/transcriptions and /v1/audio/translations. Also GET /v1/models,
  * GET /health, GET /metrics (in the `--engine`'s dialect), and GET|POST /sim/config to change
  * latency, faults and the metrics dialect at run time.
+ *
+ * It listens at once but loads its model for `--load-time-ms` first (see `model-load.ts`): until then
+ * `/health` answers 503 and `/v1/models` and inference a 503 error with `Retry-After`, while
+ * `/metrics` and `/sim/config` answer as usual.
  */
 import http, { type IncomingMessage, type ServerResponse } from 'node:http';
 import { type AddressInfo } from 'node:net';
 import { systemClock, systemSleep, type Clock, type Sleep } from '../core/clock.js';
 import { SimEngine } from './engine.js';
-import { streamErrorEvent, vllmError } from './errors.js';
+import { streamErrorEvent, typeForStatus, vllmError, type VllmError } from './errors.js';
 import { FaultSpecError, mergeFaults, parseFault, type Fault } from './faults.js';
-import { readJsonBody, sendError, sendJson } from './http-io.js';
+import { readJsonBody, sendError, sendJson, VLLM_ERRORS, type ErrorDialect } from './http-io.js';
+import { ModelLoad } from './model-load.js';
 import { modelsBody } from './models.js';
 import { renderMetrics } from './metrics-text.js';
 import { checkSimOptions, type SimEngineKind, type SimOptions } from './options.js';
@@ -25,6 +30,7 @@ import { parseRuntimeConfig, type SimRuntimeConfig } from './runtime-config.js';
 import { type InferenceContext } from './slots.js';
 
 export type { SimRuntimeConfig } from './runtime-config.js';
+export { SimClosedError } from './model-load.js';
 
 /** Responses API objects a replica keeps for `previous_response_id` and GET (the newest ones). */
 const STORED_RESPONSES = 1000;
@@ -35,6 +41,8 @@ export interface SimServerDeps {
   random?: () => number;
   /** Where unexpected handler errors are reported (default stderr). */
   logError?: (message: string) => void;
+  /** Where the line that a model load ended goes (default stdout). */
+  log?: (message: string) => void;
 }
 
 export class SimServer {
@@ -43,6 +51,7 @@ export class SimServer {
   private readonly random: () => number;
   private readonly logError: (message: string) => void;
   private readonly inference: InferenceContext;
+  private readonly modelLoad: ModelLoad;
   private baseFault: Fault = {};
   private failureRate: number;
   private failureStatus: number;
@@ -58,6 +67,7 @@ export class SimServer {
     checkSimOptions(options);
     this.random = deps.random ?? Math.random;
     this.logError = deps.logError ?? ((m) => process.stderr.write(m + '\n'));
+    const log = deps.log ?? ((m) => process.stdout.write(m + '\n'));
     this.engine = new SimEngine(
       {
         maxNumSeqs: options.maxNumSeqs,
@@ -74,6 +84,7 @@ export class SimServer {
       },
       { clock: deps.clock ?? systemClock, sleep: deps.sleep ?? systemSleep, rng: createRng(Math.floor(this.random() * 2 ** 32)) },
     );
+    this.modelLoad = new ModelLoad(this.engine.deps, (ms) => log(`sim: model loaded after ${Math.round(ms)} ms; ${this.address} is ready`));
     this.baseFault = parseFault(options.fault);
     this.failureRate = options.failureRate;
     this.failureStatus = options.failureStatus;
@@ -90,6 +101,20 @@ export class SimServer {
     return this.address;
   }
 
+  /** True while the model loads (from listening until `--load-time-ms` has passed, or after a reload). */
+  get loading(): boolean {
+    return this.modelLoad.loading;
+  }
+
+  /**
+   * Resolves when the model load under way ends, at once when there is none. The load of
+   * `--load-time-ms` starts when {@link listen} resolves. Rejects with `SimClosedError` if the
+   * server closes first.
+   */
+  get loaded(): Promise<void> {
+    return this.modelLoad.loaded;
+  }
+
   listen(): Promise<string> {
     return new Promise((resolve, reject) => {
       this.server.once('error', reject);
@@ -99,6 +124,7 @@ export class SimServer {
         const host = this.options.host.includes(':') ? `[${this.options.host}]` : this.options.host;
         this.address = `http://${host}:${port}`;
         if (this.name === '') this.name = `${host}:${port}`;
+        this.modelLoad.start(this.options.loadTimeMs);
         resolve(this.address);
       });
     });
@@ -106,6 +132,7 @@ export class SimServer {
 
   /** Stops listening and cuts every open connection (in-flight generations are aborted). */
   close(): Promise<void> {
+    this.modelLoad.stop();
     return new Promise((resolve) => {
       if (!this.server.listening) return resolve();
       this.server.close(() => resolve());
@@ -120,10 +147,19 @@ export class SimServer {
     if (patch.unhealthy !== undefined) this.unhealthy = patch.unhealthy;
     if (patch.latency) this.engine.setLatency({ ...this.engine.latency, ...patch.latency });
     if (patch.engine !== undefined) this.dialect = patch.engine;
+    if (patch.loadTimeMs !== undefined) this.modelLoad.start(patch.loadTimeMs);
   }
 
   private runtimeConfig(): object {
-    return { fault: this.baseFault, failureRate: this.failureRate, failureStatus: this.failureStatus, unhealthy: this.unhealthy, latency: this.engine.latency, engine: this.dialect };
+    return {
+      fault: this.baseFault,
+      failureRate: this.failureRate,
+      failureStatus: this.failureStatus,
+      unhealthy: this.unhealthy,
+      latency: this.engine.latency,
+      engine: this.dialect,
+      loadRemainingMs: this.modelLoad.remainingMs(),
+    };
   }
 
   private async route(req: IncomingMessage, res: ServerResponse): Promise<void> {
@@ -137,16 +173,17 @@ export class SimServer {
     try {
       const inference = inferenceRoute(path);
       if (inference) {
-        if (allow(inference.method)) await inference.handle(this.inference, req, res);
+        if (allow(inference.method) && this.ready(res, inference.errors)) await inference.handle(this.inference, req, res);
         return;
       }
       switch (path) {
         case '/v1/models':
-          if (allow('GET')) sendJson(res, 200, modelsBody(this.options.model, this.options.maxModelLen));
+          if (allow('GET') && this.ready(res)) sendJson(res, 200, modelsBody(this.options.model, this.options.maxModelLen));
           return;
         case '/health':
           if (!allow('GET')) return;
-          res.writeHead(this.unhealthy ? 503 : 200, { 'content-length': 0 });
+          if (this.modelLoad.loading) res.writeHead(503, { 'content-length': 0, 'retry-after': this.retryAfter() });
+          else res.writeHead(this.unhealthy ? 503 : 200, { 'content-length': 0 });
           res.end();
           return;
         case '/metrics':
@@ -167,6 +204,20 @@ export class SimServer {
       if (err instanceof FaultSpecError) return sendError(res, vllmError(400, 'BadRequestError', err.message, 'x-sim-fault'));
       throw err;
     }
+  }
+
+  /** True once the model is loaded; until then answers 503 with `Retry-After` in the route's dialect. */
+  private ready(res: ServerResponse, errors: ErrorDialect = VLLM_ERRORS): boolean {
+    if (!this.modelLoad.loading) return true;
+    const retryAfter = this.retryAfter();
+    const err: VllmError = { ...vllmError(503, typeForStatus(503), `The model is still loading (ready in about ${retryAfter} s). Retry later.`), headers: { 'retry-after': retryAfter } };
+    errors.send(res, err);
+    return false;
+  }
+
+  /** Whole seconds until the load ends, at least 1 (the `Retry-After` value). */
+  private retryAfter(): string {
+    return String(Math.max(1, Math.ceil(this.modelLoad.remainingMs() / 1000)));
   }
 
   private internalError(res: ServerResponse, err: unknown): void {

@@ -1,9 +1,12 @@
 import { defaultSimOptions, type SimOptions } from '../../src/sim/options.js';
 import { startSim, type SimServer, type SimServerDeps } from '../../src/sim/server.js';
 
-/** A simulator on 127.0.0.1 and a free port; close it in afterAll/afterEach. */
-export function startTestSim(overrides: Partial<SimOptions> = {}, deps?: SimServerDeps): Promise<SimServer> {
-  return startSim({ ...defaultSimOptions(), port: 0, host: '127.0.0.1', ...overrides }, deps);
+/**
+ * A simulator on 127.0.0.1 and a free port; close it in afterAll/afterEach. With `loadTimeMs` it
+ * starts loading: await `sim.loaded` for the end. Its "model loaded" line is dropped unless `deps.log` is given.
+ */
+export function startTestSim(overrides: Partial<SimOptions> = {}, deps: SimServerDeps = {}): Promise<SimServer> {
+  return startSim({ ...defaultSimOptions(), port: 0, host: '127.0.0.1', ...overrides }, { log: () => undefined, ...deps });
 }
 
 /** Polls `predicate` until it holds or `timeoutMs` passes (then throws with `what`). */

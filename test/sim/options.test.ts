@@ -25,9 +25,25 @@ describe('modelgate sim flags', () => {
     [['--fault', 'explode'], /--fault: unknown fault "explode"/],
     [['--no-such-flag', '1'], /Unknown option '--no-such-flag'/],
     [['--engine', 'triton'], /--engine must be one of vllm, sglang, tgi, tei, llamacpp \(got "triton"\)/],
+    [['--load-time-ms=-1'], /--load-time-ms must be a number from 0 to 86400000 \(got "-1"\)/],
+    [['--load-time-ms', '86400001'], /--load-time-ms must be a number from 0 to 86400000/],
+    [['--load-time-ms', 'soon'], /--load-time-ms must be a number/],
+    [['--load-time-ms', ''], /--load-time-ms must be a number/],
   ])('rejects %j naming the flag', (args, message) => {
     expect(() => parseSimArgs(args)).toThrow(SimOptionsError);
     expect(() => parseSimArgs(args)).toThrow(message);
+  });
+
+  it('loads for --load-time-ms (none by default), in ms, fractions allowed', () => {
+    expect(defaultSimOptions().loadTimeMs).toBe(0);
+    expect(SIM_FLAGS.loadTimeMs.default).toBe(0);
+    expect(parseSimArgs(['--load-time-ms', '1500']).loadTimeMs).toBe(1500);
+    expect(parseSimArgs(['--load-time-ms', '0.5']).loadTimeMs).toBe(0.5);
+    expect(parseSimArgs(['--load-time-ms', '86400000']).loadTimeMs).toBe(86_400_000);
+  });
+
+  it.each([[-5], [Number.NaN], [Infinity]])('checks a load time of %p built in code, not only from flags', (loadTimeMs) => {
+    expect(() => checkSimOptions({ ...defaultSimOptions(), loadTimeMs })).toThrow(/--load-time-ms must be a number from 0 to 86400000/);
   });
 
   it('checks the engine of options built in code, not only from flags', () => {
