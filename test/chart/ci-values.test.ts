@@ -158,8 +158,20 @@ describe('charts/modelgate release', () => {
   it(`installs the namespaced objects into the release namespace (${NAMESPACE}) unless they belong elsewhere`, () => {
     const elsewhere = new Set(['Role', 'RoleBinding', 'ModelPool', 'ModelDeployment', 'ConfigMap']);
     for (const file of CI_FILES) {
+      const routerDeployment = objectsOf(file).find((o) => o.kind === 'Deployment')?.metadata.name;
+      const pools = objectsOf(file)
+        .filter((o) => o.kind === 'ModelPool')
+        .map((o) => `${o.metadata.namespace ?? ''}/${o.metadata.name}`);
       for (const o of objectsOf(file)) {
+        const scaleTarget = (o.spec as { scaleTargetRef?: { name?: string } } | undefined)?.scaleTargetRef?.name;
         if (o.kind === 'ClusterRole' || o.kind === 'ClusterRoleBinding') expect(o.metadata.namespace).toBeUndefined();
+        // An engine autoscaler (a ScaledObject, or an HPA of something else than the router) sits next to its ModelPool.
+        else if (o.kind === 'ScaledObject' || (o.kind === 'HorizontalPodAutoscaler' && scaleTarget !== routerDeployment))
+          expect({ file, object: `${o.kind} ${o.metadata.name}`, nextToPool: pools.includes(`${o.metadata.namespace ?? ''}/${o.metadata.name}`) }).toEqual({
+            file,
+            object: `${o.kind} ${o.metadata.name}`,
+            nextToPool: true,
+          });
         else if (!elsewhere.has(o.kind))
           expect({ file, object: `${o.kind} ${o.metadata.name}`, namespace: o.metadata.namespace }).toEqual({ file, object: `${o.kind} ${o.metadata.name}`, namespace: NAMESPACE });
         else expect(typeof o.metadata.namespace).toBe('string');

@@ -1,7 +1,8 @@
 /**
  * The chart's optional objects: NetworkPolicy, ServiceMonitor, PrometheusRule, the Grafana dashboard
- * ConfigMap, Ingress, HTTPRoute, and ModelPool / ModelDeployment objects. Each appears only when
- * enabled and points at what the chart renders.
+ * ConfigMap, Ingress, HTTPRoute, and ModelPool / ModelDeployment objects (engine autoscaling has its
+ * own file, engine-autoscaling.test.ts). Each appears only when enabled and points at what the chart
+ * renders.
  */
 import { beforeAll, describe, expect, it } from '@jest/globals';
 import { readFileSync } from 'node:fs';
@@ -12,7 +13,7 @@ import { schemaErrors } from '../helpers/k8s-schemas.js';
 
 type Obj = Record<string, unknown>;
 const SELECTOR = { 'app.kubernetes.io/name': 'modelgate', 'app.kubernetes.io/instance': 'modelgate' };
-const OPTIONAL = ['NetworkPolicy', 'ServiceMonitor', 'PrometheusRule', 'Ingress', 'HTTPRoute', 'ModelPool', 'ModelDeployment', 'HorizontalPodAutoscaler'];
+const OPTIONAL = ['NetworkPolicy', 'ServiceMonitor', 'PrometheusRule', 'Ingress', 'HTTPRoute', 'ModelPool', 'ModelDeployment', 'HorizontalPodAutoscaler', 'ScaledObject'];
 const specOf = (o: K8sObject): Obj => o.spec as Obj;
 const POOL_ROUTING = {
   scorers: [

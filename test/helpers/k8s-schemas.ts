@@ -1,6 +1,6 @@
 /**
  * Validates a Kubernetes object against the schema of its apiVersion and kind: the built-in kinds and
- * the Prometheus Operator and Gateway API kinds through the kubernetes-models classes (the API's
+ * the Prometheus Operator, Gateway API and KEDA kinds through the kubernetes-models classes (the API's
  * OpenAPI schemas compiled to ajv), ModelPool and ModelDeployment through the openAPIV3Schema of
  * manifests/crds. An apiVersion/kind without a schema here is an error, never a silent pass.
  *
@@ -13,6 +13,7 @@ import { readFileSync } from 'node:fs';
 import { Ajv, type ValidateFunction } from 'ajv';
 import { parse } from 'yaml';
 import { HTTPRoute } from '@kubernetes-models/gateway-api/gateway.networking.k8s.io/v1';
+import { ScaledObject } from '@kubernetes-models/keda/keda.sh/v1alpha1';
 import { PrometheusRule, ServiceMonitor } from '@kubernetes-models/prometheus-operator/monitoring.coreos.com/v1';
 import { CustomResourceDefinition } from 'kubernetes-models/apiextensions.k8s.io/v1';
 import { Deployment } from 'kubernetes-models/apps/v1';
@@ -48,6 +49,8 @@ const MODELS: Record<string, ModelClass> = {
   'monitoring.coreos.com/v1/PrometheusRule': PrometheusRule,
   // @kubernetes-models/gateway-api 0.5.1 is generated from Gateway API v1.0.0, which has HTTPRoute v1.
   'gateway.networking.k8s.io/v1/HTTPRoute': HTTPRoute,
+  // @kubernetes-models/keda 2 is generated from KEDA v2's Go API types (the engine autoscaling ScaledObject).
+  'keda.sh/v1alpha1/ScaledObject': ScaledObject,
 };
 
 const CRD_FILES = ['modelgate.io_modelpools.yaml', 'modelgate.io_modeldeployments.yaml'];

@@ -1,14 +1,16 @@
 /**
  * The raw manifests in manifests/: CRD names, columns and structural schemas; the examples validated
  * against the CRD schemas (with ajv, the way the API server would, plus kubectl's strict field
- * validation); RBAC exactly least privilege; examples that reference each other correctly.
+ * validation); RBAC exactly least privilege; examples that reference each other correctly, engine
+ * autoscalers included (KEDA ScaledObject, HPA and the prometheus-adapter rule it reads through).
  */
 import { describe, expect, it } from '@jest/globals';
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { join, relative } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { type ValidateFunction } from 'ajv';
-import { parseAllDocuments } from 'yaml';
+import { parser } from '@prometheus-io/lezer-promql';
+import { parse, parseAllDocuments } from 'yaml';
 import { crdToJsonSchema, newAjv } from '../helpers/k8s-schemas.js';
 
 type Obj = Record<string, unknown>;
@@ -60,7 +62,11 @@ function documents(text: string, file: string, version: '1.1' | '1.2'): unknown[
 }
 
 const files = yamlFiles(ROOT).map((path) => ({ file: relative(ROOT, path), text: readFileSync(path, 'utf8') }));
-const manifests: Manifest[] = files.flatMap(({ file, text }) =>
+/** Values files for other projects' Helm charts, next to the examples that need them: YAML, not Kubernetes objects. */
+const HELM_VALUES = 'examples/helm-values/';
+const manifests: Manifest[] = files
+  .filter(({ file }) => !file.startsWith(HELM_VALUES))
+  .flatMap(({ file, text }) =>
   documents(text, file, '1.2')
     .filter((value) => value !== null)
     .map((value) => ({ file, value: obj(value, `a document of ${file}`) })),
@@ -88,10 +94,11 @@ const CRDS = {
       { name: 'Model', type: 'string', jsonPath: '.spec.servedModelName' },
       { name: 'Ready', type: 'integer', jsonPath: '.status.readyReplicas' },
       { name: 'Replicas', type: 'integer', jsonPath: '.status.replicas' },
+      { name: 'Waiting', type: 'integer', jsonPath: '.status.requestsWaiting' },
       { name: 'Age', type: 'date', jsonPath: '.metadata.creationTimestamp' },
     ],
     spec: ['capabilities', 'engine', 'resilience', 'routing', 'servedModelName', 'service'],
-    status: ['conditions', 'observedGeneration', 'readyReplicas', 'replicas'],
+    status: ['conditions', 'observedGeneration', 'readyReplicas', 'replicas', 'requestsHeld', 'requestsWaiting'],
   },
   ModelDeployment: {
     file: 'crds/modelgate.io_modeldeployments.yaml',
@@ -206,7 +213,10 @@ describe('manifests: files', () => {
         'crds/kustomization.yaml',
         'crds/modelgate.io_modeldeployments.yaml',
         'crds/modelgate.io_modelpools.yaml',
+        'examples/autoscaling-hpa.yaml',
+        'examples/autoscaling-keda.yaml',
         'examples/canary.yaml',
+        'examples/helm-values/prometheus-adapter.yaml',
         'examples/tei-embeddings.yaml',
         'examples/vllm-llama.yaml',
         'rbac/cluster-role-binding.yaml',
@@ -333,7 +343,7 @@ describe('manifests: the CRD schemas accept the examples and reject broken objec
   });
 
   interface PoolObject {
-    spec: { service: { name: string; port?: unknown }; engine?: unknown; servedModelName?: unknown; capabilities?: unknown; servedModel?: unknown; routing?: Obj };
+    spec: { service: { name: string; port?: unknown }; engine?: unknown; servedModelName?: unknown; capabilities?: unknown; servedModel?: unknown; routing?: Obj; resilience?: Obj };
     status?: unknown;
   }
   interface DeploymentObject {
@@ -379,6 +389,11 @@ describe('manifests: the CRD schemas accept the examples and reject broken objec
     ['a session load factor under 1', (p) => (p.spec.routing = { session: { loadFactor: 0.5 } }), 'must be >= 1'],
     ['a KV-cache saturation above 1', (p) => (p.spec.routing = { saturation: { kvCacheUsage: 1.5 } }), 'must be <= 1'],
     ['a queue depth of 0', (p) => (p.spec.routing = { saturation: { queueDepth: 0 } }), 'must be >= 1'],
+    ['a scale-from-zero wait under a second', (p) => (p.spec.resilience = { scaleFromZero: { enabled: true, maxWaitMs: 999 } }), 'must be >= 1000'],
+    ['a scale-from-zero wait over an hour', (p) => (p.spec.resilience = { scaleFromZero: { enabled: true, maxWaitMs: 3600001 } }), 'must be <= 3600000'],
+    ['a scale-from-zero wait of 1.5 s', (p) => (p.spec.resilience = { scaleFromZero: { maxWaitMs: 1500.5 } }), 'must be integer'],
+    ['scale from zero enabled as a string', (p) => (p.spec.resilience = { scaleFromZero: { enabled: 'true' } }), 'must be boolean'],
+    ['a misspelt scale-from-zero field (maxWait)', (p) => (p.spec.resilience = { scaleFromZero: { maxWait: 60000 } }), 'must NOT have additional properties'],
   ];
   it.each(poolCases)('rejects a ModelPool with %s', (_name, mutate, message) => {
     const p = pool();
@@ -398,6 +413,8 @@ describe('manifests: the CRD schemas accept the examples and reject broken objec
     ],
     ['both capabilities', (p) => (p.spec.capabilities = ['chat', 'embeddings'])],
     ['scorers without weights', (p) => (p.spec.routing = { scorers: [{ name: 'prefix' }, { name: 'outstanding' }] })],
+    ['scale from zero with only enabled (maxWaitMs defaults)', (p) => (p.spec.resilience = { scaleFromZero: { enabled: true } })],
+    ['scale from zero waiting an hour at most', (p) => (p.spec.resilience = { scaleFromZero: { enabled: true, maxWaitMs: 3600000 } })],
     [
       'every routing field',
       (p) =>
@@ -619,19 +636,18 @@ describe('manifests: examples', () => {
 
   it('gives a ModelPool a routing profile: prefix and outstanding scorers, and session affinity on its own header', () => {
     const withRouting = ofKind('ModelPool', 'examples').filter((p) => specOf(p).routing !== undefined);
-    expect(withRouting.map((p) => [p.file, nameOf(p), specOf(p).routing])).toEqual([
-      [
-        'examples/vllm-llama.yaml',
-        'llama-8b',
-        {
-          scorers: [
-            { name: 'prefix', weight: 3 },
-            { name: 'outstanding', weight: 2 },
-            { name: 'session', weight: 10 },
-          ],
-          session: { header: 'x-conversation-id' },
-        },
+    const profile = {
+      scorers: [
+        { name: 'prefix', weight: 3 },
+        { name: 'outstanding', weight: 2 },
+        { name: 'session', weight: 10 },
       ],
+      session: { header: 'x-conversation-id' },
+    };
+    // autoscaling-keda.yaml re-declares llama-8b with the same spec (checked below).
+    expect(withRouting.map((p) => [p.file, nameOf(p), specOf(p).routing])).toEqual([
+      ['examples/autoscaling-keda.yaml', 'llama-8b', profile],
+      ['examples/vllm-llama.yaml', 'llama-8b', profile],
     ]);
   });
 
@@ -687,5 +703,101 @@ describe('manifests: examples', () => {
       image: 'ghcr.io/huggingface/text-embeddings-inference:cpu-1.8',
       args: ['--model-id', 'BAAI/bge-small-en-v1.5', '--port', '8080'],
     });
+  });
+
+  // ---------------------------------------------------------------------------------------------
+  // Engine autoscaling
+
+  /** Whether PromQL parses with Prometheus' own grammar. */
+  const parsesAsPromql = (expr: string): boolean => {
+    let ok = true;
+    parser.parse(expr).iterate({
+      enter: (n) => {
+        if (n.type.isError) ok = false;
+      },
+    });
+    return ok;
+  };
+  /** The example Deployment whose pods a ModelPool's Service selects. */
+  const backingDeployment = (pool: Manifest): Manifest => {
+    const serviceName = obj(specOf(pool).service, 'service').name;
+    const svc = inNamespace('Service', namespaceOf(pool)).find((s) => nameOf(s) === serviceName);
+    if (!svc) throw new Error(`ModelPool ${nameOf(pool)}: no Service ${String(serviceName)}`);
+    const selector = obj(specOf(svc).selector, 'selector');
+    const found = inNamespace('Deployment', namespaceOf(pool)).filter((d) => labelsMatch(selector, podLabels(d)));
+    expect(found).toHaveLength(1);
+    return found[0] as Manifest;
+  };
+  const poolIn = (file: string, namespace: unknown, name: string): Manifest => {
+    const found = examples.find((m) => m.file === file && m.value.kind === 'ModelPool' && namespaceOf(m) === namespace && nameOf(m) === name);
+    if (!found) throw new Error(`no ModelPool ${String(namespace)}/${name} in ${file}`);
+    return found;
+  };
+
+  it('scales with KEDA the Deployment behind the pool its query names, from zero replicas only for a pool that scales from zero', () => {
+    const scaled = ofKind('ScaledObject', 'examples');
+    expect(scaled.map((m) => [m.file, nameOf(m)])).toEqual([['examples/autoscaling-keda.yaml', 'llama-8b']]);
+    for (const so of scaled) {
+      const spec = specOf(so);
+      const triggers = list(spec.triggers, 'triggers').map((t) => obj(t, 'trigger'));
+      expect(triggers.map((t) => [t.type, t.metricType])).toEqual([['prometheus', 'AverageValue']]);
+      const metadata = obj(triggers[0]?.metadata, 'trigger metadata');
+      const query = str(metadata.query, 'query');
+      expect({ query, parses: parsesAsPromql(query) }).toEqual({ query, parses: true });
+      const key = /^sum\(modelgate_pool_demand_requests\{pool="([a-z0-9-]+)\/([a-z0-9.-]+)"\}\)$/.exec(query);
+      expect(key?.[1]).toBe(namespaceOf(so));
+      // The pool as this file declares it: the one the ScaledObject is applied with.
+      const pool = poolIn(so.file, namespaceOf(so), key?.[2] ?? '');
+      expect(obj(spec.scaleTargetRef, 'scaleTargetRef')).toEqual({ apiVersion: 'apps/v1', kind: 'Deployment', name: nameOf(backingDeployment(pool)) });
+      expect(metadata).toMatchObject({ threshold: expect.stringMatching(/^[1-9]\d*$/), activationThreshold: '0' });
+      const fromZero = obj(obj(specOf(pool).resilience ?? {}, 'resilience').scaleFromZero ?? {}, 'scaleFromZero').enabled === true;
+      expect({ minReplicaCount: spec.minReplicaCount, fromZero }).toEqual({ minReplicaCount: 0, fromZero: true });
+      expect(Number(spec.maxReplicaCount)).toBeGreaterThan(0);
+    }
+  });
+
+  it('re-declares in autoscaling-keda.yaml the ModelPool of vllm-llama.yaml, unchanged but for scale from zero', () => {
+    const base = poolIn('examples/vllm-llama.yaml', 'models', 'llama-8b');
+    const keda = poolIn('examples/autoscaling-keda.yaml', 'models', 'llama-8b');
+    const { resilience, ...rest } = specOf(keda);
+    expect(rest).toEqual(specOf(base));
+    expect(specOf(base).resilience).toBeUndefined();
+    expect(resilience).toEqual({ scaleFromZero: { enabled: true, maxWaitMs: 600000 } });
+    expect(keda.value.metadata).toEqual(base.value.metadata);
+  });
+
+  it('scales with an HPA the Deployment behind the pool its External metric selects, on the metric the prometheus-adapter rule serves', () => {
+    const valuesFile = files.find((f) => f.file === `${HELM_VALUES}prometheus-adapter.yaml`);
+    if (!valuesFile) throw new Error('no prometheus-adapter values');
+    const values = obj(parse(valuesFile.text), 'prometheus-adapter values');
+    const rules = obj(values.rules, 'rules');
+    const external = list(rules.external, 'rules.external').map((r) => obj(r, 'external rule'));
+    expect(external).toHaveLength(1);
+    const rule = external[0] as Obj;
+    const metric = str(obj(rule.name, 'name').as, 'name.as');
+    expect(metric).toBe('modelgate_pool_demand_requests');
+    expect(str(rule.seriesQuery, 'seriesQuery')).toMatch(new RegExp(`^${metric}\\{`));
+    // The namespace of the HPA asking is the pool's namespace, not the routers'.
+    expect(rule.resources).toEqual({ overrides: { pool_namespace: { resource: 'namespace' } } });
+    const asQueried = str(rule.metricsQuery, 'metricsQuery').replace('<<.Series>>', metric).replace('<<.LabelMatchers>>', 'pool_namespace="models",pool_name="bge-small"');
+    expect({ asQueried, parses: parsesAsPromql(asQueried) }).toEqual({ asQueried, parses: true });
+    expect(asQueried).toMatch(/^sum\(.*\) by \(pool_namespace, pool_name\)$/);
+
+    const hpas = ofKind('HorizontalPodAutoscaler', 'examples');
+    expect(hpas.map((m) => [m.file, nameOf(m)])).toEqual([['examples/autoscaling-hpa.yaml', 'bge-small']]);
+    for (const hpa of hpas) {
+      const spec = specOf(hpa);
+      const metrics = list(spec.metrics, 'metrics').map((m) => obj(m, 'metric'));
+      expect(metrics.map((m) => m.type)).toEqual(['External']);
+      const ext = obj(metrics[0]?.external, 'external');
+      const m = obj(ext.metric, 'external.metric');
+      expect(m.name).toBe(metric);
+      const labels = obj(obj(m.selector, 'selector').matchLabels, 'matchLabels');
+      expect(labels).toEqual({ pool_namespace: namespaceOf(hpa), pool_name: expect.any(String) });
+      const pool = poolIn('examples/tei-embeddings.yaml', namespaceOf(hpa), str(labels.pool_name, 'pool_name'));
+      expect(obj(spec.scaleTargetRef, 'scaleTargetRef')).toEqual({ apiVersion: 'apps/v1', kind: 'Deployment', name: nameOf(backingDeployment(pool)) });
+      expect(ext.target).toEqual({ type: 'AverageValue', averageValue: expect.stringMatching(/^[1-9]\d*$/) });
+      expect(Number(spec.minReplicas)).toBeGreaterThanOrEqual(1);
+    }
   });
 });

@@ -295,3 +295,56 @@ weight, limits}.
   {{- end }}
 {{- end }}
 {{- end }}
+
+{{/*
+The settings of one pool's autoscaling block (modelPools[].autoscaling), as YAML: each field the
+block leaves out comes from engineAutoscaling.defaults, except that minReplicas defaults to 0 for
+kind keda when the pool opts into scale from zero (spec.resilience.scaleFromZero.enabled). Fails on what would scale wrongly: no scale target, zero replicas without scale
+from zero (the pool's requests would get 503), zero replicas with an HPA (it cannot scale to zero),
+maxReplicas below minReplicas, and KEDA-only settings on an HPA. Takes a dict: root (the chart's
+context) and pool (the modelPools[] entry).
+*/}}
+{{- define "modelgate.engineAutoscaling" -}}
+{{- $pool := .pool }}
+{{- $a := $pool.autoscaling }}
+{{- $d := .root.Values.engineAutoscaling.defaults }}
+{{- $where := printf "modelPools[%s].autoscaling" $pool.name }}
+{{- $namespace := $pool.namespace | default .root.Release.Namespace }}
+{{- $s := dict "name" $pool.name "namespace" $namespace "pool" (printf "%s/%s" $namespace $pool.name) }}
+{{- range $key := list "kind" "maxReplicas" "targetRequestsPerReplica" "pollingInterval" "cooldownPeriod" "behavior" }}
+{{- $_ := set $s $key (ternary (get $a $key) (get $d $key) (hasKey $a $key)) }}
+{{- end }}
+{{- $fromZero := dig "resilience" "scaleFromZero" "enabled" false $pool.spec }}
+{{- $min := $d.minReplicas }}
+{{- if hasKey $a "minReplicas" }}
+{{- $min = $a.minReplicas }}
+{{- else if and $fromZero (eq $s.kind "keda") }}
+{{- $min = 0 }}
+{{- end }}
+{{- $min = int $min }}
+{{- $_ := set $s "minReplicas" $min }}
+{{- $ref := $a.scaleTargetRef | default dict }}
+{{- if not $ref.name }}
+{{- fail (printf "%s.scaleTargetRef.name: empty; name the Deployment in namespace %s that runs the pool's engine (the one its Service %s selects)" $where $namespace $pool.spec.service.name) }}
+{{- end }}
+{{- $_ := set $s "scaleTargetRef" (dict "apiVersion" ($ref.apiVersion | default "apps/v1") "kind" ($ref.kind | default "Deployment") "name" $ref.name) }}
+{{- if lt (int $s.maxReplicas) $min }}
+{{- fail (printf "%s: maxReplicas (%d) is below minReplicas (%d); raise maxReplicas or lower minReplicas" $where (int $s.maxReplicas) $min) }}
+{{- end }}
+{{- if eq $s.kind "hpa" }}
+{{- if eq $min 0 }}
+{{- fail (printf "%s: minReplicas is 0, but a HorizontalPodAutoscaler cannot scale to zero replicas; set minReplicas to 1 or more, or use kind keda (with the pool's spec.resilience.scaleFromZero.enabled) to scale to zero" $where) }}
+{{- end }}
+{{- range $key := list "pollingInterval" "cooldownPeriod" }}
+{{- if hasKey $a $key }}
+{{- fail (printf "%s.%s: a KEDA setting, which kind hpa ignores; remove it (an HPA's pace is set by behavior) or use kind keda" $where $key) }}
+{{- end }}
+{{- end }}
+{{- if gt (len $pool.name) 63 }}
+{{- fail (printf "%s: the pool's name is longer than 63 characters, so the HPA's label selector (pool_name) cannot match it; shorten the name or use kind keda" $where) }}
+{{- end }}
+{{- else if and (eq $min 0) (not $fromZero) }}
+{{- fail (printf "%s: minReplicas is 0, but the pool does not opt into scale from zero, so with no replica its requests would fail at once with 503; set the pool's spec.resilience.scaleFromZero.enabled to true, or minReplicas to 1 or more" $where) }}
+{{- end }}
+{{- toYaml $s }}
+{{- end }}
