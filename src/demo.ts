@@ -20,6 +20,10 @@ export const DEMO_CHAT_MODEL = 'llama-3.1-8b-instruct';
 export const DEMO_EMBEDDING_MODEL = 'bge-small-en';
 export const DEMO_RERANK_MODEL = 'bge-reranker';
 export const DEMO_AUDIO_MODEL = 'whisper-1';
+/** A model whose one replica is still loading when the demo starts: its requests wait for it (scale from zero). */
+export const DEMO_COLD_MODEL = 'llama-3.1-70b-instruct';
+/** How long the cold model's replica takes to load, by default. */
+export const DEMO_COLD_LOAD_MS = 20_000;
 
 export interface DemoOptions {
   port: number;
@@ -32,6 +36,8 @@ export const DEMO_DEFAULTS: Readonly<DemoOptions> = { port: 8080, adminPort: 909
 export interface DemoDeps {
   /** The router's logger; by default the JSON logger `serve` uses, at `options.logLevel`, on stdout. */
   logger?: Logger;
+  /** The cold model's load time (default {@link DEMO_COLD_LOAD_MS}). */
+  coldLoadMs?: number;
 }
 
 export interface RunningDemo {
@@ -92,6 +98,11 @@ export async function startDemo(options: DemoOptions, deps: DemoDeps = {}): Prom
     startSim({ ...defaultSimOptions(), ...realistic, port: 0, name: 'bge-0', model: ['BAAI/bge-small-en-v1.5'], embeddingDim: 384, engine: 'tei' }),
     startSim({ ...defaultSimOptions(), ...realistic, port: 0, name: 'reranker-0', model: ['BAAI/bge-reranker-v2-m3'] }),
     startSim({ ...defaultSimOptions(), ...realistic, port: 0, name: 'whisper-0', model: ['openai/whisper-large-v3'] }),
+    // Listens at once but answers 503 (its /health too) until its model has loaded.
+    startSim(
+      { ...defaultSimOptions(), ...realistic, port: 0, name: 'llama-70b-0', model: ['meta-llama/Llama-3.1-70B-Instruct'], loadTimeMs: deps.coldLoadMs ?? DEMO_COLD_LOAD_MS },
+      { log: () => undefined },
+    ),
   ]);
   const dir = await mkdtemp(join(tmpdir(), 'modelgate-demo-'));
   try {
@@ -113,12 +124,21 @@ export async function startDemo(options: DemoOptions, deps: DemoDeps = {}): Prom
           { name: 'bge-small', engine: 'tei', servedModelName: 'BAAI/bge-small-en-v1.5', capabilities: ['embeddings'], endpoints: [sims[2]?.url] },
           { name: 'bge-reranker', engine: 'vllm', servedModelName: 'BAAI/bge-reranker-v2-m3', capabilities: ['rerank', 'score'], endpoints: [sims[3]?.url] },
           { name: 'whisper', engine: 'vllm', servedModelName: 'openai/whisper-large-v3', capabilities: ['audio'], endpoints: [sims[4]?.url] },
+          {
+            name: 'llama-70b',
+            engine: 'vllm',
+            servedModelName: 'meta-llama/Llama-3.1-70B-Instruct',
+            capabilities: ['chat'],
+            endpoints: [sims[5]?.url],
+            resilience: { healthCheck: { enabled: true, intervalMs: 500 }, scaleFromZero: { enabled: true, maxWaitMs: 120_000 } },
+          },
         ],
         deployments: [
           { id: 'llama-8b-prod', model: DEMO_CHAT_MODEL, aliases: ['default'], targets: [{ pool: 'llama-8b' }] },
           { id: 'bge-small-prod', model: DEMO_EMBEDDING_MODEL, aliases: ['text-embedding-3-small'], targets: [{ pool: 'bge-small' }] },
           { id: 'bge-reranker-prod', model: DEMO_RERANK_MODEL, targets: [{ pool: 'bge-reranker' }] },
           { id: 'whisper-prod', model: DEMO_AUDIO_MODEL, targets: [{ pool: 'whisper' }] },
+          { id: 'llama-70b-prod', model: DEMO_COLD_MODEL, targets: [{ pool: 'llama-70b' }] },
         ],
       },
       dir,
@@ -151,6 +171,8 @@ modelgate demo is running.
            ${DEMO_EMBEDDING_MODEL} (alias "text-embedding-3-small") on 1 simulated TEI replica: embeddings
            ${DEMO_RERANK_MODEL} on 1 simulated vLLM replica: rerank, score
            ${DEMO_AUDIO_MODEL} on 1 simulated vLLM replica: audio transcriptions and translations
+           ${DEMO_COLD_MODEL} on 1 simulated vLLM replica that loads its model for ${Math.round(DEMO_COLD_LOAD_MS / 1000)} s after the
+             start: a request before then waits for it (scale from zero), then is answered
 
 Try:
   curl -s ${base}/v1/chat/completions \\

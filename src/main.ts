@@ -23,11 +23,12 @@ import { BreakerRegistry } from './resilience/breaker.js';
 import { HealthChecker } from './resilience/health-checker.js';
 import { EngineMetricsScraper } from './engine-metrics/scraper.js';
 import { EndpointPicker } from './resilience/picker.js';
+import { HoldReporter, poolDemand } from './wiring/demand.js';
 import { poolResolver } from './config/pool-settings.js';
 import { buildApp } from './server/app.js';
 import { closeServer, createApiServer, drain, listen } from './wiring/servers.js';
 import { staticDiscovery } from './wiring/static-discovery.js';
-import { createLogger } from './wiring/logger.js';
+import { createLogger, lineSinkOf } from './wiring/logger.js';
 import { discoveryGauges } from './wiring/gauges.js';
 
 export interface RouterOptions {
@@ -109,8 +110,10 @@ export async function createRouter(config: Config, options: RouterOptions = {}):
     pools: () => discovery.pools(),
     scheduler: systemScheduler,
     now: () => clock.now(),
-    onChange: (pool, endpoint, healthy) =>
-      healthLog[healthy ? 'info' : 'warn']({ pool, endpoint }, healthy ? 'health check passes again: endpoint back in rotation' : 'health check failing: endpoint ejected'),
+    onChange: (pool, endpoint, healthy) => {
+      healthLog[healthy ? 'info' : 'warn']({ pool, endpoint }, healthy ? 'health check passes: endpoint in rotation' : 'health check failing: endpoint ejected');
+      if (healthy) admission.notify(pool); // requests held for a pool at zero go at once
+    },
   });
   const prefixIndex = new PrefixIndex();
   const engineMetrics = new EngineMetricsScraper({
@@ -133,8 +136,12 @@ export async function createRouter(config: Config, options: RouterOptions = {}):
     events: {
       onPicked: (pool, matched, total) => metrics.recordPrefixBlocks(pool, matched, total),
       onShed: (pool) => metrics.recordRejected(pool, 'shed'),
+      onHold: (pool, event) => holds.record(pool, event),
     },
   });
+  const holds = new HoldReporter({ logger, metrics, held: (pool) => picker.heldRequests(pool), demandChanged: () => discovery.demandChanged(), scheduler: systemScheduler });
+  discovery.observeDemand((pool) => ({ waiting: admission.depth(pool), held: picker.heldRequests(pool) }));
+  metrics.observeDemand(() => poolDemand(discovery, { inFlight, admission, picker, engine: engineMetrics }));
   const exchange = new ExchangeRunner({
     forwarder: new Forwarder(agent, clock),
     picker,
@@ -180,6 +187,7 @@ export async function createRouter(config: Config, options: RouterOptions = {}):
   });
   limiter.start();
   let stopping = false;
+  const logSink = lineSinkOf(logger);
   const app = buildApp({
     maxBodyBytes: config.server.maxBodyBytes,
     maxUploadBytes: config.server.maxUploadBytes,
@@ -190,6 +198,7 @@ export async function createRouter(config: Config, options: RouterOptions = {}):
     director,
     metrics,
     logger,
+    ...(logSink ? { logSink } : {}),
     clock,
     readiness: () => [...(stopping ? ['shutting down'] : []), ...discovery.notReadyReasons()],
     priorityHeader: config.priority.header,
@@ -221,6 +230,7 @@ export async function createRouter(config: Config, options: RouterOptions = {}):
     async close() {
       stopping = true;
       clearInterval(pruner);
+      holds.stop();
       keys.close();
       health.stop();
       engineMetrics.stop();

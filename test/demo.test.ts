@@ -5,6 +5,7 @@ import OpenAI from 'openai';
 import {
   DEMO_AUDIO_MODEL,
   DEMO_CHAT_MODEL,
+  DEMO_COLD_MODEL,
   DEMO_DEFAULTS,
   DEMO_EMBEDDING_MODEL,
   DEMO_RERANK_MODEL,
@@ -20,12 +21,15 @@ import {
 import { captureLogs } from './helpers/router.js';
 import { waitFor } from './helpers/sim.js';
 
+/** Long enough that the first test's request is sent while the cold replica still loads. */
+const COLD_LOAD_MS = 3_000;
+
 let demo: RunningDemo;
 let logs: string[];
 beforeAll(async () => {
   const captured = captureLogs();
   logs = captured.logs;
-  demo = await startDemo({ port: 0, adminPort: 0, logLevel: 'info' }, { logger: captured.logger });
+  demo = await startDemo({ port: 0, adminPort: 0, logLevel: 'info' }, { logger: captured.logger, coldLoadMs: COLD_LOAD_MS });
 });
 afterAll(() => demo.close());
 
@@ -49,6 +53,16 @@ async function engineScrapes(d: RunningDemo): Promise<Map<string, number>> {
 }
 
 describe('modelgate demo', () => {
+  // First: the cold model's replica is still loading when this runs.
+  it('holds a request for the cold model until its replica has loaded, then answers it', async () => {
+    const started = Date.now();
+    const chat = await client(demo).chat.completions.create({ model: DEMO_COLD_MODEL, messages: [{ role: 'user', content: 'Hello!' }], max_tokens: 3 });
+    expect(chat.choices[0]!.message.content).toMatch(/\w/);
+    expect(Date.now() - started).toBeLessThan(COLD_LOAD_MS + 5_000);
+    const metrics = await (await fetch(`${demo.router.adminUrl}/metrics`)).text();
+    expect(metrics).toContain('modelgate_pool_held_requests_total{pool="llama-70b",pool_namespace="",pool_name="llama-70b",event="served"} 1');
+  });
+
   it('serves chat and embeddings to the openai client with the printed key', async () => {
     const chat = await client(demo).chat.completions.create({ model: DEMO_CHAT_MODEL, messages: [{ role: 'user', content: 'Hello!' }], max_tokens: 5 });
     expect(chat.choices[0]!.message.content).toMatch(/\w/);
@@ -76,7 +90,7 @@ describe('modelgate demo', () => {
 
   it('logs each request in the access log at info', async () => {
     await hello(demo);
-    const chatLine = (): Record<string, unknown> | undefined => accessLog(logs).find((l) => l.path === '/v1/chat/completions');
+    const chatLine = (): Record<string, unknown> | undefined => accessLog(logs).find((l) => l.path === '/v1/chat/completions' && l.deployment === 'llama-8b-prod');
     await waitFor(() => chatLine() !== undefined, 'the access-log line of the chat request');
     expect(chatLine()).toMatchObject({ level: 30, method: 'POST', status: 200, key: 'demo', deployment: 'llama-8b-prod', pool: 'llama-8b', completionTokens: 5 });
   });

@@ -7,7 +7,7 @@ import { type Deployment } from '../core/types.js';
 import { type DeploymentView, type DiscoveryState, type KubernetesDiscovery } from '../discovery/kubernetes/kubernetes-discovery.js';
 import { type KubeApi, type StatusKind } from '../discovery/kubernetes/kube-api.js';
 import { Registry, type ModelCatalog } from '../registry/registry.js';
-import { canonical, deploymentStatus, poolStatus } from './status.js';
+import { canonical, deploymentStatus, poolStatus, type PoolWaiting } from './status.js';
 
 export interface ControllerOptions {
   logger: Logger;
@@ -15,6 +15,8 @@ export interface ControllerOptions {
   mayWriteStatus: () => boolean;
   now?: () => Date;
   onStatusWrite?: (kind: StatusKind, ok: boolean) => void;
+  /** What waits in this router for each pool's replicas, by pool key (none: nothing waits). */
+  demand?: (pool: string) => PoolWaiting;
 }
 
 interface Desired {
@@ -92,7 +94,7 @@ export class KubernetesController {
         namespace: p.namespace,
         name: p.name,
         key: `modelpools/${p.key}`,
-        status: poolStatus(p, now),
+        status: poolStatus(p, now, this.options.demand?.(p.key)),
         current: p.object.status,
         resourceVersion: p.object.metadata?.resourceVersion,
       })),

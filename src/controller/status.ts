@@ -2,8 +2,9 @@
  * The status modelgate writes back to its CRDs, computed from what discovery sees and the registry
  * built from it. Pure: the writer decides whether and when to send it.
  *
- * ModelPool: `replicas`, `readyReplicas`, `observedGeneration`, conditions `Accepted` (the spec is
- * usable) and `Ready` (at least one routable endpoint). ModelDeployment: `observedGeneration`,
+ * ModelPool: `replicas`, `readyReplicas`, `requestsWaiting` and `requestsHeld` (in the writing router),
+ * `observedGeneration`, conditions `Accepted` (the spec is usable), `Ready` (at least one routable
+ * endpoint) and `RequestsHeld` (requests wait for a first replica of a pool at zero). ModelDeployment: `observedGeneration`,
  * conditions `Accepted` (spec usable and every target pool exists in its namespace) and `Conflicted`
  * (an older deployment holds one of its names, so that name does not reach it).
  */
@@ -23,6 +24,9 @@ export interface Condition {
 export interface PoolStatus {
   replicas: number;
   readyReplicas: number;
+  /** Requests waiting in this router for a replica of the pool; of them, held for a first ready replica. */
+  requestsWaiting: number;
+  requestsHeld: number;
   observedGeneration: number;
   conditions: Condition[];
 }
@@ -49,7 +53,13 @@ function condition(previous: Condition[], now: string, generation: number, type:
   return { type, status, reason, message, observedGeneration: generation, lastTransitionTime: before?.status === status ? before.lastTransitionTime : now };
 }
 
-export function poolStatus(pool: PoolView, now: Date): PoolStatus {
+/** What waits in the writing router for a pool's replicas (metrics/demand.ts has every router's). */
+export interface PoolWaiting {
+  waiting: number;
+  held: number;
+}
+
+export function poolStatus(pool: PoolView, now: Date, demand: PoolWaiting = { waiting: 0, held: 0 }): PoolStatus {
   const previous = previousConditions(pool.object.status);
   const at = timestamp(now);
   const g = pool.generation;
@@ -57,7 +67,11 @@ export function poolStatus(pool: PoolView, now: Date): PoolStatus {
   const service = pool.service?.name ?? '(none)';
   const readyReason = pool.readyReplicas > 0 ? 'EndpointsReady' : pool.replicas > 0 ? 'NoReadyEndpoints' : 'NoEndpoints';
   const ready = condition(previous, at, g, 'Ready', pool.readyReplicas > 0, readyReason, `${pool.readyReplicas} of ${pool.replicas} endpoints of Service ${service} are routable.`);
-  return { replicas: pool.replicas, readyReplicas: pool.readyReplicas, observedGeneration: g, conditions: [accepted, ready] };
+  const held =
+    demand.held > 0
+      ? condition(previous, at, g, 'RequestsHeld', true, 'WaitingForReplica', `${demand.held} requests wait for a first ready replica (the pool scales from zero).`)
+      : condition(previous, at, g, 'RequestsHeld', false, 'NoneHeld', 'No request waits for a first ready replica.');
+  return { replicas: pool.replicas, readyReplicas: pool.readyReplicas, requestsWaiting: demand.waiting, requestsHeld: demand.held, observedGeneration: g, conditions: [accepted, ready, held] };
 }
 
 export function deploymentStatus(view: DeploymentView, catalog: ModelCatalog, views: ReadonlyMap<Deployment, DeploymentView>, now: Date): DeploymentStatus {

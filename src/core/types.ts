@@ -70,6 +70,14 @@ export interface ResilienceSettings {
     unhealthyThreshold: number;
     healthyThreshold: number;
   };
+  /**
+   * Scale from zero: a request for the pool while it has no ready replica waits (in the admission
+   * queue, up to `maxWaitMs`) for one to turn ready instead of getting a 503 at once.
+   */
+  scaleFromZero: {
+    enabled: boolean;
+    maxWaitMs: number;
+  };
 }
 
 /** The scorers a pool's scheduling profile can combine (see balancer/scorers.ts). */
@@ -209,4 +217,17 @@ export interface EndpointSource {
 /** Something that must have loaded its initial state before the router is ready. */
 export interface Syncable {
   hasSynced(): boolean;
+}
+
+/**
+ * What happened to a request held for a pool at zero: `held` (began to wait), `served` (a replica
+ * turned ready and took it), `timeout` (none within `scaleFromZero.maxWaitMs`), `abandoned` (the
+ * client left), `rejected` (the queue was full).
+ */
+export type HoldEvent = 'held' | 'served' | 'timeout' | 'abandoned' | 'rejected';
+
+/** Where a logger writes its lines, and the bindings every line of it starts with (`"service":"modelgate"`). */
+export interface LineSink {
+  destination: { write(line: string): unknown };
+  bindings: string;
 }

@@ -125,7 +125,8 @@ export class ExchangeRunner {
       const step = plan.route[at.step] as RouteStep;
       let picked: Picked;
       try {
-        picked = await this.deps.picker.pick(step.pool, at.tried, plan.signal, plan.request, deadline - clock.now());
+        // Only the route's last pool holds a request while it scales from zero: any other moves it on.
+        picked = await this.deps.picker.pick(step.pool, at.tried, plan.signal, plan.request, deadline - clock.now(), at.step === plan.route.length - 1);
       } catch (err) {
         if (isAbortError(err)) return { ...report, failure: 'client_gone' };
         if (err instanceof RouterError && err.code === 'NO_READY_REPLICA' && moveOn()) continue;

@@ -1,7 +1,8 @@
 /**
  * The pools a request may go to, in the order they are tried: one of the deployment's pools chosen by
  * target weight, the deployment's other pools by weight, then each fallback deployment's pools. Only
- * pools that serve the request's kind and have a ready endpoint are listed. A fallback is part of the
+ * pools that serve the request's kind and have an endpoint are listed, and pools that scale from zero
+ * (a request may wait there for a first replica). A fallback is part of the
  * deployment's definition, so the key's model list is not consulted for it; fallbacks of a fallback
  * are not followed.
  */
@@ -28,7 +29,8 @@ export interface RoutePlanInput {
 function poolsOf(input: RoutePlanInput, deployment: Deployment, kind: Capability): { wrongKind: Capability[] | undefined; ready: PoolSpec[] } {
   const known = deployment.targets.map((target) => ({ weight: target.weight, pool: input.catalog.pool(target.pool) })).filter((t): t is { weight: number; pool: PoolSpec } => t.pool !== undefined);
   const capable = known.filter((t) => t.pool.capabilities.includes(kind));
-  const ready = capable.filter((t) => t.weight > 0 && input.hasEndpoints(t.pool.name));
+  // A pool that scales from zero stays in the route with no endpoint: the request may wait for one.
+  const ready = capable.filter((t) => t.weight > 0 && (input.hasEndpoints(t.pool.name) || t.pool.resilience.scaleFromZero.enabled));
   const chosen = pickWeighted(ready, input.random);
   const rest = ready.filter((t) => t !== chosen).sort((a, b) => b.weight - a.weight);
   const wrongKind = known.length > 0 && capable.length === 0 ? [...new Set(known.flatMap((t) => t.pool.capabilities))] : undefined;

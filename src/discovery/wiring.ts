@@ -13,6 +13,10 @@ export interface DiscoveryWiring {
   watches(): Array<{ kind: string; namespace: string; up: boolean; lastSyncAt: number | undefined }>;
   /** Whether this replica writes CRD status (Kubernetes mode with leader election). */
   isLeader(): boolean;
+  /** What waits for each pool's replicas, for the ModelPool status (Kubernetes mode; ignored otherwise). */
+  observeDemand(source: (pool: string) => { waiting: number; held: number }): void;
+  /** Requests began or stopped being held for some pool: the status may need writing. */
+  demandChanged(): void;
   start(): void;
   stop(): Promise<void>;
 }

@@ -7,7 +7,8 @@
  */
 import { Registry } from 'prom-client';
 import { limitsMetrics, type LimitsRecorder } from './limits.js';
-import { type ApiName, type PreviousResponseOutcome } from '../core/types.js';
+import { demandMetrics, recordHold, type DemandMetrics, type PoolDemand } from './demand.js';
+import { type ApiName, type HoldEvent, type PreviousResponseOutcome } from '../core/types.js';
 import { controlPlaneMetrics, type ControlPlaneMetrics, type ControlPlaneSources } from './control-plane.js';
 import { observeResilienceGauges, resilienceMetrics, type AdmissionSources, type ResilienceMetrics, type ResilienceSources } from './resilience.js';
 import { registerProcessMetrics } from './process.js';
@@ -31,6 +32,7 @@ export class RouterMetrics {
   private readonly routing: RoutingMetrics;
   private readonly resilience: ResilienceMetrics;
   private readonly controlPlane: ControlPlaneMetrics;
+  private demand: DemandMetrics | undefined;
 
   constructor(sources: MetricSources, options: { processMetrics?: boolean } = {}) {
     const registers = [this.registry];
@@ -116,6 +118,15 @@ export class RouterMetrics {
   /** Gauges read from the routing layer at scrape time (registered once). */
   observeRouting(sources: RoutingSources): void {
     observeRoutingGauges([this.registry], sources);
+  }
+
+  /** The per-pool demand gauges (autoscaling) read at scrape time, and the held-requests counter (registered once). */
+  observeDemand(demand: () => Iterable<PoolDemand>): void {
+    this.demand = demandMetrics([this.registry], demand);
+  }
+
+  recordHold(pool: string, event: HoldEvent): void {
+    if (this.demand) recordHold(this.demand, pool, event);
   }
 
   /** Gauges read from the resilience layer at scrape time (registered once). */

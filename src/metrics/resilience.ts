@@ -58,7 +58,7 @@ export function resilienceMetrics(registers: Registry[], sources: AdmissionSourc
     }),
     rejected: new Counter({
       name: 'modelgate_rejected_requests_total',
-      help: 'Requests turned away by admission control, by reason (queue_full, queue_timeout, shed).',
+      help: 'Requests turned away by admission control, by reason (queue_full, queue_timeout, shed, no_replica_timeout: held for a pool at zero past scaleFromZero.maxWaitMs).',
       labelNames: ['pool', 'reason'],
       registers,
     }),

@@ -54,8 +54,11 @@ export interface AdmissionEvents {
   onQueued?: (pool: string) => void;
   /** Wait in ms, and how it ended. */
   onDequeued?: (pool: string, waitedMs: number, result: DequeueResult) => void;
-  onRejected?: (pool: string, reason: 'queue_full' | 'queue_timeout' | 'shed') => void;
+  onRejected?: (pool: string, reason: RejectReason) => void;
 }
+
+/** Why admission turned a request away (`no_replica_timeout`: a request held for a pool at zero waited its whole `scaleFromZero.maxWaitMs`). */
+export type RejectReason = 'queue_full' | 'queue_timeout' | 'shed' | 'no_replica_timeout';
 
 /** Who is asking, for the order among waiters. */
 export interface AdmitOptions {
@@ -67,6 +70,11 @@ export interface AdmitOptions {
   tenant?: string;
   /** The tenant's fair share relative to weight 1; must be > 0. Default 1. */
   weight?: number;
+  /**
+   * The request waits for a replica to turn ready, not for a free slot (a pool scaling from zero):
+   * running out of time is answered with `expired()` and counted as `no_replica_timeout`.
+   */
+  held?: { expired: () => RouterError };
 }
 
 /** The tenant of requests that name none. Not a valid key name (those come from the keys file), so no key shares it by accident. */
@@ -122,7 +130,7 @@ export class AdmissionQueues {
    * aborts, or a RangeError for a weight that is not a positive number.
    */
   admit<T>(pool: string, tryTake: () => T | undefined, limits: { maxSize: number; timeoutMs: number }, options: AdmitOptions = {}): Promise<T> {
-    const { signal, priority = 'standard', tenant = ANONYMOUS, weight = 1 } = options;
+    const { signal, priority = 'standard', tenant = ANONYMOUS, weight = 1, held } = options;
     if (!(weight > 0 && Number.isFinite(weight))) return Promise.reject(new RangeError(`A fair-share weight must be a positive number (got ${weight}).`));
     const first = tryTake();
     if (first !== undefined) return Promise.resolve(first);
@@ -154,8 +162,12 @@ export class AdmissionQueues {
         critical,
         timer: this.scheduler.setTimeout(() => {
           this.remove(pool, waiter as Waiter<unknown>, 'timeout');
-          this.events.onRejected?.(pool, 'queue_timeout');
-          reject(new RouterError('QUEUE_TIMEOUT', `No replica of this model became free within ${limits.timeoutMs} ms; retry shortly.`, { retryAfterSeconds: BUSY_RETRY_AFTER_SECONDS }));
+          this.events.onRejected?.(pool, held ? 'no_replica_timeout' : 'queue_timeout');
+          reject(
+            held
+              ? held.expired()
+              : new RouterError('QUEUE_TIMEOUT', `No replica of this model became free within ${limits.timeoutMs} ms; retry shortly.`, { retryAfterSeconds: BUSY_RETRY_AFTER_SECONDS }),
+          );
         }, limits.timeoutMs),
         onAbort: () => {
           this.remove(pool, waiter as Waiter<unknown>, 'abandoned');

@@ -24,6 +24,8 @@ export const httpProbe: Probe = (url, timeoutMs) =>
 
 interface State {
   healthy: boolean;
+  /** It has been healthy once: from then on `healthyThreshold` passes bring it back. Before, one pass will do (a replica that finished loading its model). */
+  proven: boolean;
   failures: number;
   successes: number;
 }
@@ -50,8 +52,13 @@ export class HealthChecker {
 
   constructor(private readonly deps: HealthCheckerDeps) {}
 
-  isHealthy(endpointId: string): boolean {
-    return this.states.get(endpointId)?.healthy ?? true;
+  /**
+   * Whether the endpoint passes its checks. `unknown`: the answer for an endpoint not probed yet —
+   * healthy until proven otherwise, except in a pool that scales from zero, where a replica is ready
+   * only once a probe has passed (a replica still loading its model must not get the held requests).
+   */
+  isHealthy(endpointId: string, unknown = true): boolean {
+    return this.states.get(endpointId)?.healthy ?? unknown;
   }
 
   /** Grows whenever what `isHealthy` answers for some endpoint may have changed. */
@@ -106,13 +113,21 @@ export class HealthChecker {
 
   private record(pool: PoolSpec, endpoint: string, ok: boolean): void {
     const check = pool.resilience.healthCheck;
-    const state = this.states.get(endpoint) ?? { healthy: true, failures: 0, successes: 0 };
-    this.states.set(endpoint, state);
+    let state = this.states.get(endpoint);
+    if (!state) {
+      // First probe. A pool that scales from zero trusts a replica from its first pass (and not before).
+      const unproven = pool.resilience.scaleFromZero.enabled;
+      state = { healthy: unproven ? ok : true, proven: !unproven || ok, failures: 0, successes: 0 };
+      this.states.set(endpoint, state);
+      this.changes += 1; // a reader asking with `unknown = false` gets another answer now
+      if (unproven && ok) this.deps.onChange?.(pool.name, endpoint, true);
+    }
     if (ok) {
       state.failures = 0;
       state.successes += 1;
-      if (!state.healthy && state.successes >= check.healthyThreshold) {
+      if (!state.healthy && (state.successes >= check.healthyThreshold || !state.proven)) {
         state.healthy = true;
+        state.proven = true;
         this.changes += 1;
         this.deps.onChange?.(pool.name, endpoint, true);
       }

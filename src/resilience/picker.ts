@@ -19,8 +19,9 @@ import { type InFlight, type InFlightCounter } from '../balancer/in-flight.js';
 import { promptBlocks, PrefixIndex, type PrefixHold } from '../balancer/prefix-index.js';
 import { choose, scheduleBuffers, type ScheduleBuffers } from '../balancer/scheduler.js';
 import { estimatedLoad } from '../balancer/scorers.js';
-import { noReadyReplica } from '../core/errors.js';
-import { type EngineLoad, type EngineLoadSource, type Endpoint, type EndpointSource, type PoolSpec, type Priority } from '../core/types.js';
+import { isAbortError, systemScheduler, type Scheduler } from '../core/clock.js';
+import { NO_REPLICA_RETRY_AFTER_SECONDS, noReadyReplica, RouterError } from '../core/errors.js';
+import { type EngineLoad, type EngineLoadSource, type Endpoint, type EndpointSource, type HoldEvent, type PoolSpec, type Priority } from '../core/types.js';
 import { shedError, type AdmissionQueues } from './admission.js';
 import { type BreakerRegistry, type BreakerTicket } from './breaker.js';
 
@@ -32,7 +33,8 @@ export interface Picked {
 }
 
 export interface HealthView {
-  isHealthy(endpointId: string): boolean;
+  /** `unknown`: the answer for an endpoint not probed yet (default true). */
+  isHealthy(endpointId: string, unknown?: boolean): boolean;
   /**
    * Grows whenever some answer of `isHealthy` may have changed. Without it the picker asks
    * `isHealthy` for every endpoint on every pick.
@@ -62,7 +64,16 @@ export interface PickEvents {
   onPicked?: (pool: string, prefixMatched: number, prefixTotal: number) => void;
   /** A sheddable request was turned away because the engines report every replica saturated. */
   onShed?: (pool: string) => void;
+  /**
+   * A request began to wait for a pool at zero (`held`), or stopped: `served` (a replica turned
+   * ready and took it), `timeout` (none within `scaleFromZero.maxWaitMs`), `abandoned` (the client
+   * left), `rejected` (the queue was full).
+   */
+  onHold?: (pool: string, event: HoldEvent) => void;
 }
+
+/** How often the requests held for a pool at zero look again for a ready replica (discovery, health checks and breakers all change it). */
+export const HOLD_POLL_MS = 250;
 
 export interface PickerDeps {
   endpoints: EndpointSource;
@@ -75,6 +86,8 @@ export interface PickerDeps {
   prefixIndex?: PrefixIndex;
   random: () => number;
   events?: PickEvents;
+  /** Times the held requests' looks for a ready replica (default: real timers). */
+  scheduler?: Scheduler;
 }
 
 const NO_ENGINE: EngineLoadSource = { load: () => undefined };
@@ -137,6 +150,9 @@ export class EndpointPicker {
   private readonly blocks = new WeakMap<PickRequest, { key: string; hashes: number[] }>();
   private readonly views = new Map<string, PoolView>();
   private buffers = new PickBuffers(16);
+  /** Requests held per pool at zero, and the timer of their next look for a ready replica. */
+  private readonly held = new Map<string, number>();
+  private holdTimer: unknown;
 
   private readonly engine: EngineLoadSource;
   private readonly prefixIndex: PrefixIndex;
@@ -152,9 +168,11 @@ export class EndpointPicker {
    * AbortError. A queued request waits at most `queue.timeoutMs`, and never past `maxWaitMs` (what is
    * left of the request's total timeout).
    */
-  pick(pool: PoolSpec, tried: ReadonlySet<string>, signal?: AbortSignal, request: PickRequest = { priority: 'standard' }, maxWaitMs = Infinity): Promise<Picked> {
+  pick(pool: PoolSpec, tried: ReadonlySet<string>, signal?: AbortSignal, request: PickRequest = { priority: 'standard' }, maxWaitMs = Infinity, mayHold = false): Promise<Picked> {
     const usable = this.usable(pool, request).endpoints;
-    if (usable.length === 0) return Promise.reject(noReadyReplica());
+    if (usable.length === 0) {
+      return mayHold && this.holds(pool, request) ? this.hold(pool, tried, signal, request, maxWaitMs) : Promise.reject(noReadyReplica());
+    }
     if (request.priority === 'sheddable' && this.saturated(pool, usable)) {
       this.deps.events?.onShed?.(pool.name);
       return Promise.reject(shedError());
@@ -163,6 +181,74 @@ export class EndpointPicker {
     const limits = maxWaitMs < queue.timeoutMs ? { ...queue, timeoutMs: Math.max(0, maxWaitMs) } : queue;
     const { priority, tenant, weight } = request;
     return this.deps.admission.admit(pool.name, () => this.take(pool, tried, request), limits, { signal, priority, tenant, weight });
+  }
+
+  /**
+   * Replicas of the pool that are ready: discovered and passing their health checks (breakers aside:
+   * a replica whose breaker is open is failing, not absent). In a pool that scales from zero with
+   * health checks, a replica counts once a probe has passed.
+   */
+  readyReplicas(pool: PoolSpec): number {
+    const unknown = this.unknownHealth(pool);
+    let ready = 0;
+    for (const ep of this.deps.endpoints.snapshot(pool.name)) if (this.deps.health.isHealthy(ep.id, unknown)) ready++;
+    return ready;
+  }
+
+  /** Requests waiting for a first ready replica of `pool`. */
+  heldRequests(pool: string): number {
+    return this.held.get(pool) ?? 0;
+  }
+
+  /**
+   * Whether a request the pool cannot take now waits for it instead: the pool scales from zero and has
+   * no ready replica, and the request may wait (not sheddable, not pinned to one replica).
+   */
+  private holds(pool: PoolSpec, request: PickRequest): boolean {
+    return pool.resilience.scaleFromZero.enabled && request.priority !== 'sheddable' && request.only === undefined && this.readyReplicas(pool) === 0;
+  }
+
+  /**
+   * Waits in the pool's admission queue (bounded, by priority and tenant, cancellable) until a replica
+   * turns ready and takes the request, at most `scaleFromZero.maxWaitMs`; then a 503 with Retry-After.
+   */
+  private hold(pool: PoolSpec, tried: ReadonlySet<string>, signal: AbortSignal | undefined, request: PickRequest, maxWaitMs: number): Promise<Picked> {
+    const { scaleFromZero, queue } = pool.resilience;
+    const waitMs = Math.max(0, Math.min(scaleFromZero.maxWaitMs, maxWaitMs));
+    const expired = (): RouterError =>
+      new RouterError('NO_READY_REPLICA', `No replica of this model became ready within ${Math.round(waitMs / 1000)} s (it is scaling up from zero); retry later.`, {
+        retryAfterSeconds: Math.max(NO_REPLICA_RETRY_AFTER_SECONDS, Math.min(60, Math.ceil(scaleFromZero.maxWaitMs / 10_000))),
+      });
+    const { priority, tenant, weight } = request;
+    this.changeHeld(pool.name, 1, 'held');
+    const picked = this.deps.admission.admit(pool.name, () => this.take(pool, tried, request), { maxSize: queue.maxSize, timeoutMs: waitMs }, { signal, priority, tenant, weight, held: { expired } });
+    picked.then(
+      () => this.changeHeld(pool.name, -1, 'served'),
+      (err: unknown) => this.changeHeld(pool.name, -1, isAbortError(err) ? 'abandoned' : err instanceof RouterError && err.code === 'NO_READY_REPLICA' ? 'timeout' : 'rejected'),
+    );
+    return picked;
+  }
+
+  private changeHeld(pool: string, by: 1 | -1, event: HoldEvent): void {
+    const count = (this.held.get(pool) ?? 0) + by;
+    if (count > 0) this.held.set(pool, count);
+    else this.held.delete(pool);
+    this.deps.events?.onHold?.(pool, event);
+    if (this.held.size > 0 && this.holdTimer === undefined) this.lookForReplicas();
+    if (this.held.size === 0 && this.holdTimer !== undefined) {
+      (this.deps.scheduler ?? systemScheduler).clearTimeout(this.holdTimer);
+      this.holdTimer = undefined;
+    }
+  }
+
+  /** While requests are held: every {@link HOLD_POLL_MS}, each held pool's queue tries again. */
+  private lookForReplicas(): void {
+    const scheduler = this.deps.scheduler ?? systemScheduler;
+    this.holdTimer = scheduler.setTimeout(() => {
+      this.holdTimer = undefined;
+      for (const pool of [...this.held.keys()]) this.deps.admission.notify(pool);
+      if (this.held.size > 0) this.lookForReplicas();
+    }, HOLD_POLL_MS);
   }
 
   /** Whether `pool` still has a replica that could take traffic and that this request has not tried. */
@@ -188,7 +274,12 @@ export class EndpointPicker {
   /** The balancer's usable rule for one endpoint. */
   private canTakeTraffic(pool: PoolSpec, ep: Endpoint): boolean {
     const { health, breakers } = this.deps;
-    return isUsable({ healthy: health.isHealthy(ep.id), breakerAvailable: breakers.get(ep.id, pool.name, pool.resilience.breaker).available() });
+    return isUsable({ healthy: health.isHealthy(ep.id, this.unknownHealth(pool)), breakerAvailable: breakers.get(ep.id, pool.name, pool.resilience.breaker).available() });
+  }
+
+  /** What an endpoint not probed yet counts as: ready, except in a pool scaling from zero whose health checks must pass first. */
+  private unknownHealth(pool: PoolSpec): boolean {
+    return !(pool.resilience.scaleFromZero.enabled && pool.resilience.healthCheck.enabled);
   }
 
   /**
@@ -212,9 +303,10 @@ export class EndpointPicker {
     view.endpoints = [];
     view.counters = [];
     view.prefixes = [];
+    const unknown = this.unknownHealth(pool);
     for (let i = 0; i < snapshot.length; i++) {
       const ep = snapshot[i] as Endpoint;
-      if (!isUsable({ healthy: health.isHealthy(ep.id), breakerAvailable: view.breakerAllows[i] === 1 })) continue;
+      if (!isUsable({ healthy: health.isHealthy(ep.id, unknown), breakerAvailable: view.breakerAllows[i] === 1 })) continue;
       view.endpoints.push(ep);
       view.counters.push(view.heldCounters[i] as InFlightCounter);
       view.prefixes.push(view.heldPrefixes[i] as PrefixHold);

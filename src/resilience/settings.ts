@@ -15,6 +15,7 @@ export const RESILIENCE_DEFAULTS: ResilienceSettings = {
   maxConcurrencyPerReplica: 0,
   queue: { maxSize: 256, timeoutMs: 30_000 },
   healthCheck: { enabled: false, intervalMs: 5_000, timeoutMs: 2_000, unhealthyThreshold: 2, healthyThreshold: 2 },
+  scaleFromZero: { enabled: false, maxWaitMs: 300_000 },
 };
 
 /** Where each engine answers health checks; `openai` (a hosted API) has none. */
@@ -39,6 +40,7 @@ export function mergeResilience(base: ResilienceSettings, overrides: ResilienceO
     maxConcurrencyPerReplica: overrides.maxConcurrencyPerReplica ?? base.maxConcurrencyPerReplica,
     queue: { ...base.queue, ...overrides.queue },
     healthCheck: { ...base.healthCheck, ...overrides.healthCheck },
+    scaleFromZero: { ...base.scaleFromZero, ...overrides.scaleFromZero },
   };
 }
 
@@ -93,6 +95,11 @@ export const resilienceOverridesSchema = {
         unhealthyThreshold: { type: 'integer', minimum: 1 },
         healthyThreshold: { type: 'integer', minimum: 1 },
       },
+    },
+    scaleFromZero: {
+      type: 'object',
+      additionalProperties: false,
+      properties: { enabled: { type: 'boolean' }, maxWaitMs: { type: 'integer', minimum: 1000, maximum: 3_600_000 } },
     },
   },
 } as const;

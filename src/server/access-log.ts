@@ -4,13 +4,13 @@
  * The line is rendered here, member by member, and written to the logger's destination as pino would
  * write it (`{"level":30,"time":…,"service":"modelgate","requestId":…,…,"msg":"request"}`): it is the
  * one line every request writes, and pino's general serialisation of an object with twenty optional
- * members was a tenth of the router's allocations per request. A logger not made by `createLogger`
- * (no known destination) gets the same members through `logger.info`.
+ * members was a tenth of the router's allocations per request. Without the logger's destination
+ * (a logger not made by `createLogger`) the same members go through `logger.info`.
  */
 import { type Request, type Response } from 'express';
 import { type Logger } from 'pino';
+import { type LineSink } from '../core/types.js';
 import { type Route } from '../metrics/metrics.js';
-import { lineSinkOf, type LineSink } from '../wiring/logger.js';
 import { type RequestContext } from './context.js';
 
 export interface RequestMetrics {
@@ -51,14 +51,12 @@ function members(req: Request, res: Response, ctx: RequestContext, status: numbe
 }
 
 export class AccessLog {
-  private readonly sink: LineSink | undefined;
-
+  /** `sink`: the logger's destination (wiring/logger.ts `lineSinkOf`); without it lines go through `logger.info`. */
   constructor(
     private readonly logger: Logger,
     private readonly metrics: RequestMetrics,
-  ) {
-    this.sink = lineSinkOf(logger);
-  }
+    private readonly sink?: LineSink,
+  ) {}
 
   record(req: Request, res: Response, ctx: RequestContext, closedAt: number): void {
     const status = res.headersSent ? res.statusCode : 499; // 499: the client left before an answer

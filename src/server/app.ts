@@ -11,7 +11,7 @@ import { API_ROUTES, apiRouteAt } from '../api/routes.js';
 import { bearerToken, type Principal } from '../auth/key-store.js';
 import { AddressRanges } from '../core/address-ranges.js';
 import { type Clock } from '../core/clock.js';
-import { type WireDialect } from '../core/types.js';
+import { type LineSink, type WireDialect } from '../core/types.js';
 import { RouterError, toErrorResponse } from '../core/errors.js';
 import { type RequestDirector } from '../director/director.js';
 import { type Route } from '../metrics/metrics.js';
@@ -43,6 +43,8 @@ export interface AppDeps {
   director: RequestDirector;
   metrics: RequestMetrics & AdminDeps['metrics'];
   logger: Logger;
+  /** The logger's destination, for the access log's hand-rendered lines (none: they go through the logger). */
+  logSink?: LineSink;
   clock: Clock;
   readiness: ReadinessCheck;
   /** The header that may lower a request's priority class (config `priority.header`). */
@@ -116,7 +118,7 @@ function runChain(chain: readonly RequestHandler[], req: Request, res: Response,
 export function buildApp(deps: AppDeps): BuiltApp {
   const priorityHeader = deps.priorityHeader.toLowerCase();
   const trustedProxies = new AddressRanges(deps.trustedProxies);
-  const accessLog = new AccessLog(deps.logger, deps.metrics);
+  const accessLog = new AccessLog(deps.logger, deps.metrics, deps.logSink);
   let active = 0;
   let draining = false;
   const api = express();

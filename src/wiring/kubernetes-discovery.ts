@@ -9,6 +9,7 @@ import { type Config } from '../config/schema.js';
 import { systemScheduler, type Clock } from '../core/clock.js';
 import { type PoolResolver } from '../core/types.js';
 import { KubernetesController } from '../controller/kubernetes-controller.js';
+import { type PoolWaiting } from '../controller/status.js';
 import { LeaderElector } from '../controller/leader-election.js';
 import { createKubeApi } from '../discovery/kubernetes/kube-api.js';
 import { KubernetesDiscovery } from '../discovery/kubernetes/kubernetes-discovery.js';
@@ -48,10 +49,12 @@ export function kubernetesDiscovery(config: Config, resolve: PoolResolver, logge
     },
   });
   // The controller asks the elector (declared below) only when it is about to write.
+  let demand: ((pool: string) => PoolWaiting) | undefined;
   const controller = new KubernetesController(discovery, api, {
     logger,
     mayWriteStatus: () => elector?.isLeader() ?? true,
     onStatusWrite: (kind, ok) => metrics().recordStatusWrite(kind, ok),
+    demand: (pool) => demand?.(pool) ?? { waiting: 0, held: 0 },
   });
   const elector = d.leaderElection.enabled
     ? new LeaderElector(api, {
@@ -80,6 +83,10 @@ export function kubernetesDiscovery(config: Config, resolve: PoolResolver, logge
         .map((w) => `${w.kind} in ${w.namespace || 'all namespaces'} has not synced${w.state.lastError ? ` (${w.state.lastError})` : ''}`),
     watches: () => discovery.watchStates().map((w) => ({ kind: w.kind, namespace: w.namespace, up: w.state.up, lastSyncAt: w.state.lastSyncAt })),
     isLeader: () => elector?.isLeader() ?? false,
+    observeDemand(source) {
+      demand = source;
+    },
+    demandChanged: () => controller.syncStatus(),
     start() {
       discovery.start();
       elector?.start();

@@ -3,18 +3,12 @@
  *
  * The access log writes one line per request, the hottest line by far: it is rendered by
  * `server/access-log.ts` and written straight to the logger's destination (the profile showed pino's
- * general object serialisation at a tenth of the router's allocations per request). The logger keeps
- * that destination and its own line prefix here, so the line is exactly what pino would have written.
+ * general object serialisation at a tenth of the router's allocations per request). The logger's
+ * destination and line prefix are kept here (`lineSinkOf`), so the line is exactly what pino writes.
  */
 import { pino, type DestinationStream, type Logger } from 'pino';
 import { type LogLevel } from '../config/schema.js';
-
-/** Where a logger made by {@link createLogger} writes, and the bindings every line of it starts with. */
-export interface LineSink {
-  destination: DestinationStream;
-  /** The JSON members after `level` and `time`, e.g. `"service":"modelgate"`. */
-  bindings: string;
-}
+import { type LineSink } from '../core/types.js';
 
 const sinks = new WeakMap<Logger, LineSink>();
 const BASE = { service: 'modelgate' };

@@ -19,6 +19,11 @@ function poolsOf(config: Config, resolve: PoolResolver): PoolSpec[] {
     };
     const resolved = resolve(declared, `pools[${i}]`);
     if ('problem' in resolved) throw new ConfigError(resolved.problem);
+    const { scaleFromZero, healthCheck } = resolved.spec.resilience;
+    // Kubernetes says when a pod is ready; in static mode only the health checks can.
+    if (scaleFromZero.enabled && !healthCheck.enabled) {
+      throw new ConfigError('scaleFromZero needs resilience.healthCheck.enabled in static mode: the health checks are how the router learns a replica is ready', `pools[${i}].resilience`);
+    }
     return resolved.spec;
   });
 }
@@ -38,6 +43,8 @@ export function staticDiscovery(config: Config, created: number, resolve: PoolRe
     notReadyReasons: () => (endpoints.hasSynced() ? [] : ['discovery has not synced']),
     watches: () => [],
     isLeader: () => false,
+    observeDemand: () => undefined,
+    demandChanged: () => undefined,
     start: () => undefined,
     stop: () => Promise.resolve(),
   };

@@ -37,12 +37,23 @@ describe('poolStatus', () => {
     expect(poolStatus(pool(2, 3), t0)).toEqual({
       replicas: 3,
       readyReplicas: 2,
+      requestsWaiting: 0,
+      requestsHeld: 0,
       observedGeneration: 4,
       conditions: [
         { type: 'Accepted', status: 'True', reason: 'Accepted', message: 'The pool spec is valid.', observedGeneration: 4, lastTransitionTime: '2026-11-21T10:00:00Z' },
         { type: 'Ready', status: 'True', reason: 'EndpointsReady', message: '2 of 3 endpoints of Service llama-svc are routable.', observedGeneration: 4, lastTransitionTime: '2026-11-21T10:00:00Z' },
+        { type: 'RequestsHeld', status: 'False', reason: 'NoneHeld', message: 'No request waits for a first ready replica.', observedGeneration: 4, lastTransitionTime: '2026-11-21T10:00:00Z' },
       ],
     });
+  });
+
+  it('shows what waits in the router, and requests held for a pool at zero as a condition', () => {
+    const held = poolStatus(pool(0, 0), t0, { waiting: 7, held: 7 });
+    expect(held).toMatchObject({ readyReplicas: 0, requestsWaiting: 7, requestsHeld: 7 });
+    expect(held.conditions[2]).toMatchObject({ type: 'RequestsHeld', status: 'True', reason: 'WaitingForReplica', message: '7 requests wait for a first ready replica (the pool scales from zero).' });
+    const served = poolStatus(pool(1, 1, held), t1, { waiting: 0, held: 0 });
+    expect(served.conditions[2]).toMatchObject({ status: 'False', reason: 'NoneHeld', lastTransitionTime: '2026-11-21T10:05:00Z' });
   });
 
   it('says why a pool is not ready, and why it is not accepted', () => {

@@ -11,7 +11,7 @@ import { type Endpoint, type EngineLoad, type PoolSpec, type Priority } from '..
 import { AdmissionQueues } from '../../src/resilience/admission.js';
 import { BreakerRegistry } from '../../src/resilience/breaker.js';
 import { HealthChecker } from '../../src/resilience/health-checker.js';
-import { EndpointPicker, type HealthView, type Picked } from '../../src/resilience/picker.js';
+import { EndpointPicker, HOLD_POLL_MS, type HealthView, type Picked } from '../../src/resilience/picker.js';
 import { mergeResilience, RESILIENCE_DEFAULTS, type ResilienceOverrides } from '../../src/resilience/settings.js';
 import { FakeTime, flush } from '../helpers/fake-time.js';
 
@@ -76,7 +76,8 @@ function setup(ids: Array<string | Endpoint>, health?: (time: FakeTime, snapshot
       now: () => ++clockReads,
     },
     random: () => draw,
-    events: { onShed: (p) => events.push(`shed:${p}`) },
+    events: { onShed: (p) => events.push(`shed:${p}`), onHold: (p, event) => events.push(`hold:${p}:${event}`) },
+    scheduler: time,
   });
   const open = (spec: PoolSpec, id: string): void => {
     const breaker = breakers.get(id, spec.name, spec.resilience.breaker);
@@ -575,5 +576,105 @@ describe('EndpointPicker: what it keeps between picks, the very next pick sees c
     waiting.picked()?.release();
     first.release();
     expect(t.inFlight.total()).toBe(0);
+  });
+});
+
+describe('EndpointPicker: scale from zero', () => {
+  const cold = (maxWaitMs = 60_000, overrides: ResilienceOverrides = {}): PoolSpec => pool({ scaleFromZero: { enabled: true, maxWaitMs }, ...overrides });
+
+  it('holds a request while the pool has no endpoint and hands it the first one that appears', async () => {
+    const { picker, time, events, setSnapshot } = setup([]);
+    const pending = track(picker.pick(cold(), new Set(), undefined, { priority: 'standard' }, Infinity, true));
+    await flush();
+    expect(pending.state()).toBe('pending');
+    expect(picker.heldRequests('p')).toBe(1);
+    setSnapshot(['a']);
+    await time.advance(HOLD_POLL_MS);
+    expect(pending.state()).toBe('picked');
+    expect(pending.picked()?.endpoint.id).toBe('a');
+    expect(picker.heldRequests('p')).toBe(0);
+    expect(events.filter((e) => e.startsWith('hold:'))).toEqual(['hold:p:held', 'hold:p:served']);
+    expect(time.pendingTimers).toBe(0); // nothing held: no more looks
+  });
+
+  it('answers 503 with Retry-After once maxWaitMs has passed, counted as no_replica_timeout', async () => {
+    const { picker, time, events } = setup([]);
+    const pending = routerError(picker.pick(cold(10_000), new Set(), undefined, { priority: 'standard' }, Infinity, true));
+    await time.advance(10_000);
+    const err = await pending;
+    expect(err.code).toBe('NO_READY_REPLICA');
+    expect(err.message).toContain('within 10 s');
+    expect(err.retryAfterSeconds).toBeGreaterThanOrEqual(2);
+    expect(events).toContain('rejected:p:no_replica_timeout');
+    expect(events).toContain('hold:p:timeout');
+    expect(picker.heldRequests('p')).toBe(0);
+  });
+
+  it('holds no longer than what is left of the request’s total timeout', async () => {
+    const { picker, time } = setup([]);
+    const pending = routerError(picker.pick(cold(60_000), new Set(), undefined, { priority: 'standard' }, 2_000, true));
+    await time.advance(2_000);
+    expect((await pending).code).toBe('NO_READY_REPLICA');
+  });
+
+  it('drops a held request at once when its client leaves, and counts it', async () => {
+    const { picker, events } = setup([]);
+    const client = new AbortController();
+    const pending = rejection(picker.pick(cold(), new Set(), client.signal, { priority: 'standard' }, Infinity, true));
+    await flush();
+    client.abort();
+    expect(isAbortError(await pending)).toBe(true);
+    expect(picker.heldRequests('p')).toBe(0);
+    expect(events).toContain('hold:p:abandoned');
+  });
+
+  it('turns a held request away when the queue is full', async () => {
+    const { picker, events } = setup([]);
+    const spec = cold(60_000, { queue: { maxSize: 1 } });
+    const first = track(picker.pick(spec, new Set(), undefined, { priority: 'standard', tenant: 'a' }, Infinity, true));
+    const second = await routerError(picker.pick(spec, new Set(), undefined, { priority: 'standard', tenant: 'a' }, Infinity, true));
+    expect(second.code).toBe('QUEUE_FULL');
+    expect(events).toContain('hold:p:rejected');
+    expect(first.state()).toBe('pending');
+    expect(picker.heldRequests('p')).toBe(1);
+  });
+
+  it('does not hold when not asked to (a pool before the end of the route), a sheddable request, or a pool that does not opt in', async () => {
+    const { picker } = setup([]);
+    expect((await routerError(picker.pick(cold(), new Set(), undefined, { priority: 'standard' }, Infinity, false))).code).toBe('NO_READY_REPLICA');
+    expect((await routerError(picker.pick(cold(), new Set(), undefined, { priority: 'sheddable' }, Infinity, true))).code).toBe('NO_READY_REPLICA');
+    expect((await routerError(picker.pick(pool(), new Set(), undefined, { priority: 'standard' }, Infinity, true))).code).toBe('NO_READY_REPLICA');
+    expect(picker.heldRequests('p')).toBe(0);
+  });
+
+  it('does not hold for a pool whose replicas are there but failing (breakers open): that is a 503', async () => {
+    const { picker, open } = setup(['a']);
+    const spec = cold();
+    open(spec, 'a');
+    expect(picker.readyReplicas(spec)).toBe(1);
+    expect((await routerError(picker.pick(spec, new Set(), undefined, { priority: 'standard' }, Infinity, true))).code).toBe('NO_READY_REPLICA');
+  });
+
+  it('with health checks, counts a replica ready only once a probe has passed (one still loading gets nothing)', async () => {
+    let passing = false;
+    const spec = cold(60_000, { healthCheck: { enabled: true, intervalMs: 100 } });
+    let checker: HealthChecker | undefined;
+    const { picker, time } = setup(['a'], (t, snapshot) => {
+      checker = new HealthChecker({ endpoints: { snapshot }, pools: () => [spec], scheduler: t, now: () => t.now(), probe: () => Promise.resolve(passing) });
+      return checker;
+    });
+    expect(picker.readyReplicas(spec)).toBe(0); // listed, never probed
+    const pending = track(picker.pick(spec, new Set(), undefined, { priority: 'standard' }, Infinity, true));
+    await checker?.runOnce(); // the model is still loading
+    await time.advance(HOLD_POLL_MS);
+    expect(pending.state()).toBe('pending');
+    passing = true;
+    await time.advance(100);
+    await checker?.runOnce();
+    await time.advance(HOLD_POLL_MS);
+    expect(pending.state()).toBe('picked');
+    expect(picker.readyReplicas(spec)).toBe(1);
+    // a pool that does not scale from zero trusts an endpoint it has not probed yet, as before
+    expect(picker.readyReplicas(pool({ healthCheck: { enabled: true } }))).toBe(1);
   });
 });

@@ -5,7 +5,7 @@ import { type Request, type Response } from 'express';
 import { pino } from 'pino';
 import { AccessLog } from '../../src/server/access-log.js';
 import { type RequestContext } from '../../src/server/context.js';
-import { createLogger } from '../../src/wiring/logger.js';
+import { createLogger, lineSinkOf } from '../../src/wiring/logger.js';
 
 function capture(): { lines: string[]; sink: Writable } {
   const lines: string[] = [];
@@ -73,11 +73,14 @@ function pinoLine(ctx: RequestContext, extra: Record<string, unknown>): Record<s
   return JSON.parse(lines[0] as string) as Record<string, unknown>;
 }
 
+/** The access log as the router makes it: with the destination of a logger from createLogger. */
+const accessLog = (logger: ReturnType<typeof createLogger>, metrics: ConstructorParameters<typeof AccessLog>[1]): AccessLog => new AccessLog(logger, metrics, lineSinkOf(logger));
+
 describe('access log', () => {
   it('writes, member for member and in the same order, the line pino would write', () => {
     const { lines, sink } = capture();
     const recorded: unknown[] = [];
-    const log = new AccessLog(createLogger('info', sink), { recordRequest: (...args) => recorded.push(args) });
+    const log = accessLog(createLogger('info', sink), { recordRequest: (...args) => recorded.push(args) });
     const ctx = context();
     log.record(req, finished, ctx, 1052.34);
     expect(lines).toHaveLength(1);
@@ -102,7 +105,7 @@ describe('access log', () => {
 
   it('leaves out what the request did not get to, and marks a client that left', () => {
     const { lines, sink } = capture();
-    const log = new AccessLog(createLogger('info', sink), { recordRequest: () => undefined });
+    const log = accessLog(createLogger('info', sink), { recordRequest: () => undefined });
     const ctx = context({ report: undefined, priority: 'standard', model: undefined, deployment: undefined, failure: 'client_gone' });
     log.record(req, { headersSent: false, statusCode: 200, writableFinished: false } as Response, ctx, 1003);
     const line = JSON.parse(lines[0] as string) as Record<string, unknown>;
@@ -125,7 +128,7 @@ describe('access log', () => {
 
   it('marks tokens counted from the stream as estimated, without a prompt count', () => {
     const { lines, sink } = capture();
-    const log = new AccessLog(createLogger('info', sink), { recordRequest: () => undefined });
+    const log = accessLog(createLogger('info', sink), { recordRequest: () => undefined });
     const base = context();
     log.record(req, finished, context({ report: { ...(base.report as NonNullable<RequestContext['report']>), usage: { promptTokens: 0, completionTokens: 9, estimated: true } } }), 1010);
     const line = JSON.parse(lines[0] as string) as Record<string, unknown>;
@@ -136,7 +139,7 @@ describe('access log', () => {
   it('writes nothing below info, and still records the metrics', () => {
     const { lines, sink } = capture();
     let recorded = 0;
-    const log = new AccessLog(createLogger('warn', sink), { recordRequest: () => void (recorded += 1) });
+    const log = accessLog(createLogger('warn', sink), { recordRequest: () => void (recorded += 1) });
     log.record(req, finished, context(), 1010);
     expect(lines).toEqual([]);
     expect(recorded).toBe(1);
@@ -148,7 +151,7 @@ describe('access log', () => {
     const ctx = context();
     log.record(req, finished, ctx, 1052.34);
     const { lines: ownLines, sink: ownSink } = capture();
-    new AccessLog(createLogger('info', ownSink), { recordRequest: () => undefined }).record(req, finished, ctx, 1052.34);
+    accessLog(createLogger('info', ownSink), { recordRequest: () => undefined }).record(req, finished, ctx, 1052.34);
     const theirs = JSON.parse(lines[0] as string) as Record<string, unknown>;
     const ours = JSON.parse(ownLines[0] as string) as Record<string, unknown>;
     expect({ ...theirs, time: 0 }).toEqual({ ...ours, time: 0 });

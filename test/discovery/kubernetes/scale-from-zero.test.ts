@@ -1,0 +1,129 @@
+/**
+ * Scale from zero in Kubernetes mode, against the fake API server: a pool whose Service has no ready
+ * endpoint holds its requests (counted, shown in the ModelPool status, dropped when their clients
+ * leave) and sends every one of them to the first pod that turns ready — none before.
+ */
+import { afterEach, describe, expect, it } from '@jest/globals';
+import { FakeKubeApi } from '../../helpers/fake-kube-api.js';
+import { rawRequest } from '../../helpers/http.js';
+import { endpointSlice, eventually, modelDeployment, modelPool, startKubeRouter, startPods } from '../../helpers/kube-env.js';
+import { KEY } from '../../helpers/router.js';
+
+const BOUND_MS = 5000;
+const cleanups: Array<() => Promise<unknown>> = [];
+afterEach(async () => {
+  for (const cleanup of cleanups.splice(0).reverse()) await cleanup();
+});
+
+/** The value of a series on the router's /metrics (0 when absent). */
+async function metric(adminUrl: string, series: string): Promise<number> {
+  const text = (await rawRequest(`${adminUrl}/metrics`)).body;
+  const line = text.split('\n').find((l) => l.startsWith(`${series} `));
+  return line ? Number(line.slice(series.length + 1)) : 0;
+}
+
+const HELD = 'modelgate_pool_requests_held{pool="models/llama",pool_namespace="models",pool_name="llama"}';
+const heldEvents = (event: string): string => `modelgate_pool_held_requests_total{pool="models/llama",pool_namespace="models",pool_name="llama",event="${event}"}`;
+
+function chat(apiUrl: string, signal?: AbortSignal): Promise<Response> {
+  return fetch(`${apiUrl}/v1/chat/completions`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${KEY}`, 'content-type': 'application/json' },
+    body: JSON.stringify({ model: 'default', messages: [{ role: 'user', content: 'hi' }], max_tokens: 2 }),
+    ...(signal ? { signal } : {}),
+  });
+}
+
+describe('Kubernetes mode: scale from zero', () => {
+  it('holds requests while the pool has no ready pod, drops the clients that leave, and sends the rest to the first ready pod', async () => {
+    const fake = await FakeKubeApi.start();
+    cleanups.push(() => fake.close());
+    const [pod] = await startPods(['pod-a']);
+    cleanups.push(() => pod!.sim.close());
+    const pool = modelPool('llama', 'llama');
+    fake.apply('modelpools', { ...pool, spec: { ...(pool.spec as object), resilience: { scaleFromZero: { enabled: true, maxWaitMs: 60_000 } } } });
+    fake.apply('modeldeployments', modelDeployment('llama-prod', 'llama-3', ['default'], [{ pool: 'llama' }]));
+    // The pod runs (its model loading) but is not ready: listed, not routable.
+    fake.apply('endpointslices', endpointSlice('llama-abc', 'llama', [{ pod: pod!, ready: false }]));
+    const gateway = await startKubeRouter(fake);
+    cleanups.push(() => gateway.close());
+    const { apiUrl, adminUrl } = gateway.router;
+    await eventually(
+      () => rawRequest(`${adminUrl}/readyz`).then((r) => r.status),
+      (s) => s === 200,
+      'the router to become ready',
+      BOUND_MS,
+    );
+
+    // At zero the model is still listed.
+    const models = await rawRequest(`${apiUrl}/v1/models`, { headers: { authorization: `Bearer ${KEY}` } });
+    expect((JSON.parse(models.body) as { data: Array<{ id: string }> }).data.map((m) => m.id)).toContain('default');
+
+    const answers = Array.from({ length: 20 }, () => chat(apiUrl));
+    const leaving = Array.from({ length: 3 }, () => new AbortController());
+    const gaveUp = leaving.map((c) => chat(apiUrl, c.signal).catch((err: unknown) => err));
+    await eventually(
+      () => metric(adminUrl, HELD),
+      (n) => n === 23,
+      '23 requests to be held',
+      BOUND_MS,
+    );
+    expect(await metric(adminUrl, 'modelgate_pool_demand_requests{pool="models/llama",pool_namespace="models",pool_name="llama"}')).toBe(23);
+    // The status writer shows them, with the condition.
+    const status = await eventually(
+      () => fake.get('modelpools', 'models', 'llama')?.status as { requestsHeld?: number; requestsWaiting?: number; conditions?: Array<{ type: string; status: string; reason: string }> } | undefined,
+      (s) => s?.requestsHeld === 23,
+      'the ModelPool status to count the held requests',
+      BOUND_MS,
+    );
+    expect(status?.requestsWaiting).toBe(23);
+    expect(status?.conditions?.find((c) => c.type === 'RequestsHeld')).toMatchObject({ status: 'True', reason: 'WaitingForReplica' });
+    expect(gateway.logs.some((l) => l.includes('pool has no ready replica: holding its requests'))).toBe(true);
+
+    // Clients that give up leave the queue at once, and are counted.
+    for (const c of leaving) c.abort();
+    expect((await Promise.all(gaveUp)).map((e) => (e as { name?: string }).name)).toEqual(['AbortError', 'AbortError', 'AbortError']);
+    await eventually(
+      () => metric(adminUrl, HELD),
+      (n) => n === 20,
+      'the 3 abandoned requests to leave the queue',
+      BOUND_MS,
+    );
+    expect(await metric(adminUrl, heldEvents('abandoned'))).toBe(3);
+    expect(pod!.sim.engine.stats.promptTokens).toBe(0); // nothing was sent to the pod while it was not ready
+
+    // The pod turns ready: all 20 are served, by it.
+    fake.apply('endpointslices', endpointSlice('llama-abc', 'llama', [{ pod: pod! }]));
+    const responses = await Promise.all(answers);
+    expect(responses.map((r) => r.status)).toEqual(Array.from({ length: 20 }, () => 200));
+    expect(new Set(responses.map((r) => r.headers.get('x-sim-replica')))).toEqual(new Set(['pod-a']));
+    for (const r of responses) expect(((await r.json()) as { choices: unknown[] }).choices).toHaveLength(1);
+    expect(await metric(adminUrl, heldEvents('served'))).toBe(20);
+    expect(await metric(adminUrl, heldEvents('held'))).toBe(23);
+    expect(await metric(adminUrl, HELD)).toBe(0);
+    await eventually(
+      () => fake.get('modelpools', 'models', 'llama')?.status as { requestsHeld?: number; conditions?: Array<{ type: string; status: string }> } | undefined,
+      (s) => s?.requestsHeld === 0 && s.conditions?.find((c) => c.type === 'RequestsHeld')?.status === 'False',
+      'the ModelPool status to show nothing held',
+      BOUND_MS,
+    );
+  });
+
+  it('answers 503 at once for a pool at zero that does not opt in', async () => {
+    const fake = await FakeKubeApi.start();
+    cleanups.push(() => fake.close());
+    fake.apply('modelpools', modelPool('llama', 'llama'));
+    fake.apply('modeldeployments', modelDeployment('llama-prod', 'llama-3', ['default'], [{ pool: 'llama' }]));
+    const gateway = await startKubeRouter(fake);
+    cleanups.push(() => gateway.close());
+    await eventually(
+      () => rawRequest(`${gateway.router.adminUrl}/readyz`).then((r) => r.status),
+      (s) => s === 200,
+      'the router to become ready',
+      BOUND_MS,
+    );
+    const res = await chat(gateway.router.apiUrl);
+    expect(res.status).toBe(503);
+    expect(((await res.json()) as { error: { code: string } }).error.code).toBe('no_ready_replica');
+  });
+});
