@@ -10,7 +10,10 @@ import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { buildConfig, ConfigError } from '../../src/config/load.js';
+import { poolResolver } from '../../src/config/pool-settings.js';
 import { defaultSimOptions } from '../../src/sim/options.js';
+import { staticDiscovery } from '../../src/wiring/static-discovery.js';
 import { startSim } from '../../src/sim/server.js';
 import { eventually } from '../helpers/kube-env.js';
 import { rawRequest } from '../helpers/http.js';
@@ -108,5 +111,21 @@ describe('static mode: scale from zero', () => {
     expect(body.error.message).toContain('became ready within 1 s');
     expect(await metric(adminUrl, 'modelgate_pool_held_requests_total{pool="cold",pool_namespace="",pool_name="cold",event="timeout"}')).toBe(1);
     expect(await metric(adminUrl, 'modelgate_rejected_requests_total{pool="cold",reason="no_replica_timeout"}')).toBe(1);
+  });
+});
+
+describe('static mode: scale from zero needs health checks', () => {
+  it('refuses a pool that scales from zero without health checks: nothing else tells the router a replica is ready', () => {
+    const config = buildConfig(
+      {
+        auth: { keysFile: 'keys.yaml' },
+        pools: [{ name: 'llm', servedModelName: 'llm', endpoints: ['http://127.0.0.1:9'], resilience: { scaleFromZero: { enabled: true } } }],
+        deployments: [{ id: 'llm', model: 'llm', targets: [{ pool: 'llm' }] }],
+      },
+      tmpdir(),
+    );
+    const discover = (): unknown => staticDiscovery(config, 0, poolResolver({ resilience: config.resilience, routing: config.routing }));
+    expect(discover).toThrow(ConfigError);
+    expect(discover).toThrow('pools[0].resilience: scaleFromZero needs resilience.healthCheck.enabled in static mode');
   });
 });
