@@ -1,5 +1,10 @@
-/** The admin app (port 9090): liveness, readiness and the Prometheus exposition. Nothing secret. */
+/**
+ * The admin app (port 9090): liveness, readiness, the Prometheus exposition and the status page
+ * (`/status`, HTML, and `/status.json`, its JSON twin). Nothing secret.
+ */
 import express, { type Request, type Response } from 'express';
+import { type StatusSnapshot } from './status.js';
+import { renderStatusPage, STATUS_PAGE_CSP } from './status-page.js';
 
 /** Reasons the router is not ready; empty when ready. */
 export type ReadinessCheck = () => string[];
@@ -7,6 +12,8 @@ export type ReadinessCheck = () => string[];
 export interface AdminDeps {
   readiness: ReadinessCheck;
   metrics: { contentType: string; metrics(): Promise<string> };
+  /** The fleet's state for the status page; absent: no `/status` routes. */
+  status?: { snapshot(): StatusSnapshot };
 }
 
 export function buildAdminApp(deps: AdminDeps): express.Express {
@@ -24,5 +31,18 @@ export function buildAdminApp(deps: AdminDeps): express.Express {
     res.setHeader('content-type', deps.metrics.contentType);
     res.end(await deps.metrics.metrics());
   });
+  const { status } = deps;
+  if (status) {
+    admin.get('/status', (_req: Request, res: Response) => {
+      res.setHeader('cache-control', 'no-store');
+      res.setHeader('content-security-policy', STATUS_PAGE_CSP);
+      res.setHeader('x-content-type-options', 'nosniff');
+      res.type('html').send(renderStatusPage(status.snapshot()));
+    });
+    admin.get('/status.json', (_req: Request, res: Response) => {
+      res.setHeader('cache-control', 'no-store');
+      res.json(status.snapshot());
+    });
+  }
   return admin;
 }
