@@ -15,8 +15,29 @@ import { registerProcessMetrics } from './process.js';
 import { observeRoutingGauges, routingMetrics, type RoutingMetrics, type RoutingSources, type RoutingStateSources } from './routing.js';
 import { trafficMetrics, type TrafficMetrics } from './traffic.js';
 
+/**
+ * What the router already knows at scrape time, so that labelled counters exist before their first
+ * event (at 0: `rate()` and `increase()` then see that first event) and series of endpoints that left
+ * go away.
+ */
+export interface KnownLabelSources {
+  /** Every (deployment, pool) a deployment targets. */
+  routes(): Iterable<{ deployment: string; pool: string }>;
+  /** Every pool's name. */
+  pools(): Iterable<string>;
+  /** The ids of the endpoints discovery lists now. */
+  liveEndpoints(): ReadonlySet<string>;
+}
+
 /** Live state the gauges read at scrape time; each part is declared next to the gauges that read it. */
-export interface MetricSources extends RoutingStateSources, AdmissionSources, ControlPlaneSources {}
+export interface MetricSources extends RoutingStateSources, AdmissionSources, ControlPlaneSources, Partial<KnownLabelSources> {}
+
+/** How a started response can end (`modelgate_response_ends_total{end}`). */
+export const RESPONSE_ENDS = ['complete', 'client_gone', 'client_stalled', 'upstream_broken', 'idle_timeout', 'deadline'] as const;
+/** Why admission turns a request away (`modelgate_rejected_requests_total{reason}`). */
+export const REJECT_REASONS = ['queue_full', 'queue_timeout', 'shed', 'no_replica_timeout'] as const;
+/** Results of engine-metrics scrapes (`modelgate_engine_scrapes_total{result}`). */
+export const SCRAPE_RESULTS = ['ok', 'error', 'timeout', 'unparsable'] as const;
 
 /** An inference API's name (the route table's), `models` (GET /v1/models…), or `other` (everything else). */
 export type Route = ApiName | 'models' | 'limits' | 'other';
@@ -33,14 +54,44 @@ export class RouterMetrics {
   private readonly resilience: ResilienceMetrics;
   private readonly controlPlane: ControlPlaneMetrics;
   private demand: DemandMetrics | undefined;
+  /** The (pool, outcome) label sets each endpoint's attempts have been counted under, to remove them when it leaves. */
+  private readonly attemptLabels = new Map<string, Set<string>>();
 
-  constructor(sources: MetricSources, options: { processMetrics?: boolean } = {}) {
+  constructor(
+    private readonly sources: MetricSources,
+    options: { processMetrics?: boolean } = {},
+  ) {
     const registers = [this.registry];
     this.traffic = trafficMetrics(registers);
     this.routing = routingMetrics(registers, sources);
     this.resilience = resilienceMetrics(registers, sources);
     this.controlPlane = controlPlaneMetrics(registers, sources);
     if (options.processMetrics ?? true) registerProcessMetrics(this.registry);
+  }
+
+  /**
+   * Brings the labelled series up to date with what discovery knows, before a scrape: the label sets
+   * of known deployments and pools at 0, the attempts of endpoints that left removed (the gauges
+   * labelled by endpoint are rebuilt at each scrape already).
+   */
+  private refreshSeries(): void {
+    const { routes, pools, liveEndpoints } = this.sources;
+    for (const labels of routes?.() ?? []) for (const end of RESPONSE_ENDS) this.traffic.streamEnds.inc({ ...labels, end }, 0);
+    for (const pool of pools?.() ?? []) {
+      for (const reason of REJECT_REASONS) this.resilience.rejected.inc({ pool, reason }, 0);
+      for (const result of ['hit', 'miss']) this.routing.prefixBlocks.inc({ pool, result }, 0);
+      for (const result of SCRAPE_RESULTS) this.routing.engineScrapes.inc({ pool, result }, 0);
+    }
+    if (!liveEndpoints) return;
+    const live = liveEndpoints();
+    for (const [endpoint, sets] of this.attemptLabels) {
+      if (live.has(endpoint)) continue;
+      for (const set of sets) {
+        const [pool = '', outcome = ''] = set.split('\0');
+        this.resilience.attempts.remove({ pool, endpoint, outcome });
+      }
+      this.attemptLabels.delete(endpoint);
+    }
   }
 
   recordRequest(route: Route, deployment: string, pool: string, code: number, seconds: number): void {
@@ -84,6 +135,10 @@ export class RouterMetrics {
 
   recordAttempt(pool: string, endpoint: string, outcome: string): void {
     this.resilience.attempts.inc({ pool, endpoint, outcome });
+    const key = `${pool}\0${outcome}`;
+    const sets = this.attemptLabels.get(endpoint);
+    if (!sets) this.attemptLabels.set(endpoint, new Set([key]));
+    else sets.add(key);
   }
 
   recordRetry(pool: string, reason: string): void {
@@ -131,7 +186,7 @@ export class RouterMetrics {
 
   /** Gauges read from the resilience layer at scrape time (registered once). */
   observeResilience(sources: ResilienceSources): void {
-    observeResilienceGauges([this.registry], sources);
+    observeResilienceGauges([this.registry], { ...sources, queueLimits: () => this.sources.queueLimits() });
   }
 
   recordStatusWrite(kind: string, ok: boolean): void {
@@ -139,6 +194,7 @@ export class RouterMetrics {
   }
 
   metrics(): Promise<string> {
+    this.refreshSeries();
     return this.registry.metrics();
   }
 

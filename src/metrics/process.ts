@@ -5,13 +5,16 @@
  * listing every handle for `nodejs_active_handles` and `nodejs_active_resources` (and their `_total`),
  * and a synchronous read of /proc/self/fd for `process_open_fds`. The handle and resource series are
  * left out (the router's in-flight gauges count what matters there); `process_open_fds` is kept, read
- * on the thread pool.
+ * on the thread pool. `nodejs_active_requests_total` is left out as well: a gauge named like a counter,
+ * which `promtool check metrics` rejects (and the sum of `nodejs_active_requests` by type).
  */
 import { readdir } from 'node:fs/promises';
 import { collectDefaultMetrics, Gauge, Registry } from 'prom-client';
 
 /** Default series whose collection costs a walk over every open handle at each scrape. */
 export const PER_HANDLE_SERIES: readonly string[] = ['nodejs_active_handles', 'nodejs_active_handles_total', 'nodejs_active_resources', 'nodejs_active_resources_total', 'process_open_fds'];
+/** Default gauges named `_total` (a counter's suffix), which Prometheus' linter rejects. */
+export const MISNAMED_SERIES: readonly string[] = ['nodejs_active_requests_total'];
 
 /** Registers Node's process metrics in `registry`, the per-handle series left out or made cheap. */
 export function registerProcessMetrics(registry: Registry): void {
@@ -20,7 +23,7 @@ export function registerProcessMetrics(registry: Registry): void {
   collectDefaultMetrics({ register: defaults });
   for (const { name } of defaults.getMetricsAsArray()) {
     const metric = defaults.getSingleMetric(name);
-    if (metric && !PER_HANDLE_SERIES.includes(name)) registry.registerMetric(metric);
+    if (metric && !PER_HANDLE_SERIES.includes(name) && !MISNAMED_SERIES.includes(name)) registry.registerMetric(metric);
   }
   if (process.platform === 'linux') {
     new Gauge({

@@ -72,7 +72,7 @@ export function resilienceMetrics(registers: Registry[], sources: AdmissionSourc
 }
 
 /** Gauges read from the resilience layer at scrape time; registered once per registry. */
-export function observeResilienceGauges(registers: Registry[], sources: ResilienceSources): void {
+export function observeResilienceGauges(registers: Registry[], sources: ResilienceSources & AdmissionSources): void {
   const code = { closed: 0, 'half-open': 1, open: 2 } as const;
   new Gauge({
     name: 'modelgate_breaker_state',
@@ -91,6 +91,8 @@ export function observeResilienceGauges(registers: Registry[], sources: Resilien
     registers,
     collect() {
       this.reset();
+      // every pool with a queue at 0 first: an empty queue is 0, not a missing series
+      for (const q of sources.queueLimits()) this.set({ pool: q.pool }, 0);
       for (const q of sources.queues()) this.set({ pool: q.pool }, q.depth);
     },
   });

@@ -5,12 +5,21 @@
  */
 import { Counter, Histogram, type Registry } from 'prom-client';
 
-/** Seconds; from a few ms (an embedding) to several minutes (a long generation). */
-const DURATION_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600];
-/** Time to first token: 10 ms (a cached prefix) to 60 s (a long prompt on a busy engine). */
-const TTFT_BUCKETS = [0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 0.75, 1, 2.5, 5, 10, 20, 30, 60];
-/** Inter-token latency: 10 ms (a small model) upward; a long gap means a stall. */
-const ITL_BUCKETS = [0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1, 2.5, 10, 60];
+/**
+ * Seconds; from a few ms (an embedding) to 30 minutes, the default `resilience.timeouts.totalMs`: a
+ * request can last that long, and one past the last bucket only lands in +Inf.
+ */
+export const DURATION_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 900, 1800];
+/**
+ * Time to first token: 10 ms (a cached prefix) to 180 s, the default `resilience.timeouts.firstByteMs`
+ * (a long prompt on a busy engine may wait that long for its first token).
+ */
+export const TTFT_BUCKETS = [0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 0.75, 1, 2.5, 5, 10, 20, 30, 60, 120, 180];
+/**
+ * Inter-token latency: 1 ms (a small model on a fast GPU emits a token every few ms) upward; a long
+ * gap means a stall.
+ */
+export const ITL_BUCKETS = [0.001, 0.0025, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1, 2.5, 10, 60];
 
 export interface TrafficMetrics {
   requests: Counter<'route' | 'deployment' | 'pool' | 'code'>;

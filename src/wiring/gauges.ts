@@ -1,24 +1,62 @@
-/** What the router's gauges read from discovery and the in-flight counts, at each scrape. */
+/** What the router's gauges read from discovery, health checks, breakers and the in-flight counts, at each scrape. */
 import { type InFlight } from '../balancer/in-flight.js';
+import { type PoolSpec } from '../core/types.js';
 import { type DiscoveryWiring } from '../discovery/wiring.js';
 import { type MetricSources } from '../metrics/metrics.js';
 
-export function discoveryGauges(discovery: DiscoveryWiring, inFlight: InFlight, kubernetes: boolean): MetricSources {
+/** Whether a discovered endpoint can take a request now: its health check and its breaker. */
+export interface ReadinessSources {
+  /** The health checker's answer; `unknown` for an endpoint not probed yet. */
+  isHealthy(endpointId: string, unknown: boolean): boolean;
+  /** Every breaker made so far (an endpoint without one has never failed: closed). */
+  breakers(): Iterable<{ endpoint: string; state: 'closed' | 'open' | 'half-open' }>;
+}
+
+/**
+ * The gauges' sources. "Ready" is the picker's usable rule — discovered, passing its health checks
+ * (an endpoint not probed yet counts as healthy, except in a pool that scales from zero with health
+ * checks), and its breaker not open — so a dead replica leaves the ready counts once its breaker
+ * opens or its probe fails, not only when discovery drops it.
+ */
+export function discoveryGauges(discovery: DiscoveryWiring, inFlight: InFlight, kubernetes: boolean, readiness: ReadinessSources): MetricSources {
+  const readyCounts = (): Map<string, number> => {
+    const open = new Set<string>();
+    for (const b of readiness.breakers()) if (b.state === 'open') open.add(b.endpoint);
+    const counts = new Map<string, number>();
+    for (const pool of discovery.pools()) counts.set(pool.name, readyIn(pool, open));
+    return counts;
+  };
+  const readyIn = (pool: PoolSpec, open: ReadonlySet<string>): number => {
+    const unknown = !(pool.resilience.scaleFromZero.enabled && pool.resilience.healthCheck.enabled);
+    return discovery.endpoints.snapshot(pool.name).filter((ep) => !open.has(ep.id) && readiness.isHealthy(ep.id, unknown)).length;
+  };
   return {
-    inFlight: () => [...inFlight.byEndpoint()],
-    readyEndpoints: () => discovery.pools().map((pool) => ({ pool: pool.name, count: discovery.endpoints.snapshot(pool.name).length })),
+    // every discovered endpoint, at 0 when idle: an idle pool shows 0, not an empty panel
+    inFlight: () => {
+      const counts = new Map<string, { pool: string; endpoint: string; count: number }>();
+      for (const pool of discovery.pools()) for (const ep of discovery.endpoints.snapshot(pool.name)) counts.set(ep.id, { pool: pool.name, endpoint: ep.id, count: 0 });
+      for (const e of inFlight.byEndpoint()) counts.set(e.endpoint, e);
+      return counts.values();
+    },
+    readyEndpoints: () => [...readyCounts()].map(([pool, count]) => ({ pool, count })),
     deploymentReadyEndpoints: () => {
-      const catalog = discovery.catalog();
-      return catalog.deployments().map((d) => ({
-        deployment: d.id,
-        count: d.targets.filter((t) => t.weight > 0 && catalog.pool(t.pool)).reduce((n, t) => n + discovery.endpoints.snapshot(t.pool).length, 0),
-      }));
+      const counts = readyCounts();
+      return discovery
+        .catalog()
+        .deployments()
+        .map((d) => ({ deployment: d.id, count: d.targets.filter((t) => t.weight > 0).reduce((n, t) => n + (counts.get(t.pool) ?? 0), 0) }));
     },
     queueLimits: () =>
       discovery
         .pools()
         .filter((p) => p.resilience.maxConcurrencyPerReplica > 0)
         .map((p) => ({ pool: p.name, limit: p.resilience.queue.maxSize })),
+    routes: () => {
+      const catalog = discovery.catalog();
+      return catalog.deployments().flatMap((d) => d.targets.filter((t) => catalog.pool(t.pool)).map((t) => ({ deployment: d.id, pool: t.pool })));
+    },
+    pools: () => discovery.pools().map((p) => p.name),
+    liveEndpoints: () => new Set(discovery.pools().flatMap((p) => discovery.endpoints.snapshot(p.name).map((e) => e.id))),
     ...(kubernetes ? { watches: () => discovery.watches(), leader: () => discovery.isLeader() } : {}),
   };
 }

@@ -5,7 +5,7 @@
  */
 import { beforeAll, describe, expect, it } from '@jest/globals';
 import { Registry } from 'prom-client';
-import { PER_HANDLE_SERIES, registerProcessMetrics } from '../../src/metrics/process.js';
+import { MISNAMED_SERIES, PER_HANDLE_SERIES, registerProcessMetrics } from '../../src/metrics/process.js';
 
 const registry = new Registry();
 beforeAll(() => registerProcessMetrics(registry));
@@ -30,6 +30,12 @@ describe('registerProcessMetrics', () => {
   it('leaves out the series that list every open handle', async () => {
     const text = await scrape();
     for (const name of PER_HANDLE_SERIES.filter((n) => n !== 'process_open_fds')) expect(text).not.toContain(`# TYPE ${name} `);
+  });
+
+  it('leaves out the gauges named like counters (`_total`), which promtool check metrics rejects', async () => {
+    const text = await scrape();
+    for (const name of MISNAMED_SERIES) expect(text).not.toContain(`# TYPE ${name} `);
+    expect(text).not.toMatch(/^# TYPE \S+_total gauge$/m);
   });
 
   it('still counts open file descriptors on Linux', async () => {

@@ -1,0 +1,188 @@
+/**
+ * A real Prometheus (and its promtool) for tests: 127.0.0.1, a free port, a temp dir of its own for
+ * the config and the TSDB, scraping the given targets every second and evaluating the given rule
+ * files every second. `stop()` kills it and removes the dir; an exit hook kills it should the test
+ * process exit without `stop()`. The binaries come from Debian's `prometheus` package, found on PATH
+ * like test/helpers/redis-server.ts finds redis-server (.ci/run installs them).
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { once } from 'node:events';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import net, { type AddressInfo } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+
+const PROMETHEUS = 'prometheus';
+const PROMTOOL = 'promtool';
+const INSTALL_HINT = 'the real-Prometheus tests need Prometheus 2.x: .ci/run installs it (apt-get install prometheus); install it the same way to run them locally.';
+const START_TIMEOUT_MS = 20_000;
+const STOP_TIMEOUT_MS = 5_000;
+const POLL_MS = 100;
+const START_ATTEMPTS = 3;
+
+export interface PromSample {
+  metric: Record<string, string>;
+  value: [number, string];
+}
+
+/** What /api/v1/query answered: the vector, or Prometheus' error (e.g. a query that does not parse). */
+export type QueryAnswer = { ok: true; result: PromSample[] } | { ok: false; error: string };
+
+export interface PromAlert {
+  labels: Record<string, string>;
+  state: 'pending' | 'firing' | 'inactive';
+}
+
+export interface PrometheusServer {
+  /** `http://127.0.0.1:<port>` */
+  readonly url: string;
+  /** Evaluates an instant query now. */
+  query(expr: string): Promise<QueryAnswer>;
+  /** The alerts the rule manager holds (pending and firing). */
+  alerts(): Promise<PromAlert[]>;
+  /** Kills Prometheus and removes its temp dir. */
+  stop(): Promise<void>;
+}
+
+export interface PrometheusOptions {
+  /** host:port of each /metrics target. */
+  targets: string[];
+  /** Absolute paths of rule files to load. */
+  ruleFiles?: string[];
+}
+
+/** Starts Prometheus; rejects (does not skip) when it is not installed. */
+export async function startPrometheus(options: PrometheusOptions): Promise<PrometheusServer> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await serve(await freePort(), options);
+    } catch (err) {
+      if (attempt >= START_ATTEMPTS || !(err instanceof Error && err.message.includes('address already in use'))) throw err;
+    }
+  }
+}
+
+async function serve(port: number, options: PrometheusOptions): Promise<PrometheusServer> {
+  const dir = mkdtempSync(join(tmpdir(), 'modelgate-prometheus-'));
+  const config = {
+    global: { scrape_interval: '1s', scrape_timeout: '1s', evaluation_interval: '1s' },
+    rule_files: options.ruleFiles ?? [],
+    scrape_configs: [{ job_name: 'modelgate', metrics_path: '/metrics', static_configs: [{ targets: options.targets }] }],
+  };
+  writeFileSync(join(dir, 'prometheus.yml'), JSON.stringify(config)); // JSON is YAML
+  const child = spawn(PROMETHEUS, [`--config.file=${join(dir, 'prometheus.yml')}`, `--storage.tsdb.path=${join(dir, 'data')}`, `--web.listen-address=127.0.0.1:${port}`, '--log.level=warn'], {
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  const killOnExit = (): void => {
+    child.kill('SIGKILL');
+  };
+  process.once('exit', killOnExit);
+  let output = '';
+  const keep = (chunk: Buffer): void => {
+    output = (output + chunk.toString()).slice(-4000);
+  };
+  child.stdout?.on('data', keep);
+  child.stderr?.on('data', keep);
+  const url = `http://127.0.0.1:${port}`;
+  const stop = async (): Promise<void> => {
+    process.removeListener('exit', killOnExit);
+    await stopChild(child);
+    rmSync(dir, { recursive: true, force: true });
+  };
+  try {
+    await untilReady(child, url, () => output);
+  } catch (err) {
+    await stop();
+    throw err;
+  }
+  return {
+    url,
+    stop,
+    query: async (expr) => {
+      const res = await fetch(`${url}/api/v1/query?${new URLSearchParams({ query: expr }).toString()}`);
+      const body = (await res.json()) as { status: string; error?: string; data?: { resultType: string; result: PromSample[] } };
+      if (body.status !== 'success' || !body.data) return { ok: false, error: body.error ?? `HTTP ${res.status}` };
+      if (body.data.resultType !== 'vector') return { ok: false, error: `a ${body.data.resultType}, not a vector` };
+      return { ok: true, result: body.data.result };
+    },
+    alerts: async () => {
+      const body = (await (await fetch(`${url}/api/v1/alerts`)).json()) as { data: { alerts: PromAlert[] } };
+      return body.data.alerts;
+    },
+  };
+}
+
+async function stopChild(child: ChildProcess): Promise<void> {
+  if (child.exitCode !== null || child.signalCode !== null || child.pid === undefined) return;
+  const exited = once(child, 'exit');
+  child.kill('SIGTERM');
+  const timer = setTimeout(() => child.kill('SIGKILL'), STOP_TIMEOUT_MS);
+  await exited;
+  clearTimeout(timer);
+}
+
+/** Resolves once /-/ready answers 200; rejects if Prometheus exits, is missing, or takes too long. */
+function untilReady(child: ChildProcess, url: string, output: () => string): Promise<void> {
+  return new Promise<void>((resolve, reject) => {
+    let done = false;
+    let timer: NodeJS.Timeout | undefined;
+    const finish = (err?: Error): void => {
+      if (done) return;
+      done = true;
+      clearTimeout(timer);
+      clearTimeout(deadline);
+      child.removeListener('error', onError);
+      child.removeListener('exit', onExit);
+      if (err) reject(err);
+      else resolve();
+    };
+    const onError = (err: NodeJS.ErrnoException): void => finish(err.code === 'ENOENT' ? new Error(`${PROMETHEUS} is not installed (not on PATH): ${INSTALL_HINT}`) : err);
+    const onExit = (code: number | null, signal: NodeJS.Signals | null): void => finish(new Error(`${PROMETHEUS} exited (code ${code}, signal ${signal}) before it was ready:\n${output()}`));
+    const deadline = setTimeout(() => finish(new Error(`${PROMETHEUS} was not ready within ${START_TIMEOUT_MS} ms:\n${output()}`)), START_TIMEOUT_MS);
+    child.once('error', onError);
+    child.once('exit', onExit);
+    const attempt = (): void => {
+      if (done) return;
+      void fetch(`${url}/-/ready`).then(
+        (res) => (res.status === 200 ? finish() : (timer = setTimeout(attempt, POLL_MS))),
+        () => (timer = setTimeout(attempt, POLL_MS)),
+      );
+    };
+    attempt();
+  });
+}
+
+/** A port nothing listens on right now (the kernel's pick for port 0). */
+async function freePort(): Promise<number> {
+  const server = net.createServer();
+  server.listen(0, '127.0.0.1');
+  await once(server, 'listening');
+  const { port } = server.address() as AddressInfo;
+  server.close();
+  await once(server, 'close');
+  return port;
+}
+
+/** Runs promtool with `args`, `input` on its stdin: its exit code and output. Rejects when it is not installed. */
+export function promtool(args: string[], input = ''): Promise<{ code: number; output: string }> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(PROMTOOL, args, { stdio: ['pipe', 'pipe', 'pipe'] });
+    let output = '';
+    child.stdout.on('data', (chunk: Buffer) => (output += chunk.toString()));
+    child.stderr.on('data', (chunk: Buffer) => (output += chunk.toString()));
+    child.once('error', (err: NodeJS.ErrnoException) => reject(err.code === 'ENOENT' ? new Error(`${PROMTOOL} is not installed (not on PATH): ${INSTALL_HINT}`) : err));
+    child.once('close', (code) => resolve({ code: code ?? -1, output }));
+    child.stdin.end(input);
+  });
+}
+
+/** Polls `check` every {@link POLL_MS} until it returns a value other than undefined, at most `timeoutMs`. */
+export async function until<T>(check: () => Promise<T | undefined>, what: string, timeoutMs: number): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const value = await check();
+    if (value !== undefined) return value;
+    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
+    await new Promise((resolve) => setTimeout(resolve, POLL_MS));
+  }
+}
