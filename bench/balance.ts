@@ -16,6 +16,23 @@ const WARMUP_MS = SMOKE ? 300 : 5_000;
 const WINDOW_MS = SMOKE ? 1_000 : 40_000;
 const CALIBRATE_MS = SMOKE ? 500 : 8_000;
 const bodies = (tag: string, count: number): string[] => mixBodies(MODEL, tag, count);
+/** The latency objective goodput is judged against (modelgate's \`slo\` in this run; the same rule for every policy). */
+const SLO = { ttftMs: 500, itlMs: 100 };
+
+/** The share of offered requests answered within SLO: 200, time to first token and mean gap between events within it (metrics/goodput.ts's rule). */
+function goodput(samples: Array<{ status: number; ttfbMs: number; ttlbMs: number; events: number }>): number {
+  if (samples.length === 0) return NaN;
+  const within = samples.filter((s) => s.status === 200 && s.ttfbMs >= 0 && s.ttfbMs <= SLO.ttftMs && (s.events <= 1 || (s.ttlbMs - s.ttfbMs) / (s.events - 1) <= SLO.itlMs));
+  return within.length / samples.length;
+}
+
+/** The router's own goodput from its counters (every request of the run, warm-up included). */
+async function routerGoodput(adminUrl: string): Promise<number> {
+  const text = await (await fetch(`${adminUrl}/metrics`)).text();
+  const count = (result: string): number => Number(new RegExp(`^modelgate_goodput_requests_total\\{deployment="bench",result="${result}"\\} (\\S+)$`, 'm').exec(text)?.[1] ?? 0);
+  const all = ['within', 'outside', 'rejected', 'failed'].reduce((sum, r) => sum + count(r), 0);
+  return all > 0 ? count('within') / all : NaN;
+}
 
 interface Policy {
   name: string;
@@ -27,7 +44,7 @@ const POLICIES: Policy[] = [
   { name: 'random', start: (up) => startHaproxy(up, 'random'), headers: {} },
   { name: 'round robin', start: (up) => startHaproxy(up, 'roundrobin'), headers: {} },
   { name: 'haproxy leastconn', start: (up) => startHaproxy(up, 'leastconn'), headers: {} },
-  { name: 'modelgate', start: (up) => startModelgate(up, MODEL), headers: { authorization: `Bearer ${BENCH_KEY}` } },
+  { name: 'modelgate', start: (up) => startModelgate(up, MODEL, {}, { config: { slo: SLO } }), headers: { authorization: `Bearer ${BENCH_KEY}` } },
 ];
 
 interface Cell {
@@ -38,6 +55,10 @@ interface Cell {
   e2e: { p50: number; p99: number };
   rps: number;
   errors: number;
+  /** Within SLO ÷ offered, from the client's samples of the window. */
+  goodput: number;
+  /** modelgate only: the same from its own counters over the whole run. */
+  routerGoodput?: number;
   share: Record<string, number>;
 }
 
@@ -68,7 +89,19 @@ async function main(): Promise<void> {
           const ok = result.samples.filter((s) => s.status === 200 && s.ttfbMs >= 0);
           const share: Record<string, number> = {};
           for (const s of ok) share[s.replica] = (share[s.replica] ?? 0) + 1 / ok.length;
-          cells.push({ policy: policy.name, load: level, rate, ttft: summary.ttfb, e2e: summary.ttlb, rps: summary.rps, errors: summary.errors, share });
+          const own = 'adminUrl' in proxy && typeof proxy.adminUrl === 'string' ? await routerGoodput(proxy.adminUrl) : undefined;
+          cells.push({
+            policy: policy.name,
+            load: level,
+            rate,
+            ttft: summary.ttfb,
+            e2e: summary.ttlb,
+            rps: summary.rps,
+            errors: summary.errors,
+            share,
+            goodput: goodput(result.samples),
+            ...(own === undefined ? {} : { routerGoodput: own }),
+          });
           console.error(`balance: ${Math.round(level * 100)}% ${policy.name}: TTFT p99 ${summary.ttfb.p99.toFixed(0)} ms`);
         } finally {
           await proxy.stop();
@@ -114,6 +147,24 @@ function report(cells: Cell[], perReplica: Array<{ name: string; rps: number }>,
         c.rps.toFixed(1),
         REPLICAS.map((r) => `${Math.round((c.share[r.name] ?? 0) * 100)}%`).join(' / '),
         c.errors,
+      ]),
+    ),
+    '',
+    `## Goodput (within SLO: time to first token ≤ ${SLO.ttftMs} ms and mean gap between events ≤ ${SLO.itlMs} ms, ÷ offered)`,
+    '',
+    "From the client's samples of each window, the same rule for every policy; for modelgate also from its own",
+    '`modelgate_goodput_requests_total` (the whole run, warm-up included).',
+    '',
+    table(
+      ['load', ...POLICIES.map((p) => p.name), 'modelgate (its counters)', 'modelgate TTFT p99 ms'],
+      LOADS.map((level) => [
+        `${Math.round(level * 100)}%`,
+        ...POLICIES.map((p) => {
+          const c = cell(p.name, level);
+          return c ? `${(c.goodput * 100).toFixed(1)}%` : 'n/a';
+        }),
+        ((g) => (g === undefined ? 'n/a' : `${(g * 100).toFixed(1)}%`))(cell('modelgate', level)?.routerGoodput),
+        f(cell('modelgate', level)?.ttft.p99 ?? NaN),
       ]),
     ),
     '',

@@ -26,9 +26,11 @@ import { EndpointPicker } from './resilience/picker.js';
 import { HoldReporter, poolDemand } from './wiring/demand.js';
 import { poolResolver } from './config/pool-settings.js';
 import { buildApp } from './server/app.js';
+import { RecentTraffic, statusBoard } from './server/status.js';
 import { closeServer, createApiServer, drain, listen } from './wiring/servers.js';
 import { staticDiscovery } from './wiring/static-discovery.js';
 import { createLogger, lineSinkOf } from './wiring/logger.js';
+import { GoodputMetrics, sloResult } from './metrics/goodput.js';
 import { discoveryGauges } from './wiring/gauges.js';
 
 export interface RouterOptions {
@@ -84,7 +86,9 @@ export async function createRouter(config: Config, options: RouterOptions = {}):
     config.discovery.mode === 'kubernetes'
       ? (await import('./wiring/kubernetes-discovery.js')).kubernetesDiscovery(config, resolve, logger, metricsRef, random, clock)
       : staticDiscovery(config, Math.floor(Date.now() / 1000), resolve);
-  const metrics = new RouterMetrics(discoveryGauges(discovery, inFlight, config.discovery.mode === 'kubernetes'), { processMetrics: options.processMetrics ?? true });
+  // The ready gauges read the health checks and breakers built below, at scrape time only.
+  const readiness = { isHealthy: (id: string, unknown: boolean) => health.isHealthy(id, unknown), breakers: () => breakers.states() };
+  const metrics = new RouterMetrics(discoveryGauges(discovery, inFlight, config.discovery.mode === 'kubernetes', readiness), { processMetrics: options.processMetrics ?? true });
   const keys = new KeyStore(config.auth.keysFile, {
     onReload: (result) => {
       metricsRef().recordKeysReload(result.ok);
@@ -188,6 +192,27 @@ export async function createRouter(config: Config, options: RouterOptions = {}):
   limiter.start();
   let stopping = false;
   const logSink = lineSinkOf(logger);
+  const goodput = new GoodputMetrics([metrics.registry]);
+  // The OpenTelemetry SDK is loaded only when tracing is on.
+  const tracing = config.tracing.enabled ? (await import('./tracing/otel.js')).createTracing(config.tracing) : undefined;
+  const notReadyReasons = (): string[] => [...(stopping ? ['shutting down'] : []), ...discovery.notReadyReasons()];
+  // The admin status page reads the same live state as the gauges, plus recent traffic fed by the access log.
+  const status = statusBoard({
+    now: () => clock.now(),
+    wallNow: () => Date.now(),
+    catalog: () => discovery.catalog(),
+    pools: () => discovery.pools(),
+    endpoints: discovery.endpoints,
+    health,
+    breakers,
+    inFlight,
+    engine: engineMetrics,
+    admission,
+    held: (pool) => picker.heldRequests(pool),
+    prefixIndexBlocks: () => prefixIndex.size(),
+    notReady: notReadyReasons,
+    recent: new RecentTraffic(() => clock.now()),
+  });
   const app = buildApp({
     maxBodyBytes: config.server.maxBodyBytes,
     maxUploadBytes: config.server.maxUploadBytes,
@@ -199,8 +224,16 @@ export async function createRouter(config: Config, options: RouterOptions = {}):
     metrics,
     logger,
     ...(logSink ? { logSink } : {}),
+    ...(tracing ? { tracing } : {}),
+    onFinished: (deployment, done) => {
+      // the deployment's own objective over the config's, field by field
+      const own = discovery.catalog().resolve(deployment)?.slo;
+      const result = sloResult(done, own ? { ...config.slo, ...own } : config.slo);
+      if (result) goodput.record(deployment, result);
+    },
     clock,
-    readiness: () => [...(stopping ? ['shutting down'] : []), ...discovery.notReadyReasons()],
+    readiness: notReadyReasons,
+    status,
     priorityHeader: config.priority.header,
     trustedProxies: config.server.trustedProxies,
   });
@@ -239,6 +272,7 @@ export async function createRouter(config: Config, options: RouterOptions = {}):
       agent.destroy();
       await limiter.stop();
       await shared?.close();
+      await tracing?.shutdown();
     },
   };
 }

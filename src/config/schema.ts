@@ -4,7 +4,7 @@
  */
 import { CAPABILITIES, ENGINES, type Capability, type Engine } from '../core/types.js';
 import { routingOverridesSchema, type RoutingOverrides } from '../balancer/settings.js';
-import { type RoutingSettings } from '../core/types.js';
+import { type RoutingSettings, type Slo } from '../core/types.js';
 import { defaultLimitsSchema, type LimitFields } from '../limits/settings.js';
 import { resilienceOverridesSchema, type ResilienceOverrides, type ResilienceSettings } from '../resilience/settings.js';
 
@@ -39,6 +39,8 @@ export interface DeploymentConfig {
   targets: Array<{ pool: string; weight: number }>;
   /** Deployment IDs tried in order when this one has no replica that can take the request. */
   fallbacks: string[];
+  /** This deployment's latency objective, over the config's `slo` (metrics/goodput.ts). */
+  slo?: Partial<Slo>;
 }
 
 export interface DiscoveryConfig {
@@ -119,6 +121,10 @@ export interface Config {
   server: ServerConfig;
   admin: { host: string; port: number };
   log: { level: LogLevel };
+  /** Every deployment's latency objective unless it sets its own (metrics/goodput.ts). */
+  slo: Slo;
+  /** OpenTelemetry request traces (tracing/otel.ts); `endpoint` absent: the OTEL_EXPORTER_OTLP_* variables. */
+  tracing: { enabled: boolean; endpoint?: string; sampleRatio: number; serviceName: string };
   auth: { keysFile: string; reloadIntervalMs: number };
   discovery: DiscoveryConfig;
   /** Resilience for every pool (RESILIENCE_DEFAULTS, overridden by the config's `resilience` block). */
@@ -135,6 +141,13 @@ export interface Config {
 
 const name = { type: 'string', minLength: 1, maxLength: 253, pattern: '^\\S+$' } as const;
 const port = { type: 'integer', minimum: 0, maximum: 65535 } as const;
+
+/** A latency objective (ms): time to first token and the mean gap between tokens. */
+const sloSchema = {
+  type: 'object',
+  additionalProperties: false,
+  properties: { ttftMs: { type: 'integer', minimum: 1 }, itlMs: { type: 'integer', minimum: 1 } },
+} as const;
 
 export const configSchema = {
   type: 'object',
@@ -176,6 +189,18 @@ export const configSchema = {
       additionalProperties: false,
       default: {},
       properties: { level: { enum: LOG_LEVELS, default: 'info' } },
+    },
+    slo: { ...sloSchema, default: {}, properties: { ttftMs: { ...sloSchema.properties.ttftMs, default: 2000 }, itlMs: { ...sloSchema.properties.itlMs, default: 100 } } },
+    tracing: {
+      type: 'object',
+      additionalProperties: false,
+      default: {},
+      properties: {
+        enabled: { type: 'boolean', default: false },
+        endpoint: { type: 'string', pattern: '^https?://' },
+        sampleRatio: { type: 'number', minimum: 0, maximum: 1, default: 1 },
+        serviceName: { type: 'string', minLength: 1, default: 'modelgate' },
+      },
     },
     auth: {
       type: 'object',
@@ -306,6 +331,7 @@ export const configSchema = {
             },
           },
           fallbacks: { type: 'array', items: name, uniqueItems: true, default: [] },
+          slo: sloSchema,
         },
       },
     },

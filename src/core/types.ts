@@ -183,6 +183,14 @@ export interface Deployment {
   fallbacks: readonly string[];
   /** Unix seconds, shown as `created` in /v1/models. */
   created: number;
+  /** Its own latency objective, over the config's `slo` (the goodput counters). */
+  slo?: Partial<Slo>;
+}
+
+/** A latency objective, in ms: time to first token, and the mean gap between tokens. */
+export interface Slo {
+  ttftMs: number;
+  itlMs: number;
 }
 
 /** One replica's own load, as its engine last reported it on `/metrics`. */
@@ -230,4 +238,50 @@ export type HoldEvent = 'held' | 'served' | 'timeout' | 'abandoned' | 'rejected'
 export interface LineSink {
   destination: { write(line: string): unknown };
   bindings: string;
+}
+
+/** What the scheduler decided for one pick, for a request's trace (asked for only when tracing). */
+export interface ScheduleInfo {
+  candidates: number;
+  winner: string;
+  /** The best few candidates by total score, best first (none when there was one candidate). */
+  top: Array<{ endpoint: string; score: number }>;
+}
+
+/** One span of a request's trace: attributes as it goes, then its end. */
+export interface TraceSpan {
+  set(attributes: Record<string, string | number | boolean | undefined>): void;
+  /** `error`: a short reason, marking the span failed. */
+  end(error?: string): void;
+}
+
+/** An upstream attempt's span, and the `traceparent` the engine gets with it. */
+export interface AttemptSpan extends TraceSpan {
+  readonly traceparent: string;
+}
+
+/**
+ * One request's trace (tracing/otel.ts): the request span, its children, and the event of the first
+ * token. Nothing of a prompt or a completion is ever put on it.
+ */
+export interface RequestTrace {
+  readonly traceId: string;
+  /** A child span of the request: `modelgate.admission`, `modelgate.schedule`. */
+  child(name: string): TraceSpan;
+  /** A child span for one attempt at an endpoint (kind client). */
+  attempt(endpoint: Endpoint): AttemptSpan;
+  /** The first token reached the client (an event on the request span; later calls are ignored). */
+  firstToken(): void;
+  /** Names the request span (`{operation} {model}` once the model is known). */
+  rename(name: string): void;
+  /** Ends the request span. */
+  end(attributes: Record<string, string | number | boolean | undefined>, error?: string): void;
+}
+
+/** Starts request traces; absent when tracing is off. */
+export interface Tracing {
+  /** A trace for a request that arrived `agoMs` ago, child of the client's `traceparent` if it sent one. */
+  start(name: string, headers: Readonly<Record<string, string | string[] | undefined>>, agoMs: number): RequestTrace;
+  /** Sends what is buffered and stops. */
+  shutdown(): Promise<void>;
 }

@@ -13,7 +13,7 @@ import { type ApiRoute } from '../api/routes.js';
 import { type ValidRequest } from '../api/validate.js';
 import { type ResponseLocation, type ResponseLocations } from '../balancer/response-locations.js';
 import { RouterError } from '../core/errors.js';
-import { type Deployment, type EndpointSource, type PoolSpec, type PreviousResponseOutcome, type Priority } from '../core/types.js';
+import { type Deployment, type EndpointSource, type PoolSpec, type PreviousResponseOutcome, type Priority, type RequestTrace } from '../core/types.js';
 import { type ForwardedFor } from '../proxy/headers.js';
 import { type ModelCatalog } from '../registry/registry.js';
 import { type ExchangeReport, type ExchangeRunner } from './exchange.js';
@@ -47,12 +47,16 @@ export interface DirectedRequest {
   forwarded: ForwardedFor;
   /** Aborts when the client leaves. */
   signal: AbortSignal;
+  /** The request's trace, when tracing is on. */
+  trace?: RequestTrace;
 }
 
 /** What happened, for the access log: the exchange's report, and where the request went. */
 export interface DirectorReport extends ExchangeReport {
   /** The pool that answered, or was tried last. */
   poolName: string;
+  /** The model name that pool's engines serve (the request's `model` as the engine got it). */
+  servedModel: string;
 }
 
 /** The response metrics the director records (RouterMetrics implements them). */
@@ -137,6 +141,7 @@ export class Director {
       stripUsageChunk: usage !== undefined,
       dialect: api.dialect,
       ...(request.onContent ? { onContent: request.onContent } : {}),
+      ...(request.trace ? { trace: request.trace } : {}),
       onInterToken: (pool, ms) => deps.metrics.recordInterToken({ deployment: deployment.id, pool }, ms / 1000),
     });
     const labels = { deployment: deployment.id, pool: report.pool?.name ?? first.pool.name };
@@ -147,7 +152,7 @@ export class Director {
       deps.responses.remember(report.responseId, { pool: labels.pool, endpoint: report.endpoint, owner: request.tenant });
     }
     const fallback = report.fallback ?? (first.deployment !== deployment.id ? first.deployment : undefined);
-    return { ...report, poolName: labels.pool, ...(fallback ? { fallback } : {}) };
+    return { ...report, poolName: labels.pool, servedModel: (report.pool ?? first.pool).servedModelName, ...(fallback ? { fallback } : {}) };
   }
 
   /**

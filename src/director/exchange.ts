@@ -14,7 +14,7 @@
 import { type IncomingMessage, type OutgoingHttpHeaders, type ServerResponse } from 'node:http';
 import { isAbortError, type Clock, type Sleep } from '../core/clock.js';
 import { errorBody, RouterError, streamErrorEvent, toErrorResponse } from '../core/errors.js';
-import { type PoolSpec, type WireDialect } from '../core/types.js';
+import { type PoolSpec, type RequestTrace, type ScheduleInfo, type WireDialect } from '../core/types.js';
 import { type AttemptResult, type Forwarder, type StreamEnd } from '../proxy/forwarder.js';
 import { ResponseMeter, type TokenUsage } from '../proxy/usage.js';
 import { type EndpointPicker, type Picked, type PickRequest } from '../resilience/picker.js';
@@ -98,6 +98,8 @@ export interface ExchangePlan {
   onInterToken?: (pool: string, ms: number) => void;
   /** Each content event of a stream (a token on its way to the client). */
   onContent?: () => void;
+  /** The request's trace: a span for each scheduling and each attempt. */
+  trace?: RequestTrace;
 }
 
 /** Where the request is on its route, and what it has spent there. */
@@ -106,6 +108,16 @@ interface Position {
   tried: Set<string>;
   /** Retries spent in the current pool (each pool has its own budget). */
   retries: number;
+}
+
+/** A scheduling span's attributes: the pool, how many replicas could take the request, the winner and the best few scores. */
+function scheduleAttributes(pool: string, info: ScheduleInfo): Record<string, string | number> {
+  const out: Record<string, string | number> = { 'modelgate.pool': pool, 'modelgate.candidates': info.candidates, 'modelgate.winner': info.winner };
+  info.top.forEach((t, i) => {
+    out[`modelgate.top.${i}.endpoint`] = t.endpoint;
+    out[`modelgate.top.${i}.score`] = Math.round(t.score * 1000) / 1000;
+  });
+  return out;
 }
 
 export class ExchangeRunner {
@@ -124,10 +136,14 @@ export class ExchangeRunner {
     for (;;) {
       const step = plan.route[at.step] as RouteStep;
       let picked: Picked;
+      const scheduling = plan.trace?.child('modelgate.schedule');
       try {
         // Only the route's last pool holds a request while it scales from zero: any other moves it on.
-        picked = await this.deps.picker.pick(step.pool, at.tried, plan.signal, plan.request, deadline - clock.now(), at.step === plan.route.length - 1);
+        const request = scheduling ? { ...plan.request, onScheduled: (info: ScheduleInfo) => scheduling.set(scheduleAttributes(step.pool.name, info)) } : plan.request;
+        picked = await this.deps.picker.pick(step.pool, at.tried, plan.signal, request, deadline - clock.now(), at.step === plan.route.length - 1);
+        scheduling?.end();
       } catch (err) {
+        scheduling?.end(err instanceof RouterError ? err.code.toLowerCase() : isAbortError(err) ? 'client_gone' : 'error');
         if (isAbortError(err)) return { ...report, failure: 'client_gone' };
         if (err instanceof RouterError && err.code === 'NO_READY_REPLICA' && moveOn()) continue;
         return this.fail(res, plan, report, err);
@@ -180,11 +196,13 @@ export class ExchangeRunner {
       ...(onInterToken ? { interToken: (ms: number) => onInterToken(step.pool.name, ms) } : {}),
       ...(onContent ? { content: onContent } : {}),
     });
+    const span = plan.trace?.attempt(endpoint);
     const result = await this.deps.forwarder.attempt(req, res, {
       endpoint,
       body: step.body,
       path: plan.path,
-      headers: step.headers,
+      // with tracing, the engine gets the attempt's own trace context (vLLM continues the trace)
+      headers: span ? { ...step.headers, traceparent: span.traceparent } : step.headers,
       requestId: plan.requestId,
       timeouts: { ...settings.timeouts, clientStallMs: plan.clientStallMs },
       deadline,
@@ -194,6 +212,12 @@ export class ExchangeRunner {
     });
     picked.ticket.settle(breakerOutcome(result));
     const outcome = outcomeName(result);
+    if (span) {
+      span.set({ 'modelgate.outcome': outcome, 'http.response.status_code': result.kind === 'committed' || result.kind === 'upstream_error' ? result.status : undefined });
+      // a committed stream's span ends when its response does
+      if (result.kind === 'committed') void result.done.then(({ end }) => span.end(end === 'complete' ? undefined : end));
+      else span.end(outcome);
+    }
     report.endpoint = endpoint.id;
     report.attempts.push({ endpoint: endpoint.id, outcome, ms: Math.round(clock.now() - started) });
     this.deps.events?.onAttempt?.(step.pool.name, endpoint.id, outcome);

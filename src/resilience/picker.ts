@@ -21,7 +21,7 @@ import { choose, scheduleBuffers, type ScheduleBuffers } from '../balancer/sched
 import { estimatedLoad } from '../balancer/scorers.js';
 import { isAbortError, systemScheduler, type Scheduler } from '../core/clock.js';
 import { NO_REPLICA_RETRY_AFTER_SECONDS, noReadyReplica, RouterError } from '../core/errors.js';
-import { type EngineLoad, type EngineLoadSource, type Endpoint, type EndpointSource, type HoldEvent, type PoolSpec, type Priority } from '../core/types.js';
+import { type EngineLoad, type EngineLoadSource, type Endpoint, type EndpointSource, type HoldEvent, type PoolSpec, type Priority, type ScheduleInfo } from '../core/types.js';
 import { shedError, type AdmissionQueues } from './admission.js';
 import { type BreakerRegistry, type BreakerTicket } from './breaker.js';
 
@@ -57,6 +57,8 @@ export interface PickRequest {
   tenant?: string;
   /** The key's fair-share weight among queued tenants (> 0, default 1). */
   weight?: number;
+  /** Hears what the scheduler decided (for the request's trace; only then are the top scores gathered). */
+  onScheduled?: (info: ScheduleInfo) => void;
 }
 
 export interface PickEvents {
@@ -143,6 +145,15 @@ class PickBuffers {
     this.prefixMatched = new Float64Array(capacity);
     this.schedule = scheduleBuffers(capacity);
   }
+}
+
+/** The scheduler's decision as a trace shows it: the candidates, the winner, the best three by total score. */
+function scheduleInfo(b: PickBuffers, count: number, winner: number): ScheduleInfo {
+  const ranked: Array<{ endpoint: string; score: number }> = [];
+  // `choose` leaves each candidate's total in the buffer when it scored more than one
+  if (count > 1) for (let i = 0; i < count; i++) ranked.push({ endpoint: (b.candidates[i] as Endpoint).id, score: b.schedule.total[i] as number });
+  ranked.sort((x, y) => y.score - x.score);
+  return { candidates: count, winner: (b.candidates[winner] as Endpoint).id, top: ranked.slice(0, 3) };
 }
 
 export class EndpointPicker {
@@ -411,6 +422,7 @@ export class EndpointPicker {
     };
     const index = choose(input, b.schedule, this.deps.random);
     if (index < 0) return undefined;
+    request.onScheduled?.(scheduleInfo(b, count, index));
     return { endpoint: b.candidates[index] as Endpoint, engine: b.engine[index], prefixMatched: blocks.length > 0 ? (b.prefixMatched[index] as number) : 0 };
   }
 

@@ -10,6 +10,7 @@
 import { type Request, type Response } from 'express';
 import { type Logger } from 'pino';
 import { type LineSink } from '../core/types.js';
+import { type Finished } from '../metrics/goodput.js';
 import { type Route } from '../metrics/metrics.js';
 import { type RequestContext } from './context.js';
 
@@ -50,20 +51,62 @@ function members(req: Request, res: Response, ctx: RequestContext, status: numbe
   );
 }
 
+/** The GenAI semantic conventions' operation names of the APIs (others keep the API's name). */
+const GEN_AI_OPERATIONS: Record<string, string> = { chat: 'chat', messages: 'chat', responses: 'chat', completions: 'text_completion', embeddings: 'embeddings' };
+
+/** Ends the request's span with what the request came to (no prompt or completion text, ever). */
+function endTrace(ctx: RequestContext, status: number): void {
+  const report = ctx.report;
+  const usage = report?.usage;
+  const failure = ctx.failure ?? report?.failure;
+  ctx.trace?.end(
+    {
+      'gen_ai.operation.name': GEN_AI_OPERATIONS[ctx.route] ?? ctx.route,
+      'gen_ai.request.model': ctx.model,
+      'gen_ai.response.model': report?.servedModel,
+      'gen_ai.usage.input_tokens': usage && !usage.estimated ? usage.promptTokens : undefined,
+      'gen_ai.usage.output_tokens': usage?.completionTokens,
+      'http.response.status_code': status,
+      'modelgate.deployment': ctx.deployment,
+      'modelgate.pool': report?.poolName,
+      'modelgate.endpoint': report?.endpoint,
+      'modelgate.attempts': report?.attempts.length,
+      'modelgate.ttft_ms': report?.ttftMs,
+    },
+    status >= 500 || failure !== undefined ? (failure ?? `status ${status}`) : undefined,
+  );
+}
+
 export class AccessLog {
-  /** `sink`: the logger's destination (wiring/logger.ts `lineSinkOf`); without it lines go through `logger.info`. */
+  /**
+   * `sink`: the logger's destination (wiring/logger.ts `lineSinkOf`); without it lines go through
+   * `logger.info`. `finished`: hears how each request for a deployment ended (the goodput counters).
+   */
   constructor(
     private readonly logger: Logger,
     private readonly metrics: RequestMetrics,
     private readonly sink?: LineSink,
+    private readonly finished?: (deployment: string, done: Finished) => void,
   ) {}
 
   record(req: Request, res: Response, ctx: RequestContext, closedAt: number): void {
     const status = res.headersSent ? res.statusCode : 499; // 499: the client left before an answer
     const ms = closedAt - ctx.started;
     this.metrics.recordRequest(ctx.route, ctx.deployment ?? '', ctx.report?.poolName ?? '', status, ms / 1000);
+    if (this.finished && ctx.deployment !== undefined) {
+      const report = ctx.report;
+      const done = {
+        status,
+        incomplete: !res.writableFinished,
+        durationMs: ms,
+        ...(report?.ttftMs === undefined ? {} : { ttftMs: report.ttftMs }),
+        ...(report?.usage ? { completionTokens: report.usage.completionTokens } : {}),
+      };
+      this.finished(ctx.deployment, done);
+    }
+    if (ctx.trace) endTrace(ctx, status);
     if (!this.logger.isLevelEnabled('info')) return;
-    const rest = members(req, res, ctx, status, ms);
+    const rest = (ctx.trace ? str('traceId', ctx.trace.traceId) : '') + members(req, res, ctx, status, ms);
     const { sink } = this;
     if (sink) {
       sink.destination.write(`{"level":30,"time":${Date.now()},${sink.bindings},"requestId":${JSON.stringify(ctx.requestId)}${rest},"msg":"request"}\n`);

@@ -11,9 +11,10 @@ import { API_ROUTES, apiRouteAt } from '../api/routes.js';
 import { bearerToken, type Principal } from '../auth/key-store.js';
 import { AddressRanges } from '../core/address-ranges.js';
 import { type Clock } from '../core/clock.js';
-import { type LineSink, type WireDialect } from '../core/types.js';
+import { type LineSink, type Tracing, type WireDialect } from '../core/types.js';
 import { RouterError, toErrorResponse } from '../core/errors.js';
 import { type RequestDirector } from '../director/director.js';
+import { type Finished } from '../metrics/goodput.js';
 import { type Route } from '../metrics/metrics.js';
 import { type ModelCatalog } from '../registry/registry.js';
 import { AccessLog, type RequestMetrics } from './access-log.js';
@@ -45,12 +46,18 @@ export interface AppDeps {
   logger: Logger;
   /** The logger's destination, for the access log's hand-rendered lines (none: they go through the logger). */
   logSink?: LineSink;
+  /** Request traces (none: tracing is off). */
+  tracing?: Tracing;
+  /** Hears how each request for a deployment ended (the goodput counters). */
+  onFinished?: (deployment: string, done: Finished) => void;
   clock: Clock;
   readiness: ReadinessCheck;
   /** The header that may lower a request's priority class (config `priority.header`). */
   priorityHeader: string;
   /** `server.trustedProxies`: whose `x-forwarded-*` are believed. */
   trustedProxies: readonly string[];
+  /** The status page (admin `/status`, `/status.json`): its snapshot, and `recordRequest` fed every finished request as the metrics are. */
+  status?: NonNullable<AdminDeps['status']> & RequestMetrics;
 }
 
 export interface BuiltApp {
@@ -118,7 +125,16 @@ function runChain(chain: readonly RequestHandler[], req: Request, res: Response,
 export function buildApp(deps: AppDeps): BuiltApp {
   const priorityHeader = deps.priorityHeader.toLowerCase();
   const trustedProxies = new AddressRanges(deps.trustedProxies);
-  const accessLog = new AccessLog(deps.logger, deps.metrics, deps.logSink);
+  const { status } = deps;
+  const recorder: RequestMetrics = status
+    ? {
+        recordRequest: (...args) => {
+          deps.metrics.recordRequest(...args);
+          status.recordRequest(...args);
+        },
+      }
+    : deps.metrics;
+  const accessLog = new AccessLog(deps.logger, recorder, deps.logSink, deps.onFinished);
   let active = 0;
   let draining = false;
   const api = express();
@@ -182,6 +198,8 @@ export function buildApp(deps: AppDeps): BuiltApp {
       abort: new AbortController(),
     };
     setContext(res, ctx);
+    // an inference request's trace starts here, a child of the client's traceparent if it sent one
+    if (deps.tracing && origin && apiRouteAt(ctx.path)) ctx.trace = deps.tracing.start(ctx.route, req.headers, 0);
     res.setHeader('x-request-id', ctx.requestId);
     if (draining) res.setHeader('connection', 'close');
     active += 1;
@@ -217,7 +235,7 @@ export function buildApp(deps: AppDeps): BuiltApp {
 
   return {
     api,
-    admin: buildAdminApp({ readiness: deps.readiness, metrics: deps.metrics }),
+    admin: buildAdminApp({ readiness: deps.readiness, metrics: deps.metrics, ...(status ? { status } : {}) }),
     activeRequests: () => active,
     closeConnections: () => {
       draining = true;

@@ -2,7 +2,7 @@
 import { randomUUID } from 'node:crypto';
 import { type Request, type Response } from 'express';
 import { type Principal } from '../auth/key-store.js';
-import { type Priority, type WireDialect } from '../core/types.js';
+import { type Priority, type RequestTrace, type WireDialect } from '../core/types.js';
 import { type DirectorReport } from '../director/director.js';
 import { type Route } from '../metrics/metrics.js';
 import { type ForwardedFor } from '../proxy/headers.js';
@@ -32,6 +32,8 @@ export interface RequestContext {
   abort: AbortController;
   /** Settles when the director has filled in its report. */
   exchange?: Promise<void>;
+  /** The request's trace, when tracing is on (an inference request). */
+  trace?: RequestTrace;
 }
 
 const SAFE_REQUEST_ID = /^[\w.:@-]{1,128}$/;

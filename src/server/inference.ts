@@ -10,7 +10,7 @@ import { formFields, parseForm, type FormPart } from '../api/multipart.js';
 import { type ApiRoute } from '../api/routes.js';
 import { validateRequest, type ValidRequest } from '../api/validate.js';
 import { modelNotFound, RouterError } from '../core/errors.js';
-import { PRIORITIES, type Priority } from '../core/types.js';
+import { PRIORITIES, type Priority, type RequestTrace } from '../core/types.js';
 import { type RequestDirector } from '../director/director.js';
 import { type Lease } from '../limits/limiter.js';
 import { type ModelCatalog } from '../registry/registry.js';
@@ -75,6 +75,15 @@ export function estimatePromptTokens(api: ApiRoute, body: ValidRequest, text: st
   return Math.ceil(chars / 4);
 }
 
+/** What each streamed content event tells: the key's token limits, and the trace's first token. */
+function contentHook(lease: { streamed(): void } | undefined, trace: RequestTrace | undefined): () => void {
+  if (!trace) return () => lease?.streamed();
+  return () => {
+    lease?.streamed();
+    trace.firstToken();
+  };
+}
+
 export function inferenceHandler(deps: InferenceDeps, api: ApiRoute) {
   return async (req: Request, res: Response): Promise<void> => {
     const ctx = contextOf(res);
@@ -89,8 +98,12 @@ export function inferenceHandler(deps: InferenceDeps, api: ApiRoute) {
     if (!mayUse(principal, deployment)) throw modelNotFound(body.model, true);
     const priority = requestPriority(principal.priority, req.headers[deps.priorityHeader], deps.priorityHeader);
     ctx.priority = priority;
+    const trace = ctx.trace;
+    trace?.rename(`${api.name} ${body.model.slice(0, 200)}`);
     if (ctx.closed) return; // the client left while the body was read
+    const admission = deps.limits && trace?.child('modelgate.admission');
     const lease = deps.limits && (await deps.limits.admit(principal, deployment.id, estimatePromptTokens(api, body, text), `${deployment.id} ${api.name}`));
+    admission?.end();
     if (lease) for (const [name, value] of Object.entries(lease.headers)) res.setHeader(name, value);
     if (ctx.closed) {
       lease?.finish(undefined); // the client left while its limits were checked
@@ -108,7 +121,8 @@ export function inferenceHandler(deps: InferenceDeps, api: ApiRoute) {
       priority,
       tenant: principal.name,
       weight: principal.weight,
-      ...(lease ? { onContent: () => lease.streamed() } : {}),
+      ...(lease || trace ? { onContent: contentHook(lease, trace) } : {}),
+      ...(trace ? { trace } : {}),
       requestId: ctx.requestId,
       headers: req.headers,
       forwarded: ctx.forwarded,

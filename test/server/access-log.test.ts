@@ -37,6 +37,7 @@ function context(overrides: Partial<RequestContext> = {}): RequestContext {
     priority: 'critical',
     report: {
       poolName: 'llama',
+      servedModel: 'served/llama',
       attempts: [
         { endpoint: '10.0.0.1:8000', outcome: 'upstream_503', ms: 3 },
         { endpoint: '10.0.0.2:8000', outcome: 'committed', ms: 12 },

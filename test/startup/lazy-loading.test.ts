@@ -107,6 +107,10 @@ describe('a static-mode router, after answering requests', () => {
     ['the simulator', '/dist/sim/'],
     ['the demo', '/dist/demo.js'],
     ["the demo's log printer", '/node_modules/pino-pretty/'],
+    // (@opentelemetry/api itself is loaded: prom-client's process metrics require it)
+    ['the OpenTelemetry SDK (tracing is off)', '/node_modules/@opentelemetry/sdk-trace/'],
+    ['the OTLP exporter', '/node_modules/@opentelemetry/exporter-trace-otlp-http/'],
+    ["the router's tracing", '/dist/tracing/'],
   ])('never loaded %s', (_what, path) => {
     expect(loaded.filter((url) => url.includes(path))).toEqual([]);
   });

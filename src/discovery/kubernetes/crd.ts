@@ -110,5 +110,20 @@ export function parseModelDeployment(obj: CustomObject): ParsedDeployment {
   const fallbacks = spec.fallbacks ?? [];
   if (!Array.isArray(fallbacks) || !fallbacks.every(nonEmpty)) return { ...id, problem: 'spec.fallbacks must be a list of ModelDeployment names' };
   if (fallbacks.includes(id.name)) return { ...id, problem: 'spec.fallbacks must not name the deployment itself' };
-  return { ...id, deployment: { id: id.name, model: spec.model, aliases: [...new Set(aliases)], targets: parsed, fallbacks: [...new Set(fallbacks)], created: createdSeconds(obj) } };
+  const slo = spec.slo ?? {};
+  const positive = (v: unknown): boolean => v === undefined || (Number.isInteger(v) && (v as number) >= 1);
+  if (!isObject(slo) || !positive(slo.ttftMs) || !positive(slo.itlMs)) return { ...id, problem: 'spec.slo.ttftMs and spec.slo.itlMs must be whole milliseconds ≥ 1' };
+  const ownSlo = { ...(slo.ttftMs === undefined ? {} : { ttftMs: slo.ttftMs as number }), ...(slo.itlMs === undefined ? {} : { itlMs: slo.itlMs as number }) };
+  return {
+    ...id,
+    deployment: {
+      id: id.name,
+      model: spec.model,
+      aliases: [...new Set(aliases)],
+      targets: parsed,
+      fallbacks: [...new Set(fallbacks)],
+      created: createdSeconds(obj),
+      ...(Object.keys(ownSlo).length > 0 ? { slo: ownSlo } : {}),
+    },
+  };
 }

@@ -1,0 +1,67 @@
+/**
+ * Goodput per deployment: how many of the requests offered to it were served within its latency
+ * objective, once the ones turned away are counted too. A request is offered when it resolved to a
+ * deployment and was not the client's own mistake (a 4xx other than 429) nor abandoned by its client
+ * before an answer (499). It is then:
+ *
+ * - `within`: answered 2xx, complete, and within the SLO — time to first token ≤ `ttftMs` and the
+ *   mean gap between tokens ≤ `itlMs` for a stream (the gap estimated as the time after the first
+ *   token over the tokens after it); for an answer that is not streamed (its first byte is its whole
+ *   generation), within `ttftMs + itlMs × completion tokens`;
+ * - `outside`: answered 2xx, complete, but slower than that;
+ * - `rejected`: turned away for want of capacity — 429 (a queue, shedding, the key's limits) or 503;
+ * - `failed`: any other outcome (a 5xx, a stream cut short).
+ *
+ * goodput = within ÷ (within + outside + rejected + failed). Every deployment's four series exist
+ * from its first request on (at 0), so `rate()` sees the first event of each.
+ */
+import { Counter, type Registry } from 'prom-client';
+import { type Slo } from '../core/types.js';
+
+export const SLO_RESULTS = ['within', 'outside', 'rejected', 'failed'] as const;
+export type SloResult = (typeof SLO_RESULTS)[number];
+
+/** What the access log knows of a finished request. */
+export interface Finished {
+  status: number;
+  /** The response ended before its end (cut, or the client left). */
+  incomplete: boolean;
+  durationMs: number;
+  /** Streams only: ms to the first content event. */
+  ttftMs?: number;
+  completionTokens?: number;
+}
+
+/** Where a request falls against `slo`; undefined when it does not count as offered. */
+export function sloResult(done: Finished, slo: Slo): SloResult | undefined {
+  const { status } = done;
+  if (status === 429 || status === 503) return 'rejected';
+  if (status === 499 || (status >= 400 && status < 500)) return undefined;
+  if (status >= 500 || done.incomplete || status < 200 || status >= 300) return 'failed';
+  const tokens = done.completionTokens ?? 0;
+  if (done.ttftMs === undefined) return done.durationMs <= slo.ttftMs + slo.itlMs * tokens ? 'within' : 'outside';
+  const meanGap = tokens > 1 ? (done.durationMs - done.ttftMs) / (tokens - 1) : 0;
+  return done.ttftMs <= slo.ttftMs && meanGap <= slo.itlMs ? 'within' : 'outside';
+}
+
+export class GoodputMetrics {
+  private readonly counter: Counter<'deployment' | 'result'>;
+  private readonly seen = new Set<string>();
+
+  constructor(registers: Registry[]) {
+    this.counter = new Counter({
+      name: 'modelgate_goodput_requests_total',
+      help: 'Requests offered to each deployment, by how they fared against its SLO: within, outside (served, but slower), rejected (429/503), failed. Goodput = within / all.',
+      labelNames: ['deployment', 'result'],
+      registers,
+    });
+  }
+
+  record(deployment: string, result: SloResult): void {
+    if (!this.seen.has(deployment)) {
+      this.seen.add(deployment);
+      for (const r of SLO_RESULTS) this.counter.inc({ deployment, result: r }, 0);
+    }
+    this.counter.inc({ deployment, result });
+  }
+}

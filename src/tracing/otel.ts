@@ -1,0 +1,134 @@
+/**
+ * Request traces with OpenTelemetry (off by default; `tracing.enabled`). One span per inference
+ * request with the GenAI semantic conventions' attributes, children for admission, scheduling and
+ * each upstream attempt, an event at the first token, and W3C trace context both ways: a client's
+ * `traceparent` makes the request span its child, and each attempt sends the engine its own (vLLM
+ * reads it). Spans go to an OTLP/HTTP collector in batches; the exporter and the batch processor read
+ * the standard `OTEL_EXPORTER_OTLP_*` and `OTEL_BSP_*` variables, and `OTEL_SERVICE_NAME` names the
+ * service. This module is loaded only when tracing is on, so a router without it never loads the SDK.
+ * Every span names its parent explicitly: no context manager, no async hooks on the request path.
+ *
+ * No prompt or completion text is ever put on a span: only model names, token counts, endpoints,
+ * outcomes and timings.
+ */
+import { ROOT_CONTEXT, SpanKind, SpanStatusCode, trace, type Attributes, type Context, type Span, type Tracer } from '@opentelemetry/api';
+import { W3CTraceContextPropagator } from '@opentelemetry/core';
+import { OTLPTraceExporter } from '@opentelemetry/exporter-trace-otlp-http';
+import { resourceFromAttributes } from '@opentelemetry/resources';
+import { BatchSpanProcessor, ParentBasedSampler, TraceIdRatioBasedSampler, TracerProvider } from '@opentelemetry/sdk-trace';
+import { type AttemptSpan, type Endpoint, type RequestTrace, type TraceSpan, type Tracing } from '../core/types.js';
+
+export interface TracingSettings {
+  /** The OTLP/HTTP traces URL; absent: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, OTEL_EXPORTER_OTLP_ENDPOINT + /v1/traces, or localhost:4318. */
+  endpoint?: string;
+  /** The share of traces kept when the client did not decide (a sampled parent is always kept). */
+  sampleRatio: number;
+  /** The service name when OTEL_SERVICE_NAME is not set. */
+  serviceName: string;
+}
+
+const propagator = new W3CTraceContextPropagator();
+const headerGetter = {
+  keys: (carrier: Readonly<Record<string, string | string[] | undefined>>): string[] => Object.keys(carrier),
+  get: (carrier: Readonly<Record<string, string | string[] | undefined>>, key: string): string | string[] | undefined => carrier[key],
+};
+const recordSetter = { set: (carrier: Record<string, string>, key: string, value: string): void => void (carrier[key] = value) };
+
+function attributes(values: Record<string, string | number | boolean | undefined>): Attributes {
+  const out: Attributes = {};
+  for (const [key, value] of Object.entries(values)) if (value !== undefined) out[key] = value;
+  return out;
+}
+
+class SpanHandle implements TraceSpan {
+  private ended = false;
+  constructor(protected readonly span: Span) {}
+
+  set(values: Record<string, string | number | boolean | undefined>): void {
+    this.span.setAttributes(attributes(values));
+  }
+
+  end(error?: string): void {
+    if (this.ended) return;
+    this.ended = true;
+    if (error !== undefined) this.span.setStatus({ code: SpanStatusCode.ERROR, message: error });
+    this.span.end();
+  }
+}
+
+class AttemptHandle extends SpanHandle implements AttemptSpan {
+  readonly traceparent: string;
+  constructor(span: Span) {
+    super(span);
+    const carrier: Record<string, string> = {};
+    propagator.inject(trace.setSpan(ROOT_CONTEXT, span), carrier, recordSetter);
+    this.traceparent = carrier.traceparent ?? '';
+  }
+}
+
+class OtelRequestTrace implements RequestTrace {
+  private readonly ctx: Context;
+  private firstTokenSeen = false;
+  private ended = false;
+
+  constructor(
+    private readonly tracer: Tracer,
+    private readonly span: Span,
+  ) {
+    this.ctx = trace.setSpan(ROOT_CONTEXT, span);
+  }
+
+  get traceId(): string {
+    return this.span.spanContext().traceId;
+  }
+
+  child(name: string): TraceSpan {
+    return new SpanHandle(this.tracer.startSpan(name, { kind: SpanKind.INTERNAL }, this.ctx));
+  }
+
+  attempt(endpoint: Endpoint): AttemptSpan {
+    const port = Number(endpoint.url.port) || (endpoint.url.protocol === 'https:' ? 443 : 80);
+    const span = this.tracer.startSpan(
+      'modelgate.attempt',
+      { kind: SpanKind.CLIENT, attributes: { 'server.address': endpoint.url.hostname, 'server.port': port, 'modelgate.endpoint': endpoint.id } },
+      this.ctx,
+    );
+    return new AttemptHandle(span);
+  }
+
+  rename(name: string): void {
+    if (!this.ended) this.span.updateName(name);
+  }
+
+  firstToken(): void {
+    if (this.firstTokenSeen || this.ended) return;
+    this.firstTokenSeen = true;
+    this.span.addEvent('gen_ai.first_token');
+  }
+
+  end(values: Record<string, string | number | boolean | undefined>, error?: string): void {
+    if (this.ended) return;
+    this.ended = true;
+    this.span.setAttributes(attributes(values));
+    if (error !== undefined) this.span.setStatus({ code: SpanStatusCode.ERROR, message: error });
+    this.span.end();
+  }
+}
+
+export function createTracing(settings: TracingSettings): Tracing {
+  const exporter = new OTLPTraceExporter(settings.endpoint ? { url: settings.endpoint } : {});
+  const provider = new TracerProvider({
+    resource: resourceFromAttributes({ 'service.name': process.env.OTEL_SERVICE_NAME ?? settings.serviceName }),
+    sampler: new ParentBasedSampler({ root: new TraceIdRatioBasedSampler(settings.sampleRatio) }),
+    spanProcessors: [new BatchSpanProcessor({ exporter })],
+  });
+  const tracer = provider.getTracer('modelgate');
+  return {
+    start(name, headers, agoMs) {
+      const parent = propagator.extract(ROOT_CONTEXT, headers, headerGetter);
+      const span = tracer.startSpan(name, { kind: SpanKind.SERVER, startTime: Date.now() - agoMs }, parent);
+      return new OtelRequestTrace(tracer, span);
+    },
+    shutdown: () => provider.shutdown(),
+  };
+}

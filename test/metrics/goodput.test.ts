@@ -1,0 +1,77 @@
+/** Goodput: how a finished request counts against its deployment's SLO, and the counters over real requests. */
+import { afterEach, describe, expect, it } from '@jest/globals';
+import { sloResult } from '../../src/metrics/goodput.js';
+import { adminMetrics, KEY, metricSum, startTestRouter } from '../helpers/router.js';
+import { startTestSim, waitFor } from '../helpers/sim.js';
+
+const slo = { ttftMs: 500, itlMs: 50 };
+
+describe('sloResult', () => {
+  it('judges a stream by its time to first token and its mean gap between tokens', () => {
+    expect(sloResult({ status: 200, incomplete: false, durationMs: 900, ttftMs: 400, completionTokens: 11 }, slo)).toBe('within'); // gaps 50 ms
+    expect(sloResult({ status: 200, incomplete: false, durationMs: 300, ttftMs: 600, completionTokens: 1 }, slo)).toBe('outside');
+    expect(sloResult({ status: 200, incomplete: false, durationMs: 1500, ttftMs: 400, completionTokens: 11 }, slo)).toBe('outside'); // gaps 110 ms
+  });
+
+  it('judges an answer that is not streamed by its whole time against ttft + itl × tokens', () => {
+    expect(sloResult({ status: 200, incomplete: false, durationMs: 1000, completionTokens: 10 }, slo)).toBe('within');
+    expect(sloResult({ status: 200, incomplete: false, durationMs: 1001, completionTokens: 10 }, slo)).toBe('outside');
+  });
+
+  it('counts 429 and 503 as rejected, other failures and cut responses as failed, and leaves out client mistakes and clients that left', () => {
+    expect(sloResult({ status: 429, incomplete: false, durationMs: 1 }, slo)).toBe('rejected');
+    expect(sloResult({ status: 503, incomplete: false, durationMs: 1 }, slo)).toBe('rejected');
+    expect(sloResult({ status: 502, incomplete: false, durationMs: 1 }, slo)).toBe('failed');
+    expect(sloResult({ status: 200, incomplete: true, durationMs: 1, ttftMs: 1 }, slo)).toBe('failed');
+    expect(sloResult({ status: 400, incomplete: false, durationMs: 1 }, slo)).toBeUndefined();
+    expect(sloResult({ status: 499, incomplete: true, durationMs: 1 }, slo)).toBeUndefined();
+  });
+});
+
+const cleanups: Array<() => Promise<unknown>> = [];
+afterEach(async () => {
+  for (const cleanup of cleanups.splice(0).reverse()) await cleanup();
+});
+
+describe('goodput counters', () => {
+  it('count each deployment’s requests against its own SLO (over the config’s), with every result present from the first request', async () => {
+    const fast = await startTestSim({ model: ['m'], ttftMs: 1, itlMs: 1 });
+    const slow = await startTestSim({ model: ['m'], ttftMs: 60, itlMs: 1 });
+    const down = await startTestSim({ model: ['m'], fault: 'status=503' });
+    cleanups.push(() => Promise.all([fast.close(), slow.close(), down.close()]));
+    const gateway = await startTestRouter({
+      pools: [
+        { name: 'fast', servedModelName: 'm', endpoints: [fast.url] },
+        { name: 'slow', servedModelName: 'm', endpoints: [slow.url] },
+        { name: 'down', servedModelName: 'm', endpoints: [down.url], resilience: { retries: { maxRetries: 0 } } },
+      ],
+      deployments: [
+        { id: 'fast', model: 'fast', targets: [{ pool: 'fast' }] },
+        { id: 'slow', model: 'slow', targets: [{ pool: 'slow' }], slo: { ttftMs: 20 } },
+        { id: 'down', model: 'down', targets: [{ pool: 'down' }] },
+      ],
+      config: { slo: { ttftMs: 1000, itlMs: 100 } },
+    });
+    cleanups.push(() => gateway.close());
+    const chat = (model: string, extra: object = {}): Promise<number> =>
+      fetch(`${gateway.router.apiUrl}/v1/chat/completions`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${KEY}`, 'content-type': 'application/json' },
+        body: JSON.stringify({ model, messages: [{ role: 'user', content: 'hi' }], max_tokens: 3, stream: true, ...extra }),
+      }).then(async (r) => (await r.text(), r.status));
+    expect(await chat('fast')).toBe(200);
+    expect(await chat('fast')).toBe(200);
+    expect(await chat('slow')).toBe(200); // 60 ms to the first token against its own 20
+    expect(await chat('down')).toBe(503);
+    expect(await chat('fast', { max_tokens: 'three' })).toBe(400); // the client's mistake: not offered
+    const series = async (deployment: string, result: string): Promise<number> => metricSum(await adminMetrics(gateway), 'modelgate_goodput_requests_total', { deployment, result });
+    const text = async (): Promise<string> => adminMetrics(gateway);
+    // the access log (and these counters) are written once each response has closed
+    await waitFor(async () => (await series('fast', 'within')) + (await series('slow', 'outside')) + (await series('down', 'rejected')) === 4, 'the four offered requests counted');
+    expect(await series('fast', 'within')).toBe(2);
+    expect(await series('slow', 'outside')).toBe(1);
+    expect(await series('down', 'rejected')).toBe(1);
+    expect(await text()).toContain('modelgate_goodput_requests_total{deployment="fast",result="failed"} 0');
+    expect(await series('fast', 'outside')).toBe(0);
+  });
+});

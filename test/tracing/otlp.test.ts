@@ -1,0 +1,177 @@
+/**
+ * Request traces end to end: a router with `tracing.enabled` sends its spans to an OTLP/HTTP receiver
+ * run by the test. A streamed chat request that carries the client's `traceparent` yields a request
+ * span (its child, with the GenAI attributes and a first-token event), a scheduling span and an
+ * attempt span; the engine gets the attempt's trace context; the access log carries the trace id; and
+ * no prompt or completion text is in anything exported.
+ */
+import { afterEach, describe, expect, it } from '@jest/globals';
+import http from 'node:http';
+import { type AddressInfo } from 'node:net';
+import { startTestRouter, KEY, type TestRouter, chatSetup } from '../helpers/router.js';
+import { type RunningRouter } from '../../src/main.js';
+import { startTestSim, waitFor } from '../helpers/sim.js';
+import { startTap } from '../helpers/tap.js';
+
+interface OtlpValue {
+  stringValue?: string;
+  intValue?: string | number;
+  doubleValue?: number;
+  boolValue?: boolean;
+}
+interface OtlpSpan {
+  traceId: string;
+  spanId: string;
+  parentSpanId?: string;
+  name: string;
+  kind: number;
+  attributes?: Array<{ key: string; value: OtlpValue }>;
+  events?: Array<{ name: string }>;
+  status?: { code?: number };
+}
+
+/** An OTLP/HTTP (JSON) traces receiver: every span it was sent, and the raw bodies. */
+async function startReceiver(): Promise<{ url: string; spans: OtlpSpan[]; bodies: string[]; close(): Promise<void> }> {
+  const spans: OtlpSpan[] = [];
+  const bodies: string[] = [];
+  const server = http.createServer((req, res) => {
+    const chunks: Buffer[] = [];
+    req.on('data', (c: Buffer) => chunks.push(c));
+    req.on('end', () => {
+      const text = Buffer.concat(chunks).toString('utf8');
+      bodies.push(text);
+      const payload = JSON.parse(text) as { resourceSpans?: Array<{ scopeSpans?: Array<{ spans?: OtlpSpan[] }> }> };
+      for (const rs of payload.resourceSpans ?? []) for (const ss of rs.scopeSpans ?? []) spans.push(...(ss.spans ?? []));
+      res.writeHead(200, { 'content-type': 'application/json' }).end('{}');
+    });
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const { port } = server.address() as AddressInfo;
+  return { url: `http://127.0.0.1:${port}/v1/traces`, spans, bodies, close: () => new Promise<void>((resolve) => server.close(() => resolve())) };
+}
+
+const attr = (span: OtlpSpan | undefined, key: string): string | number | boolean | undefined => {
+  const v = span?.attributes?.find((a) => a.key === key)?.value;
+  if (!v) return undefined;
+  return v.stringValue ?? (v.intValue !== undefined ? Number(v.intValue) : undefined) ?? v.doubleValue ?? v.boolValue;
+};
+
+const cleanups: Array<() => Promise<unknown>> = [];
+afterEach(async () => {
+  for (const cleanup of cleanups.splice(0).reverse()) await cleanup();
+});
+
+describe('OpenTelemetry traces', () => {
+  it('exports a streamed request’s spans with GenAI attributes, continues the client’s trace and hands the engine its own context', async () => {
+    const receiver = await startReceiver();
+    cleanups.push(() => receiver.close());
+    const sim = await startTestSim({ model: ['served/llm'] });
+    cleanups.push(() => sim.close());
+    const tap = await startTap(sim.url);
+    cleanups.push(() => tap.close());
+    const gateway: TestRouter<RunningRouter> = await startTestRouter(chatSetup([tap.url], { config: { tracing: { enabled: true, endpoint: receiver.url } } }));
+    let closed = false;
+    cleanups.push(() => (closed ? Promise.resolve() : gateway.close()));
+
+    const clientTrace = '4bf92f3577b34da6a3ce929d0e0e4736';
+    const clientSpan = '00f067aa0ba902b7';
+    const prompt = 'The secret word is periwinkle.';
+    const res = await fetch(`${gateway.router.apiUrl}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${KEY}`, 'content-type': 'application/json', traceparent: `00-${clientTrace}-${clientSpan}-01` },
+      body: JSON.stringify({ model: 'llm', messages: [{ role: 'user', content: prompt }], max_tokens: 6, stream: true, stream_options: { include_usage: true } }),
+    });
+    const streamed = await res.text();
+    expect(res.status).toBe(200);
+    await waitFor(() => gateway.logs.some((l) => l.includes('"msg":"request"')), 'the access-log line');
+    await gateway.close(); // shuts the tracer down: what is batched is sent
+    closed = true;
+    await waitFor(() => receiver.spans.some((s) => s.name.startsWith('chat ')), 'the request span at the receiver');
+
+    const root = receiver.spans.find((s) => s.name === 'chat llm');
+    expect(root).toBeDefined();
+    expect(root?.traceId).toBe(clientTrace);
+    expect(root?.parentSpanId).toBe(clientSpan);
+    expect(root?.kind).toBe(2); // server
+    expect(attr(root, 'gen_ai.operation.name')).toBe('chat');
+    expect(attr(root, 'gen_ai.request.model')).toBe('llm');
+    expect(attr(root, 'gen_ai.response.model')).toBe('served/llm');
+    expect(attr(root, 'gen_ai.usage.input_tokens')).toBeGreaterThan(0);
+    expect(attr(root, 'gen_ai.usage.output_tokens')).toBe(6);
+    expect(attr(root, 'http.response.status_code')).toBe(200);
+    expect(attr(root, 'modelgate.deployment')).toBe('llm-prod');
+    expect(root?.events?.map((e) => e.name)).toContain('gen_ai.first_token');
+
+    const children = receiver.spans.filter((s) => s.parentSpanId === root?.spanId);
+    const schedule = children.find((s) => s.name === 'modelgate.schedule');
+    expect(attr(schedule, 'modelgate.candidates')).toBe(1);
+    expect(attr(schedule, 'modelgate.winner')).toBe(tap.url);
+    const attempt = children.find((s) => s.name === 'modelgate.attempt');
+    expect(attempt?.kind).toBe(3); // client
+    expect(attr(attempt, 'server.address')).toBe('127.0.0.1');
+    expect(attr(attempt, 'modelgate.outcome')).toBe('committed');
+    expect(attr(attempt, 'http.response.status_code')).toBe(200);
+
+    // The engine got the attempt's context: the same trace, the attempt span as its parent.
+    const sent = tap.posts()[0];
+    expect(sent?.headers.traceparent).toBe(`00-${clientTrace}-${attempt?.spanId}-01`);
+    // The access log names the trace.
+    expect(gateway.logs.find((l) => l.includes('"msg":"request"'))).toContain(`"traceId":"${clientTrace}"`);
+    // Nothing of the prompt or the completion was exported.
+    const exported = receiver.bodies.join('\n');
+    expect(exported).not.toContain('periwinkle');
+    const completionWords = [...streamed.matchAll(/"content":"([^"]{4,})"/g)].map((m) => m[1] as string);
+    expect(completionWords.length).toBeGreaterThan(0);
+    for (const word of completionWords) expect(exported).not.toContain(word);
+  });
+
+  it('forwards the client’s traceparent untouched when tracing is off, and logs no trace id', async () => {
+    const sim = await startTestSim({ model: ['served/llm'] });
+    cleanups.push(() => sim.close());
+    const tap = await startTap(sim.url);
+    cleanups.push(() => tap.close());
+    const gateway = await startTestRouter(chatSetup([tap.url]));
+    cleanups.push(() => gateway.close());
+    const traceparent = '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01';
+    const res = await fetch(`${gateway.router.apiUrl}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${KEY}`, 'content-type': 'application/json', traceparent },
+      body: JSON.stringify({ model: 'llm', messages: [{ role: 'user', content: 'hi' }], max_tokens: 2 }),
+    });
+    await res.text();
+    expect(res.status).toBe(200);
+    expect(tap.posts()[0]?.headers.traceparent).toBe(traceparent);
+    await waitFor(() => gateway.logs.some((l) => l.includes('"msg":"request"')), 'the access-log line');
+    expect(gateway.logs.find((l) => l.includes('"msg":"request"'))).not.toContain('traceId');
+  });
+
+  it('starts a trace of its own when the client sends none, and marks a request that failed', async () => {
+    const receiver = await startReceiver();
+    cleanups.push(() => receiver.close());
+    const sim = await startTestSim({ model: ['served/llm'] });
+    cleanups.push(() => sim.close());
+    const tap = await startTap(sim.url);
+    cleanups.push(() => tap.close());
+    const gateway = await startTestRouter(chatSetup([tap.url], { config: { tracing: { enabled: true, endpoint: receiver.url } } }));
+    let closed = false;
+    cleanups.push(() => (closed ? Promise.resolve() : gateway.close()));
+    const send = (model: string): Promise<Response> =>
+      fetch(`${gateway.router.apiUrl}/v1/chat/completions`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${KEY}`, 'content-type': 'application/json' },
+        body: JSON.stringify({ model, messages: [{ role: 'user', content: 'hi' }], max_tokens: 2 }),
+      });
+    expect((await send('llm')).status).toBe(200);
+    expect((await send('no-such-model')).status).toBe(404);
+    await waitFor(() => gateway.logs.filter((l) => l.includes('"msg":"request"')).length === 2, 'both access-log lines');
+    await gateway.close();
+    closed = true;
+    await waitFor(() => receiver.spans.filter((s) => s.kind === 2).length === 2, 'both request spans');
+    const ok = receiver.spans.find((s) => s.name === 'chat llm');
+    expect(ok?.parentSpanId ?? '').toBe('');
+    expect(tap.posts()[0]?.headers.traceparent).toMatch(new RegExp(`^00-${ok?.traceId}-[0-9a-f]{16}-01$`));
+    const failed = receiver.spans.find((s) => s.kind === 2 && s !== ok);
+    expect(failed?.status?.code).toBe(2); // error
+    expect(attr(failed, 'http.response.status_code')).toBe(404);
+  });
+});
