@@ -4,9 +4,9 @@
  * closes again once the replica is back. The counts are printed for the record.
  */
 import { afterEach, describe, expect, it } from '@jest/globals';
-import { type SimServer } from '../../src/sim/server.js';
 import { rawRequest, sseData } from '../helpers/http.js';
-import { KEY, startTestRouter } from '../helpers/router.js';
+import { startKillableFleet } from '../helpers/fleet.js';
+import { KEY } from '../helpers/router.js';
 import { startTestSim, waitFor } from '../helpers/sim.js';
 
 const cleanups: Array<() => Promise<unknown>> = [];
@@ -16,22 +16,7 @@ afterEach(async () => {
 
 describe('killing a replica under steady load', () => {
   it('loses no non-streamed request, ends only its own streams cleanly, opens and later closes its breaker', async () => {
-    const replicas: SimServer[] = await Promise.all([0, 1, 2].map((i) => startTestSim({ model: ['served/llm'], name: `r${i}`, itlMs: 5 })));
-    cleanups.push(() => Promise.all(replicas.map((s) => s.close())));
-    const victim = replicas[0]!;
-    const victimUrl = victim.url;
-    const g = await startTestRouter({
-      pools: [
-        {
-          name: 'llm',
-          servedModelName: 'served/llm',
-          endpoints: replicas.map((s) => s.url),
-          resilience: { retries: { maxRetries: 2, initialBackoffMs: 5, maxBackoffMs: 20 }, breaker: { failureThreshold: 3, cooldownMs: 400, closeAfterSuccesses: 1 } },
-        },
-      ],
-      deployments: [{ id: 'llm', model: 'llm', targets: [{ pool: 'llm' }] }],
-    });
-    cleanups.push(() => g.close());
+    const { victim, victimUrl, g } = await startKillableFleet(400, 'llm', cleanups);
 
     const counts = { sent: 0, succeeded: 0, failed: 0, streams: 0, streamsEndedWithError: 0, streamsTruncated: 0 };
     let running = true;

@@ -5,14 +5,21 @@
  * open. Takes the README's screenshot (docs/status-page.png) on the way.
  */
 import { afterEach, describe, expect, it } from '@jest/globals';
+import { readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { type Page } from 'puppeteer-core';
-import { type SimServer } from '../../src/sim/server.js';
 import { launchChromium } from '../helpers/chromium.js';
 import { rawRequest } from '../helpers/http.js';
-import { KEY, startTestRouter } from '../helpers/router.js';
-import { startTestSim, waitFor } from '../helpers/sim.js';
+import { startKillableFleet } from '../helpers/fleet.js';
+import { KEY } from '../helpers/router.js';
+import { waitFor } from '../helpers/sim.js';
 
-const SCREENSHOT = new URL('../../docs/status-page.png', import.meta.url).pathname;
+/**
+ * The README's screenshot is taken again only on request (`UPDATE_SCREENSHOT=1`): a test run never
+ * writes into the repository. Otherwise it goes to a temp file, and must be a real image.
+ */
+const SCREENSHOT = process.env.UPDATE_SCREENSHOT === '1' ? new URL('../../docs/status-page.png', import.meta.url).pathname : join(tmpdir(), `modelgate-status-${process.pid}.png`);
 /** Bounds on what the page must show: two or three of its refreshes on a loaded machine. */
 const DOM_TIMEOUT_MS = 15_000;
 
@@ -40,23 +47,8 @@ async function replicaRows(page: Page): Promise<string[][]> {
 
 describe('the status page in headless Chromium', () => {
   it('lists every replica under traffic, and shows a killed replica’s breaker open', async () => {
-    const replicas: SimServer[] = await Promise.all([0, 1, 2].map((i) => startTestSim({ model: ['served/llm'], name: `r${i}`, itlMs: 5 })));
-    cleanups.push(() => Promise.all(replicas.map((s) => s.close())));
-    const victim = replicas[0]!;
-    const victimUrl = victim.url;
-    const g = await startTestRouter({
-      pools: [
-        {
-          name: 'llm',
-          servedModelName: 'served/llm',
-          endpoints: replicas.map((s) => s.url),
-          // a long cool-down: the breaker stays open while the page is looked at
-          resilience: { retries: { maxRetries: 2, initialBackoffMs: 5, maxBackoffMs: 20 }, breaker: { failureThreshold: 3, cooldownMs: 60_000, closeAfterSuccesses: 1 } },
-        },
-      ],
-      deployments: [{ id: 'chat', model: 'llm', targets: [{ pool: 'llm' }] }],
-    });
-    cleanups.push(() => g.close());
+    // a long cool-down: the breaker stays open while the page is looked at
+    const { replicas, victim, victimUrl, g } = await startKillableFleet(60_000, 'chat', cleanups);
 
     let running = true;
     let succeeded = 0;
@@ -103,6 +95,8 @@ describe('the status page in headless Chromium', () => {
     ]);
     expect(await page.evaluate(`document.getElementById('conn').textContent`)).toBe('live');
     await page.screenshot({ path: SCREENSHOT, type: 'png' });
+    expect(readFileSync(SCREENSHOT).subarray(1, 4).toString('latin1')).toBe('PNG');
+    if (process.env.UPDATE_SCREENSHOT !== '1') rmSync(SCREENSHOT, { force: true });
     expect(errors).toEqual([]);
   });
 });

@@ -61,17 +61,29 @@ afterEach(async () => {
   for (const cleanup of cleanups.splice(0).reverse()) await cleanup();
 });
 
+/** A simulator behind a recording tap, a router tracing to a receiver; closing the router flushes its spans. */
+async function tracedSetup(): Promise<{
+  receiver: Awaited<ReturnType<typeof startReceiver>>;
+  tap: Awaited<ReturnType<typeof startTap>>;
+  gateway: TestRouter<RunningRouter>;
+  closeGateway: () => Promise<void>;
+}> {
+  const receiver = await startReceiver();
+  cleanups.push(() => receiver.close());
+  const sim = await startTestSim({ model: ['served/llm'] });
+  cleanups.push(() => sim.close());
+  const tap = await startTap(sim.url);
+  cleanups.push(() => tap.close());
+  const gateway = await startTestRouter(chatSetup([tap.url], { config: { tracing: { enabled: true, endpoint: receiver.url } } }));
+  let closed: Promise<void> | undefined;
+  const closeGateway = (): Promise<void> => (closed ??= gateway.close());
+  cleanups.push(closeGateway);
+  return { receiver, tap, gateway, closeGateway };
+}
+
 describe('OpenTelemetry traces', () => {
   it('exports a streamed request’s spans with GenAI attributes, continues the client’s trace and hands the engine its own context', async () => {
-    const receiver = await startReceiver();
-    cleanups.push(() => receiver.close());
-    const sim = await startTestSim({ model: ['served/llm'] });
-    cleanups.push(() => sim.close());
-    const tap = await startTap(sim.url);
-    cleanups.push(() => tap.close());
-    const gateway: TestRouter<RunningRouter> = await startTestRouter(chatSetup([tap.url], { config: { tracing: { enabled: true, endpoint: receiver.url } } }));
-    let closed = false;
-    cleanups.push(() => (closed ? Promise.resolve() : gateway.close()));
+    const { receiver, tap, gateway, closeGateway } = await tracedSetup();
 
     const clientTrace = '4bf92f3577b34da6a3ce929d0e0e4736';
     const clientSpan = '00f067aa0ba902b7';
@@ -84,8 +96,7 @@ describe('OpenTelemetry traces', () => {
     const streamed = await res.text();
     expect(res.status).toBe(200);
     await waitFor(() => gateway.logs.some((l) => l.includes('"msg":"request"')), 'the access-log line');
-    await gateway.close(); // shuts the tracer down: what is batched is sent
-    closed = true;
+    await closeGateway(); // shuts the tracer down: what is batched is sent
     await waitFor(() => receiver.spans.some((s) => s.name.startsWith('chat ')), 'the request span at the receiver');
 
     const root = receiver.spans.find((s) => s.name === 'chat llm');
@@ -146,15 +157,7 @@ describe('OpenTelemetry traces', () => {
   });
 
   it('starts a trace of its own when the client sends none, and marks a request that failed', async () => {
-    const receiver = await startReceiver();
-    cleanups.push(() => receiver.close());
-    const sim = await startTestSim({ model: ['served/llm'] });
-    cleanups.push(() => sim.close());
-    const tap = await startTap(sim.url);
-    cleanups.push(() => tap.close());
-    const gateway = await startTestRouter(chatSetup([tap.url], { config: { tracing: { enabled: true, endpoint: receiver.url } } }));
-    let closed = false;
-    cleanups.push(() => (closed ? Promise.resolve() : gateway.close()));
+    const { receiver, tap, gateway, closeGateway } = await tracedSetup();
     const send = (model: string): Promise<Response> =>
       fetch(`${gateway.router.apiUrl}/v1/chat/completions`, {
         method: 'POST',
@@ -164,8 +167,7 @@ describe('OpenTelemetry traces', () => {
     expect((await send('llm')).status).toBe(200);
     expect((await send('no-such-model')).status).toBe(404);
     await waitFor(() => gateway.logs.filter((l) => l.includes('"msg":"request"')).length === 2, 'both access-log lines');
-    await gateway.close();
-    closed = true;
+    await closeGateway();
     await waitFor(() => receiver.spans.filter((s) => s.kind === 2).length === 2, 'both request spans');
     const ok = receiver.spans.find((s) => s.name === 'chat llm');
     expect(ok?.parentSpanId ?? '').toBe('');
