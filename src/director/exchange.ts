@@ -138,8 +138,8 @@ export class ExchangeRunner {
       let picked: Picked;
       const scheduling = plan.trace?.child('modelgate.schedule');
       try {
-        // Only the route's last pool holds a request while it scales from zero: any other moves it on.
         const request = scheduling ? { ...plan.request, onScheduled: (info: ScheduleInfo) => scheduling.set(scheduleAttributes(step.pool.name, info)) } : plan.request;
+        // Only the route's last pool holds a request while it scales from zero: any other moves it on.
         picked = await this.deps.picker.pick(step.pool, at.tried, plan.signal, request, deadline - clock.now(), at.step === plan.route.length - 1);
         scheduling?.end();
       } catch (err) {
