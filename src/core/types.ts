@@ -285,3 +285,13 @@ export interface Tracing {
   /** Sends what is buffered and stops. */
   shutdown(): Promise<void>;
 }
+
+/**
+ * Whether an endpoint its health checks have not probed yet counts as healthy in `pool`: yes (healthy
+ * until proven otherwise), except in a pool that scales from zero with health checks, where a replica
+ * is ready only once a probe has passed (one still loading its model must not get held requests).
+ * The picker, the ready gauges and the status page all count readiness by this rule.
+ */
+export function unprobedCountsHealthy(pool: PoolSpec): boolean {
+  return !(pool.resilience.scaleFromZero.enabled && pool.resilience.healthCheck.enabled);
+}

@@ -21,7 +21,7 @@ import { choose, scheduleBuffers, type ScheduleBuffers } from '../balancer/sched
 import { estimatedLoad } from '../balancer/scorers.js';
 import { isAbortError, systemScheduler, type Scheduler } from '../core/clock.js';
 import { NO_REPLICA_RETRY_AFTER_SECONDS, noReadyReplica, RouterError } from '../core/errors.js';
-import { type EngineLoad, type EngineLoadSource, type Endpoint, type EndpointSource, type HoldEvent, type PoolSpec, type Priority, type ScheduleInfo } from '../core/types.js';
+import { type EngineLoad, type EngineLoadSource, type Endpoint, type EndpointSource, type HoldEvent, type PoolSpec, type Priority, type ScheduleInfo, unprobedCountsHealthy } from '../core/types.js';
 import { shedError, type AdmissionQueues } from './admission.js';
 import { type BreakerRegistry, type BreakerTicket } from './breaker.js';
 
@@ -200,7 +200,7 @@ export class EndpointPicker {
    * health checks, a replica counts once a probe has passed.
    */
   readyReplicas(pool: PoolSpec): number {
-    const unknown = this.unknownHealth(pool);
+    const unknown = unprobedCountsHealthy(pool);
     let ready = 0;
     for (const ep of this.deps.endpoints.snapshot(pool.name)) if (this.deps.health.isHealthy(ep.id, unknown)) ready++;
     return ready;
@@ -285,12 +285,7 @@ export class EndpointPicker {
   /** The balancer's usable rule for one endpoint. */
   private canTakeTraffic(pool: PoolSpec, ep: Endpoint): boolean {
     const { health, breakers } = this.deps;
-    return isUsable({ healthy: health.isHealthy(ep.id, this.unknownHealth(pool)), breakerAvailable: breakers.get(ep.id, pool.name, pool.resilience.breaker).available() });
-  }
-
-  /** What an endpoint not probed yet counts as: ready, except in a pool scaling from zero whose health checks must pass first. */
-  private unknownHealth(pool: PoolSpec): boolean {
-    return !(pool.resilience.scaleFromZero.enabled && pool.resilience.healthCheck.enabled);
+    return isUsable({ healthy: health.isHealthy(ep.id, unprobedCountsHealthy(pool)), breakerAvailable: breakers.get(ep.id, pool.name, pool.resilience.breaker).available() });
   }
 
   /**
@@ -314,7 +309,7 @@ export class EndpointPicker {
     view.endpoints = [];
     view.counters = [];
     view.prefixes = [];
-    const unknown = this.unknownHealth(pool);
+    const unknown = unprobedCountsHealthy(pool);
     for (let i = 0; i < snapshot.length; i++) {
       const ep = snapshot[i] as Endpoint;
       if (!isUsable({ healthy: health.isHealthy(ep.id, unknown), breakerAvailable: view.breakerAllows[i] === 1 })) continue;

@@ -7,7 +7,7 @@
  * Prometheus series already expose (pool, deployment and replica names, counts, states).
  * The JSON shape is documented in the README ("Status page") and versioned by `version`.
  */
-import { type EngineLoad, type EndpointSource, type PoolSpec } from '../core/types.js';
+import { type EngineLoad, type EndpointSource, type PoolSpec, unprobedCountsHealthy } from '../core/types.js';
 import { type ModelCatalog } from '../registry/registry.js';
 import { type RequestMetrics } from './access-log.js';
 
@@ -200,11 +200,6 @@ function percentile(bucket: Bucket, q: number): number | null {
   return null;
 }
 
-/** How an endpoint not probed yet counts, as the picker counts it: ready, except in a pool scaling from zero whose health checks must pass first. */
-function unknownHealth(pool: PoolSpec): boolean {
-  return !(pool.resilience.scaleFromZero.enabled && pool.resilience.healthCheck.enabled);
-}
-
 function healthOf(sources: StatusSources, pool: PoolSpec, id: string): ReplicaHealth {
   if (!pool.resilience.healthCheck.enabled) return 'off';
   const ifUnknown = sources.health.isHealthy(id, true);
@@ -224,7 +219,7 @@ export function buildStatusSnapshot(sources: StatusSources): StatusSnapshot {
   sources.recent.retain(new Set(poolSpecs.map((p) => p.name)));
 
   const pools = poolSpecs.map((pool): PoolStatus => {
-    const unknown = unknownHealth(pool);
+    const unknown = unprobedCountsHealthy(pool);
     const replicas = sources.endpoints.snapshot(pool.name).map((ep): ReplicaStatus => {
       const load = engine.get(ep.id);
       return {

@@ -1,6 +1,6 @@
 /** What the router's gauges read from discovery, health checks, breakers and the in-flight counts, at each scrape. */
 import { type InFlight } from '../balancer/in-flight.js';
-import { type PoolSpec } from '../core/types.js';
+import { type PoolSpec, unprobedCountsHealthy } from '../core/types.js';
 import { type DiscoveryWiring } from '../discovery/wiring.js';
 import { type MetricSources } from '../metrics/metrics.js';
 
@@ -27,7 +27,7 @@ export function discoveryGauges(discovery: DiscoveryWiring, inFlight: InFlight, 
     return counts;
   };
   const readyIn = (pool: PoolSpec, open: ReadonlySet<string>): number => {
-    const unknown = !(pool.resilience.scaleFromZero.enabled && pool.resilience.healthCheck.enabled);
+    const unknown = unprobedCountsHealthy(pool);
     return discovery.endpoints.snapshot(pool.name).filter((ep) => !open.has(ep.id) && readiness.isHealthy(ep.id, unknown)).length;
   };
   return {
