@@ -5,12 +5,11 @@
  * process exit without `stop()`. The binaries come from Debian's `prometheus` package, found on PATH
  * like test/helpers/redis-server.ts finds redis-server (.ci/run installs them).
  */
-import { spawn, type ChildProcess } from 'node:child_process';
-import { once } from 'node:events';
+import { spawn } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import net, { type AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { freePort, stopChild, untilReady } from './child-process.js';
 
 const PROMETHEUS = 'prometheus';
 const PROMTOOL = 'promtool';
@@ -86,11 +85,23 @@ async function serve(port: number, options: PrometheusOptions): Promise<Promethe
   const url = `http://127.0.0.1:${port}`;
   const stop = async (): Promise<void> => {
     process.removeListener('exit', killOnExit);
-    await stopChild(child);
+    await stopChild(child, STOP_TIMEOUT_MS);
     rmSync(dir, { recursive: true, force: true });
   };
   try {
-    await untilReady(child, url, () => output);
+    await untilReady(child, {
+      name: PROMETHEUS,
+      installHint: INSTALL_HINT,
+      timeoutMs: START_TIMEOUT_MS,
+      pollMs: POLL_MS,
+      readiness: 'was not ready (GET /-/ready)',
+      probe: () =>
+        fetch(`${url}/-/ready`).then(
+          (res) => res.status === 200,
+          () => false,
+        ),
+      output: () => output,
+    });
   } catch (err) {
     await stop();
     throw err;
@@ -110,57 +121,6 @@ async function serve(port: number, options: PrometheusOptions): Promise<Promethe
       return body.data.alerts;
     },
   };
-}
-
-async function stopChild(child: ChildProcess): Promise<void> {
-  if (child.exitCode !== null || child.signalCode !== null || child.pid === undefined) return;
-  const exited = once(child, 'exit');
-  child.kill('SIGTERM');
-  const timer = setTimeout(() => child.kill('SIGKILL'), STOP_TIMEOUT_MS);
-  await exited;
-  clearTimeout(timer);
-}
-
-/** Resolves once /-/ready answers 200; rejects if Prometheus exits, is missing, or takes too long. */
-function untilReady(child: ChildProcess, url: string, output: () => string): Promise<void> {
-  return new Promise<void>((resolve, reject) => {
-    let done = false;
-    let timer: NodeJS.Timeout | undefined;
-    const finish = (err?: Error): void => {
-      if (done) return;
-      done = true;
-      clearTimeout(timer);
-      clearTimeout(deadline);
-      child.removeListener('error', onError);
-      child.removeListener('exit', onExit);
-      if (err) reject(err);
-      else resolve();
-    };
-    const onError = (err: NodeJS.ErrnoException): void => finish(err.code === 'ENOENT' ? new Error(`${PROMETHEUS} is not installed (not on PATH): ${INSTALL_HINT}`) : err);
-    const onExit = (code: number | null, signal: NodeJS.Signals | null): void => finish(new Error(`${PROMETHEUS} exited (code ${code}, signal ${signal}) before it was ready:\n${output()}`));
-    const deadline = setTimeout(() => finish(new Error(`${PROMETHEUS} was not ready within ${START_TIMEOUT_MS} ms:\n${output()}`)), START_TIMEOUT_MS);
-    child.once('error', onError);
-    child.once('exit', onExit);
-    const attempt = (): void => {
-      if (done) return;
-      void fetch(`${url}/-/ready`).then(
-        (res) => (res.status === 200 ? finish() : (timer = setTimeout(attempt, POLL_MS))),
-        () => (timer = setTimeout(attempt, POLL_MS)),
-      );
-    };
-    attempt();
-  });
-}
-
-/** A port nothing listens on right now (the kernel's pick for port 0). */
-async function freePort(): Promise<number> {
-  const server = net.createServer();
-  server.listen(0, '127.0.0.1');
-  await once(server, 'listening');
-  const { port } = server.address() as AddressInfo;
-  server.close();
-  await once(server, 'close');
-  return port;
 }
 
 /** Runs promtool with `args`, `input` on its stdin: its exit code and output. Rejects when it is not installed. */

@@ -10,6 +10,7 @@ import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import net, { type AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { stopChild, untilReady } from './child-process.js';
 
 const BINARY = 'redis-server';
 /** How long a start may take before the test fails (a loaded 2-core CI machine is slow, not this slow). */
@@ -61,7 +62,15 @@ async function serve(port: number): Promise<RedisServer> {
     started.stdout?.on('data', (chunk: Buffer) => (output = (output + chunk.toString()).slice(-4000)));
     started.stderr?.on('data', (chunk: Buffer) => (output = (output + chunk.toString()).slice(-4000)));
     try {
-      await untilAnswers(started, port, () => output);
+      await untilReady(started, {
+        name: BINARY,
+        installHint: 'the Redis limit-store tests need a real Redis 7. .ci/run installs it (apt-get install redis-server); install it the same way to run them locally.',
+        timeoutMs: START_TIMEOUT_MS,
+        pollMs: PING_INTERVAL_MS,
+        readiness: `did not answer PING on port ${port}`,
+        probe: () => answers(port, started.pid),
+        output: () => output,
+      });
     } catch (err) {
       await stop();
       throw err;
@@ -72,13 +81,7 @@ async function serve(port: number): Promise<RedisServer> {
     const running = child;
     child = undefined;
     process.removeListener('exit', killOnExit);
-    if (running?.pid !== undefined && running.exitCode === null && running.signalCode === null) {
-      const exited = once(running, 'exit');
-      running.kill('SIGTERM');
-      const timer = setTimeout(() => running.kill('SIGKILL'), STOP_TIMEOUT_MS);
-      await exited;
-      clearTimeout(timer);
-    }
+    if (running) await stopChild(running, STOP_TIMEOUT_MS);
     if (dir) rmSync(dir, { recursive: true, force: true });
     dir = undefined;
   };
@@ -133,44 +136,6 @@ async function listenOn(port: number): Promise<number | undefined> {
     await once(server, 'close');
   }
   return got;
-}
-
-/** Resolves once the server answers (as itself: see {@link answers}); rejects if it exits, is missing, or takes too long. */
-function untilAnswers(child: ChildProcess, port: number, output: () => string): Promise<void> {
-  return new Promise<void>((resolve, reject) => {
-    let done = false;
-    let timer: NodeJS.Timeout | undefined;
-    const finish = (err?: Error): void => {
-      if (done) return;
-      done = true;
-      clearTimeout(timer);
-      clearTimeout(deadline);
-      child.removeListener('error', onError);
-      child.removeListener('exit', onExit);
-      if (err) reject(err);
-      else resolve();
-    };
-    const onError = (err: NodeJS.ErrnoException): void =>
-      finish(
-        err.code === 'ENOENT'
-          ? new Error(
-              `${BINARY} is not installed (not on PATH): the Redis limit-store tests need a real Redis 7. .ci/run installs it (apt-get install redis-server); install it the same way to run them locally.`,
-            )
-          : err,
-      );
-    const onExit = (code: number | null, signal: NodeJS.Signals | null): void => finish(new Error(`${BINARY} exited (code ${code}, signal ${signal}) before answering on port ${port}:\n${output()}`));
-    const deadline = setTimeout(() => finish(new Error(`${BINARY} did not answer PING on port ${port} within ${START_TIMEOUT_MS} ms:\n${output()}`)), START_TIMEOUT_MS);
-    child.once('error', onError);
-    child.once('exit', onExit);
-    const attempt = (): void => {
-      if (done) return;
-      void answers(port, child.pid).then((ok) => {
-        if (ok) finish();
-        else if (!done) timer = setTimeout(attempt, PING_INTERVAL_MS);
-      });
-    };
-    attempt();
-  });
 }
 
 /**

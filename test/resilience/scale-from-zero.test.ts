@@ -7,7 +7,6 @@
  */
 import { afterEach, describe, expect, it } from '@jest/globals';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
-import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { buildConfig, ConfigError } from '../../src/config/load.js';
@@ -15,6 +14,7 @@ import { poolResolver } from '../../src/config/pool-settings.js';
 import { defaultSimOptions } from '../../src/sim/options.js';
 import { staticDiscovery } from '../../src/wiring/static-discovery.js';
 import { startSim } from '../../src/sim/server.js';
+import { freePort } from '../helpers/child-process.js';
 import { eventually } from '../helpers/kube-env.js';
 import { rawRequest } from '../helpers/http.js';
 import { KEY } from '../helpers/router.js';
@@ -24,18 +24,6 @@ const cleanups: Array<() => Promise<unknown>> = [];
 afterEach(async () => {
   for (const cleanup of cleanups.splice(0).reverse()) await cleanup();
 });
-
-/** A port nothing listens on yet (for the replica that starts late). */
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const { port } = server.address() as { port: number };
-      server.close(() => resolve(port));
-    });
-  });
-}
 
 async function metric(adminUrl: string, series: string): Promise<number> {
   const text = (await rawRequest(`${adminUrl}/metrics`)).body;
