@@ -57,7 +57,7 @@ export function pickable(candidates: readonly CandidateState[], concurrencyLimit
   return candidates.filter((c) => isUsable(c) && mayPick(c.endpoint, c.inFlight, c.tried, anyFresh, concurrencyLimit));
 }
 
-/** Whether a pick over these usable endpoints leaves out the ones the request tried: it does while any is untried. */
+/** Whether a pick over these usable endpoints leaves out the ones the request tried: it does while one is untried. */
 export function skipsTried(usable: readonly Endpoint[], tried: ReadonlySet<string>): boolean {
   return tried.size > 0 && usable.some((ep) => !tried.has(ep.id));
 }

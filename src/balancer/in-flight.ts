@@ -16,7 +16,7 @@ export interface InFlightCounter {
 interface Entry extends InFlightCounter {
   pool: string;
   count: number;
-  /** Readers holding this entry: it stays at count 0 while any does. */
+  /** Readers holding this entry: it stays at count 0 while one does. */
   holds: number;
 }
 

@@ -34,7 +34,7 @@ interface Entry extends PrefixHold {
   memo: readonly number[] | undefined;
   memoDepth: number;
   memoEvictions: number;
-  /** Readers holding the entry: it stays, empty too, while any does. */
+  /** Readers holding the entry: it stays, empty too, while one does. */
   holds: number;
 }
 

@@ -139,7 +139,7 @@ export class ExchangeRunner {
       const scheduling = plan.trace?.child('modelgate.schedule');
       try {
         const request = scheduling ? { ...plan.request, onScheduled: (info: ScheduleInfo) => scheduling.set(scheduleAttributes(step.pool.name, info)) } : plan.request;
-        // Only the route's last pool holds a request while it scales from zero: any other moves it on.
+        // Only the route's last pool holds a request while it scales from zero; the others move it on.
         picked = await this.deps.picker.pick(step.pool, at.tried, plan.signal, request, deadline - clock.now(), at.step === plan.route.length - 1);
         scheduling?.end();
       } catch (err) {

@@ -15,7 +15,7 @@
  * - **Concurrency**: leases with an expiry. A request is admitted while fewer than `limit` unexpired
  *   leases are held; it holds one until released. Leases of a router that died expire by themselves.
  *
- * Admission is all or nothing: when any check refuses, nothing is taken (unless the caller forces the
+ * Admission is all or nothing: when one check refuses, nothing is taken (unless the caller forces the
  * take: it already let the request through). A refusal names the check
  * and how long until it would admit (a budget: the end of its period; concurrency: unknown, 1 s).
  */
@@ -121,7 +121,7 @@ export interface LimitStore {
   renew(leases: ReadonlyArray<{ key: string; concurrency: readonly ConcurrencySpec[]; lease: string }>, leaseMs: number): Promise<void>;
 }
 
-/** The store answered too late (the call may or may not have been applied); any other failure means it could not be reached. */
+/** The store answered too late (the call may or may not have been applied); every other failure means it could not be reached. */
 export class StoreTimeout extends Error {}
 
 /** ms a refused concurrency check asks the client to wait (when a lease frees is unknown). */

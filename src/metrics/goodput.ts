@@ -10,7 +10,7 @@
  *   generation), within `ttftMs + itlMs × completion tokens`;
  * - `outside`: answered 2xx, complete, but slower than that;
  * - `rejected`: turned away for want of capacity — 429 (a queue, shedding, the key's limits) or 503;
- * - `failed`: any other outcome (a 5xx, a stream cut short).
+ * - `failed`: every other outcome (a 5xx, a stream cut short).
  *
  * goodput = within ÷ (within + outside + rejected + failed). Every deployment's four series exist
  * from its first request on (at 0), so `rate()` sees the first event of each.

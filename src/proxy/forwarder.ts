@@ -216,7 +216,7 @@ export class Forwarder {
   }
 }
 
-/** What the engine gets: host first, as any client would send it; then exactly the caller's headers (the absent ones left out: `http.request` refuses an undefined value); then the body's length. */
+/** What the engine gets: host first, as a client would send it; then exactly the caller's headers (the absent ones left out: `http.request` refuses an undefined value); then the body's length. */
 function requestHeaders(host: string, headers: OutgoingHttpHeaders, length: number): OutgoingHttpHeaders {
   const out: OutgoingHttpHeaders = { host };
   for (const name in headers) {

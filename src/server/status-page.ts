@@ -1,6 +1,6 @@
 /**
  * The status page's HTML: one self-contained document rendered from a {@link StatusSnapshot}. Inline
- * CSS and one inline script (no external asset of any kind); every string from config, CRDs or
+ * CSS and one inline script (no external asset at all); every string from config, CRDs or
  * discovery goes through {@link escapeHtml}. The script re-fetches the page every two seconds and
  * swaps its `<main>`, so the page refreshes without flicker and without a second renderer in JS;
  * without JS a `<noscript>` meta refresh does the same every five seconds.

@@ -91,7 +91,7 @@ export class HoldReporter {
     else episode.rejected++;
     if (this.deps.held(pool) > 0) return;
     this.episodes.delete(pool);
-    this.log.info({ pool, ...episode }, episode.served > 0 ? 'pool has a ready replica: held requests sent' : 'no request held any more');
+    this.log.info({ pool, ...episode }, episode.served > 0 ? 'pool has a ready replica: held requests sent' : 'no request held now');
     this.deps.demandChanged();
   }
 
@@ -100,7 +100,7 @@ export class HoldReporter {
     this.timer = undefined;
   }
 
-  /** While any pool holds requests, the status is written again now and then (the count changes). */
+  /** While some pool holds requests, the status is written again now and then (the count changes). */
   private refresh(): void {
     if (this.timer !== undefined) return;
     this.timer = this.deps.scheduler.setTimeout(() => {

@@ -21,7 +21,7 @@ export function createLogger(level: LogLevel, destination: DestinationStream = p
   return logger;
 }
 
-/** The destination of a logger made by {@link createLogger}; undefined for any other logger. */
+/** The destination of a logger made by {@link createLogger}; undefined for other loggers. */
 export function lineSinkOf(logger: Logger): LineSink | undefined {
   return sinks.get(logger);
 }
