@@ -8,10 +8,13 @@ import { type Logger } from 'pino';
 import { KeyStore } from './auth/key-store.js';
 import { InFlight } from './balancer/in-flight.js';
 import { PrefixIndex } from './balancer/prefix-index.js';
+import { AdapterPlacements } from './balancer/lora.js';
 import { ResponseLocations } from './balancer/response-locations.js';
 import { systemClock, systemScheduler, systemSleep, type Clock } from './core/clock.js';
 import { type Config } from './config/schema.js';
 import { RouterMetrics } from './metrics/metrics.js';
+import { attemptOutcome, retryReason } from './metrics/labels.js';
+import { API_ROUTES } from './api/routes.js';
 import { Director } from './director/director.js';
 import { ExchangeRunner } from './director/exchange.js';
 import { DEFAULT_FORWARDED_HEADERS } from './proxy/headers.js';
@@ -22,6 +25,9 @@ import { AdmissionQueues } from './resilience/admission.js';
 import { BreakerRegistry } from './resilience/breaker.js';
 import { HealthChecker } from './resilience/health-checker.js';
 import { EngineMetricsScraper } from './engine-metrics/scraper.js';
+import { KvEventsHub } from './kv-events/hub.js';
+import { kvEventsMetrics } from './metrics/kv-events.js';
+import { AdapterLoader } from './engine-metrics/adapter-loader.js';
 import { EndpointPicker } from './resilience/picker.js';
 import { HoldReporter, poolDemand } from './wiring/demand.js';
 import { poolResolver } from './config/pool-settings.js';
@@ -88,7 +94,10 @@ export async function createRouter(config: Config, options: RouterOptions = {}):
       : staticDiscovery(config, Math.floor(Date.now() / 1000), resolve);
   // The ready gauges read the health checks and breakers built below, at scrape time only.
   const readiness = { isHealthy: (id: string, unknown: boolean) => health.isHealthy(id, unknown), breakers: () => breakers.states() };
-  const metrics = new RouterMetrics(discoveryGauges(discovery, inFlight, config.discovery.mode === 'kubernetes', readiness), { processMetrics: options.processMetrics ?? true });
+  const metrics = new RouterMetrics(discoveryGauges(discovery, inFlight, config.discovery.mode === 'kubernetes', readiness, API_ROUTES), {
+    processMetrics: options.processMetrics ?? true,
+    exemplars: config.tracing.enabled, // sampled trace ids on the latency histograms; off, they are plain histograms
+  });
   const keys = new KeyStore(config.auth.keysFile, {
     onReload: (result) => {
       metricsRef().recordKeysReload(result.ok);
@@ -120,6 +129,25 @@ export async function createRouter(config: Config, options: RouterOptions = {}):
     },
   });
   const prefixIndex = new PrefixIndex();
+  // KV-cache events: zeromq is loaded only once a pool enables them.
+  const kvLog = logger.child({ component: 'kv-events' });
+  const kvMetrics = kvEventsMetrics([metrics.registry], () => kvEvents.stats());
+  const kvEvents = new KvEventsHub({
+    endpoints: discovery.endpoints,
+    pools: () => discovery.pools(),
+    scheduler: systemScheduler,
+    now: () => clock.now(),
+    events: {
+      onBatch: (pool, stored, removed, cleared) => kvMetrics.batch(pool, stored, removed, cleared),
+      onGap: (pool, recovered) => kvMetrics.gap(pool, recovered),
+      onBadPayload: (pool, endpoint, message) => {
+        kvMetrics.badPayload(pool);
+        kvLog.warn({ pool, endpoint, error: message }, 'KV-event message skipped: not a KVEventBatch');
+      },
+      onError: (pool, endpoint, err) => kvLog.error({ pool, endpoint, error: err.message }, 'KV-event subscription failed: the replica is routed by the prefix estimate'),
+      onCleared: (endpoint) => prefixIndex.forget(endpoint),
+    },
+  });
   const engineMetrics = new EngineMetricsScraper({
     endpoints: discovery.endpoints,
     pools: () => discovery.pools(),
@@ -127,6 +155,16 @@ export async function createRouter(config: Config, options: RouterOptions = {}):
     now: () => clock.now(),
     localCount: (endpoint) => inFlight.count(endpoint),
     onScrape: (pool, _endpoint, result) => metrics.recordEngineScrape(pool, result),
+  });
+  const adapterPlacements = new AdapterPlacements();
+  const loraLog = logger.child({ component: 'lora' });
+  const adapterLoads = new AdapterLoader({
+    scheduler: systemScheduler,
+    onLoad: (pool, adapter, endpoint, result, message) => {
+      metrics.recordLoraLoad(pool, result);
+      if (result === 'loaded') loraLog.info({ pool, adapter, endpoint }, 'LoRA adapter loaded');
+      else if (result !== 'already_loaded') loraLog.warn({ pool, adapter, endpoint, result, reason: message }, 'LoRA adapter load failed');
+    },
   });
   const picker = new EndpointPicker({
     endpoints: discovery.endpoints,
@@ -136,9 +174,15 @@ export async function createRouter(config: Config, options: RouterOptions = {}):
     admission,
     engine: engineMetrics,
     prefixIndex,
+    kvPrefix: kvEvents,
+    adapterPlacements,
+    adapterLoads,
+    now: () => clock.now(),
     random,
     events: {
       onPicked: (pool, matched, total) => metrics.recordPrefixBlocks(pool, matched, total),
+      onPrefixPredicted: (pool, source, matched, total) => kvMetrics.predicted(pool, source, matched, total),
+      onAdapterPlaced: (pool, placement) => metrics.recordLoraPlacement(pool, placement),
       onShed: (pool) => metrics.recordRejected(pool, 'shed'),
       onHold: (pool, event) => holds.record(pool, event),
     },
@@ -153,8 +197,8 @@ export async function createRouter(config: Config, options: RouterOptions = {}):
     sleep: systemSleep,
     random,
     events: {
-      onAttempt: (pool, endpoint, outcome) => metrics.recordAttempt(pool, endpoint, outcome),
-      onRetry: (pool, reason) => metrics.recordRetry(pool, reason),
+      onAttempt: (pool, endpoint, outcome) => metrics.recordAttempt(pool, endpoint, attemptOutcome(outcome)),
+      onRetry: (pool, reason) => metrics.recordRetry(pool, retryReason(reason)),
       onFallback: (from, to) => metrics.recordFallback(from.deployment, from.pool.name, to.deployment, to.pool.name),
     },
   });
@@ -240,12 +284,14 @@ export async function createRouter(config: Config, options: RouterOptions = {}):
   discovery.start();
   health.start();
   engineMetrics.start();
+  kvEvents.start();
   keys.watch(config.auth.reloadIntervalMs);
-  // Breakers and prefix memory of endpoints that are gone (pods replaced) are dropped.
+  // Breakers, prefix memory and adapter placements of endpoints that are gone (pods replaced) are dropped.
   const pruner = setInterval(() => {
     const live = new Set(discovery.pools().flatMap((p) => discovery.endpoints.snapshot(p.name).map((e) => e.id)));
     breakers.retain(live);
     prefixIndex.retain(live);
+    adapterPlacements.retain(live);
   }, 60_000);
   pruner.unref();
   return {
@@ -267,6 +313,7 @@ export async function createRouter(config: Config, options: RouterOptions = {}):
       keys.close();
       health.stop();
       engineMetrics.stop();
+      kvEvents.stop();
       await discovery.stop();
       breakers.shutdown();
       agent.destroy();

@@ -345,6 +345,7 @@ describe('docs/architecture.md', () => {
     metrics: ['core'],
     limits: ['core'],
     'engine-metrics': ['core'],
+    'kv-events': ['core'],
     sim: ['core'],
     // discovery reads pools and endpoints as plain data; the pool resolver (config) applies the policy
     discovery: ['config', 'core', 'registry'],

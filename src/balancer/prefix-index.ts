@@ -120,6 +120,14 @@ export class PrefixIndex {
     for (const id of this.capacities.keys()) if (!live.has(id)) this.capacities.delete(id);
   }
 
+  /** Forgets what `endpointId` holds (its engine reported its cache cleared: KV events), keeping its place. */
+  forget(endpointId: string): void {
+    const entry = this.byEndpoint.get(endpointId);
+    if (entry?.blocks === undefined) return;
+    entry.blocks = undefined;
+    entry.evictions += 1;
+  }
+
   /** Block hashes remembered, over all endpoints. */
   size(): number {
     let n = 0;

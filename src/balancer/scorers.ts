@@ -8,6 +8,7 @@
  * score of those with one (neutral): stale figures are ignored, never trusted. Pure.
  */
 import { type EngineLoad, type Endpoint, type RoutingSettings, type ScorerName } from '../core/types.js';
+import { addLoraScores, type LoraInput } from './lora.js';
 import { sessionTarget } from './session-affinity.js';
 
 /** What the scorers see of one pick. Arrays are indexed like `candidates`. */
@@ -30,6 +31,8 @@ export interface ScoringInput {
   prefixTotal: number;
   /** The request's session key, if it sent one. */
   sessionKey: string | undefined;
+  /** The request's LoRA adapter and the router's record of it per candidate (none: a base-model request). */
+  lora?: LoraInput;
   settings: RoutingSettings;
 }
 
@@ -168,10 +171,14 @@ const session: Scorer = ({ candidates, load, sessionKey, settings, count = candi
   return out;
 };
 
+/** Holds the request's LoRA adapter, else most free adapter slots (balancer/lora.ts); 0 for every candidate of a base-model request. */
+const lora: Scorer = ({ candidates, engine, load, lora: input, settings, count = candidates.length }, out = new Float64Array(count), weight = 1) =>
+  addLoraScores(candidates, count, engine, load, input, settings, out, weight);
+
 /** `out[i] += value` for the first `count` entries. */
 function addToAll(out: Float64Array, count: number, value: number): Float64Array {
   for (let i = 0; i < count; i++) out[i] = (out[i] as number) + value;
   return out;
 }
 
-export const SCORERS: Record<ScorerName, Scorer> = { outstanding, queue, 'kv-cache': kvCache, prefix, session };
+export const SCORERS: Record<ScorerName, Scorer> = { outstanding, queue, 'kv-cache': kvCache, prefix, session, lora };

@@ -9,7 +9,9 @@
  * scorers together (3.25) until the load guard (`maxLoadGap`) releases it. `kv-cache` is a tie-breaker:
  * a sample up to a second old, at weight 1 it outvoted one request's load difference and queued
  * requests while another replica had a free slot (11–35% of the time, against 0% at 0.25). `session`
- * outweighs everything, or the header would not pin anything.
+ * outweighs everything, or the header would not pin anything. `lora` (10, balancer/lora.ts) scores only
+ * requests for a LoRA adapter: a replica holding the adapter skips an adapter load and the wait for a
+ * free adapter slot, worth several requests of load (bench/results/lora.md).
  */
 import { SCORER_NAMES, type RoutingSettings } from '../core/types.js';
 
@@ -22,11 +24,14 @@ export const ROUTING_DEFAULTS: RoutingSettings = {
     { name: 'kv-cache', weight: 0.25 },
     { name: 'prefix', weight: 10 },
     { name: 'session', weight: 20 },
+    { name: 'lora', weight: 10 },
   ],
   engineMetrics: { enabled: true, intervalMs: 1_000, timeoutMs: 500, staleAfterMs: 3_000 },
   prefix: { blockChars: 64, maxBlocks: 256, capacityPerEndpoint: 16_384, maxLoadGap: 4 },
   session: { header: 'x-session-id', loadFactor: 1.25 },
   saturation: { queueDepth: 5, kvCacheUsage: 0.8 },
+  kvEvents: { enabled: false, endpoint: 'tcp://{host}:5557', staleAfterMs: 10_000, tokenizer: 'opaque', maxBlocksPerReplica: 65_536 },
+  lora: { memoryMs: 30_000, maxLoadGap: 8, loadOnDemand: false, maxConcurrentLoads: 4, maxLoadsPerReplica: 1, loadTimeoutMs: 30_000 },
 };
 
 export interface RoutingOverrides {
@@ -35,6 +40,8 @@ export interface RoutingOverrides {
   prefix?: Partial<RoutingSettings['prefix']>;
   session?: Partial<RoutingSettings['session']>;
   saturation?: Partial<RoutingSettings['saturation']>;
+  kvEvents?: Partial<RoutingSettings['kvEvents']>;
+  lora?: Partial<RoutingSettings['lora']>;
 }
 
 /** `base` with `overrides` applied: `scorers` replaced as a list, the other groups field by field. */
@@ -46,6 +53,8 @@ export function mergeRouting(base: RoutingSettings, overrides: RoutingOverrides 
     prefix: { ...base.prefix, ...overrides.prefix },
     session: { ...base.session, ...overrides.session },
     saturation: { ...base.saturation, ...overrides.saturation },
+    kvEvents: { ...base.kvEvents, ...overrides.kvEvents },
+    lora: { ...base.lora, ...overrides.lora },
   };
 }
 
@@ -99,6 +108,31 @@ export const routingOverridesSchema = {
       properties: {
         queueDepth: { type: 'integer', minimum: 1 },
         kvCacheUsage: { type: 'number', exclusiveMinimum: 0, maximum: 1 },
+      },
+    },
+    kvEvents: {
+      type: 'object',
+      additionalProperties: false,
+      properties: {
+        enabled: { type: 'boolean' },
+        endpoint: { type: 'string', pattern: '^(tcp|ipc)://' },
+        replayEndpoint: { type: 'string', pattern: '^$|^(tcp|ipc)://' },
+        topic: { type: 'string', maxLength: 256 },
+        staleAfterMs: { type: 'integer', minimum: 100, maximum: 3_600_000 },
+        tokenizer: { enum: ['simulator', 'opaque'] },
+        maxBlocksPerReplica: { type: 'integer', minimum: 16, maximum: 10_000_000 },
+      },
+    },
+    lora: {
+      type: 'object',
+      additionalProperties: false,
+      properties: {
+        memoryMs: { type: 'integer', minimum: 0, maximum: 3_600_000 },
+        maxLoadGap: { type: 'number', minimum: 0 },
+        loadOnDemand: { type: 'boolean' },
+        maxConcurrentLoads: { type: 'integer', minimum: 1, maximum: 1000 },
+        maxLoadsPerReplica: { type: 'integer', minimum: 1, maximum: 100 },
+        loadTimeoutMs: { type: 'integer', minimum: 100, maximum: 600_000 },
       },
     },
   },

@@ -77,6 +77,14 @@ function crossCheck(config: Config): void {
       if (!pools.has(t.pool)) throw new ConfigError(`pool "${t.pool}" is not defined under pools`, `deployments[${i}].targets[${j}].pool`);
     });
     if (dep.targets.every((t) => t.weight === 0)) throw new ConfigError('at least one target needs a weight above 0', `deployments[${i}].targets`);
+    const adapter = dep.adapter;
+    dep.targets.forEach((t, j) => {
+      const base = config.pools.find((p) => p.name === t.pool);
+      if (adapter && base?.servedModelName === adapter.name) {
+        throw new ConfigError(`the adapter is named like pool "${t.pool}"'s base model; give the adapter the name its engines serve it under`, `deployments[${i}].adapter.name`);
+      }
+      if (adapter && base && base.engine !== 'vllm') throw new ConfigError(`LoRA adapters are served by vLLM pools only; pool "${t.pool}" runs ${base.engine}`, `deployments[${i}].targets[${j}].pool`);
+    });
   });
   const ids = new Set(config.deployments.map((d) => d.id));
   config.deployments.forEach((dep, i) => {

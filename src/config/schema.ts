@@ -4,7 +4,7 @@
  */
 import { CAPABILITIES, ENGINES, type Capability, type Engine } from '../core/types.js';
 import { routingOverridesSchema, type RoutingOverrides } from '../balancer/settings.js';
-import { type RoutingSettings, type Slo } from '../core/types.js';
+import { type LoraAdapter, type RoutingSettings, type Slo } from '../core/types.js';
 import { defaultLimitsSchema, type LimitFields } from '../limits/settings.js';
 import { resilienceOverridesSchema, type ResilienceOverrides, type ResilienceSettings } from '../resilience/settings.js';
 
@@ -41,6 +41,10 @@ export interface DeploymentConfig {
   fallbacks: string[];
   /** This deployment's latency objective, over the config's `slo` (metrics/goodput.ts). */
   slo?: Partial<Slo>;
+  /** A LoRA adapter served on the target pools' base model; the engines get `model` set to its name. */
+  adapter?: LoraAdapter;
+  /** Continue a chat or completions stream on another replica when its replica dies mid-way (director/resume.ts); absent: off. */
+  resumeStreams?: boolean;
 }
 
 export interface DiscoveryConfig {
@@ -332,6 +336,13 @@ export const configSchema = {
           },
           fallbacks: { type: 'array', items: name, uniqueItems: true, default: [] },
           slo: sloSchema,
+          adapter: {
+            type: 'object',
+            additionalProperties: false,
+            required: ['name'],
+            properties: { name, path: { type: 'string', minLength: 1, maxLength: 4096 } },
+          },
+          resumeStreams: { type: 'boolean' },
         },
       },
     },

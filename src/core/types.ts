@@ -22,6 +22,18 @@ export type ApiName = 'chat' | 'completions' | 'embeddings' | 'responses' | 'mes
  */
 export type WireDialect = 'openai' | 'responses' | 'anthropic';
 
+/**
+ * What became of a resumable stream that broke after its first byte (director/resume.ts), with the
+ * bounded reasons of each: what broke a resumed one, why one was refused, why one failed to resume.
+ */
+export const RESUME_REASONS = {
+  resumed: ['upstream_broken', 'idle_timeout', 'error_event'],
+  refused: ['n', 'tools', 'logprobs', 'guided_decoding', 'prompt', 'reasoning', 'finished', 'engine', 'max_resumptions'],
+  failed: ['no_replica', 'upstream_error', 'connection', 'timeout'],
+} as const;
+export type ResumeResult = keyof typeof RESUME_REASONS;
+export type ResumeReason = (typeof RESUME_REASONS)[ResumeResult][number];
+
 /** What became of a `previous_response_id`: sent to the replica holding it, unknown to the router, its replica gone, or another key's (refused). */
 export type PreviousResponseOutcome = 'pinned' | 'unknown' | 'replica_gone' | 'other_key';
 
@@ -81,8 +93,8 @@ export interface ResilienceSettings {
 }
 
 /** The scorers a pool's scheduling profile can combine (see balancer/scorers.ts). */
-export type ScorerName = 'outstanding' | 'queue' | 'kv-cache' | 'prefix' | 'session';
-export const SCORER_NAMES: readonly ScorerName[] = ['outstanding', 'queue', 'kv-cache', 'prefix', 'session'];
+export type ScorerName = 'outstanding' | 'queue' | 'kv-cache' | 'prefix' | 'session' | 'lora';
+export const SCORER_NAMES: readonly ScorerName[] = ['outstanding', 'queue', 'kv-cache', 'prefix', 'session', 'lora'];
 
 /** Request classes, most important first. */
 export type Priority = 'critical' | 'standard' | 'sheddable';
@@ -120,6 +132,51 @@ export interface RoutingSettings {
   };
   /** When engine metrics call a replica saturated; a pool whose fresh replicas all are sheds sheddable requests. */
   saturation: { queueDepth: number; kvCacheUsage: number };
+  /** The engines' KV-cache events (vLLM/SGLang `--kv-events-config`), for exact prefix matches (src/kv-events). */
+  kvEvents: KvEventsSettings;
+  /** LoRA adapters (balancer/lora.ts): placement memory, load guard, and loading adapters on demand. */
+  lora: {
+    /** A request for an adapter was sent to a replica this recently: the replica counts as holding it. */
+    memoryMs: number;
+    /** Holding the adapter stops counting on a replica with more than this many outstanding requests (per unit of weight) above the least-loaded candidate. */
+    maxLoadGap: number;
+    /** Load the adapter through the engine's `/v1/load_lora_adapter` on the chosen replica when the router knows of no replica holding it. */
+    loadOnDemand: boolean;
+    /** Adapter loads in flight at once per pool; more wait for a free turn. */
+    maxConcurrentLoads: number;
+    /** Adapter loads in flight at once per replica. */
+    maxLoadsPerReplica: number;
+    /** Longest wait for one load (its turn included); then the request fails with ADAPTER_LOAD_FAILED. */
+    loadTimeoutMs: number;
+  };
+}
+
+/** A LoRA adapter a deployment serves on its pools' base model: the name the engine serves it under, and where the engine loads it from. */
+export interface LoraAdapter {
+  name: string;
+  /** What `/v1/load_lora_adapter` gets as `lora_path` (default: the name). */
+  path?: string;
+}
+
+/** How a pool subscribes to its replicas' KV-cache events (defaults: balancer/settings.ts). */
+export interface KvEventsSettings {
+  enabled: boolean;
+  /** Each replica's ZMQ publisher; `{host}` is the replica's address (its pod IP in Kubernetes). */
+  endpoint: string;
+  /** Each replica's replay socket, asked for missed batches after a sequence gap (unset or '': none). */
+  replayEndpoint?: string;
+  /** ZMQ topic prefix subscribed to (unset or '': every topic). */
+  topic?: string;
+  /** A replica whose publisher has been unreachable this long is routed by the estimate again. */
+  staleAfterMs: number;
+  /**
+   * How the router reads the token ids the events carry. `simulator`: with the simulator's tokenizer
+   * and chat template, so the router computes the engine's blocks exactly. `opaque`: it cannot (a real
+   * engine's tokenizer is not in the router); events only clear the estimate when the engine's cache is cleared.
+   */
+  tokenizer: 'simulator' | 'opaque';
+  /** Engine blocks remembered per replica (the oldest stored dropped first beyond it). */
+  maxBlocksPerReplica: number;
 }
 
 /**
@@ -155,6 +212,11 @@ export interface PoolSpec {
   resilience: ResilienceSettings;
   /** Scheduling profile, engine metrics, prefix and session affinity, fully resolved. */
   routing: RoutingSettings;
+  /**
+   * Set on the view of a pool a LoRA deployment routes to (registry.ts): `servedModelName` is then the
+   * adapter's name, and `baseModel` the pool's own served model.
+   */
+  adapter?: LoraAdapter & { baseModel: string };
 }
 
 /** One replica that can take traffic right now. */
@@ -185,6 +247,10 @@ export interface Deployment {
   created: number;
   /** Its own latency objective, over the config's `slo` (the goodput counters). */
   slo?: Partial<Slo>;
+  /** A chat or completions stream whose replica dies mid-way continues on another replica (director/resume.ts). */
+  resumeStreams?: boolean;
+  /** A LoRA adapter on its pools' base model: requests are sent to the engines under the adapter's name. */
+  adapter?: LoraAdapter;
 }
 
 /** A latency objective, in ms: time to first token, and the mean gap between tokens. */
@@ -203,10 +269,22 @@ export interface EngineLoad {
   kvCacheUsage?: number;
   /** KV-cache size in tokens, when the engine reports it (vLLM and SGLang `cache_config_info`). */
   cacheTokens?: number;
+  /** The LoRA adapters of its running and waiting requests and its adapter slots, when the engine reports them (vLLM `lora_requests_info`). */
+  lora?: LoraLoad;
   /** Clock time (ms) of the sample. */
   at: number;
   /** This router's outstanding requests to the replica when the sample was taken. */
   localAtSample: number;
+}
+
+/** A replica's LoRA adapters as its engine reports them. */
+export interface LoraLoad {
+  /** Adapters of requests in the running batch (they hold a GPU adapter slot). */
+  running: readonly string[];
+  /** Adapters of requests waiting to be scheduled. */
+  waiting: readonly string[];
+  /** Adapter slots: distinct adapters a batch may hold at once (vLLM `--max-loras`). */
+  maxLora: number;
 }
 
 /** Read side of engine metrics: a replica's fresh load, or undefined (never scraped, failing, or stale). */
@@ -215,6 +293,17 @@ export interface EngineLoadSource {
   load(endpointId: string, now?: number): EngineLoad | undefined;
   /** The clock `load` judges freshness by. */
   now?(): number;
+}
+
+/**
+ * Read side of KV-cache events: what a replica's engine reported holding. `state`: 0 no fresh report
+ * (the estimate answers), 1 a partial one (blocks stored before the router subscribed are missing: a
+ * lower bound), 2 complete (exact).
+ */
+export interface KvPrefixSource {
+  state(pool: string, endpointId: string): 0 | 1 | 2;
+  /** Leading blocks of `blocks` (balancer/prefix-index `promptBlocks`) the replica's engine holds. */
+  match(pool: string, endpointId: string, blocks: readonly number[]): number;
 }
 
 /** Read side of discovery: the current routable endpoints of a pool (an immutable snapshot). */
@@ -266,6 +355,8 @@ export interface AttemptSpan extends TraceSpan {
  */
 export interface RequestTrace {
   readonly traceId: string;
+  /** Whether the trace is kept (sampled): only then is its id an exemplar on the latency histograms. */
+  readonly sampled: boolean;
   /** A child span of the request: `modelgate.admission`, `modelgate.schedule`. */
   child(name: string): TraceSpan;
   /** A child span for one attempt at an endpoint (kind client). */

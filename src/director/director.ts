@@ -13,11 +13,12 @@ import { type ApiRoute } from '../api/routes.js';
 import { type ValidRequest } from '../api/validate.js';
 import { type ResponseLocation, type ResponseLocations } from '../balancer/response-locations.js';
 import { RouterError } from '../core/errors.js';
-import { type Deployment, type EndpointSource, type PoolSpec, type PreviousResponseOutcome, type Priority, type RequestTrace } from '../core/types.js';
+import { type Deployment, type EndpointSource, type PoolSpec, type PreviousResponseOutcome, type Priority, type RequestTrace, type ResumeReason, type ResumeResult } from '../core/types.js';
 import { type ForwardedFor } from '../proxy/headers.js';
 import { type ModelCatalog } from '../registry/registry.js';
 import { type ExchangeReport, type ExchangeRunner } from './exchange.js';
 import { planRoute, type PlannedPool } from './route-plan.js';
+import { asksStream, requestRefusal, StreamSplice, type ResumePlan } from './resume.js';
 import { encodedForms, routeSteps, streamUsageOverride } from './upstream-request.js';
 
 /** A validated, authorised request, as the server hands it over. */
@@ -61,12 +62,17 @@ export interface DirectorReport extends ExchangeReport {
 
 /** The response metrics the director records (RouterMetrics implements them). */
 export interface ResponseMetrics {
-  recordTimeToFirstToken(labels: { deployment: string; pool: string }, seconds: number): void;
+  /** `traceId`: the request's trace when it is sampled (the bucket's exemplar). */
+  recordTimeToFirstToken(labels: { deployment: string; pool: string }, seconds: number, traceId?: string): void;
   recordInterToken(labels: { deployment: string; pool: string }, seconds: number): void;
   recordTokens(labels: { deployment: string; pool: string }, prompt: number, completion: number): void;
   recordResponseEnd(labels: { deployment: string; pool: string }, end: string): void;
   recordFallback(fromDeployment: string, fromPool: string, toDeployment: string, toPool: string): void;
   recordPreviousResponse(outcome: PreviousResponseOutcome): void;
+  /** A deployment with `resumeStreams` directs a stream: its resumption counters exist from now on (at 0). */
+  knowResumableDeployment?(deployment: string): void;
+  /** What became of a resumable deployment's stream that broke after its first byte (resume.ts has the reasons). */
+  recordStreamResumption?(deployment: string, result: ResumeResult, reason: ResumeReason): void;
 }
 
 export interface DirectorDeps {
@@ -142,17 +148,29 @@ export class Director {
       dialect: api.dialect,
       ...(request.onContent ? { onContent: request.onContent } : {}),
       ...(request.trace ? { trace: request.trace } : {}),
+      ...(deployment.resumeStreams ? this.resumePlan(request) : {}),
       onInterToken: (pool, ms) => deps.metrics.recordInterToken({ deployment: deployment.id, pool }, ms / 1000),
     });
     const labels = { deployment: deployment.id, pool: report.pool?.name ?? first.pool.name };
     if (report.end) deps.metrics.recordResponseEnd(labels, report.end);
-    if (report.ttftMs !== undefined) deps.metrics.recordTimeToFirstToken(labels, report.ttftMs / 1000);
+    if (report.ttftMs !== undefined) deps.metrics.recordTimeToFirstToken(labels, report.ttftMs / 1000, request.trace?.sampled ? request.trace.traceId : undefined);
     if (report.usage) deps.metrics.recordTokens(labels, report.usage.estimated ? 0 : report.usage.promptTokens, report.usage.completionTokens);
     if (api.continues && report.responseId !== undefined && report.endpoint !== undefined && body.store !== false) {
       deps.responses.remember(report.responseId, { pool: labels.pool, endpoint: report.endpoint, owner: request.tenant });
     }
     const fallback = report.fallback ?? (first.deployment !== deployment.id ? first.deployment : undefined);
     return { ...report, poolName: labels.pool, servedModel: (report.pool ?? first.pool).servedModelName, ...(fallback ? { fallback } : {}) };
+  }
+
+  /** For a chat or completions stream of a deployment with `resumeStreams`: how the exchange may resume it. */
+  private resumePlan(request: DirectedRequest): { resume: ResumePlan } | undefined {
+    const { api, body, deployment } = request;
+    if ((api.name !== 'chat' && api.name !== 'completions') || !asksStream(body)) return undefined;
+    const { metrics } = this.deps;
+    metrics.knowResumableDeployment?.(deployment.id);
+    const record: ResumePlan['record'] = (result, reason) => metrics.recordStreamResumption?.(deployment.id, result, reason);
+    const refused = requestRefusal(api.name, body);
+    return { resume: refused ? { refused, record } : { splice: new StreamSplice(api.name), record } };
   }
 
   /**

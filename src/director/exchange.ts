@@ -16,8 +16,10 @@ import { isAbortError, type Clock, type Sleep } from '../core/clock.js';
 import { errorBody, RouterError, streamErrorEvent, toErrorResponse } from '../core/errors.js';
 import { type PoolSpec, type RequestTrace, type ScheduleInfo, type WireDialect } from '../core/types.js';
 import { type AttemptResult, type Forwarder, type StreamEnd } from '../proxy/forwarder.js';
+import { brokenError } from '../proxy/relay.js';
 import { ResponseMeter, type TokenUsage } from '../proxy/usage.js';
 import { type EndpointPicker, type Picked, type PickRequest } from '../resilience/picker.js';
+import { MAX_RESUMPTIONS, RESUMING_ENGINES, type FailedReason, type ResumePlan, type StreamSplice } from './resume.js';
 import { breakerOutcome, failureError, outcomeName, retryable, retryWait } from './retry-policy.js';
 
 export interface AttemptRecord {
@@ -100,6 +102,8 @@ export interface ExchangePlan {
   onContent?: () => void;
   /** The request's trace: a span for each scheduling and each attempt. */
   trace?: RequestTrace;
+  /** A stream of a deployment with `resumeStreams`: what to do when it breaks after its first byte (resume.ts). */
+  resume?: ResumePlan;
 }
 
 /** Where the request is on its route, and what it has spent there. */
@@ -129,7 +133,8 @@ export class ExchangeRunner {
     const deadline = clock.now() + first.pool.resilience.timeouts.totalMs;
     // http-proxy adds a few 'close'/'error' listeners to the client response per attempt: bounded by
     // the retry cap and the route, so the limit is sized to them rather than left to warn.
-    res.setMaxListeners(Math.max(res.getMaxListeners(), 8 + 4 * (first.pool.resilience.retries.maxRetries + 1) * plan.route.length));
+    const rounds = 1 + (plan.resume ? MAX_RESUMPTIONS : 0); // each resumption may try as many replicas again
+    res.setMaxListeners(Math.max(res.getMaxListeners(), 8 + 4 * rounds * (first.pool.resilience.retries.maxRetries + 1) * plan.route.length));
     const report: ExchangeReport = { attempts: [] };
     const at: Position = { step: 0, tried: new Set(), retries: 0 };
     const moveOn = (): boolean => this.moveOn(plan, at, report, deadline);
@@ -154,7 +159,10 @@ export class ExchangeRunner {
       }
       at.tried.add(picked.endpoint.id);
       const { result, meter } = await this.attempt(req, res, plan, step, picked, deadline, report);
-      if (result.kind === 'committed') return this.committed(step, picked, result, meter, report, plan.requestId);
+      if (result.kind === 'committed') {
+        const ended = await this.committed(step, picked, result, meter, report, plan.requestId, plan.resume?.splice);
+        return plan.resume ? this.resumeBroken(req, res, plan, plan.resume, at, ended, deadline) : ended;
+      }
       picked.release();
       if (result.kind === 'client_gone') return { ...report, failure: 'client_gone' };
       if (result.kind === 'upstream_error') report.upstreamStatus = result.status;
@@ -185,6 +193,7 @@ export class ExchangeRunner {
     picked: Picked,
     deadline: number,
     report: ExchangeReport,
+    continuation?: Buffer,
   ): Promise<{ result: AttemptResult; meter: ResponseMeter }> {
     const { clock } = this.deps;
     const { endpoint } = picked;
@@ -197,9 +206,11 @@ export class ExchangeRunner {
       ...(onContent ? { content: onContent } : {}),
     });
     const span = plan.trace?.attempt(endpoint);
+    // a stream that may be resumed is written whole events at a time, and left open when it breaks
+    const splice = plan.resume?.splice && RESUMING_ENGINES.has(step.pool.engine) ? plan.resume.splice : undefined;
     const result = await this.deps.forwarder.attempt(req, res, {
       endpoint,
-      body: step.body,
+      body: continuation ?? step.body,
       path: plan.path,
       // with tracing, the engine gets the attempt's own trace context (vLLM continues the trace)
       headers: span ? { ...step.headers, traceparent: span.traceparent } : step.headers,
@@ -209,6 +220,8 @@ export class ExchangeRunner {
       observe: { event: (e) => meter.onEvent(e), body: (c) => meter.onBody(c), bodyEnd: () => meter.onBodyEnd() },
       stripUsageChunk: plan.stripUsageChunk ?? false,
       errorEvent: (err) => streamErrorEvent(err, dialect, meter.nextSequence()),
+      ...(splice ? { rewrite: (segment) => splice.rewrite(segment), resumable: { cut: () => splice.errored } } : {}),
+      ...(continuation ? { continues: true } : {}),
     });
     picked.ticket.settle(breakerOutcome(result));
     const outcome = outcomeName(result);
@@ -232,21 +245,112 @@ export class ExchangeRunner {
     meter: ResponseMeter,
     report: ExchangeReport,
     requestId: string,
+    splice?: StreamSplice,
   ): Promise<ExchangeReport> {
     report.upstreamStatus = result.status;
     const { end, bytes } = await result.done;
     picked.release();
     report.end = end;
-    report.bytes = bytes;
-    const usage = meter.finalUsage();
+    report.bytes = (report.bytes ?? 0) + bytes;
+    delete report.failure; // a continuation that ends well ends the request well
+    const usage = splice ? splice.usage(meter.finalUsage()) : meter.finalUsage();
     if (usage) report.usage = usage;
-    if (meter.ttftMs !== undefined) report.ttftMs = meter.ttftMs;
+    // a resumed stream's first token is the first attempt's
+    if (meter.ttftMs !== undefined && report.ttftMs === undefined) report.ttftMs = meter.ttftMs;
     if (meter.responseId !== undefined) report.responseId = meter.responseId;
     if (end === 'upstream_broken' || end === 'idle_timeout') {
       this.deps.picker.recordStreamFailure(step.pool, picked.endpoint.id, requestId);
       report.failure = end === 'upstream_broken' ? 'upstream_stream_broken' : 'upstream_timeout';
     } else if (end === 'deadline') report.failure = 'upstream_timeout';
     else if (end === 'client_gone' || end === 'client_stalled') report.failure = end; // the client's doing: no breaker failure
+    return report;
+  }
+
+  /**
+   * A committed stream of a resumable request has ended: when its replica broke, stalled or sent an
+   * error event, continue it on another replica (as often as resume.ts allows), else end it with the
+   * error event the relay left to the exchange. Each outcome is counted.
+   */
+  private async resumeBroken(req: IncomingMessage, res: ServerResponse, plan: ExchangePlan, resume: ResumePlan, at: Position, report: ExchangeReport, deadline: number): Promise<ExchangeReport> {
+    for (;;) {
+      const end = report.end;
+      if (end !== 'upstream_broken' && end !== 'idle_timeout') return report;
+      const splice = resume.splice;
+      const cause = splice?.errored ? 'error_event' : end;
+      const refused = resume.refused ?? (RESUMING_ENGINES.has((plan.route[at.step] as RouteStep).pool.engine) ? splice?.refusal() : 'engine');
+      if (refused || !splice) {
+        resume.record('refused', refused ?? 'engine');
+        return this.endBroken(res, plan, report, end);
+      }
+      const failed = await this.continueStream(req, res, plan, at, report, deadline, splice);
+      if (failed === 'client_gone') return { ...report, failure: 'client_gone' };
+      if (failed) {
+        resume.record('failed', failed);
+        return this.endBroken(res, plan, report, end);
+      }
+      resume.record('resumed', cause);
+    }
+  }
+
+  /**
+   * One continuation: a replica that has not had the request (its pool's, then the deployment's next
+   * pools' that can continue), the continuation body, its stream spliced in until it ends. Returns
+   * why none could start, or nothing once one has (`report` then says how it ended).
+   */
+  private async continueStream(
+    req: IncomingMessage,
+    res: ServerResponse,
+    plan: ExchangePlan,
+    at: Position,
+    report: ExchangeReport,
+    deadline: number,
+    splice: StreamSplice,
+  ): Promise<FailedReason | 'client_gone' | undefined> {
+    const { clock, picker } = this.deps;
+    const deployment = (plan.route[at.step] as RouteStep).deployment;
+    let failure: FailedReason = 'no_replica';
+    let tries = 0;
+    for (;;) {
+      const step = plan.route[at.step] as RouteStep;
+      if (plan.signal.aborted) return 'client_gone';
+      if (clock.now() >= deadline) return 'timeout';
+      if (tries > step.pool.resilience.retries.maxRetries || !picker.hasUntried(step.pool, at.tried, plan.request)) {
+        const next = plan.route[at.step + 1];
+        if (!next || next.deployment !== deployment || !RESUMING_ENGINES.has(next.pool.engine)) return failure;
+        at.step += 1;
+        at.tried = new Set();
+        tries = 0;
+        report.pool = next.pool;
+        continue;
+      }
+      let picked: Picked;
+      try {
+        picked = await picker.pick(step.pool, at.tried, plan.signal, plan.request, deadline - clock.now(), false);
+      } catch (err) {
+        if (isAbortError(err)) return 'client_gone';
+        tries = Infinity; // no replica of this pool can take it now: the next pool, if one can continue
+        continue;
+      }
+      at.tried.add(picked.endpoint.id);
+      tries += 1;
+      splice.begin();
+      const { result, meter } = await this.attempt(req, res, plan, step, picked, deadline, report, splice.continuationBody(step.body));
+      if (result.kind === 'committed') {
+        splice.resumed();
+        await this.committed(step, picked, result, meter, report, plan.requestId, splice);
+        return undefined;
+      }
+      picked.release();
+      if (result.kind === 'client_gone') return 'client_gone';
+      failure = result.kind === 'upstream_error' ? 'upstream_error' : result.reason === 'deadline' || result.reason.endsWith('timeout') ? 'timeout' : 'connection';
+      if (!retryable(result)) return failure;
+    }
+  }
+
+  /** Ends a stream the relay left open (nothing resumes it) with the error event of how it broke. */
+  private endBroken(res: ServerResponse, plan: ExchangePlan, report: ExchangeReport, end: 'upstream_broken' | 'idle_timeout'): ExchangeReport {
+    if (!res.writableEnded && !res.destroyed) res.end(streamErrorEvent(brokenError(end), plan.dialect ?? 'openai'));
+    report.failure = end === 'upstream_broken' ? 'upstream_stream_broken' : 'upstream_timeout';
     return report;
   }
 

@@ -27,7 +27,9 @@ export interface RoutePlanInput {
 
 /** The deployment's pools that serve `kind` and have an endpoint: one chosen by target weight first, then the rest by weight. */
 function poolsOf(input: RoutePlanInput, deployment: Deployment, kind: Capability): { wrongKind: Capability[] | undefined; ready: PoolSpec[] } {
-  const known = deployment.targets.map((target) => ({ weight: target.weight, pool: input.catalog.pool(target.pool) })).filter((t): t is { weight: number; pool: PoolSpec } => t.pool !== undefined);
+  const known = deployment.targets
+    .map((target) => ({ weight: target.weight, pool: input.catalog.targetPool(deployment, target) }))
+    .filter((t): t is { weight: number; pool: PoolSpec } => t.pool !== undefined);
   const capable = known.filter((t) => t.pool.capabilities.includes(kind));
   // A pool that scales from zero stays in the route with no endpoint: the request may wait for one.
   const ready = capable.filter((t) => t.weight > 0 && (input.hasEndpoints(t.pool.name) || t.pool.resilience.scaleFromZero.enabled));

@@ -3,8 +3,8 @@
  * page is reduced to a load. Counts are summed over every series of a name (vLLM data-parallel ranks
  * `engine="0"`, `engine="1"`; several `model_name`s), usage fractions are averaged.
  */
-import { type Engine, type EngineLoad } from '../core/types.js';
-import { scanLabels, scanSamples } from './parse.js';
+import { type Engine, type EngineLoad, type LoraLoad } from '../core/types.js';
+import { scanLabelled, scanLabels, scanSamples } from './parse.js';
 
 /**
  * The series names of one engine. Each field lists names in order of preference: the first name that
@@ -19,10 +19,15 @@ export interface EngineSeries {
   readonly kvCacheUsage: readonly string[];
   /** The info series whose labels give the KV cache's size: tokens per block × blocks. */
   readonly cacheConfig?: { readonly name: string; readonly blockSize: string; readonly blocks: string };
+  /**
+   * The info series of LoRA adapters: labels with the comma-separated adapters of running and waiting
+   * requests and the adapter slots; its value a timestamp (the series with the latest is current).
+   */
+  readonly lora?: { readonly name: string; readonly running: string; readonly waiting: string; readonly maxLora: string; readonly rank: string };
 }
 
 /** The load figures a page yields; `at` and `localAtSample` are the scraper's to add. */
-export type ParsedLoad = Pick<EngineLoad, 'waiting' | 'running' | 'kvCacheUsage' | 'cacheTokens'>;
+export type ParsedLoad = Pick<EngineLoad, 'waiting' | 'running' | 'kvCacheUsage' | 'cacheTokens' | 'lora'>;
 
 /** Per engine; undefined means the engine exposes nothing we use (`openai`: never scraped). */
 export const ENGINE_SERIES: Readonly<Record<Engine, EngineSeries | undefined>> = {
@@ -31,6 +36,7 @@ export const ENGINE_SERIES: Readonly<Record<Engine, EngineSeries | undefined>> =
     running: ['vllm:num_requests_running'],
     kvCacheUsage: ['vllm:kv_cache_usage_perc', 'vllm:gpu_cache_usage_perc'],
     cacheConfig: { name: 'vllm:cache_config_info', blockSize: 'block_size', blocks: 'num_gpu_blocks' },
+    lora: { name: 'vllm:lora_requests_info', running: 'running_lora_adapters', waiting: 'waiting_lora_adapters', maxLora: 'max_lora', rank: 'engine' },
   },
   sglang: {
     waiting: ['sglang:num_queue_reqs'],
@@ -74,7 +80,45 @@ export function readEngineLoad(series: EngineSeries, text: string): ParsedLoad |
   if (kv !== undefined) load.kvCacheUsage = Math.min(1, Math.max(0, kv.sum / kv.count));
   const cacheTokens = series.cacheConfig && cacheSize(text, series.cacheConfig);
   if (cacheTokens !== undefined) load.cacheTokens = cacheTokens;
+  const lora = series.lora && loraLoad(text, series.lora);
+  if (lora !== undefined) load.lora = lora;
   return load;
+}
+
+/**
+ * The adapters of a page's LoRA info series: per data-parallel rank the series with the latest
+ * timestamp (older label sets linger in vLLM's exporter), their adapters merged and their slots added
+ * up. Undefined when the series is missing, malformed, or no series has a usable `max_lora`.
+ */
+export function loraLoad(text: string, names: NonNullable<EngineSeries['lora']>): LoraLoad | undefined {
+  const latest = new Map<string, { labels: Map<string, string>; value: number }>();
+  for (const series of scanLabelled(text, names.name)) {
+    if (Number.isNaN(series.value)) continue; // a malformed line
+    const rank = series.labels.get(names.rank) ?? '';
+    const seen = latest.get(rank);
+    if (seen === undefined || series.value > seen.value) latest.set(rank, series);
+  }
+  const running = new Set<string>();
+  const waiting = new Set<string>();
+  let maxLora = 0;
+  for (const { labels } of latest.values()) {
+    const slots = Number(labels.get(names.maxLora));
+    if (!Number.isInteger(slots) || slots < 0) continue;
+    maxLora += slots;
+    for (const name of adapterList(labels.get(names.running))) running.add(name);
+    for (const name of adapterList(labels.get(names.waiting))) waiting.add(name);
+  }
+  if (latest.size === 0 || (maxLora === 0 && running.size === 0)) return undefined;
+  return { running: [...running], waiting: [...waiting], maxLora };
+}
+
+/** `"a, b,c"` → a, b, c (blanks trimmed, empty names dropped). */
+function adapterList(value: string | undefined): string[] {
+  if (value === undefined) return [];
+  return value
+    .split(',')
+    .map((name) => name.trim())
+    .filter((name) => name !== '');
 }
 
 /** KV-cache size in tokens from the first series of the info metric (one data-parallel rank's cache: prefixes do not cross ranks). */

@@ -34,7 +34,16 @@ export function scanSamples(text: string, names: readonly string[], onSample: (n
  * vLLM's `cache_config_info`). Label values are unescaped (`\\`, `\"`, `\n`). Never throws.
  */
 export function scanLabels(text: string, name: string): Array<Map<string, string>> {
-  const out: Array<Map<string, string>> = [];
+  return scanLabelled(text, name).map((series) => series.labels);
+}
+
+/**
+ * Every sample of `name` that has labels, with its label set (as {@link scanLabels}) and its value (as
+ * {@link scanSamples}: NaN for a missing or malformed one). For info metrics whose value says which
+ * series is current, like vLLM's `lora_requests_info` (a timestamp: the latest wins). Never throws.
+ */
+export function scanLabelled(text: string, name: string): Array<{ labels: Map<string, string>; value: number }> {
+  const out: Array<{ labels: Map<string, string>; value: number }> = [];
   for (let at = text.indexOf(name + '{'); at >= 0; at = text.indexOf(name + '{', at + 1)) {
     if (at > 0 && text.charCodeAt(at - 1) !== 0x0a) continue; // not at the start of a line
     const labels = new Map<string, string>();
@@ -60,9 +69,21 @@ export function scanLabels(text: string, name: string): Array<Map<string, string
       while (pos < text.length && (text.charCodeAt(pos) === 0x2c || isBlank(text.charCodeAt(pos)))) pos++;
       if (pos >= text.length || text.charCodeAt(pos) === CLOSE_BRACE) break;
     }
-    out.push(labels);
+    out.push({ labels, value: valueAfterLabels(text, pos) });
   }
   return out;
+}
+
+/** The sample value after the `}` at or after `pos`, on the same line; NaN when there is none. */
+function valueAfterLabels(text: string, pos: number): number {
+  let end = text.indexOf('\n', pos);
+  if (end < 0) end = text.length;
+  const close = text.indexOf('}', pos);
+  if (close < 0 || close >= end) return NaN;
+  const start = skipBlanks(text, close + 1, end);
+  let valueEnd = start;
+  while (valueEnd < end && !isBlank(text.charCodeAt(valueEnd))) valueEnd++;
+  return parseValue(text.slice(start, valueEnd)) ?? NaN;
 }
 
 function scanLine(text: string, start: number, end: number, names: readonly string[], onSample: (nameIndex: number, value: number) => void): void {

@@ -3,6 +3,7 @@
  * mode, watch events, watch restarts and health, status writes and which replica holds the lease.
  */
 import { Counter, Gauge, type Registry } from 'prom-client';
+import { DISCOVERY_EVENT_TYPES, STATUS_KINDS, WATCHED_KINDS, WRITE_RESULTS } from './labels.js';
 
 /** Live state the watch and lease gauges read at scrape time; absent outside Kubernetes mode. */
 export interface ControlPlaneSources {
@@ -54,7 +55,7 @@ export function controlPlaneMetrics(registers: Registry[], sources: ControlPlane
       },
     });
   }
-  return {
+  const metrics: ControlPlaneMetrics = {
     keyReloads: new Counter({
       name: 'modelgate_keys_reloads_total',
       help: 'Reloads of the API keys file, by result (success or failure).',
@@ -80,4 +81,9 @@ export function controlPlaneMetrics(registers: Registry[], sources: ControlPlane
       registers,
     }),
   };
+  // the label sets known in advance, at 0: Kubernetes-only ones in Kubernetes mode only
+  for (const result of WRITE_RESULTS) metrics.keyReloads.inc({ result }, 0);
+  if (sources.watches) for (const kind of WATCHED_KINDS) for (const type of DISCOVERY_EVENT_TYPES) metrics.discoveryEvents.inc({ kind, type }, 0);
+  if (sources.leader) for (const kind of STATUS_KINDS) for (const result of WRITE_RESULTS) metrics.statusWrites.inc({ kind, result }, 0);
+  return metrics;
 }

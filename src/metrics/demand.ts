@@ -13,6 +13,7 @@
  */
 import { Counter, Gauge, type Registry } from 'prom-client';
 import { type HoldEvent } from '../core/types.js';
+import { HOLD_EVENTS } from './labels.js';
 
 /** One pool's demand, read at scrape time. */
 export interface PoolDemand {
@@ -73,6 +74,12 @@ export function demandMetrics(registers: Registry[], demand: () => Iterable<Pool
     registers,
   });
   return { held };
+}
+
+/** Starts a pool's held-requests series at 0, one per event. */
+export function seedHolds(metrics: DemandMetrics, pool: string): void {
+  const labels = poolLabels(pool);
+  for (const event of HOLD_EVENTS) metrics.held.inc({ ...labels, event }, 0);
 }
 
 /** Records one {@link HoldEvent}. */

@@ -18,8 +18,9 @@
 import { Counter, type Registry } from 'prom-client';
 import { type Slo } from '../core/types.js';
 
-export const SLO_RESULTS = ['within', 'outside', 'rejected', 'failed'] as const;
-export type SloResult = (typeof SLO_RESULTS)[number];
+import { SLO_RESULTS, type SloResult } from './labels.js';
+
+export { SLO_RESULTS, type SloResult };
 
 /** What the access log knows of a finished request. */
 export interface Finished {

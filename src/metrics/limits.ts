@@ -5,17 +5,16 @@
  * of keys leaves the per-key series off.
  */
 import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
-
-type RefusalReason = 'requests' | 'tokens' | 'concurrency' | 'budget';
+import { LIMIT_REASONS, REDIS_OPS, type LimitReason, type RedisOp } from './labels.js';
 
 /** What the limiter reports (limits/limiter.ts `LimiterEvents` is the same shape). */
 export interface LimitsRecorder {
   onAdmitted?: (key: string) => void;
-  onRejected?: (key: string, reason: RefusalReason) => void;
+  onRejected?: (key: string, reason: LimitReason) => void;
   onTokens?: (key: string, prompt: number, completion: number) => void;
   onBudget?: (key: string, window: 'day' | 'month', remaining: number) => void;
   onShared?: (up: boolean) => void;
-  onSharedError?: (op: 'admit' | 'settle' | 'heartbeat') => void;
+  onSharedError?: (op: RedisOp) => void;
   onRoundTrip?: (seconds: number) => void;
   onRouters?: (routers: number) => void;
 }
@@ -27,6 +26,7 @@ export function limitsMetrics(registers: Registry[], options: { redis: boolean; 
     labelNames: ['reason'],
     registers,
   });
+  for (const reason of LIMIT_REASONS) rejections.inc({ reason }, 0);
   const events: LimitsRecorder = { onRejected: (_key, reason) => rejections.inc({ reason }) };
   if (options.redis) {
     const up = new Gauge({
@@ -41,6 +41,7 @@ export function limitsMetrics(registers: Registry[], options: { redis: boolean; 
       labelNames: ['op'],
       registers,
     });
+    for (const op of REDIS_OPS) errors.inc({ op }, 0);
     const seconds = new Histogram({
       name: 'modelgate_limits_redis_seconds',
       help: "Round trip of a request's limit check in Redis.",

@@ -5,26 +5,61 @@
  * declared by area (`traffic.ts`, `routing.ts`, `resilience.ts`, `control-plane.ts`); callers only
  * see `RouterMetrics`.
  */
-import { Registry } from 'prom-client';
+import { type Counter, type Histogram, Registry } from 'prom-client';
 import { limitsMetrics, type LimitsRecorder } from './limits.js';
-import { demandMetrics, recordHold, type DemandMetrics, type PoolDemand } from './demand.js';
-import { type ApiName, type HoldEvent, type PreviousResponseOutcome } from '../core/types.js';
+import { demandMetrics, recordHold, seedHolds, type DemandMetrics, type PoolDemand } from './demand.js';
+import { type ApiName, type HoldEvent, type PreviousResponseOutcome, type ResumeReason, type ResumeResult } from '../core/types.js';
+import {
+  PREFIX_RESULTS,
+  REJECT_REASONS,
+  RESPONSE_ENDS,
+  RETRY_REASONS,
+  SCRAPE_RESULTS,
+  type AttemptOutcome,
+  type DiscoveryEventType,
+  type LoraLoadResult,
+  type LoraPlacement,
+  type QueueResult,
+  type RejectReason,
+  type ResponseEnd,
+  type RetryReason,
+  type Route,
+  type ScrapeResult,
+  type StatusKind,
+  type WatchedKind,
+} from './labels.js';
+import { openMetricsText } from './openmetrics.js';
 import { controlPlaneMetrics, type ControlPlaneMetrics, type ControlPlaneSources } from './control-plane.js';
 import { observeResilienceGauges, resilienceMetrics, type AdmissionSources, type ResilienceMetrics, type ResilienceSources } from './resilience.js';
 import { registerProcessMetrics } from './process.js';
+import { ResumptionMetrics } from './resumption.js';
 import { observeRoutingGauges, routingMetrics, type RoutingMetrics, type RoutingSources, type RoutingStateSources } from './routing.js';
 import { trafficMetrics, type TrafficMetrics } from './traffic.js';
 
+/** A hop a request can make from one pool of its route to the next (`modelgate_fallbacks_total`'s labels; `fromPool` empty: the route started at a fallback). */
+export interface FallbackHop {
+  fromDeployment: string;
+  fromPool: string;
+  toDeployment: string;
+  toPool: string;
+}
+
 /**
  * What the router already knows at scrape time, so that labelled counters exist before their first
- * event (at 0: `rate()` and `increase()` then see that first event) and series of endpoints that left
- * go away.
+ * event (at 0: `rate()` and `increase()` then see that first event), and the series of deployments,
+ * pools and endpoints that left go away.
  */
 export interface KnownLabelSources {
-  /** Every (deployment, pool) a deployment targets. */
-  routes(): Iterable<{ deployment: string; pool: string }>;
+  /** Every (deployment, pool) a deployment targets, with the APIs the pool serves. */
+  routes(): Iterable<{ deployment: string; pool: string; apis?: readonly ApiName[] }>;
   /** Every pool's name. */
   pools(): Iterable<string>;
+  /** Every deployment's id. */
+  deployments?(): Iterable<string>;
+  /** The pools that scale from zero (requests may be held for them). */
+  holdingPools?(): Iterable<string>;
+  /** Every hop between two pools of a route that the route plan can make. */
+  fallbacks?(): Iterable<FallbackHop>;
   /** The ids of the endpoints discovery lists now. */
   liveEndpoints(): ReadonlySet<string>;
 }
@@ -32,20 +67,27 @@ export interface KnownLabelSources {
 /** Live state the gauges read at scrape time; each part is declared next to the gauges that read it. */
 export interface MetricSources extends RoutingStateSources, AdmissionSources, ControlPlaneSources, Partial<KnownLabelSources> {}
 
-/** How a started response can end (`modelgate_response_ends_total{end}`). */
-export const RESPONSE_ENDS = ['complete', 'client_gone', 'client_stalled', 'upstream_broken', 'idle_timeout', 'deadline'] as const;
-/** Why admission turns a request away (`modelgate_rejected_requests_total{reason}`). */
-export const REJECT_REASONS = ['queue_full', 'queue_timeout', 'shed', 'no_replica_timeout'] as const;
-/** Results of engine-metrics scrapes (`modelgate_engine_scrapes_total{result}`). */
-export const SCRAPE_RESULTS = ['ok', 'error', 'timeout', 'unparsable'] as const;
-
-/** An inference API's name (the route table's), `models` (GET /v1/models…), or `other` (everything else). */
-export type Route = ApiName | 'models' | 'limits' | 'other';
+export { REJECT_REASONS, RESPONSE_ENDS, SCRAPE_RESULTS, type Route } from './labels.js';
 
 export interface TrafficLabels {
   deployment: string;
   pool: string;
 }
+
+export interface RouterMetricsOptions {
+  /** Node's process metrics (default true). */
+  processMetrics?: boolean;
+  /**
+   * Exemplars on the request-duration and time-to-first-token histograms (tracing on). Off, the
+   * histograms are plain ones and an observation costs what it did without them.
+   */
+  exemplars?: boolean;
+}
+
+/** What a metric's labels are checked against when pruning the series of deployments and pools that left. */
+type Labels = Partial<Record<string, string | number>>;
+const DEPLOYMENT_LABELS = ['deployment', 'from_deployment', 'to_deployment'] as const;
+const POOL_LABELS = ['pool', 'from_pool', 'to_pool'] as const;
 
 export class RouterMetrics {
   readonly registry = new Registry();
@@ -54,34 +96,80 @@ export class RouterMetrics {
   private readonly resilience: ResilienceMetrics;
   private readonly controlPlane: ControlPlaneMetrics;
   private demand: DemandMetrics | undefined;
+  private readonly resumption: ResumptionMetrics;
+  private readonly exemplars: boolean;
   /** The (pool, outcome) label sets each endpoint's attempts have been counted under, to remove them when it leaves. */
   private readonly attemptLabels = new Map<string, Set<string>>();
 
   constructor(
     private readonly sources: MetricSources,
-    options: { processMetrics?: boolean } = {},
+    options: RouterMetricsOptions = {},
   ) {
     const registers = [this.registry];
-    this.traffic = trafficMetrics(registers);
+    this.exemplars = options.exemplars ?? false;
+    this.traffic = trafficMetrics(registers, this.exemplars);
     this.routing = routingMetrics(registers, sources);
     this.resilience = resilienceMetrics(registers, sources);
     this.controlPlane = controlPlaneMetrics(registers, sources);
+    this.resumption = new ResumptionMetrics(registers);
     if (options.processMetrics ?? true) registerProcessMetrics(this.registry);
   }
 
   /**
    * Brings the labelled series up to date with what discovery knows, before a scrape: the label sets
-   * of known deployments and pools at 0, the attempts of endpoints that left removed (the gauges
-   * labelled by endpoint are rebuilt at each scrape already).
+   * of known deployments and pools at 0, the series of deployments and pools that left removed, and
+   * the attempts of endpoints that left removed (the gauges are rebuilt at each scrape already).
    */
-  private refreshSeries(): void {
-    const { routes, pools, liveEndpoints } = this.sources;
-    for (const labels of routes?.() ?? []) for (const end of RESPONSE_ENDS) this.traffic.streamEnds.inc({ ...labels, end }, 0);
-    for (const pool of pools?.() ?? []) {
-      for (const reason of REJECT_REASONS) this.resilience.rejected.inc({ pool, reason }, 0);
-      for (const result of ['hit', 'miss']) this.routing.prefixBlocks.inc({ pool, result }, 0);
-      for (const result of SCRAPE_RESULTS) this.routing.engineScrapes.inc({ pool, result }, 0);
+  private async refreshSeries(): Promise<void> {
+    const { routes, pools, holdingPools, fallbacks } = this.sources;
+    const { traffic, resilience, routing } = this;
+    for (const { deployment, pool, apis } of routes?.() ?? []) {
+      for (const end of RESPONSE_ENDS) traffic.streamEnds.inc({ deployment, pool, end }, 0);
+      for (const route of apis ?? []) traffic.requests.inc({ route, deployment, pool, code: '200' }, 0);
     }
+    for (const pool of pools?.() ?? []) {
+      for (const reason of REJECT_REASONS) resilience.rejected.inc({ pool, reason }, 0);
+      for (const reason of RETRY_REASONS) resilience.retries.inc({ pool, reason }, 0);
+      for (const result of PREFIX_RESULTS) routing.prefixBlocks.inc({ pool, result }, 0);
+      for (const result of SCRAPE_RESULTS) routing.engineScrapes.inc({ pool, result }, 0);
+    }
+    for (const hop of fallbacks?.() ?? []) resilience.fallbacks.inc(fallbackLabels(hop), 0);
+    if (this.demand) for (const pool of holdingPools?.() ?? []) seedHolds(this.demand, pool);
+    await this.pruneGone();
+    this.pruneEndpoints();
+  }
+
+  /** Removes the series that name a deployment or a pool discovery no longer knows (the unnamed '' stays). */
+  private async pruneGone(): Promise<void> {
+    const { deployments, pools } = this.sources;
+    if (!deployments || !pools) return;
+    const knownDeployments = new Set(deployments());
+    const knownPools = new Set(pools());
+    const gone = (labels: Labels): boolean => DEPLOYMENT_LABELS.some((l) => isGone(labels[l], knownDeployments)) || POOL_LABELS.some((l) => isGone(labels[l], knownPools));
+    const { traffic, resilience, routing } = this;
+    const metrics = [
+      traffic.requests,
+      traffic.duration,
+      traffic.ttft,
+      traffic.itl,
+      traffic.promptTokens,
+      traffic.completionTokens,
+      traffic.streamEnds,
+      resilience.retries,
+      resilience.queueWait,
+      resilience.rejected,
+      resilience.fallbacks,
+      routing.prefixBlocks,
+      routing.engineScrapes,
+      routing.loraPlacements,
+      routing.loraLoads,
+      ...(this.demand ? [this.demand.held] : []),
+    ];
+    for (const metric of metrics) await prune(metric, gone);
+  }
+
+  private pruneEndpoints(): void {
+    const { liveEndpoints } = this.sources;
     if (!liveEndpoints) return;
     const live = liveEndpoints();
     for (const [endpoint, sets] of this.attemptLabels) {
@@ -94,13 +182,15 @@ export class RouterMetrics {
     }
   }
 
-  recordRequest(route: Route, deployment: string, pool: string, code: number, seconds: number): void {
+  /** `traceId`: the request's sampled trace, kept as the duration bucket's exemplar. */
+  recordRequest(route: Route, deployment: string, pool: string, code: number, seconds: number, traceId?: string): void {
     this.traffic.requests.inc({ route, deployment, pool, code: String(code) });
-    if (route !== 'models' && route !== 'limits' && route !== 'other') this.traffic.duration.observe({ route, deployment, pool }, seconds);
+    if (route !== 'models' && route !== 'limits' && route !== 'other') observe(this.traffic.duration, this.exemplars, { route, deployment, pool }, seconds, traceId);
   }
 
-  recordTimeToFirstToken(labels: TrafficLabels, seconds: number): void {
-    this.traffic.ttft.observe(labels, seconds);
+  /** `traceId`: the request's sampled trace, kept as the TTFT bucket's exemplar. */
+  recordTimeToFirstToken(labels: TrafficLabels, seconds: number, traceId?: string): void {
+    observe(this.traffic.ttft, this.exemplars, labels, seconds, traceId);
   }
 
   recordInterToken(labels: TrafficLabels, seconds: number): void {
@@ -112,7 +202,7 @@ export class RouterMetrics {
     if (completion > 0) this.traffic.completionTokens.inc(labels, completion);
   }
 
-  recordResponseEnd(labels: TrafficLabels, end: string): void {
+  recordResponseEnd(labels: TrafficLabels, end: ResponseEnd): void {
     this.traffic.streamEnds.inc({ ...labels, end });
   }
 
@@ -125,15 +215,15 @@ export class RouterMetrics {
     this.controlPlane.keyReloads.inc({ result: ok ? 'success' : 'failure' });
   }
 
-  recordDiscoveryEvent(kind: string, type: string): void {
+  recordDiscoveryEvent(kind: WatchedKind, type: DiscoveryEventType): void {
     this.controlPlane.discoveryEvents.inc({ kind, type });
   }
 
-  recordWatchRestart(kind: string, namespace: string): void {
+  recordWatchRestart(kind: WatchedKind, namespace: string): void {
     this.controlPlane.watchRestarts.inc({ kind, namespace });
   }
 
-  recordAttempt(pool: string, endpoint: string, outcome: string): void {
+  recordAttempt(pool: string, endpoint: string, outcome: AttemptOutcome): void {
     this.resilience.attempts.inc({ pool, endpoint, outcome });
     const key = `${pool}\0${outcome}`;
     const sets = this.attemptLabels.get(endpoint);
@@ -141,33 +231,56 @@ export class RouterMetrics {
     else sets.add(key);
   }
 
-  recordRetry(pool: string, reason: string): void {
+  recordRetry(pool: string, reason: RetryReason): void {
     this.resilience.retries.inc({ pool, reason });
   }
 
-  recordQueueWait(pool: string, seconds: number, result: string): void {
+  recordQueueWait(pool: string, seconds: number, result: QueueResult): void {
     this.resilience.queueWait.observe({ pool, result }, seconds);
   }
 
-  recordRejected(pool: string, reason: string): void {
+  recordRejected(pool: string, reason: RejectReason): void {
     this.resilience.rejected.inc({ pool, reason });
   }
 
-  recordPrefixBlocks(pool: string, matched: number, total: number): void {
+  /**
+   * One routed prompt: `matched` leading blocks the chosen replica likely had cached, of `promptBlocks`,
+   * the prompt's whole length in blocks — its trailing partial block as a fraction, as engines count
+   * every prompt token — so hit ÷ (hit + miss) compares with the engines' own prefix-cache hit rate.
+   */
+  recordPrefixBlocks(pool: string, matched: number, promptBlocks: number): void {
     if (matched > 0) this.routing.prefixBlocks.inc({ pool, result: 'hit' }, matched);
-    if (total > matched) this.routing.prefixBlocks.inc({ pool, result: 'miss' }, total - matched);
+    if (promptBlocks > matched) this.routing.prefixBlocks.inc({ pool, result: 'miss' }, promptBlocks - matched);
   }
 
   recordFallback(fromDeployment: string, fromPool: string, toDeployment: string, toPool: string): void {
-    this.resilience.fallbacks.inc({ from_deployment: fromDeployment, from_pool: fromPool, to_deployment: toDeployment, to_pool: toPool });
+    this.resilience.fallbacks.inc(fallbackLabels({ fromDeployment, fromPool, toDeployment, toPool }));
   }
 
   recordPreviousResponse(outcome: PreviousResponseOutcome): void {
     this.routing.previousResponses.inc({ outcome });
   }
 
-  recordEngineScrape(pool: string, result: string): void {
+  knowResumableDeployment(deployment: string): void {
+    this.resumption.know(deployment);
+  }
+
+  recordStreamResumption(deployment: string, result: ResumeResult, reason: ResumeReason): void {
+    this.resumption.record(deployment, result, reason);
+  }
+
+  recordEngineScrape(pool: string, result: ScrapeResult): void {
     this.routing.engineScrapes.inc({ pool, result });
+  }
+
+  /** A request for a LoRA adapter was sent to a replica that held it, had a free slot, or had none. */
+  recordLoraPlacement(pool: string, placement: LoraPlacement): void {
+    this.routing.loraPlacements.inc({ pool, placement });
+  }
+
+  /** A LoRA adapter load the router asked an engine for ended. */
+  recordLoraLoad(pool: string, result: LoraLoadResult): void {
+    this.routing.loraLoads.inc({ pool, result });
   }
 
   /** Gauges read from the routing layer at scrape time (registered once). */
@@ -189,16 +302,55 @@ export class RouterMetrics {
     observeResilienceGauges([this.registry], { ...sources, queueLimits: () => this.sources.queueLimits() });
   }
 
-  recordStatusWrite(kind: string, ok: boolean): void {
+  recordStatusWrite(kind: StatusKind, ok: boolean): void {
     this.controlPlane.statusWrites.inc({ kind, result: ok ? 'success' : 'failure' });
   }
 
-  metrics(): Promise<string> {
-    this.refreshSeries();
+  /** The classic Prometheus text format (no exemplars). */
+  async metrics(): Promise<string> {
+    await this.refreshSeries();
     return this.registry.metrics();
+  }
+
+  /** The OpenMetrics text format, with the exemplars of the latency histograms. */
+  async openMetrics(): Promise<string> {
+    await this.refreshSeries();
+    return openMetricsText(this.registry);
   }
 
   get contentType(): string {
     return this.registry.contentType;
   }
+}
+
+function isGone(value: string | number | undefined, known: ReadonlySet<string>): boolean {
+  return typeof value === 'string' && value !== '' && !known.has(value);
+}
+
+function fallbackLabels(hop: FallbackHop): Record<'from_deployment' | 'from_pool' | 'to_deployment' | 'to_pool', string> {
+  return { from_deployment: hop.fromDeployment, from_pool: hop.fromPool, to_deployment: hop.toDeployment, to_pool: hop.toPool };
+}
+
+/** Removes every series of `metric` whose labels `gone` says name something that left (a histogram's buckets as one). */
+async function prune(metric: Counter<string> | Histogram<string>, gone: (labels: Labels) => boolean): Promise<void> {
+  const removed = new Set<string>();
+  for (const { labels } of (await metric.get()).values) {
+    if (!gone(labels)) continue;
+    const { le: _le, ...series } = labels;
+    const key = JSON.stringify(series);
+    if (removed.has(key)) continue;
+    removed.add(key);
+    metric.remove(series);
+  }
+}
+
+/**
+ * One observation, with the request's trace id as the bucket's exemplar when it has a sampled trace.
+ * Without exemplars (tracing off) it is the plain observation: a branch, nothing more.
+ */
+function observe<L extends string>(histogram: Histogram<L>, exemplars: boolean, labels: Partial<Record<L, string>>, value: number, traceId: string | undefined): void {
+  if (!exemplars) histogram.observe(labels, value);
+  // prom-client types an exemplar's labels with the histogram's own label names; trace_id is not one
+  else if (traceId !== undefined) (histogram as Histogram<string>).observe({ labels, value, exemplarLabels: { trace_id: traceId } });
+  else histogram.observe({ labels, value });
 }

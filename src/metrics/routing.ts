@@ -5,6 +5,7 @@
  */
 import { Counter, Gauge, type Registry } from 'prom-client';
 import { type EngineLoad } from '../core/types.js';
+import { PREVIOUS_RESPONSE_OUTCOMES } from './labels.js';
 
 /** Live state the routing gauges read at scrape time. */
 export interface RoutingStateSources {
@@ -12,6 +13,8 @@ export interface RoutingStateSources {
   inFlight(): Iterable<{ pool: string; endpoint: string; count: number }>;
   /** Routable endpoints per pool. */
   readyEndpoints(): Iterable<{ pool: string; count: number }>;
+  /** Endpoints discovery lists per pool, ready or not (none: the series is not exported). */
+  discoveredEndpoints?(): Iterable<{ pool: string; count: number }>;
   /** Routable endpoints per deployment, over the pools it targets with a weight above 0. */
   deploymentReadyEndpoints(): Iterable<{ deployment: string; count: number }>;
 }
@@ -26,6 +29,8 @@ export interface RoutingMetrics {
   prefixBlocks: Counter<'pool' | 'result'>;
   engineScrapes: Counter<'pool' | 'result'>;
   previousResponses: Counter<'outcome'>;
+  loraPlacements: Counter<'pool' | 'placement'>;
+  loraLoads: Counter<'pool' | 'result'>;
 }
 
 export function routingMetrics(registers: Registry[], sources: RoutingStateSources): RoutingMetrics {
@@ -49,6 +54,19 @@ export function routingMetrics(registers: Registry[], sources: RoutingStateSourc
       for (const e of sources.inFlight()) this.set({ pool: e.pool, endpoint: e.endpoint }, e.count);
     },
   });
+  const discovered = sources.discoveredEndpoints?.bind(sources);
+  if (discovered) {
+    new Gauge({
+      name: 'modelgate_pool_endpoints',
+      help: 'Endpoints discovery lists for each pool, ready or not (modelgate_pool_ready_endpoints: those that can take traffic).',
+      labelNames: ['pool'],
+      registers,
+      collect() {
+        this.reset();
+        for (const p of discovered()) this.set({ pool: p.pool }, p.count);
+      },
+    });
+  }
   new Gauge({
     name: 'modelgate_pool_ready_endpoints',
     help: 'Endpoints of each pool that can take traffic.',
@@ -59,10 +77,17 @@ export function routingMetrics(registers: Registry[], sources: RoutingStateSourc
       for (const p of sources.readyEndpoints()) this.set({ pool: p.pool }, p.count);
     },
   });
+  const previousResponses = new Counter({
+    name: 'modelgate_previous_response_requests_total',
+    help: 'Responses API requests naming a previous_response_id, by outcome: pinned (sent to the replica holding it), unknown (the router does not know it; routed as usual), replica_gone (its replica left; routed as usual), other_key (made by another API key: answered 404).',
+    labelNames: ['outcome'],
+    registers,
+  });
+  for (const outcome of PREVIOUS_RESPONSE_OUTCOMES) previousResponses.inc({ outcome }, 0);
   return {
     prefixBlocks: new Counter({
       name: 'modelgate_prefix_blocks_total',
-      help: 'Prompt blocks of routed requests with a prompt (chat, completions, responses, messages), by whether the chosen replica likely had them cached (hit) or not (miss).',
+      help: "Prompt blocks of routed requests with a prompt (chat, completions, responses, messages), by whether the chosen replica likely had them cached (hit) or not (miss); a prompt's trailing partial block counts as its fraction of a block, so hit / (hit + miss) compares with the engines' prefix-cache hit rate.",
       labelNames: ['pool', 'result'],
       registers,
     }),
@@ -72,10 +97,17 @@ export function routingMetrics(registers: Registry[], sources: RoutingStateSourc
       labelNames: ['pool', 'result'],
       registers,
     }),
-    previousResponses: new Counter({
-      name: 'modelgate_previous_response_requests_total',
-      help: 'Responses API requests naming a previous_response_id, by outcome: pinned (sent to the replica holding it), unknown (the router does not know it; routed as usual), replica_gone (its replica left; routed as usual), other_key (made by another API key: answered 404).',
-      labelNames: ['outcome'],
+    previousResponses,
+    loraPlacements: new Counter({
+      name: 'modelgate_lora_placements_total',
+      help: 'Requests for a LoRA adapter by where they were sent, as the router saw it: held (the replica held the adapter), free_slot (it had a free adapter slot), no_slot (every slot taken: the request waits for one there).',
+      labelNames: ['pool', 'placement'],
+      registers,
+    }),
+    loraLoads: new Counter({
+      name: 'modelgate_lora_adapter_loads_total',
+      help: 'LoRA adapter loads the router asked an engine for (routing.lora.loadOnDemand), by result: loaded, already_loaded (the engine had it), failed, timeout.',
+      labelNames: ['pool', 'result'],
       registers,
     }),
   };

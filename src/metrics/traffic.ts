@@ -3,7 +3,7 @@
  * token, inter-token gaps, token counts and how each response ended. Buckets span an embedding's
  * few milliseconds to a long generation's minutes.
  */
-import { Counter, Histogram, type Registry } from 'prom-client';
+import { Counter, Histogram, type HistogramConfiguration, type Registry } from 'prom-client';
 
 /**
  * Seconds; from a few ms (an embedding) to 30 minutes, the default `resilience.timeouts.totalMs`: a
@@ -31,7 +31,8 @@ export interface TrafficMetrics {
   streamEnds: Counter<'deployment' | 'pool' | 'end'>;
 }
 
-export function trafficMetrics(registers: Registry[]): TrafficMetrics {
+/** `exemplars`: the duration and TTFT histograms keep each bucket's last exemplar (a trace id). */
+export function trafficMetrics(registers: Registry[], exemplars = false): TrafficMetrics {
   return {
     requests: new Counter({
       name: 'modelgate_requests_total',
@@ -39,20 +40,26 @@ export function trafficMetrics(registers: Registry[]): TrafficMetrics {
       labelNames: ['route', 'deployment', 'pool', 'code'],
       registers,
     }),
-    duration: new Histogram({
-      name: 'modelgate_request_duration_seconds',
-      help: 'Time from the request arriving to its response (or stream) ending.',
-      labelNames: ['route', 'deployment', 'pool'],
-      buckets: DURATION_BUCKETS,
+    duration: latencyHistogram(
+      {
+        name: 'modelgate_request_duration_seconds',
+        help: 'Time from the request arriving to its response (or stream) ending.',
+        labelNames: ['route', 'deployment', 'pool'],
+        buckets: DURATION_BUCKETS,
+      },
       registers,
-    }),
-    ttft: new Histogram({
-      name: 'modelgate_time_to_first_token_seconds',
-      help: 'Streams: from the request sent to the engine to the first event carrying content.',
-      labelNames: ['deployment', 'pool'],
-      buckets: TTFT_BUCKETS,
+      exemplars,
+    ),
+    ttft: latencyHistogram(
+      {
+        name: 'modelgate_time_to_first_token_seconds',
+        help: 'Streams: from the request sent to the engine to the first event carrying content.',
+        labelNames: ['deployment', 'pool'],
+        buckets: TTFT_BUCKETS,
+      },
       registers,
-    }),
+      exemplars,
+    ),
     itl: new Histogram({
       name: 'modelgate_inter_token_latency_seconds',
       help: 'Streams: time between consecutive content events.',
@@ -79,4 +86,17 @@ export function trafficMetrics(registers: Registry[]): TrafficMetrics {
       registers,
     }),
   };
+}
+
+/**
+ * A histogram that keeps each bucket's last exemplar when `exemplars`. prom-client refuses to build
+ * one into a registry typed for the classic text format (which leaves exemplars out), so it is built
+ * unregistered and then registered: the classic text is unchanged, and the OpenMetrics text
+ * (`openmetrics.ts`) writes the exemplars.
+ */
+function latencyHistogram<L extends string>(config: HistogramConfiguration<L>, registers: Registry[], exemplars: boolean): Histogram<L> {
+  if (!exemplars) return new Histogram({ ...config, registers });
+  const histogram = new Histogram({ ...config, registers: [], enableExemplars: true });
+  for (const registry of registers) registry.registerMetric(histogram);
+  return histogram;
 }

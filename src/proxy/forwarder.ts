@@ -21,7 +21,7 @@ import { type RouterError } from '../core/errors.js';
 import { type Endpoint } from '../core/types.js';
 import { retryHeaders } from './headers.js';
 import { relayResponse, type AttemptControl } from './relay.js';
-import { type SseEvent } from './sse-tap.js';
+import { type SseEvent, type SseSegment } from './sse-tap.js';
 import { MAX_ERROR_BODY_BYTES, normaliseUpstreamError, type NormalisedError } from './upstream-errors.js';
 
 export interface AttemptSpec {
@@ -45,6 +45,17 @@ export interface AttemptSpec {
   stripUsageChunk?: boolean;
   /** The event that ends a stream the router cuts short, in the API's dialect (default: OpenAI's error chunk and `[DONE]`). */
   errorEvent?: (err: RouterError) => string;
+  /** Rewrites each complete event of a stream on its way to the client ('' drops it). With it, only whole events are written. */
+  rewrite?: (segment: SseSegment) => string;
+  /**
+   * The caller may continue this stream elsewhere: when the engine breaks or stalls after the first
+   * byte, or `cut()` says its stream ended cut short (an error event the rewrite held back), the
+   * client's response is left open on an event boundary, with no error event, for the caller to go on
+   * with or end. Needs `rewrite`.
+   */
+  resumable?: { cut(): boolean };
+  /** An earlier attempt already committed the client's response: this one's first byte sends no status line or headers. */
+  continues?: boolean;
 }
 
 export interface ResponseObserver {

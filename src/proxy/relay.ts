@@ -7,7 +7,11 @@
  * - While the router holds the engine's response paused because the client is not reading, the
  *   engine's silence is the router's doing: the idle clock stops and the client's stall clock runs
  *   instead. A client that accepts no bytes for `clientStallMs` is cut (`client_stalled`).
- * - With `stripUsageChunk`, the usage chunk the router asked for is removed, whole events at a time.
+ * - With `stripUsageChunk`, the usage chunk the router asked for is removed, whole events at a time;
+ *   with `rewrite`, each whole event is written as it says.
+ * - A `resumable` stream that breaks, stalls or was cut is left open for the caller (director/resume.ts):
+ *   nothing is written then, and the client is on an event boundary. A `continues` attempt appends
+ *   to a response an earlier attempt committed.
  */
 import { type IncomingMessage, type ServerResponse } from 'node:http';
 import { RouterError, streamErrorEvent } from '../core/errors.js';
@@ -25,7 +29,7 @@ export interface AttemptControl {
   settle(result: AttemptResult): void;
 }
 
-type BrokenEnd = Exclude<StreamEnd, 'complete' | 'client_gone' | 'client_stalled'>;
+export type BrokenEnd = Exclude<StreamEnd, 'complete' | 'client_gone' | 'client_stalled'>;
 
 const BROKEN: Record<BrokenEnd, () => RouterError> = {
   upstream_broken: () => new RouterError('UPSTREAM_STREAM_BROKEN', 'The model server closed the stream before it finished.'),
@@ -33,12 +37,24 @@ const BROKEN: Record<BrokenEnd, () => RouterError> = {
   deadline: () => new RouterError('UPSTREAM_TIMEOUT', 'The request ran past its total timeout.'),
 };
 
+/** The error a broken stream ends with (for a caller that ends a resumable stream itself). */
+export function brokenError(end: BrokenEnd): RouterError {
+  return BROKEN[end]();
+}
+
 function isEventStream(contentType: string | undefined): boolean {
   return contentType?.toLowerCase().startsWith('text/event-stream') ?? false;
 }
 
 export function relayResponse(spec: AttemptSpec, proxyRes: IncomingMessage, res: ServerResponse, status: number, control: AttemptControl, clock: Clock): void {
   const tap = isEventStream(proxyRes.headers['content-type']) ? new SseTap() : undefined;
+  if (spec.continues && !tap) {
+    // the client is mid-stream: a body that is not an event stream cannot be appended to it
+    proxyRes.destroy();
+    control.settle({ kind: 'failed', reason: 'reset', detail: `the continuation answered ${proxyRes.headers['content-type'] ?? 'without a content type'}, not an event stream` });
+    return;
+  }
+  const wholeEvents = spec.stripUsageChunk === true || spec.rewrite !== undefined;
   let bytes = 0;
   let committed = false;
   let finish: (end: StreamEnd) => void = () => undefined;
@@ -58,16 +74,20 @@ export function relayResponse(spec: AttemptSpec, proxyRes: IncomingMessage, res:
       proxyRes.destroy();
     });
   const endBroken = (end: BrokenEnd): void => {
+    if (spec.resumable && tap && end !== 'deadline') {
+      finish(end); // the caller goes on elsewhere, or ends the stream
+      return;
+    }
     if (!res.writableEnded && !res.destroyed) {
       // when stripping, only whole events were written: the client is on a boundary
-      if (tap) res.end((spec.stripUsageChunk ? '' : tap.separator()) + (spec.errorEvent ?? streamErrorEvent)(BROKEN[end]()));
+      if (tap) res.end((wholeEvents ? '' : tap.separator()) + (spec.errorEvent ?? streamErrorEvent)(BROKEN[end]()));
       else res.destroy(); // a JSON body cut short must not look complete
     }
     finish(end);
   };
   const commit = (): void => {
     committed = true;
-    res.writeHead(status, clientResponseHeaders(proxyRes.headers, spec.requestId));
+    if (!spec.continues) res.writeHead(status, clientResponseHeaders(proxyRes.headers, spec.requestId));
     control.settle({ kind: 'committed', status, done });
     res.once('close', () => {
       if (!res.writableFinished) {
@@ -106,19 +126,24 @@ export function relayResponse(spec: AttemptSpec, proxyRes: IncomingMessage, res:
     }
     const segments = tap.segments(chunk);
     for (const segment of segments) if (segment.event) spec.observe?.event(segment.event);
-    if (!spec.stripUsageChunk) {
+    if (!wholeEvents) {
       write(chunk); // byte for byte, as it came
       return;
     }
-    const kept = segments
-      .filter((seg) => !(seg.event && isUsageChunk(seg.event)))
-      .map((seg) => seg.raw)
-      .join('');
+    let kept = '';
+    for (const seg of segments) {
+      if (spec.stripUsageChunk && seg.event && isUsageChunk(seg.event)) continue;
+      kept += spec.rewrite ? spec.rewrite(seg) : seg.raw;
+    }
     if (kept !== '') write(kept);
   });
   proxyRes.on('end', () => {
     if (!committed) commit(); // an empty 2xx body
-    if (tap && spec.stripUsageChunk) {
+    if (tap && spec.resumable?.cut()) {
+      finish('upstream_broken'); // an error event the rewrite held back: the caller goes on elsewhere, or ends the stream
+      return;
+    }
+    if (tap && wholeEvents) {
       const rest = tap.rest(); // a last event without its blank line (some llama.cpp builds)
       if (rest !== '') write(rest);
     }

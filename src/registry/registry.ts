@@ -3,12 +3,17 @@
  * then model name; exact and case-sensitive. The same code serves the static config and the
  * Kubernetes CRDs: it is rebuilt from scratch whenever its inputs change and replaced as a whole.
  */
-import { type Deployment, type PoolSpec } from '../core/types.js';
+import { type Deployment, type DeploymentTarget, type PoolSpec } from '../core/types.js';
 
 /** Read side used by the request path. */
 export interface ModelCatalog {
   resolve(model: string): Deployment | undefined;
   pool(name: string): PoolSpec | undefined;
+  /**
+   * The pool a deployment's target sends requests to: the pool itself, or — for a deployment of a LoRA
+   * adapter — the pool's view with the adapter as its served model (the same object every time).
+   */
+  targetPool(deployment: Deployment, target: DeploymentTarget): PoolSpec | undefined;
   deployments(): readonly Deployment[];
   /** The client-facing names a deployment holds (ID, aliases, model name), without names it lost to a conflict. */
   namesOf(deployment: Deployment): string[];
@@ -27,6 +32,8 @@ export class Registry implements ModelCatalog {
   private readonly byAlias = new Map<string, Deployment>();
   private readonly byModel = new Map<string, Deployment>();
   private readonly pools: ReadonlyMap<string, PoolSpec>;
+  /** Each pool's views for the LoRA adapters deployed on it, by pool, then adapter name. */
+  private readonly adapterPools = new Map<string, Map<string, PoolSpec>>();
   private readonly ordered: readonly Deployment[];
   readonly conflicts: readonly Conflict[];
 
@@ -53,6 +60,20 @@ export class Registry implements ModelCatalog {
 
   pool(name: string): PoolSpec | undefined {
     return this.pools.get(name);
+  }
+
+  targetPool(deployment: Deployment, target: DeploymentTarget): PoolSpec | undefined {
+    const pool = this.pools.get(target.pool);
+    const adapter = deployment.adapter;
+    if (!pool || !adapter) return pool;
+    let views = this.adapterPools.get(pool.name);
+    if (!views) this.adapterPools.set(pool.name, (views = new Map<string, PoolSpec>()));
+    let view = views.get(adapter.name);
+    if (!view) {
+      view = { ...pool, servedModelName: adapter.name, adapter: { ...adapter, baseModel: pool.servedModelName } };
+      views.set(adapter.name, view);
+    }
+    return view;
   }
 
   /** Oldest first. */

@@ -16,12 +16,24 @@
  */
 import { isUsable, mayPick, skipsTried } from '../balancer/filters.js';
 import { type InFlight, type InFlightCounter } from '../balancer/in-flight.js';
+import { AdapterPlacements, adapterScore, placementOf, type LoraPlacement } from '../balancer/lora.js';
 import { promptBlocks, PrefixIndex, type PrefixHold } from '../balancer/prefix-index.js';
 import { choose, scheduleBuffers, type ScheduleBuffers } from '../balancer/scheduler.js';
 import { estimatedLoad } from '../balancer/scorers.js';
 import { isAbortError, systemScheduler, type Scheduler } from '../core/clock.js';
 import { NO_REPLICA_RETRY_AFTER_SECONDS, noReadyReplica, RouterError } from '../core/errors.js';
-import { type EngineLoad, type EngineLoadSource, type Endpoint, type EndpointSource, type HoldEvent, type PoolSpec, type Priority, type ScheduleInfo, unprobedCountsHealthy } from '../core/types.js';
+import {
+  type EngineLoad,
+  type EngineLoadSource,
+  type Endpoint,
+  type EndpointSource,
+  type HoldEvent,
+  type KvPrefixSource,
+  type PoolSpec,
+  type Priority,
+  type ScheduleInfo,
+  unprobedCountsHealthy,
+} from '../core/types.js';
 import { shedError, type AdmissionQueues } from './admission.js';
 import { type BreakerRegistry, type BreakerTicket } from './breaker.js';
 
@@ -30,6 +42,16 @@ export interface Picked {
   ticket: BreakerTicket;
   /** Gives the concurrency slot back (idempotent) and lets a queued request in. */
   release(): void;
+  /** A pool's LoRA adapter: whether the router knew the chosen replica to hold it. */
+  adapterHeld?: boolean;
+}
+
+/**
+ * Loads a pool's LoRA adapter onto a replica before a request goes there (engine-metrics/adapter-loader.ts):
+ * resolves at once when `held` and no load is under way; rejects with ADAPTER_LOAD_FAILED.
+ */
+export interface AdapterLoads {
+  ensure(pool: PoolSpec, endpoint: Endpoint, held: boolean, signal?: AbortSignal): Promise<void>;
 }
 
 export interface HealthView {
@@ -62,8 +84,16 @@ export interface PickRequest {
 }
 
 export interface PickEvents {
-  /** A pick landed: how many of the prompt's blocks the chosen replica likely had cached. */
-  onPicked?: (pool: string, prefixMatched: number, prefixTotal: number) => void;
+  /**
+   * A pick landed in a pool that routes by prefix: how many of the prompt's leading blocks the chosen
+   * replica likely had cached, and the prompt's whole length in blocks (its trailing partial block as a
+   * fraction, blocks past `maxBlocks` included: engines count every prompt token they are sent).
+   */
+  onPicked?: (pool: string, prefixMatched: number, promptBlocks: number) => void;
+  /** The same pick, with where its prefix match came from: the replica's KV events (complete or partial) or the estimate. */
+  onPrefixPredicted?: (pool: string, source: PrefixSource, prefixMatched: number, promptBlocks: number) => void;
+  /** A request for a LoRA adapter landed on a replica that held it, had a free adapter slot, or had none (as the router saw it). */
+  onAdapterPlaced?: (pool: string, placement: LoraPlacement) => void;
   /** A sheddable request was turned away because the engines report every replica saturated. */
   onShed?: (pool: string) => void;
   /**
@@ -73,6 +103,10 @@ export interface PickEvents {
    */
   onHold?: (pool: string, event: HoldEvent) => void;
 }
+
+/** Where a pick's prefix match came from, by {@link KvPrefixSource.state}. */
+export type PrefixSource = 'estimate' | 'events-partial' | 'events';
+const PREFIX_SOURCES: readonly PrefixSource[] = ['estimate', 'events-partial', 'events'];
 
 /** How often the requests held for a pool at zero look again for a ready replica (discovery, health checks and breakers all change it). */
 export const HOLD_POLL_MS = 250;
@@ -86,10 +120,18 @@ export interface PickerDeps {
   /** Engine metrics; without them the engine scorers are neutral. */
   engine?: EngineLoadSource;
   prefixIndex?: PrefixIndex;
+  /** The engines' KV-cache events (kv-events/): where fresh, the prefix matches come from them instead of the estimate. */
+  kvPrefix?: KvPrefixSource;
   random: () => number;
   events?: PickEvents;
   /** Times the held requests' looks for a ready replica (default: real timers). */
   scheduler?: Scheduler;
+  /** Where this router sent each LoRA adapter lately (default: a record of its own). */
+  adapterPlacements?: AdapterPlacements;
+  /** Loads adapters for pools with `routing.lora.loadOnDemand`; without it nothing is loaded. */
+  adapterLoads?: AdapterLoads;
+  /** The clock of the adapter record (default: `engine.now`, else `Date.now`). */
+  now?: () => number;
 }
 
 const NO_ENGINE: EngineLoadSource = { load: () => undefined };
@@ -126,6 +168,8 @@ interface Chosen {
   endpoint: Endpoint;
   engine: EngineLoad | undefined;
   prefixMatched: number;
+  /** For a pool's LoRA adapter: where the request lands, as the router sees it. */
+  placement?: LoraPlacement;
 }
 
 /** A pick's per-candidate data, reused from pick to pick (picks run one at a time). */
@@ -135,6 +179,10 @@ class PickBuffers {
   readonly load: Float64Array;
   readonly engine: Array<EngineLoad | undefined>;
   readonly prefixMatched: Float64Array;
+  /** 1 where the router's record says the candidate holds the request's LoRA adapter. */
+  readonly adapterHeld: Float64Array;
+  /** Adapters the router sent to the candidate lately that its engine sample does not show (idle in a slot, or sent since). */
+  readonly adaptersUnreported: Float64Array;
   readonly schedule: ScheduleBuffers;
 
   constructor(readonly capacity: number) {
@@ -143,6 +191,8 @@ class PickBuffers {
     this.load = new Float64Array(capacity);
     this.engine = new Array<EngineLoad | undefined>(capacity).fill(undefined);
     this.prefixMatched = new Float64Array(capacity);
+    this.adapterHeld = new Float64Array(capacity);
+    this.adaptersUnreported = new Float64Array(capacity);
     this.schedule = scheduleBuffers(capacity);
   }
 }
@@ -158,7 +208,7 @@ function scheduleInfo(b: PickBuffers, count: number, winner: number): ScheduleIn
 
 export class EndpointPicker {
   /** Prompt blocks per request, per block geometry: a queued request is re-scheduled without re-hashing. */
-  private readonly blocks = new WeakMap<PickRequest, { key: string; hashes: number[] }>();
+  private readonly blocks = new WeakMap<PickRequest, { key: string; hashes: number[]; length: number }>();
   private readonly views = new Map<string, PoolView>();
   private buffers = new PickBuffers(16);
   /** Requests held per pool at zero, and the timer of their next look for a ready replica. */
@@ -167,10 +217,15 @@ export class EndpointPicker {
 
   private readonly engine: EngineLoadSource;
   private readonly prefixIndex: PrefixIndex;
+  private readonly placements: AdapterPlacements;
+  private readonly now: () => number;
 
   constructor(private readonly deps: PickerDeps) {
     this.engine = deps.engine ?? NO_ENGINE;
     this.prefixIndex = deps.prefixIndex ?? new PrefixIndex();
+    this.placements = deps.adapterPlacements ?? new AdapterPlacements();
+    const engine = this.engine;
+    this.now = deps.now ?? (engine.now ? () => (engine.now as () => number).call(engine) : () => Date.now());
   }
 
   /**
@@ -191,7 +246,26 @@ export class EndpointPicker {
     const { queue } = pool.resilience;
     const limits = maxWaitMs < queue.timeoutMs ? { ...queue, timeoutMs: Math.max(0, maxWaitMs) } : queue;
     const { priority, tenant, weight } = request;
-    return this.deps.admission.admit(pool.name, () => this.take(pool, tried, request), limits, { signal, priority, tenant, weight });
+    const picked = this.deps.admission.admit(pool.name, () => this.take(pool, tried, request), limits, { signal, priority, tenant, weight });
+    const loads = this.deps.adapterLoads;
+    return pool.adapter && pool.routing.lora.loadOnDemand && loads ? picked.then((p) => this.withAdapter(loads, pool, p, signal)) : picked;
+  }
+
+  /**
+   * The picked replica once it has the pool's LoRA adapter (loaded now if the router knows of no copy
+   * there). A failed load gives the slot back, settles the breaker ticket as neither success nor
+   * failure, forgets the placement and passes the error on.
+   */
+  private async withAdapter(loads: AdapterLoads, pool: PoolSpec, picked: Picked, signal: AbortSignal | undefined): Promise<Picked> {
+    try {
+      await loads.ensure(pool, picked.endpoint, picked.adapterHeld === true, signal);
+      return picked;
+    } catch (err) {
+      this.placements.forget((pool.adapter as NonNullable<PoolSpec['adapter']>).name, picked.endpoint.id);
+      picked.ticket.settle('backpressure');
+      picked.release();
+      throw err;
+    }
   }
 
   /**
@@ -367,9 +441,22 @@ export class EndpointPicker {
     const key = `${blockChars}/${maxBlocks}`;
     const memo = this.blocks.get(request);
     if (memo?.key === key) return memo.hashes;
-    const hashes = promptBlocks(request.promptText(), blockChars, maxBlocks);
-    this.blocks.set(request, { key, hashes });
+    const text = request.promptText();
+    const hashes = promptBlocks(text, blockChars, maxBlocks);
+    this.blocks.set(request, { key, hashes, length: text.length / blockChars });
     return hashes;
+  }
+
+  /**
+   * The leading blocks of `blocks` a candidate likely holds: what its engine's KV events say while they
+   * are fresh and complete; the most of them and the estimate while they are partial; else the estimate.
+   */
+  private prefixMatch(pool: string, ep: Endpoint, hold: PrefixHold | undefined, blocks: readonly number[]): number {
+    const kv = this.deps.kvPrefix;
+    const state = kv === undefined ? 0 : kv.state(pool, ep.id);
+    if (state === 2) return (kv as KvPrefixSource).match(pool, ep.id, blocks);
+    const estimate = hold ? this.prefixIndex.matchHeld(hold, blocks) : this.prefixIndex.match(ep.id, blocks);
+    return state === 0 ? estimate : Math.max(estimate, (kv as KvPrefixSource).match(pool, ep.id, blocks));
   }
 
   private sessionKey(pool: PoolSpec, request: PickRequest): string | undefined {
@@ -390,7 +477,8 @@ export class EndpointPicker {
     const limit = pool.resilience.maxConcurrencyPerReplica;
     const engine = this.engineFor(pool);
     const now = engine === NO_ENGINE ? undefined : engine.now?.(); // one clock read per pick, not per endpoint
-    const prefixIndex = this.prefixIndex;
+    const adapter = pool.adapter?.name;
+    const forgetBefore = adapter === undefined ? 0 : this.now() - pool.routing.lora.memoryMs;
     let count = 0;
     for (let i = 0; i < endpoints.length; i++) {
       const ep = endpoints[i] as Endpoint;
@@ -401,7 +489,11 @@ export class EndpointPicker {
       b.local[count] = inFlight;
       b.engine[count] = sample;
       b.load[count] = estimatedLoad(inFlight, sample, ep.weight);
-      if (blocks.length > 0) b.prefixMatched[count] = prefixes ? prefixIndex.matchHeld(prefixes[i] as PrefixHold, blocks) : prefixIndex.match(ep.id, blocks);
+      if (blocks.length > 0) b.prefixMatched[count] = this.prefixMatch(pool.name, ep, prefixes?.[i], blocks);
+      if (adapter !== undefined) {
+        b.adapterHeld[count] = this.placements.holds(adapter, ep.id, forgetBefore, sample?.lora) ? 1 : 0;
+        b.adaptersUnreported[count] = this.placements.unreported(ep.id, forgetBefore, sample?.lora);
+      }
       count++;
     }
     const input = {
@@ -413,12 +505,15 @@ export class EndpointPicker {
       prefixMatched: b.prefixMatched,
       prefixTotal: blocks.length,
       sessionKey: this.sessionKey(pool, request),
+      lora: adapter === undefined ? undefined : { adapter, held: b.adapterHeld, unreported: b.adaptersUnreported },
       settings: pool.routing,
     };
     const index = choose(input, b.schedule, this.deps.random);
     if (index < 0) return undefined;
     request.onScheduled?.(scheduleInfo(b, count, index));
-    return { endpoint: b.candidates[index] as Endpoint, engine: b.engine[index], prefixMatched: blocks.length > 0 ? (b.prefixMatched[index] as number) : 0 };
+    const chosen: Chosen = { endpoint: b.candidates[index] as Endpoint, engine: b.engine[index], prefixMatched: blocks.length > 0 ? (b.prefixMatched[index] as number) : 0 };
+    if (adapter !== undefined) chosen.placement = placementOf(adapterScore(adapter, b.engine[index]?.lora, b.adapterHeld[index] === 1, b.adaptersUnreported[index] as number));
+    return chosen;
   }
 
   private take(pool: PoolSpec, tried: ReadonlySet<string>, request: PickRequest): Picked | undefined {
@@ -434,13 +529,23 @@ export class EndpointPicker {
       const cacheTokens = chosen.engine?.cacheTokens;
       if (cacheTokens !== undefined) prefixIndex.tune(endpoint.id, cacheTokens, pool.routing.prefix.blockChars);
       prefixIndex.record(endpoint.id, blocks, pool.routing.prefix.capacityPerEndpoint);
-      this.deps.events?.onPicked?.(pool.name, chosen.prefixMatched, blocks.length);
+    }
+    const prompt = this.blocks.get(request);
+    if (prompt?.hashes === blocks) this.deps.events?.onPicked?.(pool.name, chosen.prefixMatched, prompt.length); // this pool's geometry, short prompts too
+    if (prompt?.hashes === blocks && this.deps.events?.onPrefixPredicted) {
+      this.deps.events.onPrefixPredicted(pool.name, PREFIX_SOURCES[this.deps.kvPrefix?.state(pool.name, endpoint.id) ?? 0] as PrefixSource, chosen.prefixMatched, prompt.length);
+    }
+    const { adapter } = pool;
+    if (adapter && chosen.placement) {
+      this.placements.record(adapter.name, endpoint.id, this.now(), pool.routing.lora.memoryMs);
+      this.deps.events?.onAdapterPlaced?.(pool.name, chosen.placement);
     }
     const releaseSlot = inFlight.acquire(endpoint.id, pool.name);
     let released = false;
     return {
       endpoint,
       ticket,
+      ...(chosen.placement ? { adapterHeld: chosen.placement === 'held' } : {}),
       release: () => {
         if (released) return;
         released = true;

@@ -15,7 +15,8 @@ import { type Route } from '../metrics/metrics.js';
 import { type RequestContext } from './context.js';
 
 export interface RequestMetrics {
-  recordRequest(route: Route, deployment: string, pool: string, code: number, seconds: number): void;
+  /** `traceId`: the request's trace when it is sampled (the duration bucket's exemplar). */
+  recordRequest(route: Route, deployment: string, pool: string, code: number, seconds: number, traceId?: string): void;
 }
 
 const tenths = (ms: number): number => Math.round(ms * 10) / 10;
@@ -92,7 +93,8 @@ export class AccessLog {
   record(req: Request, res: Response, ctx: RequestContext, closedAt: number): void {
     const status = res.headersSent ? res.statusCode : 499; // 499: the client left before an answer
     const ms = closedAt - ctx.started;
-    this.metrics.recordRequest(ctx.route, ctx.deployment ?? '', ctx.report?.poolName ?? '', status, ms / 1000);
+    const trace = ctx.trace;
+    this.metrics.recordRequest(ctx.route, ctx.deployment ?? '', ctx.report?.poolName ?? '', status, ms / 1000, trace?.sampled ? trace.traceId : undefined);
     if (this.finished && ctx.deployment !== undefined) {
       const report = ctx.report;
       const done = {

@@ -1,7 +1,12 @@
-/** `GET /v1/models` and `GET /v1/models/{model}`: the names the caller's key may use, in OpenAI's shapes. */
+/**
+ * `GET /v1/models` and `GET /v1/models/{model}`: the names the caller's key may use, in OpenAI's shapes.
+ * A LoRA adapter's names also carry `root` (the adapter's name on the engines) and `parent` (its base
+ * model), as vLLM lists its adapters.
+ */
 import { type Request, type Response } from 'express';
 import { mayUse, type Principal } from '../auth/key-store.js';
 import { modelNotFound } from '../core/errors.js';
+import { type Deployment } from '../core/types.js';
 import { type ModelCatalog } from '../registry/registry.js';
 import { contextOf } from './context.js';
 
@@ -10,6 +15,10 @@ export interface ModelObject {
   object: 'model';
   created: number;
   owned_by: string;
+  /** A LoRA adapter's name on the engines. */
+  root?: string;
+  /** A LoRA adapter's base model. */
+  parent?: string;
 }
 
 /** Every name (deployment ID, model name, alias) `principal` may use, as OpenAI model objects. */
@@ -17,7 +26,22 @@ export function modelsFor(catalog: ModelCatalog, principal: Principal): ModelObj
   return catalog
     .deployments()
     .filter((d) => mayUse(principal, d))
-    .flatMap((d) => catalog.namesOf(d).map((id) => ({ id, object: 'model' as const, created: d.created, owned_by: 'modelgate' })));
+    .flatMap((d) => {
+      const lineage = d.adapter ? { root: d.adapter.name, parent: baseModelOf(catalog, d, principal) } : {};
+      return catalog.namesOf(d).map((id): ModelObject => ({ id, object: 'model', created: d.created, owned_by: 'modelgate', ...lineage }));
+    });
+}
+
+/**
+ * An adapter deployment's base model, as the caller knows it: the model name of the oldest deployment
+ * the caller may use that serves its first pool without an adapter, else that pool's served model.
+ */
+function baseModelOf(catalog: ModelCatalog, adapterDeployment: Deployment, principal: Principal): string | undefined {
+  const first = adapterDeployment.targets[0];
+  const pool = first && catalog.pool(first.pool);
+  if (!pool) return undefined;
+  const base = catalog.deployments().find((d) => !d.adapter && d.targets.some((t) => t.pool === pool.name) && mayUse(principal, d) && catalog.namesOf(d).includes(d.model));
+  return base?.model ?? pool.servedModelName;
 }
 
 export function listModels(catalog: () => ModelCatalog) {

@@ -3,6 +3,7 @@
  * `param`), and the messages rendered the way a chat template would, so that prompt length and
  * prefix blocks are stable.
  */
+import { resumedTokens, type ResumePoint } from './chat-generation.js';
 import { asObject, fail, optionalBool, optionalInt, servedModel, type Body } from './request-checks.js';
 import { countTokens } from './text.js';
 
@@ -27,6 +28,8 @@ export interface ChatJob {
   logprobs: boolean;
   topLogprobs: number;
   seed: number | undefined;
+  /** `continue_final_message` with the final assistant message being where the seed's answer begins: the answer picks up after it. */
+  resume?: ResumePoint;
 }
 
 const ROLES = new Set(['system', 'developer', 'user', 'assistant', 'tool', 'function']);
@@ -39,8 +42,11 @@ export const renderTurn = (role: string, text: string): string => `<|im_start|>$
 /** What the template appends so the model answers as the assistant. */
 export const GENERATION_PROMPT = '<|im_start|>assistant\n';
 
-/** Renders messages the way a chat template would, so prompt length and prefix blocks are stable. */
-export function renderPrompt(messages: unknown[], addGenerationPrompt = true): string {
+/**
+ * Renders messages the way a chat template would, so prompt length and prefix blocks are stable.
+ * With `continueFinal` the last message (an assistant's) is left open, for the model to go on with it.
+ */
+export function renderPrompt(messages: unknown[], addGenerationPrompt = true, continueFinal = false): string {
   let out = '';
   messages.forEach((raw, i) => {
     if (typeof raw !== 'object' || raw === null || Array.isArray(raw)) fail(`messages[${i}] must be an object.`, `messages[${i}]`);
@@ -49,9 +55,26 @@ export function renderPrompt(messages: unknown[], addGenerationPrompt = true): s
     if (typeof role !== 'string' || !ROLES.has(role)) {
       fail(`messages[${i}].role must be one of ${[...ROLES].join(', ')}.`, `messages[${i}].role`);
     }
-    out += renderTurn(role, renderContent(message.content, i));
+    const text = renderContent(message.content, i);
+    out += continueFinal && i === messages.length - 1 ? GENERATION_PROMPT + text : renderTurn(role, text);
   });
   return addGenerationPrompt ? out + GENERATION_PROMPT : out;
+}
+
+/**
+ * `add_generation_prompt` and `continue_final_message` as vLLM checks them: both true is refused, and
+ * only an assistant's final message can be continued.
+ */
+function parseTemplateFlags(body: Body, messages: unknown[]): { addGenerationPrompt: boolean; continueFinal: boolean } {
+  const continueFinal = optionalBool(body, 'continue_final_message') ?? false;
+  const addGenerationPrompt = optionalBool(body, 'add_generation_prompt') ?? true;
+  if (!continueFinal) return { addGenerationPrompt, continueFinal };
+  if (addGenerationPrompt) fail('Cannot set both `continue_final_message` and `add_generation_prompt` to True.', 'continue_final_message');
+  const last = messages[messages.length - 1] as Body | null;
+  if (typeof last !== 'object' || last === null || last.role !== 'assistant') {
+    fail('continue_final_message needs the final message to be an assistant message to continue.', 'continue_final_message');
+  }
+  return { addGenerationPrompt, continueFinal };
 }
 
 function renderContent(content: unknown, i: number): string {
@@ -114,8 +137,14 @@ export function parseChatRequest(raw: unknown, limits: ChatLimits): ChatJob {
   const body = asObject(raw);
   const model = servedModel(body, limits.models);
   if (!Array.isArray(body.messages) || body.messages.length === 0) fail('messages must be a non-empty list.', 'messages');
-  const promptText = renderPrompt(body.messages);
-  const promptTokens = countTokens(promptText);
+  const messages: unknown[] = body.messages;
+  const { addGenerationPrompt, continueFinal } = parseTemplateFlags(body, messages);
+  const promptText = renderPrompt(messages, addGenerationPrompt, continueFinal);
+  const seed = optionalInt(body, 'seed', Number.MIN_SAFE_INTEGER);
+  const n = optionalInt(body, 'n', 1, 128) ?? 1;
+  const resume = continueFinal && n === 1 ? resumeOf(messages, promptText, seed) : undefined;
+  // the answer so far counts as the tokens it was generated as (a tokenizer reading back its own output)
+  const promptTokens = resume ? countTokens(promptText.slice(0, promptText.length - resume.prefix.length)) + resume.tokens : countTokens(promptText);
 
   const { stream, includeUsage } = parseStreamOptions(body);
 
@@ -135,12 +164,22 @@ export function parseChatRequest(raw: unknown, limits: ChatLimits): ChatJob {
     maxTokens,
     minTokens,
     ignoreEos: optionalBool(body, 'ignore_eos') ?? false,
-    n: optionalInt(body, 'n', 1, 128) ?? 1,
+    n,
     stop: parseStop(body),
     stream,
     includeUsage,
     logprobs,
     topLogprobs,
-    seed: optionalInt(body, 'seed', Number.MIN_SAFE_INTEGER),
+    seed,
+    ...(resume ? { resume } : {}),
   };
+}
+
+/** The final assistant message continued, when it is where the seed's answer begins (without a seed, a new answer starts). */
+function resumeOf(messages: unknown[], promptText: string, seed: number | undefined): ResumePoint | undefined {
+  if (seed === undefined) return undefined;
+  const last = messages[messages.length - 1] as Body;
+  const prefix = renderContent(last.content, messages.length - 1);
+  const tokens = resumedTokens(seed, 0, prefix);
+  return tokens === undefined || !promptText.endsWith(prefix) ? undefined : { prefix, tokens };
 }

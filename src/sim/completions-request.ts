@@ -3,7 +3,7 @@
  * string, strings, token ids or lists of token ids (one engine prompt each), vLLM's default of 16
  * `max_tokens`, integer `logprobs`, `echo`, and `suffix` refused as vLLM refuses it.
  */
-import { type GenerationParams } from './chat-generation.js';
+import { resumedSuffix, type GenerationParams, type ResumePoint } from './chat-generation.js';
 import { fitContext, MAX_LOGPROBS, parseStop, parseStreamOptions } from './chat-request.js';
 import { asObject, fail, optionalBool, optionalInt, servedModel, type Body } from './request-checks.js';
 import { countTokens } from './text.js';
@@ -14,6 +14,8 @@ export interface CompletionPrompt {
   tokens: number;
   /** The answer's token budget for this prompt. */
   maxTokens: number;
+  /** The prompt ends with the start of the seed's answer (a cut answer sent back): the answer picks up after it. */
+  resume?: ResumePoint;
 }
 
 export interface CompletionJob {
@@ -62,7 +64,10 @@ export function parseCompletionRequest(raw: unknown, limits: { models: readonly 
   if (body.suffix !== undefined && body.suffix !== null) fail('suffix is not currently supported');
   const { stream, includeUsage } = parseStreamOptions(body);
   const requested = optionalInt(body, 'max_tokens', 1);
-  const prompts = parsePrompts(body.prompt).map((p) => ({
+  const seed = optionalInt(body, 'seed', Number.MIN_SAFE_INTEGER);
+  const n = optionalInt(body, 'n', 1, 128) ?? 1;
+  const parsed = parsePrompts(body.prompt);
+  const prompts = (parsed.length === 1 && n === 1 && typeof body.prompt === 'string' ? parsed.map((p) => resumed(p, seed)) : parsed).map((p) => ({
     ...p,
     maxTokens: requested === undefined ? Math.min(DEFAULT_MAX_TOKENS, fitContext(p.tokens, undefined, limits.maxModelLen)) : fitContext(p.tokens, requested, limits.maxModelLen),
   }));
@@ -73,7 +78,7 @@ export function parseCompletionRequest(raw: unknown, limits: { models: readonly 
     model,
     prompts,
     promptTokens: prompts.reduce((sum, p) => sum + p.tokens, 0),
-    n: optionalInt(body, 'n', 1, 128) ?? 1,
+    n,
     stream,
     includeUsage,
     echo: optionalBool(body, 'echo') ?? false,
@@ -81,8 +86,19 @@ export function parseCompletionRequest(raw: unknown, limits: { models: readonly 
     minTokens,
     ignoreEos: optionalBool(body, 'ignore_eos') ?? false,
     stop: parseStop(body),
-    seed: optionalInt(body, 'seed', Number.MIN_SAFE_INTEGER),
+    seed,
   };
+}
+
+/**
+ * A seeded single prompt that ends with the start of its own answer (a router resuming a cut stream
+ * sends the prompt and the text delivered so far): the answer goes on after it, and that text counts
+ * as the tokens it was generated as. Without a seed the text cannot be recognised: a new answer starts.
+ */
+function resumed(prompt: { text: string; tokens: number }, seed: number | undefined): { text: string; tokens: number; resume?: ResumePoint } {
+  const resume = seed === undefined ? undefined : resumedSuffix(seed, 0, prompt.text);
+  if (!resume) return prompt;
+  return { text: prompt.text, tokens: countTokens(prompt.text.slice(0, prompt.text.length - resume.prefix.length)) + resume.tokens, resume };
 }
 
 /** What the choices of prompt `prompt` generate with. */
@@ -94,5 +110,6 @@ export function completionParams(job: CompletionJob, prompt: CompletionPrompt): 
     stop: job.stop,
     logprobs: job.logprobs !== undefined,
     topLogprobs: job.logprobs ?? 0,
+    ...(prompt.resume ? { resume: prompt.resume } : {}),
   };
 }

@@ -72,7 +72,7 @@ class ChoiceOutput {
 
 export async function handleCompletions(ctx: InferenceContext, req: IncomingMessage, res: ServerResponse): Promise<void> {
   const job = parseCompletionRequest(await readJsonBody(req, ctx.options.maxBodyBytes), { models: ctx.options.model, maxModelLen: ctx.options.maxModelLen });
-  await inSlot(ctx, req, res, { stream: job.stream }, (run) => generate(run, job));
+  await inSlot(ctx, req, res, { stream: job.stream, model: job.model }, (run) => generate(run, job));
 }
 
 async function generate(run: SlotRun, job: CompletionJob): Promise<void> {

@@ -66,7 +66,8 @@ export class SimEngine {
   readonly stats = new EngineStats();
   private readonly running = new Set<Sequence>();
   private readonly waiting: Waiter[] = [];
-  private readonly prefixCache: PrefixCache;
+  /** Its listener is the KV-event publisher (sim/kv-events.ts), when `--kv-events-port` is set. */
+  readonly prefixCache: PrefixCache;
 
   constructor(
     private config: EngineConfig,

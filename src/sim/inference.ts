@@ -17,7 +17,7 @@ export async function handleChat(ctx: InferenceContext, req: IncomingMessage, re
     maxModelLen: ctx.options.maxModelLen,
     outputTokens: { min: ctx.options.outputMin, max: ctx.options.outputMax },
   });
-  await inSlot(ctx, req, res, { stream: job.stream }, (run) => generate(run, job));
+  await inSlot(ctx, req, res, { stream: job.stream, model: job.model }, (run) => generate(run, job));
 }
 
 async function generate(run: SlotRun, job: ChatJob): Promise<void> {

@@ -79,7 +79,7 @@ function parseMessagesRequest(raw: unknown, limits: { models: readonly string[];
 export async function handleMessages(ctx: InferenceContext, req: IncomingMessage, res: ServerResponse): Promise<void> {
   try {
     const job = parseMessagesRequest(await readJsonBody(req, ctx.options.maxBodyBytes), { models: ctx.options.model, maxModelLen: ctx.options.maxModelLen });
-    await inSlot(ctx, req, res, { stream: job.stream, errors: ANTHROPIC_ERRORS }, (run) => generate(run, job));
+    await inSlot(ctx, req, res, { stream: job.stream, errors: ANTHROPIC_ERRORS, model: job.model }, (run) => generate(run, job));
   } catch (err) {
     if (!(err instanceof RequestError)) throw err;
     ANTHROPIC_ERRORS.send(res, err.error);

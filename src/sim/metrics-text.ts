@@ -4,6 +4,7 @@
  * the simulator's real state. The router's scraper (src/engine-metrics/engine-maps.ts) reads these.
  */
 import { type SimEngine } from './engine.js';
+import { type SimLora } from './lora.js';
 import { type SimEngineKind } from './options.js';
 import { type Histogram } from './stats.js';
 
@@ -83,15 +84,15 @@ class Page {
 
 const finishedTotal = (engine: SimEngine): number => Object.values(engine.stats.finished).reduce((a, b) => a + b, 0);
 
-/** vLLM (V1 engine): data-parallel rank and model on every series. */
-function vllm(engine: SimEngine, modelName: string): string {
+/** vLLM (V1 engine): data-parallel rank and model on every series; `lora_requests_info` while LoRA is in use. */
+function vllm(engine: SimEngine, modelName: string, lora?: SimLora): string {
   const base = `engine="0",model_name=${JSON.stringify(modelName)}`;
   const s = engine.stats;
   const page = new Page(PYTHON);
   const one = (value: number): Samples => [[labels(base), value]];
   page
     .family('vllm:num_requests_running', 'gauge', 'Number of requests in model execution batches.', one(engine.numRunning))
-    .family('vllm:num_requests_waiting', 'gauge', 'Number of requests waiting to be processed.', one(engine.numWaiting))
+    .family('vllm:num_requests_waiting', 'gauge', 'Number of requests waiting to be processed.', one(engine.numWaiting + (lora?.numWaiting ?? 0)))
     .family('vllm:kv_cache_usage_perc', 'gauge', 'KV-cache usage. 1 means 100 percent usage.', one(engine.kvCacheUsage()))
     .family('vllm:cache_config_info', 'gauge', 'Information of the LLMEngine CacheConfig', [
       [labels(base, `block_size="${engine.blockSize}",enable_prefix_caching="True",num_gpu_blocks="${engine.kvCacheBlocks}"`), 1],
@@ -109,6 +110,12 @@ function vllm(engine: SimEngine, modelName: string): string {
     .histogram('vllm:time_to_first_token_seconds', 'Histogram of time to first token in seconds.', base, s.ttft)
     .histogram('vllm:e2e_request_latency_seconds', 'Histogram of e2e request latency in seconds.', base, s.e2e)
     .histogram('vllm:request_queue_time_seconds', 'Histogram of time spent in WAITING phase for request.', base, s.queueTime);
+  if (lora) {
+    // labels only (no engine or model_name, as vLLM writes it); the value is the time of the update, in seconds
+    const info = lora.info();
+    const set = `max_lora="${info.maxLora}",running_lora_adapters=${JSON.stringify(info.running.join(','))},waiting_lora_adapters=${JSON.stringify(info.waiting.join(','))}`;
+    page.family('vllm:lora_requests_info', 'gauge', 'Running stats on lora requests.', [[labels(set), Date.now() / 1000]]);
+  }
   return page.toString();
 }
 
@@ -184,8 +191,9 @@ function llamacpp(engine: SimEngine): string {
     .toString();
 }
 
-const DIALECTS: Record<SimEngineKind, (engine: SimEngine, modelName: string) => string> = { vllm, sglang, tgi, tei, llamacpp };
+const DIALECTS: Record<SimEngineKind, (engine: SimEngine, modelName: string, lora?: SimLora) => string> = { vllm, sglang, tgi, tei, llamacpp };
 
-export function renderMetrics(engine: SimEngine, modelName: string, dialect: SimEngineKind = 'vllm'): string {
-  return DIALECTS[dialect](engine, modelName);
+/** The page; `lora` (vLLM only) adds `vllm:lora_requests_info` and counts requests waiting for their adapter as waiting. */
+export function renderMetrics(engine: SimEngine, modelName: string, dialect: SimEngineKind = 'vllm', lora?: SimLora): string {
+  return DIALECTS[dialect](engine, modelName, lora);
 }

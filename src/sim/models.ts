@@ -1,18 +1,23 @@
 /** The body of the simulator's `GET /v1/models`, as vLLM lists its served models. */
 import { newId, unixNow } from './http-io.js';
 
-export function modelsBody(models: readonly string[], maxModelLen: number): string {
+/** Base models first, then LoRA adapters (`parent`: the first base model, `max_model_len` null), as vLLM lists them. */
+export function modelsBody(models: readonly string[], maxModelLen: number, adapters: readonly string[] = []): string {
   const created = unixNow();
+  const entries: Array<{ id: string; root: string; parent: string | null; maxLen: number | null }> = [
+    ...models.map((id) => ({ id, root: id, parent: null, maxLen: maxModelLen })),
+    ...adapters.map((id) => ({ id, root: id, parent: models[0] ?? null, maxLen: null })),
+  ];
   return JSON.stringify({
     object: 'list',
-    data: models.map((id) => ({
+    data: entries.map(({ id, root, parent, maxLen }) => ({
       id,
       object: 'model',
       created,
       owned_by: 'vllm',
-      root: id,
-      parent: null,
-      max_model_len: maxModelLen,
+      root,
+      parent,
+      max_model_len: maxLen,
       permission: [
         {
           id: `modelperm-${newId()}`,

@@ -34,6 +34,12 @@ export interface SimOptions {
   fault: string;
   failureRate: number;
   failureStatus: number;
+  kvEventsPort: number;
+  kvEventsReplayPort: number;
+  kvEventsTopic: string;
+  loraAdapters: string[];
+  maxLora: number;
+  loraLoadMs: number;
 }
 
 interface FlagSpec<T> {
@@ -72,7 +78,18 @@ export const SIM_FLAGS: FlagTable = {
   fault: { default: '', kind: 'string', help: 'fault for every request: status=N[,retry-after=S] | hang | slow-start=MS | die-after=N | stall-after=N | error-after=N' },
   failureRate: { default: 0, kind: 'number', min: 0, max: 1, help: 'fraction of requests that fail at random with --failure-status' },
   failureStatus: { default: 500, kind: 'int', min: 400, max: 599, help: 'status of random failures' },
+  kvEventsPort: { default: 0, kind: 'int', min: 0, max: 65535, help: "publish KV-cache events on this port, as vLLM's --kv-events-config (ZMQ PUB, msgpack; 0 = off)" },
+  kvEventsReplayPort: { default: 0, kind: 'int', min: 0, max: 65535, help: 'replay socket for missed KV-event batches (ZMQ ROUTER; 0 = none)' },
+  kvEventsTopic: { default: '', kind: 'string', help: 'topic of the KV-event messages' },
+  loraAdapters: { default: [], kind: 'list', help: 'LoRA adapters served on the base model (repeat, or comma-separated); more load at run time with POST /v1/load_lora_adapter' },
+  maxLora: { default: 1, kind: 'int', min: 1, max: 256, help: 'adapters resident at once (vLLM --max-loras); a request for another waits for a slot' },
+  loraLoadMs: { default: 20, kind: 'number', min: 0, max: 600_000, help: 'time (ms) to load an adapter into a slot, and for POST /v1/load_lora_adapter' },
 };
+
+/** `--lora-adapters` values: repeated flags, each possibly a comma-separated list. */
+export function loraAdapterNames(values: readonly string[]): string[] {
+  return values.flatMap((v) => v.split(',')).map((a) => a.trim());
+}
 
 export function isSimEngine(value: unknown): value is SimEngineKind {
   return (SIM_ENGINES as readonly unknown[]).includes(value);
@@ -110,7 +127,13 @@ function convert(flag: string, spec: FlagSpec<unknown>, raw: string): number | s
 export function checkSimOptions(options: SimOptions): SimOptions {
   if (options.outputMin > options.outputMax) throw new SimOptionsError('--output-min must not exceed --output-max');
   if (options.model.length === 0 || options.model.some((m) => m.trim() === '')) throw new SimOptionsError('--model must be a non-empty name');
+  if (options.kvEventsReplayPort > 0 && options.kvEventsPort === 0) throw new SimOptionsError('--kv-events-replay-port needs --kv-events-port (the replay socket replays what that one publishes)');
   if (!isSimEngine(options.engine)) throw new SimOptionsError(`--engine must be one of ${SIM_ENGINES.join(', ')} (got "${String(options.engine)}")`);
+  const adapters = loraAdapterNames(options.loraAdapters);
+  if (adapters.some((a) => a === '' || /\s/.test(a))) throw new SimOptionsError('--lora-adapters: every adapter needs a name without spaces');
+  if (new Set(adapters).size !== adapters.length) throw new SimOptionsError('--lora-adapters: an adapter is listed twice');
+  const clash = adapters.find((a) => options.model.includes(a));
+  if (clash !== undefined) throw new SimOptionsError(`--lora-adapters: "${clash}" is also a --model name; give the adapter its own name`);
   const maxLoad = SIM_FLAGS.loadTimeMs.max ?? Infinity;
   if (!(options.loadTimeMs >= 0 && options.loadTimeMs <= maxLoad)) throw new SimOptionsError(`--load-time-ms must be a number from 0 to ${maxLoad} (got ${options.loadTimeMs})`);
   try {

@@ -28,7 +28,7 @@ export async function handleResponses(ctx: InferenceContext, req: IncomingMessag
     const initial = responseObject(job, createdAt, 'in_progress', [], null);
     streamHead = events.event('response.created', { response: initial }) + events.event('response.in_progress', { response: initial });
   }
-  await inSlot(ctx, req, res, { stream: job.stream, errors, streamHead }, (run) => generate(run, job, events, createdAt));
+  await inSlot(ctx, req, res, { stream: job.stream, errors, streamHead, model: job.model }, (run) => generate(run, job, events, createdAt));
 }
 
 async function generate(run: SlotRun, job: ResponsesJob, events: ResponseEvents, createdAt: number): Promise<void> {

@@ -4,8 +4,9 @@
  * POST /v1/chat/completions, /v1/completions, /v1/embeddings, /v1/responses (and GET
  * /v1/responses/{id}), /v1/messages (Anthropic), /rerank, /v1/rerank, /v2/rerank, /score, /v1/score,
  * /tokenize, /detokenize, /v1/audio/transcriptions and /v1/audio/translations. Also GET /v1/models,
- * GET /health, GET /metrics (in the `--engine`'s dialect), and GET|POST /sim/config to change
- * latency, faults and the metrics dialect at run time.
+ * GET /health, GET /metrics (in the `--engine`'s dialect), POST /reset_prefix_cache, and GET|POST
+ * /sim/config to change latency, faults and the metrics dialect at run time. With `--kv-events-port`
+ * it publishes its prefix cache's changes as vLLM's KV-cache events (kv-events.ts).
  *
  * It listens at once but loads its model for `--load-time-ms` first (see `model-load.ts`): until then
  * `/health` answers 503 and `/v1/models` and inference a 503 error with `Retry-After`, while
@@ -18,16 +19,18 @@ import { SimEngine } from './engine.js';
 import { streamErrorEvent, typeForStatus, vllmError, type VllmError } from './errors.js';
 import { FaultSpecError, mergeFaults, parseFault, type Fault } from './faults.js';
 import { readJsonBody, sendError, sendJson, VLLM_ERRORS, type ErrorDialect } from './http-io.js';
+import { LoraAdapterError, SimLora } from './lora.js';
 import { ModelLoad } from './model-load.js';
 import { modelsBody } from './models.js';
 import { renderMetrics } from './metrics-text.js';
-import { checkSimOptions, type SimEngineKind, type SimOptions } from './options.js';
+import { checkSimOptions, loraAdapterNames, type SimEngineKind, type SimOptions } from './options.js';
 import { RequestError } from './request-checks.js';
 import { createRng } from './prng.js';
 import { ResponseStore } from './responses-store.js';
 import { inferenceRoute } from './routes.js';
 import { parseRuntimeConfig, type SimRuntimeConfig } from './runtime-config.js';
 import { type InferenceContext } from './slots.js';
+import type { KvEventsPublisher } from './kv-events.js';
 
 export type { SimRuntimeConfig } from './runtime-config.js';
 export { SimClosedError } from './model-load.js';
@@ -47,6 +50,8 @@ export interface SimServerDeps {
 
 export class SimServer {
   readonly engine: SimEngine;
+  /** Its LoRA adapters (`--lora-adapters`, `--max-lora`, `--lora-load-ms`). */
+  readonly lora: SimLora;
   private readonly server: http.Server;
   private readonly random: () => number;
   private readonly logError: (message: string) => void;
@@ -59,6 +64,8 @@ export class SimServer {
   private dialect: SimEngineKind;
   private name: string;
   private address = '';
+  /** Publishes the prefix cache's KV events (`--kv-events-port`); tests reach it to stop it or lose a batch. */
+  kvEvents: KvEventsPublisher | undefined;
 
   constructor(
     private readonly options: SimOptions,
@@ -90,7 +97,11 @@ export class SimServer {
     this.failureStatus = options.failureStatus;
     this.dialect = options.engine;
     this.name = options.name;
-    this.inference = { options, engine: this.engine, random: this.random, responses: new ResponseStore(STORED_RESPONSES), faultFor: (req) => this.faultFor(req) };
+    const clock = deps.clock ?? systemClock;
+    this.lora = new SimLora(options.model, loraAdapterNames(options.loraAdapters), options.maxLora, options.loraLoadMs, { clock, sleep: deps.sleep ?? systemSleep });
+    // requests may name a base model or a registered adapter: the handlers read the live list
+    const served = { ...options, model: this.lora.servedNames };
+    this.inference = { options: served, engine: this.engine, random: this.random, responses: new ResponseStore(STORED_RESPONSES), faultFor: (req) => this.faultFor(req), lora: this.lora };
     this.server = http.createServer({ noDelay: true, keepAlive: true }, (req, res) => {
       this.route(req, res).catch((err: unknown) => this.internalError(res, err));
     });
@@ -125,14 +136,23 @@ export class SimServer {
         this.address = `http://${host}:${port}`;
         if (this.name === '') this.name = `${host}:${port}`;
         this.modelLoad.start(this.options.loadTimeMs);
-        resolve(this.address);
+        this.startKvEvents().then(() => resolve(this.address), reject);
       });
     });
+  }
+
+  /** zeromq is loaded only when KV events are asked for. */
+  private async startKvEvents(): Promise<void> {
+    const { kvEventsPort, kvEventsReplayPort, kvEventsTopic, host, blockSize } = this.options;
+    if (kvEventsPort === 0 || this.kvEvents) return;
+    const { KvEventsPublisher } = await import('./kv-events.js');
+    this.kvEvents = await KvEventsPublisher.start({ host, port: kvEventsPort, replayPort: kvEventsReplayPort, topic: kvEventsTopic, blockSize }, this.engine.prefixCache);
   }
 
   /** Stops listening and cuts every open connection (in-flight generations are aborted). */
   close(): Promise<void> {
     this.modelLoad.stop();
+    this.kvEvents?.close();
     return new Promise((resolve) => {
       if (!this.server.listening) return resolve();
       this.server.close(() => resolve());
@@ -178,7 +198,14 @@ export class SimServer {
       }
       switch (path) {
         case '/v1/models':
-          if (allow('GET') && this.ready(res)) sendJson(res, 200, modelsBody(this.options.model, this.options.maxModelLen));
+          if (allow('GET') && this.ready(res)) sendJson(res, 200, modelsBody(this.options.model, this.options.maxModelLen, this.lora.stats().registered));
+          return;
+        case '/v1/load_lora_adapter':
+        case '/v1/unload_lora_adapter':
+          if (allow('POST') && this.ready(res)) await this.adapterRoute(path, req, res);
+          return;
+        case '/sim/lora':
+          if (allow('GET')) sendJson(res, 200, JSON.stringify(this.lora.stats()));
           return;
         case '/health':
           if (!allow('GET')) return;
@@ -189,7 +216,14 @@ export class SimServer {
         case '/metrics':
           if (!allow('GET')) return;
           res.writeHead(200, { 'content-type': 'text/plain; version=0.0.4; charset=utf-8' });
-          res.end(renderMetrics(this.engine, this.options.model[0] ?? '', this.dialect));
+          res.end(renderMetrics(this.engine, this.options.model[0] ?? '', this.dialect, this.lora.enabled ? this.lora : undefined));
+          return;
+        case '/reset_prefix_cache':
+          // vLLM's: empties the prefix cache (an AllBlocksCleared event)
+          if (!allow('POST')) return;
+          this.engine.prefixCache.clear();
+          res.writeHead(200, { 'content-length': 0 });
+          res.end();
           return;
         case '/sim/config':
           if (req.method === 'POST') this.configure(parseRuntimeConfig(await readJsonBody(req, this.options.maxBodyBytes), this.engine.latency));
@@ -203,6 +237,19 @@ export class SimServer {
       if (err instanceof RequestError) return sendError(res, err.error);
       if (err instanceof FaultSpecError) return sendError(res, vllmError(400, 'BadRequestError', err.message, 'x-sim-fault'));
       throw err;
+    }
+  }
+
+  /** `POST /v1/load_lora_adapter` and `/v1/unload_lora_adapter`: vLLM's plain-text success line, or its error. */
+  private async adapterRoute(path: string, req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const body = await readJsonBody(req, this.options.maxBodyBytes);
+    try {
+      const text = path === '/v1/load_lora_adapter' ? await this.lora.load(body) : this.lora.unload(body);
+      res.writeHead(200, { 'content-type': 'text/plain; charset=utf-8', 'content-length': Buffer.byteLength(text) });
+      res.end(text);
+    } catch (err) {
+      if (!(err instanceof LoraAdapterError)) throw err;
+      sendError(res, vllmError(err.status, err.type, err.message));
     }
   }
 

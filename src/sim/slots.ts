@@ -9,6 +9,7 @@ import { QueueFullError, type SimEngine } from './engine.js';
 import { vllmError } from './errors.js';
 import { earlyFault, midFault } from './fault-injection.js';
 import { type Fault } from './faults.js';
+import { LoraAdapterError, type SimLora } from './lora.js';
 import { abortOnClose, SSE_HEADERS, VLLM_ERRORS, type ErrorDialect } from './http-io.js';
 import { type SimOptions } from './options.js';
 import { type ResponseStore } from './responses-store.js';
@@ -23,6 +24,8 @@ export interface InferenceContext {
   readonly responses: ResponseStore;
   /** The fault for this request: the configured one, the header's on top, then the random failure. */
   faultFor(req: IncomingMessage): Fault;
+  /** The replica's LoRA adapters (lora.ts). */
+  readonly lora?: SimLora;
 }
 
 /** One admitted request: its slot, fault and client, and how its route writes errors. */
@@ -74,6 +77,8 @@ export interface SlotOptions {
   errors?: ErrorDialect;
   /** Events a stream starts with as soon as the engine accepts the request (the Responses API's). */
   streamHead?: string;
+  /** The served model the request named: a LoRA adapter's request first waits for its adapter (lora.ts). */
+  model?: string;
 }
 
 /** Applies the request's fault, takes a slot and runs `work` in it (see the file comment). */
@@ -82,8 +87,13 @@ export async function inSlot(ctx: InferenceContext, req: IncomingMessage, res: S
   const fault = ctx.faultFor(req);
   if (await earlyFault(fault, res, errors)) return;
   const signal = abortOnClose(res);
+  const adapter = options.model !== undefined && ctx.lora?.isAdapter(options.model) ? options.model : undefined;
+  if (adapter !== undefined && !(await adapterReady(ctx, adapter, res, signal, errors))) return;
+  const release = (): void => {
+    if (adapter !== undefined) ctx.lora?.release(adapter);
+  };
   const pending = admit(ctx.engine, res, signal, errors);
-  if (!pending) return;
+  if (!pending) return release();
   // Like vLLM, a streamed request gets its 200 and headers as soon as the engine accepts it;
   // the first data event comes after the prefill.
   if (stream) {
@@ -91,7 +101,32 @@ export async function inSlot(ctx: InferenceContext, req: IncomingMessage, res: S
     if (options.streamHead) res.write(options.streamHead);
     res.flushHeaders();
   }
-  await withSequence(pending, (seq) => work({ ctx, res, seq, fault, signal, stream, errors }));
+  try {
+    await withSequence(pending, (seq) => work({ ctx, res, seq, fault, signal, stream, errors }));
+  } finally {
+    release();
+  }
+}
+
+/**
+ * Waits for the request's LoRA adapter to be resident (lora.ts); false when the request ended instead:
+ * the queue full (429), the adapter unloaded meanwhile (404), or the client gone.
+ */
+async function adapterReady(ctx: InferenceContext, adapter: string, res: ServerResponse, signal: AbortSignal, errors: ErrorDialect): Promise<boolean> {
+  const lora = ctx.lora as SimLora;
+  const waiting = ctx.engine.numWaiting + lora.numWaiting;
+  if (waiting >= ctx.options.maxWaiting) {
+    errors.send(res, vllmError(429, 'RateLimitError', new QueueFullError(ctx.options.maxWaiting).message));
+    return false;
+  }
+  try {
+    await lora.acquire(adapter, signal);
+    return true;
+  } catch (err) {
+    if (err instanceof LoraAdapterError) errors.send(res, vllmError(err.status, err.type, err.message, 'model'));
+    else if (!isAbortError(err)) throw err;
+    return false;
+  }
 }
 
 /**

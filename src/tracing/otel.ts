@@ -11,7 +11,7 @@
  * No prompt or completion text is ever put on a span: only model names, token counts, endpoints,
  * outcomes and timings.
  */
-import { ROOT_CONTEXT, SpanKind, SpanStatusCode, trace, type Attributes, type Context, type Span, type Tracer } from '@opentelemetry/api';
+import { ROOT_CONTEXT, SpanKind, SpanStatusCode, trace, TraceFlags, type Attributes, type Context, type Span, type Tracer } from '@opentelemetry/api';
 import { W3CTraceContextPropagator } from '@opentelemetry/core';
 import { OTLPTraceExporter } from '@opentelemetry/exporter-trace-otlp-http';
 import { resourceFromAttributes } from '@opentelemetry/resources';
@@ -80,6 +80,10 @@ class OtelRequestTrace implements RequestTrace {
 
   get traceId(): string {
     return this.span.spanContext().traceId;
+  }
+
+  get sampled(): boolean {
+    return (this.span.spanContext().traceFlags & TraceFlags.SAMPLED) !== 0;
   }
 
   child(name: string): TraceSpan {

@@ -1,8 +1,9 @@
 /** What the router's gauges read from discovery, health checks, breakers and the in-flight counts, at each scrape. */
 import { type InFlight } from '../balancer/in-flight.js';
-import { type PoolSpec, unprobedCountsHealthy } from '../core/types.js';
+import { type ApiName, type Capability, type Deployment, type PoolSpec, unprobedCountsHealthy } from '../core/types.js';
 import { type DiscoveryWiring } from '../discovery/wiring.js';
-import { type MetricSources } from '../metrics/metrics.js';
+import { type FallbackHop, type MetricSources } from '../metrics/metrics.js';
+import { type ModelCatalog } from '../registry/registry.js';
 
 /** Whether a discovered endpoint can take a request now: its health check and its breaker. */
 export interface ReadinessSources {
@@ -18,7 +19,14 @@ export interface ReadinessSources {
  * checks), and its breaker not open — so a dead replica leaves the ready counts once its breaker
  * opens or its probe fails, not only when discovery drops it.
  */
-export function discoveryGauges(discovery: DiscoveryWiring, inFlight: InFlight, kubernetes: boolean, readiness: ReadinessSources): MetricSources {
+export function discoveryGauges(
+  discovery: DiscoveryWiring,
+  inFlight: InFlight,
+  kubernetes: boolean,
+  readiness: ReadinessSources,
+  apis: readonly { name: ApiName; capability: Capability }[] = [],
+): MetricSources {
+  const apisOf = (pool: PoolSpec): ApiName[] => apis.filter((a) => pool.capabilities.includes(a.capability)).map((a) => a.name);
   const readyCounts = (): Map<string, number> => {
     const open = new Set<string>();
     for (const b of readiness.breakers()) if (b.state === 'open') open.add(b.endpoint);
@@ -39,6 +47,7 @@ export function discoveryGauges(discovery: DiscoveryWiring, inFlight: InFlight, 
       return counts.values();
     },
     readyEndpoints: () => [...readyCounts()].map(([pool, count]) => ({ pool, count })),
+    discoveredEndpoints: () => discovery.pools().map((pool) => ({ pool: pool.name, count: discovery.endpoints.snapshot(pool.name).length })),
     deploymentReadyEndpoints: () => {
       const counts = readyCounts();
       return discovery
@@ -53,10 +62,55 @@ export function discoveryGauges(discovery: DiscoveryWiring, inFlight: InFlight, 
         .map((p) => ({ pool: p.name, limit: p.resilience.queue.maxSize })),
     routes: () => {
       const catalog = discovery.catalog();
-      return catalog.deployments().flatMap((d) => d.targets.filter((t) => catalog.pool(t.pool)).map((t) => ({ deployment: d.id, pool: t.pool })));
+      return catalog.deployments().flatMap((d) =>
+        d.targets.flatMap((t) => {
+          const pool = catalog.pool(t.pool);
+          return pool ? [{ deployment: d.id, pool: t.pool, apis: apisOf(pool) }] : [];
+        }),
+      );
     },
     pools: () => discovery.pools().map((p) => p.name),
+    deployments: () =>
+      discovery
+        .catalog()
+        .deployments()
+        .map((d) => d.id),
+    holdingPools: () =>
+      discovery
+        .pools()
+        .filter((p) => p.resilience.scaleFromZero.enabled)
+        .map((p) => p.name),
+    fallbacks: () => fallbackHops(discovery.catalog()),
     liveEndpoints: () => new Set(discovery.pools().flatMap((p) => discovery.endpoints.snapshot(p.name).map((e) => e.id))),
     ...(kubernetes ? { watches: () => discovery.watches(), leader: () => discovery.isLeader() } : {}),
   };
+}
+
+/**
+ * Every hop a route can make to its next pool (route-plan.ts's order: the deployment's own pools in
+ * whichever order the weights draw, then each fallback's pools): from each step to every later one
+ * and between the pools of one deployment, and from "no own pool" ('') to each fallback pool.
+ */
+export function fallbackHops(catalog: ModelCatalog): FallbackHop[] {
+  const hops = new Map<string, FallbackHop>();
+  const add = (from: { deployment: string; pool: string }, to: { deployment: string; pool: string }): void => {
+    const hop = { fromDeployment: from.deployment, fromPool: from.pool, toDeployment: to.deployment, toPool: to.pool };
+    hops.set(`${hop.fromDeployment}\0${hop.fromPool}\0${hop.toDeployment}\0${hop.toPool}`, hop);
+  };
+  const poolsOf = (d: Deployment): string[] => d.targets.filter((t) => t.weight > 0 && catalog.pool(t.pool)).map((t) => t.pool);
+  for (const deployment of catalog.deployments()) {
+    const steps = poolsOf(deployment).map((pool) => ({ deployment: deployment.id, pool }));
+    for (const id of deployment.fallbacks) {
+      const fallback = catalog.resolve(id);
+      if (!fallback || fallback.id !== id || fallback === deployment) continue;
+      for (const pool of poolsOf(fallback)) if (!steps.some((s) => s.pool === pool)) steps.push({ deployment: fallback.id, pool });
+    }
+    steps.forEach((from, i) => {
+      steps.forEach((to, j) => {
+        if (j > i || (j !== i && to.deployment === from.deployment)) add(from, to);
+      });
+      if (from.deployment !== deployment.id) add({ deployment: deployment.id, pool: '' }, from);
+    });
+  }
+  return [...hops.values()];
 }

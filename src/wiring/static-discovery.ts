@@ -29,7 +29,17 @@ function poolsOf(config: Config, resolve: PoolResolver): PoolSpec[] {
 }
 
 function deploymentsOf(config: Config, created: number): Deployment[] {
-  return config.deployments.map((d) => ({ id: d.id, model: d.model, aliases: d.aliases, targets: d.targets, fallbacks: d.fallbacks, created, ...(d.slo ? { slo: d.slo } : {}) }));
+  return config.deployments.map((d) => ({
+    id: d.id,
+    model: d.model,
+    aliases: d.aliases,
+    targets: d.targets,
+    fallbacks: d.fallbacks,
+    created,
+    ...(d.slo ? { slo: d.slo } : {}),
+    ...(d.resumeStreams ? { resumeStreams: true } : {}),
+    ...(d.adapter ? { adapter: d.adapter } : {}),
+  }));
 }
 
 export function staticDiscovery(config: Config, created: number, resolve: PoolResolver): DiscoveryWiring {

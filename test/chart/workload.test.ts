@@ -217,6 +217,8 @@ describe('chart router config: routing and priority', () => {
       prefix: ROUTING_DEFAULTS.prefix,
       session: { ...ROUTING_DEFAULTS.session, header: 'x-conversation-id' },
       saturation: { ...ROUTING_DEFAULTS.saturation, kvCacheUsage: 0.9 },
+      kvEvents: ROUTING_DEFAULTS.kvEvents,
+      lora: ROUTING_DEFAULTS.lora,
     });
     expect(config.priority).toEqual({ header: 'x-llm-priority' });
   });

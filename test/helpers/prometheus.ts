@@ -27,6 +27,12 @@ export interface PromSample {
 /** What /api/v1/query answered: the vector, or Prometheus' error (e.g. a query that does not parse). */
 export type QueryAnswer = { ok: true; result: PromSample[] } | { ok: false; error: string };
 
+/** One series' exemplars from /api/v1/query_exemplars. */
+export interface PromExemplars {
+  seriesLabels: Record<string, string>;
+  exemplars: Array<{ labels: Record<string, string>; value: string; timestamp: number }>;
+}
+
 export interface PromAlert {
   labels: Record<string, string>;
   state: 'pending' | 'firing' | 'inactive';
@@ -39,6 +45,8 @@ export interface PrometheusServer {
   query(expr: string): Promise<QueryAnswer>;
   /** The alerts the rule manager holds (pending and firing). */
   alerts(): Promise<PromAlert[]>;
+  /** The exemplars stored for the series `expr` selects over the last `seconds` (needs the `exemplar-storage` feature). */
+  exemplars(expr: string, seconds: number): Promise<PromExemplars[]>;
   /** Kills Prometheus and removes its temp dir. */
   stop(): Promise<void>;
 }
@@ -48,6 +56,8 @@ export interface PrometheusOptions {
   targets: string[];
   /** Absolute paths of rule files to load. */
   ruleFiles?: string[];
+  /** `--enable-feature` flags, e.g. `exemplar-storage`. */
+  features?: string[];
 }
 
 /** Starts Prometheus; rejects (does not skip) when it is not installed. */
@@ -69,9 +79,19 @@ async function serve(port: number, options: PrometheusOptions): Promise<Promethe
     scrape_configs: [{ job_name: 'modelgate', metrics_path: '/metrics', static_configs: [{ targets: options.targets }] }],
   };
   writeFileSync(join(dir, 'prometheus.yml'), JSON.stringify(config)); // JSON is YAML
-  const child = spawn(PROMETHEUS, [`--config.file=${join(dir, 'prometheus.yml')}`, `--storage.tsdb.path=${join(dir, 'data')}`, `--web.listen-address=127.0.0.1:${port}`, '--log.level=warn'], {
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
+  const child = spawn(
+    PROMETHEUS,
+    [
+      `--config.file=${join(dir, 'prometheus.yml')}`,
+      `--storage.tsdb.path=${join(dir, 'data')}`,
+      `--web.listen-address=127.0.0.1:${port}`,
+      '--log.level=warn',
+      ...(options.features ?? []).map((f) => `--enable-feature=${f}`),
+    ],
+    {
+      stdio: ['ignore', 'pipe', 'pipe'],
+    },
+  );
   const killOnExit = (): void => {
     child.kill('SIGKILL');
   };
@@ -119,6 +139,13 @@ async function serve(port: number, options: PrometheusOptions): Promise<Promethe
     alerts: async () => {
       const body = (await (await fetch(`${url}/api/v1/alerts`)).json()) as { data: { alerts: PromAlert[] } };
       return body.data.alerts;
+    },
+    exemplars: async (expr, seconds) => {
+      const end = Date.now() / 1000;
+      const query = new URLSearchParams({ query: expr, start: String(end - seconds), end: String(end) });
+      const body = (await (await fetch(`${url}/api/v1/query_exemplars?${query.toString()}`)).json()) as { status: string; error?: string; data?: PromExemplars[] };
+      if (body.status !== 'success') throw new Error(`query_exemplars ${expr}: ${body.error ?? 'failed'}`);
+      return body.data ?? [];
     },
   };
 }

@@ -113,7 +113,7 @@ const CRDS = {
       { name: 'Accepted', type: 'string', jsonPath: '.status.conditions[?(@.type=="Accepted")].status' },
       { name: 'Age', type: 'date', jsonPath: '.metadata.creationTimestamp' },
     ],
-    spec: ['aliases', 'fallbacks', 'model', 'slo', 'targets'],
+    spec: ['adapter', 'aliases', 'fallbacks', 'model', 'resumeStreams', 'slo', 'targets'],
     status: ['conditions', 'observedGeneration'],
   },
 } as const;

@@ -1,11 +1,13 @@
 /**
  * RouterMetrics' series hygiene and buckets (issue 20, found on a real Prometheus 2.42): labelled
- * counters exist at 0 for known deployments and pools, an endpoint's series leave with it, the
+ * counters exist at 0 for known deployments and pools, the series of a deployment, pool or endpoint
+ * leave with it, the prefix hit ratio counts whole prompts, the
  * histograms reach the default timeouts, and "ready" means "can take a request now".
  */
 import { describe, expect, it } from '@jest/globals';
 import { RouterMetrics, type MetricSources } from '../../src/metrics/metrics.js';
 import { DURATION_BUCKETS, ITL_BUCKETS, TTFT_BUCKETS } from '../../src/metrics/traffic.js';
+import { HOLD_EVENTS, LIMIT_REASONS, RETRY_REASONS } from '../../src/metrics/labels.js';
 import { RESILIENCE_DEFAULTS } from '../../src/resilience/settings.js';
 import { metricSum } from '../helpers/router.js';
 
@@ -30,6 +32,57 @@ describe('RouterMetrics', () => {
     expect(text).toContain('modelgate_prefix_blocks_total{pool="llm",result="hit"} 0');
     expect(text).toContain('modelgate_prefix_blocks_total{pool="llm",result="miss"} 0');
     expect(text).toContain('modelgate_engine_scrapes_total{pool="llm",result="error"} 0');
+  });
+
+  it('starts requests (code 200 per API the pool serves), retries, fallbacks, held requests, limit rejections and previous-response outcomes at 0', async () => {
+    const metrics = new RouterMetrics(
+      {
+        ...sources(new Set()),
+        routes: () => [{ deployment: 'llm-prod', pool: 'llm', apis: ['chat', 'completions'] }],
+        fallbacks: () => [{ fromDeployment: 'llm-prod', fromPool: 'llm', toDeployment: 'llm-backup', toPool: 'backup' }],
+        holdingPools: () => ['llm'],
+      },
+      { processMetrics: false },
+    );
+    metrics.observeDemand(() => []);
+    metrics.observeLimits({ redis: false, keyMetrics: false });
+    const text = await metrics.metrics();
+    for (const route of ['chat', 'completions']) expect(text).toContain(`modelgate_requests_total{route="${route}",deployment="llm-prod",pool="llm",code="200"} 0`);
+    expect(text).not.toContain('route="embeddings"');
+    for (const reason of RETRY_REASONS) expect(text).toContain(`modelgate_retries_total{pool="llm",reason="${reason}"} 0`);
+    expect(text).toContain('modelgate_fallbacks_total{from_deployment="llm-prod",from_pool="llm",to_deployment="llm-backup",to_pool="backup"} 0');
+    for (const event of HOLD_EVENTS) expect(text).toContain(`modelgate_pool_held_requests_total{pool="llm",pool_namespace="",pool_name="llm",event="${event}"} 0`);
+    for (const reason of LIMIT_REASONS) expect(text).toContain(`modelgate_limit_rejections_total{reason="${reason}"} 0`);
+    expect(text).toContain('modelgate_previous_response_requests_total{outcome="pinned"} 0');
+  });
+
+  it('removes the series of a deployment and of a pool once discovery no longer knows them, and keeps the unresolved ones', async () => {
+    let deployments = ['llm-prod', 'old'];
+    let pools = ['llm', 'old-pool'];
+    const metrics = new RouterMetrics({ ...sources(new Set()), routes: () => [], deployments: () => deployments, pools: () => pools }, { processMetrics: false });
+    metrics.recordRequest('chat', 'old', 'old-pool', 200, 0.1);
+    metrics.recordRequest('chat', 'llm-prod', 'llm', 200, 0.1);
+    metrics.recordRequest('chat', '', '', 404, 0.001);
+    metrics.recordTimeToFirstToken({ deployment: 'old', pool: 'old-pool' }, 0.05);
+    metrics.recordRetry('old-pool', 'connect');
+    metrics.recordFallback('llm-prod', 'old-pool', 'llm-prod', 'llm');
+    expect(await metrics.metrics()).toContain('old-pool');
+    deployments = ['llm-prod'];
+    pools = ['llm'];
+    const text = await metrics.metrics();
+    expect(text).not.toContain('"old');
+    expect(metricSum(text, 'modelgate_requests_total', { deployment: 'llm-prod' })).toBe(1);
+    expect(metricSum(text, 'modelgate_requests_total', { deployment: '' })).toBe(1);
+    expect(metricSum(text, 'modelgate_request_duration_seconds_count', { deployment: 'llm-prod' })).toBe(1);
+  });
+
+  it("counts a prompt's trailing partial block as its fraction of a miss, so hit / (hit + miss) is the share of the prompt cached", async () => {
+    const metrics = new RouterMetrics(sources(new Set()), { processMetrics: false });
+    metrics.recordPrefixBlocks('llm', 4, 4.5); // 4 full blocks cached, half a block more of prompt
+    metrics.recordPrefixBlocks('llm', 0, 0.25); // a prompt shorter than one block
+    const text = await metrics.metrics();
+    expect(metricSum(text, 'modelgate_prefix_blocks_total', { result: 'hit' })).toBe(4);
+    expect(metricSum(text, 'modelgate_prefix_blocks_total', { result: 'miss' })).toBeCloseTo(0.75);
   });
 
   it('keeps counting on top of the zeros', async () => {

@@ -3,7 +3,9 @@
  * .ci/run installs it): a router in front of two simulated engines, Prometheus scraping its admin
  * /metrics every second with the shipped rule file loaded, scripted traffic, then every dashboard
  * query evaluated through Prometheus' HTTP API, promtool's linters over the rules and the router's
- * exposition, no alert on a healthy run, and the breaker alert for a replica killed under traffic.
+ * exposition, no alert on a healthy run, the health-check alert for a replica whose /health fails,
+ * the breaker alert for a replica killed under traffic, and a traced request's trace id stored as an
+ * exemplar of the latency histograms (Prometheus scrapes OpenMetrics, exemplar storage on).
  *
  * The rules' `for:` durations (minutes) cannot be overridden, so the killed replica is shown by the
  * alert's expression matching through the query API and the rule manager holding the alert as
@@ -11,6 +13,8 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import http from 'node:http';
+import { type AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -37,9 +41,7 @@ const SHOWS_WITHIN_MS = 10_000;
  */
 const EMPTY_HERE: Record<string, string> = {
   'Queue wait p95 and rejections/A': 'no request waits in a queue: the pool has capacity to spare for the scripted traffic',
-  'Retries by reason/A': 'a healthy run retries nothing (the killed-replica phase does, after the panels are read)',
   'Shed requests and fallbacks per second/B': 'one pool, no fallback deployment: nothing can fall back',
-  'Limit rejections by reason/A': 'no key has limits here',
   'Redis up and router count/A': 'Redis-only: limits.redis is not set',
   'Redis up and router count/B': 'Redis-only: limits.redis is not set',
   'Redis up and router count/C': 'Redis-only: limits.redis is not set',
@@ -68,10 +70,18 @@ let simB: SimServer;
 let router: RunningRouter;
 let dir: string;
 let prometheus: PrometheusServer;
+let otlp: http.Server;
+
+/** The trace ids of the requests the client sent sampled (tracing.sampleRatio is 0: only these are kept). */
+const TRACED = ['4bf92f3577b34da6a3ce929d0e0e4736', '0af7651916cd43dd8448eb211c80319c'];
+const traceparent = (traceId: string): string => `00-${traceId}-00f067aa0ba902b7-01`;
 
 beforeAll(async () => {
   simA = await startTestSim({ model: ['served/llm'], itlMs: 1, outputMin: 4, outputMax: 8 });
   simB = await startTestSim({ model: ['served/llm'], itlMs: 1, outputMin: 4, outputMax: 8 });
+  // an OTLP receiver that takes the spans and drops them: the exemplars, not the spans, are tested here
+  otlp = http.createServer((req, res) => req.resume().on('end', () => res.writeHead(200, { 'content-type': 'application/json' }).end('{}')));
+  await new Promise<void>((resolve) => otlp.listen(0, '127.0.0.1', resolve));
   dir = await mkdtemp(join(tmpdir(), 'modelgate-prom-test-'));
   await writeFile(join(dir, 'keys.yaml'), `- name: tester\n  key: ${KEY}\n`);
   const config = buildConfig(
@@ -79,10 +89,13 @@ beforeAll(async () => {
       server: { host: '127.0.0.1', port: 0 },
       admin: { host: '127.0.0.1', port: 0 },
       auth: { keysFile: 'keys.yaml' },
+      // traces kept only when the client sampled them: their ids become exemplars
+      tracing: { enabled: true, sampleRatio: 0, endpoint: `http://127.0.0.1:${(otlp.address() as AddressInfo).port}/v1/traces` },
       resilience: {
         maxConcurrencyPerReplica: 8,
-        // health checks off (the default): the breaker alone takes a dead replica out, open for most of each cycle
+        // a killed replica's breaker opens at its first failed request, well before two failed health checks eject it
         breaker: { failureThreshold: 1, cooldownMs: 3_000 },
+        healthCheck: { enabled: true, intervalMs: 1_000, unhealthyThreshold: 2, healthyThreshold: 1 },
       },
       pools: [{ name: 'llm', servedModelName: 'served/llm', capabilities: ['chat', 'completions', 'embeddings'], endpoints: [simA.url, simB.url] }],
       deployments: [{ id: 'llm-prod', model: 'llm', targets: [{ pool: 'llm' }] }],
@@ -91,11 +104,11 @@ beforeAll(async () => {
   );
   // Node's process metrics on, as users run it: promtool lints them too
   router = await startRouter(config, { logger: captureLogs().logger, processMetrics: true });
-  prometheus = await startPrometheus({ targets: [new URL(router.adminUrl).host], ruleFiles: [RULES] });
+  prometheus = await startPrometheus({ targets: [new URL(router.adminUrl).host], ruleFiles: [RULES], features: ['exemplar-storage'] });
   await until(async () => ((await value(prometheus.query('up'))) === 1 ? true : undefined), 'a first scrape of the router', SHOWS_WITHIN_MS);
   // two waves, each scraped: a series a wave creates has its first sample, and the next wave's increase, in every rate() window
   for (let wave = 0; wave < 2; wave++) {
-    await scriptedTraffic();
+    await scriptedTraffic(TRACED[wave]!);
     await scraped();
   }
 }, 60_000);
@@ -111,15 +124,18 @@ afterAll(async () => {
   await router?.close();
   await simA?.close();
   await simB?.close();
+  await new Promise((resolve) => otlp?.close(resolve));
   if (dir) await rm(dir, { recursive: true, force: true });
 });
 
-const chat = (body: object, key = KEY): Promise<{ status: number }> => rawRequest(`${router.apiUrl}/v1/chat/completions`, { headers: { authorization: `Bearer ${key}` }, body });
+const chat = (body: object, key = KEY, headers: Record<string, string> = {}): Promise<{ status: number }> =>
+  rawRequest(`${router.apiUrl}/v1/chat/completions`, { headers: { authorization: `Bearer ${key}`, ...headers }, body });
 const PREFIX = 'You are a careful assistant. Answer briefly and precisely, citing nothing. '.repeat(6);
 
-/** Streams and plain answers on three APIs, shared prompt prefixes (prefix hits), a 404 for an unknown model and a 401. */
-async function scriptedTraffic(): Promise<void> {
+/** Streams and plain answers on three APIs, shared prompt prefixes (prefix hits), a 404 for an unknown model, a 401, and one stream the client traced. */
+async function scriptedTraffic(traceId: string): Promise<void> {
   const requests: Array<Promise<{ status: number }>> = [];
+  requests.push(chat({ model: 'llm', stream: true, messages: [{ role: 'user', content: 'traced' }] }, KEY, { traceparent: traceparent(traceId) }));
   for (let i = 0; i < 12; i++) {
     requests.push(chat({ model: 'llm', stream: i % 2 === 0, messages: [{ role: 'user', content: `${PREFIX} question ${i}` }] }));
     requests.push(rawRequest(`${router.apiUrl}/v1/completions`, { headers: { authorization: `Bearer ${KEY}` }, body: { model: 'llm', prompt: `${PREFIX} ${i}`, stream: i % 3 === 0 } }));
@@ -215,6 +231,49 @@ describe('on a real Prometheus', () => {
       const answer = await prometheus.query(rule.expr);
       expect({ alert: rule.alert, answer }).toEqual({ alert: rule.alert, answer: { ok: true, result: [] } });
     }
+  });
+
+  it("keeps a traced request's trace id as an exemplar of the duration and TTFT histograms, and no other (untraced requests carry none)", async () => {
+    for (const histogram of ['modelgate_request_duration_seconds_bucket', 'modelgate_time_to_first_token_seconds_bucket']) {
+      const series = await prometheus.exemplars(`${histogram}{deployment="llm-prod"}`, 300);
+      const traceIds = new Set(series.flatMap((s) => s.exemplars.map((e) => e.labels.trace_id)));
+      expect({ histogram, traceIds: [...traceIds].sort() }).toEqual({ histogram, traceIds: [...TRACED].sort() });
+    }
+    // what Prometheus asked for and got: OpenMetrics, with the exemplars on the bucket lines
+    const scrape = await rawRequest(`${router.adminUrl}/metrics`, { headers: { accept: 'application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5' } });
+    expect(scrape.headers['content-type']).toMatch(/^application\/openmetrics-text/);
+    expect(scrape.body).toMatch(new RegExp(`^modelgate_time_to_first_token_seconds_bucket\\{.*\\} \\d+ # \\{trace_id="(${TRACED.join('|')})"\\} `, 'm'));
+    expect(scrape.body.endsWith('# EOF\n')).toBe(true);
+  });
+
+  it('alerts on a replica its health checks eject (breaker closed): ModelgateReplicasNotReady matches and goes pending, ModelgateBreakerOpen does not', async () => {
+    simA.configure({ unhealthy: true });
+    try {
+      await until(async () => ((await value(prometheus.query('modelgate_pool_ready_endpoints{pool="llm"}'))) === 1 ? true : undefined), 'the pool to count one ready replica', SHOWS_WITHIN_MS);
+      const matched = await until(
+        async () => {
+          const a = await prometheus.query(alertExpr('ModelgateReplicasNotReady'));
+          return a.ok && a.result.length > 0 ? a.result.map((s) => ({ pool: s.metric.pool, notReady: Number(s.value[1]) })) : undefined;
+        },
+        'ModelgateReplicasNotReady to match',
+        SHOWS_WITHIN_MS,
+      );
+      expect(matched).toEqual([{ pool: 'llm', notReady: 1 }]);
+      expect(await prometheus.query(alertExpr('ModelgateBreakerOpen'))).toEqual({ ok: true, result: [] });
+      const pending = await until(
+        async () => {
+          const alerts = (await prometheus.alerts()).filter((a) => a.labels.alertname === 'ModelgateReplicasNotReady');
+          return alerts.length > 0 ? alerts : undefined;
+        },
+        'the rule manager to hold ModelgateReplicasNotReady',
+        SHOWS_WITHIN_MS,
+      );
+      expect(pending.map((a) => ({ pool: a.labels.pool, state: a.state }))).toEqual([{ pool: 'llm', state: 'pending' }]);
+    } finally {
+      simA.configure({ unhealthy: false });
+    }
+    await until(async () => ((await value(prometheus.query('modelgate_pool_ready_endpoints{pool="llm"}'))) === 2 ? true : undefined), 'the replica to pass its health check again', SHOWS_WITHIN_MS);
+    await until(async () => ((await prometheus.alerts()).length === 0 ? true : undefined), 'the alert to clear', SHOWS_WITHIN_MS);
   });
 
   it('alerts on a replica killed under traffic: it leaves the ready counts and ModelgateBreakerOpen matches, then goes pending', async () => {

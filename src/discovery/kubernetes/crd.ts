@@ -114,6 +114,12 @@ export function parseModelDeployment(obj: CustomObject): ParsedDeployment {
   const positive = (v: unknown): boolean => v === undefined || (Number.isInteger(v) && (v as number) >= 1);
   if (!isObject(slo) || !positive(slo.ttftMs) || !positive(slo.itlMs)) return { ...id, problem: 'spec.slo.ttftMs and spec.slo.itlMs must be whole milliseconds ≥ 1' };
   const ownSlo = { ...(slo.ttftMs === undefined ? {} : { ttftMs: slo.ttftMs as number }), ...(slo.itlMs === undefined ? {} : { itlMs: slo.itlMs as number }) };
+  const resumeStreams = spec.resumeStreams ?? false;
+  if (typeof resumeStreams !== 'boolean') return { ...id, problem: 'spec.resumeStreams must be true or false' };
+  const adapter = spec.adapter;
+  if (adapter !== undefined && !(isObject(adapter) && nonEmpty(adapter.name) && !/\s/.test(adapter.name) && (adapter.path === undefined || nonEmpty(adapter.path)))) {
+    return { ...id, problem: 'spec.adapter needs a name (the name the engines serve the LoRA adapter under, no spaces) and, optionally, a non-empty path' };
+  }
   return {
     ...id,
     deployment: {
@@ -124,6 +130,8 @@ export function parseModelDeployment(obj: CustomObject): ParsedDeployment {
       fallbacks: [...new Set(fallbacks)],
       created: createdSeconds(obj),
       ...(Object.keys(ownSlo).length > 0 ? { slo: ownSlo } : {}),
+      ...(resumeStreams ? { resumeStreams: true } : {}),
+      ...(adapter !== undefined ? { adapter: { name: adapter.name as string, ...(adapter.path !== undefined ? { path: adapter.path as string } : {}) } } : {}),
     },
   };
 }

@@ -1,0 +1,144 @@
+/**
+ * One replica's event stream, from sequence numbers to a trustworthy index. The publisher numbers its
+ * batches 0, 1, 2…: a batch that follows the last one is applied; a jump is a gap (batches lost —
+ * ZMQ PUB drops when a subscriber is slow or reconnecting), after which the index may hold blocks the
+ * engine evicted, so the replica counts as unknown until a replay fills the gap, the engine clears
+ * its cache (AllBlocksCleared) or the publisher restarts (sequence 0: a new engine, an empty cache).
+ * A router that joins a running engine missed what was stored before: without a replay from 0 its
+ * index is partial (a lower bound). A publisher unreachable for `staleAfterMs` is stale: unknown.
+ * Socket-free, so the rules are unit-tested; zmq-transport.ts moves the bytes.
+ */
+import { ReplicaBlocks, type ReplicaBlocksOptions } from './block-index.js';
+import { decodeBatch, KvWireError } from './wire.js';
+
+/** `complete`: exact; `partial`: a lower bound; `unknown`: the estimate answers. */
+export type FeedState = 'complete' | 'partial' | 'unknown';
+
+export interface FeedEvents {
+  /** A batch was applied, with its events by type. */
+  onBatch?: (stored: number, removed: number, cleared: number) => void;
+  /** A sequence gap (`recovered`: a replay filled it). */
+  onGap?: (recovered: boolean) => void;
+  /** A payload that is not a KVEventBatch (skipped; the sequence still counts). */
+  onBadPayload?: (err: KvWireError) => void;
+}
+
+/** A replay: the publisher's buffered batches from `from` on, in order (empty when it has none, or no replay socket). */
+export type Replay = (from: bigint) => Promise<ReadonlyArray<readonly [bigint, Uint8Array]>>;
+
+export interface ReplicaFeedOptions extends ReplicaBlocksOptions {
+  staleAfterMs: number;
+  now: () => number;
+  replay?: Replay;
+  events?: FeedEvents;
+}
+
+export class ReplicaFeed {
+  readonly index: ReplicaBlocks;
+  private lastSeq: bigint | undefined;
+  private base: FeedState = 'unknown';
+  /** Since when the publisher is unreachable (undefined: connected). */
+  private downSince: number | undefined;
+  /** Batches that arrived while a replay ran, applied after it. */
+  private queued: Array<readonly [bigint, Uint8Array]> | undefined;
+
+  constructor(private readonly options: ReplicaFeedOptions) {
+    this.index = new ReplicaBlocks(options);
+    this.downSince = options.now();
+  }
+
+  state(now = this.options.now()): FeedState {
+    if (this.downSince !== undefined && now - this.downSince >= this.options.staleAfterMs) return 'unknown';
+    return this.base;
+  }
+
+  /** Whether the publisher's connection is up now. */
+  get isConnected(): boolean {
+    return this.downSince === undefined;
+  }
+
+  connected(): void {
+    this.downSince = undefined;
+  }
+
+  disconnected(): void {
+    this.downSince ??= this.options.now();
+  }
+
+  /** One `[seq, payload]` from the publisher. Resolves once it (and whatever replay it caused) is applied. */
+  async receive(seq: bigint, payload: Uint8Array): Promise<void> {
+    if (this.queued) {
+      this.queued.push([seq, payload]);
+      return;
+    }
+    const last = this.lastSeq;
+    if (last !== undefined && seq === last + 1n) return this.apply(seq, payload);
+    if (seq === 0n) {
+      // the publisher's first batch: seen from the start (a restarted engine's cache is empty)
+      this.index.clear();
+      this.base = 'complete';
+      return this.apply(seq, payload);
+    }
+    if (last === undefined || seq <= last) {
+      // joined a running publisher, or it restarted and its first batches were missed
+      this.index.clear();
+      this.base = (await this.catchUp(0n, seq)) ? 'complete' : 'partial';
+    } else {
+      const recovered = await this.catchUp(last + 1n, seq);
+      this.options.events?.onGap?.(recovered);
+      if (!recovered) this.base = 'unknown';
+    }
+    this.apply(seq, payload);
+    await this.drain();
+  }
+
+  /** Replays `[from, to)`; true when every batch of it came back and was applied. */
+  private async catchUp(from: bigint, to: bigint): Promise<boolean> {
+    const replay = this.options.replay;
+    if (!replay) return false;
+    this.queued = [];
+    let next = from;
+    try {
+      for (const [seq, payload] of await replay(from)) {
+        if (seq < next || seq >= to) continue;
+        if (seq !== next) break;
+        this.apply(seq, payload);
+        next += 1n;
+      }
+    } catch {
+      // no answer from the replay socket: the gap stays
+    }
+    return next === to;
+  }
+
+  private async drain(): Promise<void> {
+    const queued = this.queued ?? [];
+    this.queued = undefined;
+    for (const [seq, payload] of queued) await this.receive(seq, payload);
+  }
+
+  private apply(seq: bigint, payload: Uint8Array): void {
+    this.lastSeq = seq;
+    let batch;
+    try {
+      batch = decodeBatch(payload);
+    } catch (err) {
+      if (!(err instanceof KvWireError)) throw err;
+      this.options.events?.onBadPayload?.(err);
+      return;
+    }
+    let stored = 0;
+    let removed = 0;
+    let cleared = 0;
+    for (const event of batch.events) {
+      this.index.apply(event);
+      if (event.type === 'BlockStored') stored++;
+      else if (event.type === 'BlockRemoved') removed++;
+      else {
+        cleared++;
+        this.base = 'complete'; // what was held before the clear no longer matters
+      }
+    }
+    this.options.events?.onBatch?.(stored, removed, cleared);
+  }
+}

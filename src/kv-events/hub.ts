@@ -1,0 +1,204 @@
+/**
+ * Keeps one KV-event feed per replica of every pool with `routing.kvEvents.enabled`, following
+ * discovery (a tick compares each pool's endpoints with the feeds: new replicas are subscribed, gone
+ * ones closed, a changed setting resubscribes), and answers the picker's {@link KvPrefixSource}
+ * questions from them. `zeromq` and msgpack are loaded on the first enabled pool, never before: a
+ * router without KV events pays nothing for them.
+ */
+import { type Scheduler } from '../core/clock.js';
+import { type EndpointSource, type KvEventsSettings, type KvPrefixSource, type PoolSpec } from '../core/types.js';
+import type { FeedState } from './feed.js';
+import type { FeedTarget, ZmqFeed } from './zmq-transport.js';
+
+export interface KvEventsEvents {
+  onBatch?: (pool: string, stored: number, removed: number, cleared: number) => void;
+  onGap?: (pool: string, recovered: boolean) => void;
+  onBadPayload?: (pool: string, endpoint: string, message: string) => void;
+  /** A replica's subscription failed for good (it stays on the estimate). */
+  onError?: (pool: string, endpoint: string, err: Error) => void;
+  /** A replica's engine cleared its whole cache (the estimate should forget the replica too). */
+  onCleared?: (endpoint: string) => void;
+}
+
+/** What the hub needs of the transport module (zmq-transport.ts). */
+export interface FeedTransport {
+  ZmqFeed: new (...args: ConstructorParameters<typeof ZmqFeed>) => Pick<ZmqFeed, 'feed' | 'close'>;
+}
+
+export interface KvEventsHubDeps {
+  endpoints: EndpointSource;
+  pools: () => readonly PoolSpec[];
+  scheduler: Scheduler;
+  now: () => number;
+  events?: KvEventsEvents;
+  /** Loads the transport (default: zmq-transport.ts, by a dynamic import). */
+  transport?: () => Promise<FeedTransport>;
+  /** How often subscriptions follow discovery (default 1 s). */
+  syncIntervalMs?: number;
+}
+
+/** One pool's feeds as the metrics count them. */
+export interface KvEventsPoolStats {
+  pool: string;
+  replicas: Record<FeedState, number>;
+  /** Replicas whose publisher the router is connected to now. */
+  connected: number;
+  /** Engine blocks held, over the pool's replicas, as their events said. */
+  blocks: number;
+}
+
+interface Subscription {
+  signature: string;
+  /** The pool's tokenizer lets the router read the events' blocks (else only the estimate answers). */
+  readable: boolean;
+  live: Pick<ZmqFeed, 'feed' | 'close'>;
+}
+
+const STATE_CODE: Record<FeedState, 0 | 1 | 2> = { unknown: 0, partial: 1, complete: 2 };
+
+/** The replica's publisher (or replay socket) address: `{host}` replaced by the endpoint's host. */
+export function feedAddress(template: string, url: URL): string {
+  return template.split('{host}').join(url.hostname);
+}
+
+function signature(k: KvEventsSettings, blockChars: number): string {
+  return [k.endpoint, k.replayEndpoint ?? '', k.topic ?? '', k.staleAfterMs, k.tokenizer, k.maxBlocksPerReplica, blockChars].join('\n');
+}
+
+export class KvEventsHub implements KvPrefixSource {
+  /** pool → endpoint id → subscription (nested, so a pick's lookups build no key). */
+  private readonly byPool = new Map<string, Map<string, Subscription>>();
+  private transport: FeedTransport | undefined;
+  private loading: Promise<void> | undefined;
+  private timer: unknown;
+  private stopped = false;
+
+  constructor(private readonly deps: KvEventsHubDeps) {}
+
+  start(): void {
+    this.stopped = false;
+    this.sync();
+    const every = this.deps.syncIntervalMs ?? 1_000;
+    const tick = (): void => {
+      this.sync();
+      this.timer = this.deps.scheduler.setTimeout(tick, every);
+    };
+    this.timer = this.deps.scheduler.setTimeout(tick, every);
+  }
+
+  stop(): void {
+    this.stopped = true;
+    if (this.timer !== undefined) this.deps.scheduler.clearTimeout(this.timer);
+    this.timer = undefined;
+    for (const subs of this.byPool.values()) for (const sub of subs.values()) sub.live.close();
+    this.byPool.clear();
+  }
+
+  state(pool: string, endpointId: string): 0 | 1 | 2 {
+    const sub = this.byPool.get(pool)?.get(endpointId);
+    return sub === undefined || !sub.readable ? 0 : STATE_CODE[sub.live.feed.state()];
+  }
+
+  match(pool: string, endpointId: string, blocks: readonly number[]): number {
+    return this.byPool.get(pool)?.get(endpointId)?.live.feed.index.match(blocks) ?? 0;
+  }
+
+  stats(): KvEventsPoolStats[] {
+    const now = this.deps.now();
+    const out: KvEventsPoolStats[] = [];
+    for (const [pool, subs] of this.byPool) {
+      const replicas: Record<FeedState, number> = { complete: 0, partial: 0, unknown: 0 };
+      let blocks = 0;
+      let connected = 0;
+      for (const sub of subs.values()) {
+        replicas[sub.live.feed.state(now)] += 1;
+        if (sub.live.feed.isConnected) connected++;
+        blocks += sub.live.feed.index.size;
+      }
+      out.push({ pool, replicas, connected, blocks });
+    }
+    return out;
+  }
+
+  /** Subscribes new replicas of enabled pools, closes the feeds of replicas or pools that are gone. */
+  sync(): void {
+    if (this.stopped) return;
+    const enabled = this.deps.pools().filter((p) => p.routing.kvEvents.enabled);
+    if (enabled.length > 0 && this.transport === undefined) {
+      this.load();
+      return;
+    }
+    const transport = this.transport;
+    const keep = new Set(enabled.map((p) => p.name));
+    for (const [pool, subs] of this.byPool) {
+      if (keep.has(pool)) continue;
+      for (const sub of subs.values()) sub.live.close();
+      this.byPool.delete(pool);
+    }
+    if (transport === undefined) return;
+    for (const pool of enabled) this.syncPool(pool, transport);
+  }
+
+  private load(): void {
+    this.loading ??= (this.deps.transport ?? (() => import('./zmq-transport.js')))().then(
+      (transport) => {
+        this.transport = transport;
+        this.sync();
+      },
+      (err: unknown) => {
+        this.loading = undefined; // tried again on the next tick
+        this.deps.events?.onError?.('*', '*', err instanceof Error ? err : new Error(String(err)));
+      },
+    );
+  }
+
+  private syncPool(pool: PoolSpec, transport: FeedTransport): void {
+    const settings = pool.routing.kvEvents;
+    const sig = signature(settings, pool.routing.prefix.blockChars);
+    let subs = this.byPool.get(pool.name);
+    if (!subs) this.byPool.set(pool.name, (subs = new Map<string, Subscription>()));
+    const live = new Set<string>();
+    for (const ep of this.deps.endpoints.snapshot(pool.name)) {
+      live.add(ep.id);
+      const current = subs.get(ep.id);
+      if (current?.signature === sig) continue;
+      current?.live.close();
+      subs.set(ep.id, { signature: sig, readable: pool.routing.kvEvents.tokenizer === 'simulator', live: this.subscribe(pool, ep.id, ep.url, transport) });
+    }
+    for (const [id, sub] of subs) {
+      if (live.has(id)) continue;
+      sub.live.close();
+      subs.delete(id);
+    }
+  }
+
+  private subscribe(pool: PoolSpec, endpointId: string, url: URL, transport: FeedTransport): Pick<ZmqFeed, 'feed' | 'close'> {
+    const settings = pool.routing.kvEvents;
+    const events = this.deps.events;
+    const name = pool.name;
+    const target: FeedTarget = {
+      endpoint: feedAddress(settings.endpoint, url),
+      replayEndpoint: settings.replayEndpoint === undefined || settings.replayEndpoint === '' ? '' : feedAddress(settings.replayEndpoint, url),
+      topic: settings.topic ?? '',
+    };
+    return new transport.ZmqFeed(
+      target,
+      {
+        blockChars: pool.routing.prefix.blockChars,
+        maxBlocks: settings.maxBlocksPerReplica,
+        readable: settings.tokenizer === 'simulator',
+        staleAfterMs: settings.staleAfterMs,
+        now: this.deps.now,
+        events: {
+          onBatch: (stored, removed, cleared) => {
+            events?.onBatch?.(name, stored, removed, cleared);
+            if (cleared > 0) events?.onCleared?.(endpointId);
+          },
+          onGap: (recovered) => events?.onGap?.(name, recovered),
+          onBadPayload: (err) => events?.onBadPayload?.(name, endpointId, err.message),
+        },
+      },
+      (err) => events?.onError?.(name, endpointId, err),
+    );
+  }
+}

@@ -1,0 +1,106 @@
+/**
+ * vLLM's KV-cache event wire format (`vllm/distributed/kv_events.py`; SGLang publishes the same):
+ * a ZMQ PUB socket sends multipart messages `[topic, seq, payload]`, `seq` an 8-byte big-endian
+ * counter per publisher and `payload` a msgpack `KVEventBatch`: `[ts, [event, ...], data_parallel_rank?]`.
+ * Each event is a tagged array (msgspec `array_like`, `tag=True`): `["BlockStored", block_hashes,
+ * parent_block_hash, token_ids, block_size, lora_id?, medium?]`, `["BlockRemoved", block_hashes,
+ * medium?]`, `["AllBlocksCleared"]`; trailing fields left at their defaults may be omitted. A block
+ * hash is an integer (up to 64 bits) or bytes. The replay socket (ROUTER) answers a start sequence
+ * with `[seq, payload]` frames and ends with sequence -1 and an empty payload.
+ */
+import { decode } from '@msgpack/msgpack';
+
+/** A block hash as a Map key: the integer's decimal digits, or the bytes in hex. */
+export type BlockKey = string;
+
+export type KvEvent =
+  { type: 'BlockStored'; blocks: BlockKey[]; parent: BlockKey | undefined; tokenIds: number[]; blockSize: number } | { type: 'BlockRemoved'; blocks: BlockKey[] } | { type: 'AllBlocksCleared' };
+
+export interface KvEventBatch {
+  ts: number;
+  events: KvEvent[];
+  /** Events of a tag this router does not know, skipped. */
+  unknown: number;
+}
+
+/** A payload that is not a KVEventBatch. */
+export class KvWireError extends Error {
+  readonly code = 'KV_EVENTS_BAD_PAYLOAD';
+}
+
+/** The replay socket's end-of-replay sequence (-1 as a signed 8-byte integer). */
+export const END_OF_REPLAY = -1n;
+
+/** An 8-byte big-endian sequence frame (signed, so the end-of-replay marker reads as -1). */
+export function readSeq(frame: Uint8Array): bigint {
+  if (frame.byteLength !== 8) throw new KvWireError(`a sequence frame has 8 bytes, not ${frame.byteLength}`);
+  return new DataView(frame.buffer, frame.byteOffset, 8).getBigInt64(0, false);
+}
+
+export function seqFrame(seq: bigint): Buffer {
+  const out = Buffer.alloc(8);
+  out.writeBigInt64BE(seq);
+  return out;
+}
+
+function blockKey(value: unknown, what: string): BlockKey {
+  if (typeof value === 'number' && Number.isInteger(value)) return String(value);
+  if (typeof value === 'bigint') return value.toString();
+  if (value instanceof Uint8Array) return Buffer.from(value.buffer, value.byteOffset, value.byteLength).toString('hex');
+  throw new KvWireError(`${what} is not a block hash (an integer or bytes)`);
+}
+
+function blockKeys(value: unknown, what: string): BlockKey[] {
+  if (!Array.isArray(value)) throw new KvWireError(`${what} is not a list`);
+  return value.map((v, i) => blockKey(v, `${what}[${i}]`));
+}
+
+function tokenIds(value: unknown): number[] {
+  if (!Array.isArray(value)) throw new KvWireError('token_ids is not a list');
+  for (const id of value) if (typeof id !== 'number' || !Number.isInteger(id) || id < 0) throw new KvWireError('token_ids holds something that is not a token id');
+  return value as number[];
+}
+
+/** One tagged event, or undefined for a tag this router does not know. */
+function readEvent(raw: unknown): KvEvent | undefined {
+  if (!Array.isArray(raw) || typeof raw[0] !== 'string') throw new KvWireError('an event is not a tagged list');
+  switch (raw[0]) {
+    case 'BlockStored': {
+      const [, hashes, parent, ids, blockSize] = raw as unknown[];
+      if (typeof blockSize !== 'number' || !Number.isInteger(blockSize) || blockSize < 1) throw new KvWireError('BlockStored has no block_size');
+      return {
+        type: 'BlockStored',
+        blocks: blockKeys(hashes, 'block_hashes'),
+        parent: parent === null || parent === undefined ? undefined : blockKey(parent, 'parent_block_hash'),
+        tokenIds: tokenIds(ids),
+        blockSize,
+      };
+    }
+    case 'BlockRemoved':
+      return { type: 'BlockRemoved', blocks: blockKeys(raw[1], 'block_hashes') };
+    case 'AllBlocksCleared':
+      return { type: 'AllBlocksCleared' };
+    default:
+      return undefined;
+  }
+}
+
+/** Decodes a msgpack KVEventBatch. Throws {@link KvWireError} on something else. */
+export function decodeBatch(payload: Uint8Array): KvEventBatch {
+  let raw: unknown;
+  try {
+    raw = decode(payload, { useBigInt64: true });
+  } catch (err) {
+    throw new KvWireError(`not msgpack: ${(err as Error).message}`);
+  }
+  if (!Array.isArray(raw) || raw.length < 2 || !Array.isArray(raw[1])) throw new KvWireError('not a KVEventBatch ([ts, events, dp_rank?])');
+  const ts = typeof raw[0] === 'number' ? raw[0] : Number(raw[0]);
+  const events: KvEvent[] = [];
+  let unknown = 0;
+  for (const item of raw[1] as unknown[]) {
+    const event = readEvent(item);
+    if (event) events.push(event);
+    else unknown++;
+  }
+  return { ts, events, unknown };
+}

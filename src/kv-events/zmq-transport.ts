@@ -1,0 +1,97 @@
+/**
+ * The ZMQ side of one replica's feed, and the only home of `zeromq` (loaded by hub.ts with a dynamic
+ * import, only once a pool enables KV events). A SUB socket connects to the replica's publisher and
+ * reconnects by itself (ZMQ retries with backoff); ZMTP heartbeats notice a peer that vanished without
+ * closing its connection. After a gap the feed asks the replay socket (a DEALER speaking to vLLM's
+ * ROUTER as a REQ would: an empty delimiter frame, then the start sequence).
+ */
+import { Dealer, Subscriber } from 'zeromq';
+import { ReplicaFeed, type ReplicaFeedOptions } from './feed.js';
+import { END_OF_REPLAY, readSeq, seqFrame } from './wire.js';
+
+export interface FeedTarget {
+  endpoint: string;
+  /** '' : none. */
+  replayEndpoint: string;
+  topic: string;
+}
+
+/** How long a replay may take, at most. */
+const REPLAY_TIMEOUT_MS = 2_000;
+
+/** The frames a replay socket answers `from` with, up to its end marker (or the timeout). */
+async function replayFrom(endpoint: string, from: bigint): Promise<Array<readonly [bigint, Uint8Array]>> {
+  const socket = new Dealer({ receiveTimeout: REPLAY_TIMEOUT_MS, linger: 0 });
+  const out: Array<readonly [bigint, Uint8Array]> = [];
+  try {
+    socket.connect(endpoint);
+    await socket.send([Buffer.alloc(0), seqFrame(from)]);
+    for (;;) {
+      const frames = await socket.receive();
+      const [seqBytes, payload] = frames.length >= 3 ? frames.slice(1) : frames;
+      if (!seqBytes || !payload) break;
+      const seq = readSeq(seqBytes);
+      if (seq === END_OF_REPLAY || payload.byteLength === 0) break;
+      out.push([seq, payload]);
+    }
+  } finally {
+    socket.close();
+  }
+  return out;
+}
+
+/** A live feed: its socket receiving until {@link close}. */
+export class ZmqFeed {
+  readonly feed: ReplicaFeed;
+  private readonly socket: Subscriber;
+
+  /** `onError`: the socket failed for good (the feed stays disconnected, so it turns stale). */
+  constructor(target: FeedTarget, options: Omit<ReplicaFeedOptions, 'replay'>, onError: (err: Error) => void) {
+    const { replayEndpoint } = target;
+    this.feed = new ReplicaFeed({ ...options, ...(replayEndpoint !== '' ? { replay: (from: bigint) => replayFrom(replayEndpoint, from) } : {}) });
+    const heartbeat = Math.max(100, Math.min(5_000, Math.floor(options.staleAfterMs / 3)));
+    this.socket = new Subscriber({ linger: 0, reconnectInterval: 100, reconnectMaxInterval: 2_000, heartbeatInterval: heartbeat, heartbeatTimeout: heartbeat * 2 });
+    const events = this.socket.events; // observed before connecting: the first handshake is not missed
+    this.socket.subscribe(target.topic);
+    this.socket.connect(target.endpoint);
+    const failed = (err: unknown): void => {
+      this.feed.disconnected();
+      onError(err instanceof Error ? err : new Error(String(err)));
+    };
+    this.watch(events).catch(failed);
+    this.run().catch(failed);
+  }
+
+  close(): void {
+    if (!this.socket.closed) this.socket.close();
+  }
+
+  /**
+   * Follows the connection through the socket's event observer, read as an async iterator (its
+   * EventEmitter mode keeps a `require` of the first module instance that used it, which breaks
+   * where modules are loaded more than once, as in a test runner).
+   */
+  private async watch(events: Subscriber['events']): Promise<void> {
+    try {
+      for await (const event of events) {
+        if (event.type === 'handshake') this.feed.connected();
+        else if (event.type === 'disconnect') this.feed.disconnected();
+      }
+    } catch (err) {
+      if (!this.socket.closed) throw err;
+    }
+  }
+
+  private async run(): Promise<void> {
+    try {
+      for await (const frames of this.socket) {
+        // [topic, seq, payload]; a message of another shape is not an event batch
+        const [, seqBytes, payload] = frames;
+        if (frames.length !== 3 || !seqBytes || !payload || seqBytes.byteLength !== 8) continue;
+        await this.feed.receive(readSeq(seqBytes), payload);
+      }
+    } catch (err) {
+      if (!this.socket.closed) throw err;
+    }
+  }
+}

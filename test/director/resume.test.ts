@@ -1,0 +1,143 @@
+import { describe, expect, it } from '@jest/globals';
+import { type ValidRequest } from '../../src/api/validate.js';
+import { MAX_RESUMPTIONS, requestRefusal, StreamSplice } from '../../src/director/resume.js';
+import { SseTap } from '../../src/proxy/sse-tap.js';
+
+/** Feeds SSE text through a tap and the splice's rewrite; returns what the client gets. */
+function relay(splice: StreamSplice, text: string): string {
+  return new SseTap()
+    .segments(text)
+    .map((s) => splice.rewrite(s))
+    .join('');
+}
+
+const chunk = (id: string, delta: object, finish: string | null = null): string =>
+  `data: ${JSON.stringify({ id, object: 'chat.completion.chunk', created: id === 'a' ? 100 : 200, model: `m-${id}`, choices: [{ index: 0, delta, logprobs: null, finish_reason: finish }] })}\n\n`;
+const usage = (id: string, prompt: number, completion: number): string =>
+  `data: ${JSON.stringify({ id, object: 'chat.completion.chunk', created: 200, model: `m-${id}`, choices: [], usage: { prompt_tokens: prompt, completion_tokens: completion, total_tokens: prompt + completion, prompt_tokens_details: { cached_tokens: prompt } } })}\n\n`;
+
+function events(text: string): Array<Record<string, unknown>> {
+  return text
+    .split('\n\n')
+    .filter((e) => e.startsWith('data: {'))
+    .map((e) => JSON.parse(e.slice(6)) as Record<string, unknown>);
+}
+
+describe('requestRefusal', () => {
+  it.each([
+    ['chat', { messages: [], stream: true }, undefined],
+    ['chat', { messages: [], n: 2 }, 'n'],
+    ['chat', { messages: [], extra_body: { use_beam_search: true } }, 'n'],
+    ['chat', { messages: [], tools: [{ type: 'function', function: { name: 'f' } }] }, 'tools'],
+    ['chat', { messages: [], tools: [] }, undefined],
+    ['chat', { messages: [], logprobs: true }, 'logprobs'],
+    ['chat', { messages: [], logprobs: false }, undefined],
+    ['chat', { messages: [], response_format: { type: 'json_object' } }, 'guided_decoding'],
+    ['chat', { messages: [], response_format: { type: 'text' } }, undefined],
+    ['chat', { messages: [], extra_body: { guided_regex: 'a+' } }, 'guided_decoding'],
+    ['chat', { messages: [{ role: 'assistant', content: [{ type: 'text', text: 'x' }] }], continue_final_message: true }, 'prompt'],
+    ['completions', { prompt: 'p' }, undefined],
+    ['completions', { prompt: ['p', 'q'] }, 'prompt'],
+    ['completions', { prompt: [1, 2] }, 'prompt'],
+    ['completions', { prompt: 'p', echo: true }, 'prompt'],
+    ['completions', { prompt: 'p', best_of: 3 }, 'n'],
+    ['completions', { prompt: 'p', logprobs: 2 }, 'logprobs'],
+    ['completions', { prompt: 'p', logprobs: 0 }, 'logprobs'],
+  ] as const)('%s %j → %s', (api, body, reason) => {
+    expect(requestRefusal(api, body as unknown as ValidRequest)).toBe(reason);
+  });
+});
+
+describe('StreamSplice', () => {
+  it('passes the first attempt through byte for byte while it records the text and content events delivered', () => {
+    const splice = new StreamSplice('chat');
+    const first = chunk('a', { role: 'assistant', content: '' }) + chunk('a', { content: ' one' }) + chunk('a', { content: ' two' });
+    expect(relay(splice, first)).toBe(first);
+    expect([splice.text, splice.tokens, splice.refusal()]).toEqual([' one two', 2, undefined]);
+  });
+
+  it('splices a continuation: the first id, created and model, no second role chunk, usage from the answer’s start, one [DONE]', () => {
+    const splice = new StreamSplice('chat');
+    relay(splice, chunk('a', { role: 'assistant', content: '' }) + chunk('a', { content: ' one' }) + chunk('a', { content: ' two' }));
+    splice.begin();
+    splice.resumed();
+    const out = relay(splice, chunk('b', { role: 'assistant', content: '' }) + chunk('b', { content: ' three' }) + chunk('b', {}, 'stop') + usage('b', 12, 2) + 'data: [DONE]\n\n');
+    const sent = events(out);
+    expect(sent.map((e) => [e.id, e.created, e.model])).toEqual([
+      ['a', 100, 'm-a'],
+      ['a', 100, 'm-a'],
+      ['a', 100, 'm-a'],
+    ]);
+    expect(out).not.toContain('"role"');
+    expect(out.match(/\[DONE\]/g)).toHaveLength(1);
+    // the continuation's prompt held the 2 delivered tokens: the client's prompt is 10, its completion 2 + 2
+    expect(sent[2]?.usage).toEqual({ prompt_tokens: 10, completion_tokens: 4, total_tokens: 14, prompt_tokens_details: { cached_tokens: 10 } });
+    expect(splice.usage({ promptTokens: 12, completionTokens: 2 })).toEqual({ promptTokens: 10, completionTokens: 4 });
+    expect(splice.text).toBe(' one two three');
+    expect(splice.refusal()).toBe('finished');
+  });
+
+  it('holds back an engine’s error event and the [DONE] after it, and says the stream was cut', () => {
+    const splice = new StreamSplice('chat');
+    const out = relay(splice, chunk('a', { content: ' one' }) + 'data: {"error":{"message":"boom","code":500}}\n\ndata: [DONE]\n\n');
+    expect(out).toBe(chunk('a', { content: ' one' }));
+    expect(splice.errored).toBe(true);
+  });
+
+  it.each([
+    ['a tool call', { tool_calls: [{ index: 0, function: { name: 'f' } }] }, 'tools'],
+    ['reasoning', { reasoning_content: 'hmm' }, 'reasoning'],
+  ])('refuses an answer that streamed %s', (_what, delta, reason) => {
+    const splice = new StreamSplice('chat');
+    relay(splice, chunk('a', delta));
+    expect(splice.refusal()).toBe(reason);
+  });
+
+  it(`refuses after ${MAX_RESUMPTIONS} resumptions`, () => {
+    const splice = new StreamSplice('chat');
+    for (let i = 0; i < MAX_RESUMPTIONS; i++) {
+      expect(splice.refusal()).toBeUndefined();
+      splice.begin();
+      splice.resumed();
+    }
+    expect(splice.refusal()).toBe('max_resumptions');
+  });
+
+  it('builds the chat continuation: the delivered text as the final assistant message, budgets reduced, every other member kept as written', () => {
+    const splice = new StreamSplice('chat');
+    relay(splice, chunk('a', { content: ' one' }) + chunk('a', { content: ' "two"' }));
+    const upstream = '{"model":"served","messages":[{"role":"user","content":"hi"}],"max_tokens":10,"min_tokens":1,"temperature":1.0,"stream":true}';
+    const body = splice.continuationBody(Buffer.from(upstream)).toString();
+    expect(body).toContain('"temperature":1.0');
+    expect(JSON.parse(body)).toEqual({
+      model: 'served',
+      messages: [
+        { role: 'user', content: 'hi' },
+        { role: 'assistant', content: ' one "two"' },
+      ],
+      max_tokens: 8,
+      min_tokens: 0,
+      temperature: 1,
+      stream: true,
+      continue_final_message: true,
+      add_generation_prompt: false,
+    });
+  });
+
+  it('appends to a final assistant message the request itself continued', () => {
+    const splice = new StreamSplice('chat');
+    relay(splice, chunk('a', { content: ' more' }));
+    const upstream = JSON.stringify({ messages: [{ role: 'assistant', content: 'Start' }], continue_final_message: true, add_generation_prompt: false, max_completion_tokens: 5 });
+    const body = JSON.parse(splice.continuationBody(Buffer.from(upstream)).toString()) as Record<string, unknown>;
+    expect(body.messages).toEqual([{ role: 'assistant', content: 'Start more' }]);
+    expect(body.max_completion_tokens).toBe(4);
+  });
+
+  it('builds the completions continuation: the delivered text after the prompt, max_tokens from vLLM’s default when unset', () => {
+    const splice = new StreamSplice('completions');
+    const text = (t: string): string =>
+      `data: ${JSON.stringify({ id: 'c', object: 'text_completion', created: 1, model: 'm', choices: [{ index: 0, text: t, logprobs: null, finish_reason: null }], usage: null })}\n\n`;
+    relay(splice, text(' a') + text(' b') + text(' c'));
+    expect(JSON.parse(splice.continuationBody(Buffer.from('{"prompt":"Once","stream":true}')).toString())).toEqual({ prompt: 'Once a b c', stream: true, max_tokens: 13 });
+  });
+});

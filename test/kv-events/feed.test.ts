@@ -1,0 +1,130 @@
+/** A replica's event stream: sequence numbers, gaps, replays, restarts and staleness decide how far its index is trusted. */
+import { describe, expect, it } from '@jest/globals';
+import { ReplicaFeed, type Replay } from '../../src/kv-events/feed.js';
+import { encodeBatch } from '../../src/sim/kv-events.js';
+
+const stored = (hash: number, parent?: number): Uint8Array => encodeBatch(0, [{ hashes: [hash], parent, texts: ['x'.repeat(64)] }], [], 16);
+const cleared = (): Uint8Array => encodeBatch(0, [], [], 16, true);
+
+function feed(options: { replay?: Replay; now?: () => number } = {}): { feed: ReplicaFeed; gaps: boolean[] } {
+  const gaps: boolean[] = [];
+  const f = new ReplicaFeed({
+    blockChars: 64,
+    maxBlocks: 1000,
+    readable: true,
+    staleAfterMs: 1000,
+    now: options.now ?? (() => 0),
+    events: { onGap: (r) => gaps.push(r) },
+    ...(options.replay ? { replay: options.replay } : {}),
+  });
+  f.connected();
+  return { feed: f, gaps };
+}
+
+describe('ReplicaFeed', () => {
+  it('is unknown until it hears the publisher, complete when it hears it from sequence 0', async () => {
+    const { feed: f } = feed();
+    expect(f.state()).toBe('unknown');
+    await f.receive(0n, stored(1));
+    await f.receive(1n, stored(2, 1));
+    expect(f.state()).toBe('complete');
+    expect(f.index.size).toBe(2);
+  });
+
+  it('joining a running publisher without a replay socket is partial (what was stored before is missing)', async () => {
+    const { feed: f } = feed();
+    await f.receive(41n, stored(1));
+    expect(f.state()).toBe('partial');
+  });
+
+  it('joining a running publisher with a replay socket catches up from 0 and is complete', async () => {
+    const history = [stored(10), stored(11, 10), stored(12, 11)];
+    const asked: bigint[] = [];
+    const { feed: f } = feed({
+      replay: (from) => {
+        asked.push(from);
+        return Promise.resolve(history.map((p, i) => [BigInt(i), p] as const).filter(([s]) => s >= from));
+      },
+    });
+    await f.receive(3n, stored(13, 12));
+    expect(asked).toEqual([0n]);
+    expect(f.state()).toBe('complete');
+    expect(f.index.size).toBe(4);
+  });
+
+  it('a sequence gap makes the replica unknown until its engine clears its cache', async () => {
+    const { feed: f, gaps } = feed();
+    await f.receive(0n, stored(1));
+    await f.receive(2n, stored(3)); // batch 1 lost
+    expect(gaps).toEqual([false]);
+    expect(f.state()).toBe('unknown');
+    await f.receive(3n, stored(4)); // still applied, still not trusted
+    expect(f.state()).toBe('unknown');
+    await f.receive(4n, cleared());
+    expect(f.state()).toBe('complete');
+    expect(f.index.size).toBe(0);
+  });
+
+  it('a gap a replay fills leaves the replica complete, the lost batch applied in order', async () => {
+    const lost = stored(2, 1);
+    const { feed: f, gaps } = feed({ replay: (from) => Promise.resolve(from === 1n ? [[1n, lost] as const] : []) });
+    await f.receive(0n, stored(1));
+    await f.receive(2n, stored(3, 2));
+    expect(gaps).toEqual([true]);
+    expect(f.state()).toBe('complete');
+    expect(f.index.size).toBe(3);
+  });
+
+  it('a replay that comes back short (its buffer moved on) leaves the gap: unknown', async () => {
+    const { feed: f, gaps } = feed({ replay: () => Promise.resolve([[5n, stored(9)] as const]) });
+    await f.receive(0n, stored(1));
+    await f.receive(7n, stored(3));
+    expect(gaps).toEqual([false]);
+    expect(f.state()).toBe('unknown');
+  });
+
+  it('batches arriving during a replay are applied after it, in order', async () => {
+    let answer: (v: ReadonlyArray<readonly [bigint, Uint8Array]>) => void = () => undefined;
+    const { feed: f } = feed({ replay: () => new Promise((resolve) => (answer = resolve)) });
+    await f.receive(0n, stored(1));
+    const gap = f.receive(2n, stored(3, 2));
+    await f.receive(3n, stored(4, 3)); // queued behind the replay
+    expect(f.index.size).toBe(1);
+    answer([[1n, stored(2, 1)]]);
+    await gap;
+    expect(f.index.size).toBe(4);
+    expect(f.state()).toBe('complete');
+  });
+
+  it('a publisher that restarts (sequence 0 again) means a new engine: the index starts over, complete', async () => {
+    const { feed: f } = feed();
+    await f.receive(0n, stored(1));
+    await f.receive(1n, stored(2));
+    await f.receive(0n, stored(7));
+    expect(f.state()).toBe('complete');
+    expect(f.index.size).toBe(1);
+  });
+
+  it('a publisher unreachable for staleAfterMs is stale (unknown); back in time, it is trusted again', async () => {
+    let now = 0;
+    const { feed: f } = feed({ now: () => now });
+    await f.receive(0n, stored(1));
+    f.disconnected();
+    now = 999;
+    expect(f.state()).toBe('complete');
+    now = 1000;
+    expect(f.state()).toBe('unknown');
+    f.connected();
+    expect(f.state()).toBe('complete');
+  });
+
+  it('skips a payload that is not a batch, but counts its sequence number', async () => {
+    const bad: string[] = [];
+    const f = new ReplicaFeed({ blockChars: 64, maxBlocks: 10, readable: true, staleAfterMs: 1000, now: () => 0, events: { onBadPayload: (e) => bad.push(e.code) } });
+    f.connected();
+    await f.receive(0n, Uint8Array.from([0xc1]));
+    await f.receive(1n, stored(1));
+    expect(bad).toEqual(['KV_EVENTS_BAD_PAYLOAD']);
+    expect(f.state()).toBe('complete');
+  });
+});
