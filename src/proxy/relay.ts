@@ -9,7 +9,7 @@
  *   instead. A client that accepts no bytes for `clientStallMs` is cut (`client_stalled`).
  * - With `stripUsageChunk`, the usage chunk the router asked for is removed, whole events at a time.
  */
-import { type IncomingMessage, type ServerResponse } from 'node:http';
+import type { IncomingMessage, ServerResponse } from 'node:http';
 import { RouterError, streamErrorEvent } from '../core/errors.js';
 import { type Clock } from '../core/clock.js';
 import { clientResponseHeaders } from './headers.js';
