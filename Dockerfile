@@ -11,7 +11,10 @@ COPY package.json package-lock.json ./
 RUN npm ci --ignore-scripts --no-audit --no-fund
 COPY tsconfig.json tsconfig.build.json ./
 COPY src ./src
+COPY scripts/precompile-validators.mjs ./scripts/
+# what `npm run build` does: compile, then the JSON-Schema validators ahead of time (src/api/schema-validator.ts)
 RUN node node_modules/typescript/bin/tsc -p tsconfig.build.json \
+ && node scripts/precompile-validators.mjs \
  && npm prune --omit=dev --no-audit --no-fund
 
 FROM node:24-bookworm-slim

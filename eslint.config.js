@@ -15,6 +15,18 @@ export default tseslint.config(
       '@typescript-eslint/consistent-type-imports': 'error',
     },
   },
+  {
+    // node:http only through src/core/node-http.ts: an ESM import of it (even `import { type X }`, which
+    // stays as a bare import) loads Node's fetch implementation, 13 MiB the router never uses
+    files: ['src/**/*.ts'],
+    ignores: ['src/core/node-http.ts'],
+    rules: {
+      'no-restricted-syntax': [
+        'error',
+        { selector: "ImportDeclaration[source.value='node:http'][importKind!='type']", message: "Take http from src/core/node-http.ts; for types write `import type { … } from 'node:http'`." },
+      ],
+    },
+  },
   { files: ['**/*.js', '**/*.mjs'], ...tseslint.configs.disableTypeChecked },
   { files: ['**/*.js', '**/*.mjs'], languageOptions: { globals: globals.node } },
 );

@@ -2,7 +2,7 @@
  * The composition root: builds every object of a running router from a Config, starts the API and
  * admin servers, and stops them. Nothing else constructs long-lived objects or reads the environment.
  */
-import http from 'node:http';
+import http from './core/node-http.js';
 import { type Express } from 'express';
 import { type Logger } from 'pino';
 import { KeyStore } from './auth/key-store.js';

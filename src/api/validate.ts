@@ -1,18 +1,18 @@
 /**
- * Request validation: every API's schema (routes.ts) compiled once at start-up, every error
+ * Request validation: every API's schema (routes.ts), compiled by the build (schema-validator.ts), every error
  * collected, the first one named in `param` and up to five in the message. The API's cross-field
  * rules follow the schema check.
  */
-import { Ajv, type ValidateFunction } from 'ajv';
+import type { ValidateFunction } from 'ajv';
 import { RouterError } from '../core/errors.js';
 import { describeSchemaErrors, type SchemaError } from '../core/schema-errors.js';
 import { API_ROUTES, type ApiRoute } from './routes.js';
+import { validatorFor } from './schema-validator.js';
 import { type ValidRequest } from './valid-request.js';
 
 export { type ValidRequest } from './valid-request.js';
 
-const ajv = new Ajv({ allErrors: true, verbose: true, strict: true, strictTypes: false });
-const validators = new Map<ApiRoute, ValidateFunction>(API_ROUTES.map((route) => [route, ajv.compile(route.schema)]));
+const validators = new Map<ApiRoute, ValidateFunction>(API_ROUTES.map((route) => [route, validatorFor('request', route.name, route.schema)]));
 
 const MAX_REPORTED = 5;
 

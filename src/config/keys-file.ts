@@ -1,10 +1,10 @@
 /** The API keys file: a YAML list of `{name, key | keySha256, models?, priority?, weight?, limits?}`. */
-import { Ajv } from 'ajv';
 import { keyLimitsSchema, type KeyLimitFields } from '../limits/settings.js';
 import { PRIORITIES, type Priority } from '../core/types.js';
 import { readFile } from 'node:fs/promises';
 import { describeSchemaErrors, type SchemaError } from '../core/schema-errors.js';
 import { ConfigError, parseYaml } from './load.js';
+import { validatorFor } from '../api/schema-validator.js';
 
 export interface KeyEntry {
   /** Who the key belongs to; logged instead of the key. */
@@ -23,8 +23,8 @@ export interface KeyEntry {
   limits?: KeyLimitFields;
 }
 
-const ajv = new Ajv({ allErrors: true, verbose: true, strict: true });
-const validateKeys = ajv.compile({
+/** The keys file's JSON Schema. */
+export const keysFileSchema = {
   type: 'array',
   items: {
     type: 'object',
@@ -40,7 +40,8 @@ const validateKeys = ajv.compile({
       limits: keyLimitsSchema,
     },
   },
-});
+};
+const validateKeys = validatorFor('keys', 'keys', keysFileSchema);
 
 /**
  * Parses and checks a keys file. A file with no keys (empty, comments only, `null`, `[]`) is an

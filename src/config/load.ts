@@ -2,7 +2,6 @@
  * Loads the config file: YAML → schema check with defaults → cross-field checks → frozen Config.
  * The only module (with keys-file) that reads the environment or config files.
  */
-import { Ajv } from 'ajv';
 import { readFileSync } from 'node:fs';
 import { hostname } from 'node:os';
 import { dirname, resolve } from 'node:path';
@@ -13,6 +12,7 @@ import { mergeResilience, RESILIENCE_DEFAULTS, type ResilienceOverrides } from '
 import { AddressRanges } from '../core/address-ranges.js';
 import { ROUTER_OWNED_HEADERS } from '../proxy/headers.js';
 import { configSchema, type Config, type EndpointConfig } from './schema.js';
+import { validatorFor } from '../api/schema-validator.js';
 
 export class ConfigError extends Error {
   readonly code = 'CONFIG_INVALID';
@@ -24,8 +24,7 @@ export class ConfigError extends Error {
   }
 }
 
-const ajv = new Ajv({ allErrors: true, useDefaults: true, verbose: true, strict: true });
-const validateConfig = ajv.compile(configSchema);
+const validateConfig = validatorFor('config', 'config', configSchema);
 
 /** Parses YAML text into plain data. Throws {@link ConfigError} with the line of a syntax error. */
 export function parseYaml(text: string, source: string): unknown {

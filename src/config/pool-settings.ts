@@ -5,12 +5,12 @@
  * declarations; this checks their overrides (a ModelPool may have been written without the CRD
  * schema) and merges them, for static and Kubernetes mode alike.
  */
-import { Ajv } from 'ajv';
 import { mergeRouting, normalizeScorers, routingOverridesSchema, type RoutingOverrides } from '../balancer/settings.js';
 import { type PoolResolver, type ResilienceSettings, type RoutingSettings } from '../core/types.js';
 import { mergeResilience, type ResilienceOverrides } from '../resilience/settings.js';
+import { validatorFor } from '../api/schema-validator.js';
 
-const checkRouting = new Ajv({ allErrors: false, strict: true }).compile(routingOverridesSchema);
+const checkRouting = validatorFor('routing', 'routing', routingOverridesSchema);
 
 const isObject = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
 

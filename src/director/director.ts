@@ -7,7 +7,7 @@
  * goes only to the replica that made the response it names, when the router knows which one that is.
  * The server parses, authenticates and hands over; it makes no routing decision.
  */
-import { type IncomingHttpHeaders, type IncomingMessage, type ServerResponse } from 'node:http';
+import type { IncomingHttpHeaders, IncomingMessage, ServerResponse } from 'node:http';
 import { type FormPart } from '../api/multipart.js';
 import { type ApiRoute } from '../api/routes.js';
 import { type ValidRequest } from '../api/validate.js';

@@ -11,7 +11,7 @@
  * (or no retry budget) — the same request goes to the route's next pool. Moving on is not a retry;
  * the route is finite and the total timeout still holds. Each attempt also moves its breaker.
  */
-import { type IncomingMessage, type OutgoingHttpHeaders, type ServerResponse } from 'node:http';
+import type { IncomingMessage, OutgoingHttpHeaders, ServerResponse } from 'node:http';
 import { isAbortError, type Clock, type Sleep } from '../core/clock.js';
 import { errorBody, RouterError, streamErrorEvent, toErrorResponse } from '../core/errors.js';
 import { type PoolSpec, type RequestTrace, type ScheduleInfo, type WireDialect } from '../core/types.js';

@@ -4,7 +4,7 @@
  * asked for), and exactly the allow-listed headers plus the router's own. A multipart form is
  * forwarded as it came unless the model's name changes; then it is written again.
  */
-import { type OutgoingHttpHeaders } from 'node:http';
+import type { OutgoingHttpHeaders } from 'node:http';
 import { encodeForm, withField } from '../api/multipart.js';
 import { type ValidRequest } from '../api/validate.js';
 import { type PoolSpec } from '../core/types.js';

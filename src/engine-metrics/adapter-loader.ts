@@ -9,7 +9,7 @@
  * An engine that already has the adapter answers 400 "has already been loaded": that is a success.
  * Every other answer, a connection error or the deadline fails the request with ADAPTER_LOAD_FAILED.
  */
-import http from 'node:http';
+import http from '../core/node-http.js';
 import https from 'node:https';
 import { type Scheduler } from '../core/clock.js';
 import { RouterError } from '../core/errors.js';

@@ -3,7 +3,8 @@
  * owned by the caller (one connection per replica is reused every scrape, not re-opened), with a
  * deadline that destroys the request and a cap on the body so a broken replica cannot exhaust memory.
  */
-import http from 'node:http';
+import http from '../core/node-http.js';
+import type { Agent } from 'node:http';
 import https from 'node:https';
 
 /** GETs `url`; rejects on a connection error, after `timeoutMs`, or when `signal` aborts. */
@@ -46,7 +47,7 @@ export function createMetricsFetcher(maxBytes = MAX_METRICS_BYTES): MetricsFetch
   };
 }
 
-function get(client: typeof http | typeof https, agent: http.Agent, url: URL, timeoutMs: number, maxBytes: number, signal?: AbortSignal): Promise<{ status: number; text: string }> {
+function get(client: typeof http | typeof https, agent: Agent, url: URL, timeoutMs: number, maxBytes: number, signal?: AbortSignal): Promise<{ status: number; text: string }> {
   return new Promise((resolve, reject) => {
     if (signal?.aborted) return reject(signal.reason as Error);
     const req = client.get(url, { agent, headers: { accept: 'text/plain' } });

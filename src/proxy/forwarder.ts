@@ -15,7 +15,8 @@
  * had to take back off (the old http-proxy-gap.ts); in the profile that was ~5% of the router's CPU
  * per request (bench/results/profile.md), for nothing the router used.
  */
-import http, { type Agent, type ClientRequest, type IncomingMessage, type OutgoingHttpHeaders, type ServerResponse } from 'node:http';
+import http from '../core/node-http.js';
+import type { Agent, ClientRequest, IncomingMessage, OutgoingHttpHeaders, ServerResponse } from 'node:http';
 import { systemScheduler, type Clock, type Scheduler } from '../core/clock.js';
 import { type RouterError } from '../core/errors.js';
 import { type Endpoint } from '../core/types.js';

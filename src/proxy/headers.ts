@@ -1,5 +1,5 @@
 /** Which headers cross the router, in each direction. */
-import { type IncomingHttpHeaders, type OutgoingHttpHeaders } from 'node:http';
+import type { IncomingHttpHeaders, OutgoingHttpHeaders } from 'node:http';
 
 /** Hop-by-hop headers (RFC 9110 §7.6.1) plus ones the router must own. */
 const HOP_BY_HOP = ['connection', 'keep-alive', 'proxy-connection', 'proxy-authenticate', 'proxy-authorization', 'te', 'trailer', 'transfer-encoding', 'upgrade'];

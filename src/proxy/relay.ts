@@ -13,7 +13,7 @@
  *   nothing is written then, and the client is on an event boundary. A `continues` attempt appends
  *   to a response an earlier attempt committed.
  */
-import { type IncomingMessage, type ServerResponse } from 'node:http';
+import type { IncomingMessage, ServerResponse } from 'node:http';
 import { RouterError, streamErrorEvent } from '../core/errors.js';
 import { type Clock } from '../core/clock.js';
 import { clientResponseHeaders } from './headers.js';

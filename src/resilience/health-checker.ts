@@ -4,7 +4,7 @@
  * `healthyThreshold` successes bring it back. This catches a replica that Kubernetes calls Ready but
  * that cannot serve (the breaker, passive, catches the ones failing real requests).
  */
-import http from 'node:http';
+import http from '../core/node-http.js';
 import { type Scheduler } from '../core/clock.js';
 import { type EndpointSource, type PoolSpec } from '../core/types.js';
 import { HEALTH_PATHS } from './settings.js';

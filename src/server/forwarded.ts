@@ -4,7 +4,7 @@
  * rule. From anyone else they are replaced, so a client cannot make an engine (or its logs) believe
  * it came from elsewhere.
  */
-import { type IncomingMessage } from 'node:http';
+import type { IncomingMessage } from 'node:http';
 import { isIP } from 'node:net';
 import { type TLSSocket } from 'node:tls';
 import { type AddressRanges } from '../core/address-ranges.js';

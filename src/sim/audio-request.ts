@@ -4,7 +4,7 @@
  * is never decoded: its length gives the duration (as 16 kHz 16-bit mono PCM), and its bytes seed
  * the transcript, so the same file always reads the same.
  */
-import { type IncomingMessage } from 'node:http';
+import type { IncomingMessage } from 'node:http';
 import { readBody } from './http-io.js';
 import { hash53 } from './prng.js';
 import { fail, servedModel } from './request-checks.js';

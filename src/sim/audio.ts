@@ -4,7 +4,7 @@
  * stream of `transcription.chunk` / `translation.chunk` events ending in `[DONE]`. The transcript is
  * generated token by token in an engine slot like any answer (see `audio-request.ts` for its text).
  */
-import { type IncomingMessage, type ServerResponse } from 'node:http';
+import type { IncomingMessage, ServerResponse } from 'node:http';
 import { deflateSync } from 'node:zlib';
 import { DONE_EVENT } from './chat-response.js';
 import { parseAudioRequest, type AudioJob } from './audio-request.js';

@@ -3,7 +3,7 @@
  * putting the prompt in front of the text (in the first chunk when streaming), and the legacy
  * `logprobs` object (tokens, token_logprobs, top_logprobs as {token: logprob}, text_offset).
  */
-import { type IncomingMessage, type ServerResponse } from 'node:http';
+import type { IncomingMessage, ServerResponse } from 'node:http';
 import { type TokenLogprob } from './chat-generation.js';
 import { DONE_EVENT, type Usage } from './chat-response.js';
 import { completionParams, parseCompletionRequest, type CompletionJob, type CompletionPrompt } from './completions-request.js';

@@ -3,7 +3,7 @@
  * faults that act before the engine is involved (`status`, `hang`) and those that act after a
  * number of generated tokens (`die-after`, `stall-after`, `error-after`).
  */
-import { type ServerResponse } from 'node:http';
+import type { ServerResponse } from 'node:http';
 import { typeForStatus, vllmError } from './errors.js';
 import { type Fault } from './faults.js';
 import { abortOnClose, untilAborted, VLLM_ERRORS, type ErrorDialect } from './http-io.js';

@@ -4,7 +4,7 @@
  * followed, so that a handler notices when it leaves and a stream waits while it is not reading.
  */
 import { randomUUID } from 'node:crypto';
-import { type IncomingMessage, type ServerResponse } from 'node:http';
+import type { IncomingMessage, ServerResponse } from 'node:http';
 import { errorBody, streamErrorEvent, vllmError, type VllmError } from './errors.js';
 import { RequestError } from './request-checks.js';
 

@@ -2,7 +2,7 @@
  * The simulator's chat completions and embeddings routes: check the body like vLLM, then run it in
  * an engine slot (see `slots.ts`) and answer in JSON or SSE.
  */
-import { type IncomingMessage, type ServerResponse } from 'node:http';
+import type { IncomingMessage, ServerResponse } from 'node:http';
 import { type TokenLogprob } from './chat-generation.js';
 import { parseChatRequest, type ChatJob } from './chat-request.js';
 import { ChunkWriter, completionBody, DONE_EVENT, usageOf } from './chat-response.js';

@@ -6,7 +6,7 @@
  * content_block_stop, message_delta, message_stop. Every error uses Anthropic's envelope, with
  * vLLM's error type inside as vLLM's router does.
  */
-import { type IncomingMessage, type ServerResponse } from 'node:http';
+import type { IncomingMessage, ServerResponse } from 'node:http';
 import { type GenerationParams } from './chat-generation.js';
 import { fitContext, GENERATION_PROMPT, parseStop, renderTurn } from './chat-request.js';
 import { choicesFor, decode } from './decode-loop.js';

@@ -4,7 +4,7 @@
  * data_1/data_2). A pair's score is the cosine of the two texts' word sets: deterministic, in [0, 1].
  * Each request prefills all its pairs in one engine slot, like embeddings.
  */
-import { type IncomingMessage, type ServerResponse } from 'node:http';
+import type { IncomingMessage, ServerResponse } from 'node:http';
 import { newId, readJsonBody, sendJson, unixNow } from './http-io.js';
 import { asObject, fail, optionalInt, servedModel, type Body } from './request-checks.js';
 import { inSlot, poolingPass, type InferenceContext } from './slots.js';

@@ -4,7 +4,7 @@
  * around one `output_text.delta` per token, completed; no `[DONE]`), and keeps it in the replica's
  * store unless `store` is false; `GET /v1/responses/{id}` returns a stored one.
  */
-import { type IncomingMessage, type ServerResponse } from 'node:http';
+import type { IncomingMessage, ServerResponse } from 'node:http';
 import { type TokenLogprob } from './chat-generation.js';
 import { GENERATION_PROMPT, renderTurn } from './chat-request.js';
 import { choicesFor, decode } from './decode-loop.js';

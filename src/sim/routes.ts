@@ -2,7 +2,7 @@
  * The simulator's inference routes: every API a vLLM replica serves, by path, with its method.
  * (Discovery, health, metrics and `/sim/config` are the server's own, in `server.ts`.)
  */
-import { type IncomingMessage, type ServerResponse } from 'node:http';
+import type { IncomingMessage, ServerResponse } from 'node:http';
 import { handleTranscription, handleTranslation } from './audio.js';
 import { handleCompletions } from './completions.js';
 import { handleChat, handleEmbeddings } from './inference.js';

@@ -12,7 +12,8 @@
  * `/health` answers 503 and `/v1/models` and inference a 503 error with `Retry-After`, while
  * `/metrics` and `/sim/config` answer as usual.
  */
-import http, { type IncomingMessage, type ServerResponse } from 'node:http';
+import http from '../core/node-http.js';
+import type { IncomingMessage, Server, ServerResponse } from 'node:http';
 import { type AddressInfo } from 'node:net';
 import { systemClock, systemSleep, type Clock, type Sleep } from '../core/clock.js';
 import { SimEngine } from './engine.js';
@@ -52,7 +53,7 @@ export class SimServer {
   readonly engine: SimEngine;
   /** Its LoRA adapters (`--lora-adapters`, `--max-lora`, `--lora-load-ms`). */
   readonly lora: SimLora;
-  private readonly server: http.Server;
+  private readonly server: Server;
   private readonly random: () => number;
   private readonly logError: (message: string) => void;
   private readonly inference: InferenceContext;

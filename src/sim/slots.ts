@@ -3,7 +3,7 @@
  * (429 when the waiting queue is full), send the SSE headers of a stream as soon as the engine
  * accepts it (as vLLM does), and free the slot however the request ends.
  */
-import { type IncomingMessage, type ServerResponse } from 'node:http';
+import type { IncomingMessage, ServerResponse } from 'node:http';
 import { isAbortError } from '../core/clock.js';
 import { QueueFullError, type SimEngine } from './engine.js';
 import { vllmError } from './errors.js';

@@ -3,7 +3,7 @@
  * `POST /detokenize`, with the simulator's reversible tokenizer. They need no engine slot: like
  * vLLM's, they answer at once (after the request's fault, if any).
  */
-import { type IncomingMessage, type ServerResponse } from 'node:http';
+import type { IncomingMessage, ServerResponse } from 'node:http';
 import { renderPrompt } from './chat-request.js';
 import { earlyFault } from './fault-injection.js';
 import { readJsonBody, sendJson } from './http-io.js';

@@ -1,5 +1,6 @@
 /** The HTTP servers' lifecycle: listening (a failure is a config error naming the field) and closing. */
-import http, { type RequestListener, type Server } from 'node:http';
+import http from '../core/node-http.js';
+import type { RequestListener, Server } from 'node:http';
 import { systemSleep } from '../core/clock.js';
 import { type ServerConfig } from '../config/schema.js';
 import { type AddressInfo } from 'node:net';
