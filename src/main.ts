@@ -36,7 +36,7 @@ import { RecentTraffic, statusBoard } from './server/status.js';
 import { closeServer, createApiServer, drain, listen } from './wiring/servers.js';
 import { staticDiscovery } from './wiring/static-discovery.js';
 import { createLogger, lineSinkOf } from './wiring/logger.js';
-import { GoodputMetrics, sloResult } from './metrics/goodput.js';
+import { sloResult } from './metrics/goodput.js';
 import { discoveryGauges } from './wiring/gauges.js';
 
 export interface RouterOptions {
@@ -236,7 +236,6 @@ export async function createRouter(config: Config, options: RouterOptions = {}):
   limiter.start();
   let stopping = false;
   const logSink = lineSinkOf(logger);
-  const goodput = new GoodputMetrics([metrics.registry]);
   // The OpenTelemetry SDK is loaded only when tracing is on.
   const tracing = config.tracing.enabled ? (await import('./tracing/otel.js')).createTracing(config.tracing) : undefined;
   const notReadyReasons = (): string[] => [...(stopping ? ['shutting down'] : []), ...discovery.notReadyReasons()];
@@ -273,7 +272,7 @@ export async function createRouter(config: Config, options: RouterOptions = {}):
       // the deployment's own objective over the config's, field by field
       const own = discovery.catalog().resolve(deployment)?.slo;
       const result = sloResult(done, own ? { ...config.slo, ...own } : config.slo);
-      if (result) goodput.record(deployment, result);
+      if (result) metrics.recordGoodput(deployment, result);
     },
     clock,
     readiness: notReadyReasons,

@@ -12,8 +12,9 @@
  * - `rejected`: turned away for want of capacity — 429 (a queue, shedding, the key's limits) or 503;
  * - `failed`: every other outcome (a 5xx, a stream cut short).
  *
- * goodput = within ÷ (within + outside + rejected + failed). Every deployment's four series exist
- * from its first request on (at 0), so `rate()` sees the first event of each.
+ * goodput = within ÷ (within + outside + rejected + failed). Every known deployment's four series
+ * exist at 0 before its first request (`RouterMetrics` seeds them before each scrape and removes a
+ * deployment's when it leaves), so `rate()` sees the first event of each.
  */
 import { Counter, type Registry } from 'prom-client';
 import { type Slo } from '../core/types.js';
@@ -45,24 +46,12 @@ export function sloResult(done: Finished, slo: Slo): SloResult | undefined {
   return done.ttftMs <= slo.ttftMs && meanGap <= slo.itlMs ? 'within' : 'outside';
 }
 
-export class GoodputMetrics {
-  private readonly counter: Counter<'deployment' | 'result'>;
-  private readonly seen = new Set<string>();
-
-  constructor(registers: Registry[]) {
-    this.counter = new Counter({
-      name: 'modelgate_goodput_requests_total',
-      help: 'Requests offered to each deployment, by how they fared against its SLO: within, outside (served, but slower), rejected (429/503), failed. Goodput = within / all.',
-      labelNames: ['deployment', 'result'],
-      registers,
-    });
-  }
-
-  record(deployment: string, result: SloResult): void {
-    if (!this.seen.has(deployment)) {
-      this.seen.add(deployment);
-      for (const r of SLO_RESULTS) this.counter.inc({ deployment, result: r }, 0);
-    }
-    this.counter.inc({ deployment, result });
-  }
+/** `modelgate_goodput_requests_total{deployment, result}`. */
+export function goodputCounter(registers: Registry[]): Counter<'deployment' | 'result'> {
+  return new Counter({
+    name: 'modelgate_goodput_requests_total',
+    help: 'Requests offered to each deployment, by how they fared against its SLO: within, outside (served, but slower), rejected (429/503), failed. Goodput = within / all.',
+    labelNames: ['deployment', 'result'],
+    registers,
+  });
 }

@@ -15,6 +15,7 @@ import {
   RESPONSE_ENDS,
   RETRY_REASONS,
   SCRAPE_RESULTS,
+  SLO_RESULTS,
   type AttemptOutcome,
   type DiscoveryEventType,
   type LoraLoadResult,
@@ -25,6 +26,7 @@ import {
   type RetryReason,
   type Route,
   type ScrapeResult,
+  type SloResult,
   type StatusKind,
   type WatchedKind,
 } from './labels.js';
@@ -33,6 +35,7 @@ import { controlPlaneMetrics, type ControlPlaneMetrics, type ControlPlaneSources
 import { observeResilienceGauges, resilienceMetrics, type AdmissionSources, type ResilienceMetrics, type ResilienceSources } from './resilience.js';
 import { registerProcessMetrics } from './process.js';
 import { ResumptionMetrics } from './resumption.js';
+import { goodputCounter } from './goodput.js';
 import { observeRoutingGauges, routingMetrics, type RoutingMetrics, type RoutingSources, type RoutingStateSources } from './routing.js';
 import { trafficMetrics, type TrafficMetrics } from './traffic.js';
 
@@ -97,6 +100,7 @@ export class RouterMetrics {
   private readonly controlPlane: ControlPlaneMetrics;
   private demand: DemandMetrics | undefined;
   private readonly resumption: ResumptionMetrics;
+  private readonly goodput: Counter<'deployment' | 'result'>;
   private readonly exemplars: boolean;
   /** The (pool, outcome) label sets each endpoint's attempts have been counted under, to remove them when it leaves. */
   private readonly attemptLabels = new Map<string, Set<string>>();
@@ -112,6 +116,7 @@ export class RouterMetrics {
     this.resilience = resilienceMetrics(registers, sources);
     this.controlPlane = controlPlaneMetrics(registers, sources);
     this.resumption = new ResumptionMetrics(registers);
+    this.goodput = goodputCounter(registers);
     if (options.processMetrics ?? true) registerProcessMetrics(this.registry);
   }
 
@@ -124,6 +129,7 @@ export class RouterMetrics {
     const { routes, pools, holdingPools, fallbacks } = this.sources;
     const { traffic, resilience, routing } = this;
     for (const { deployment, pool, apis } of routes?.() ?? []) {
+      for (const result of SLO_RESULTS) this.goodput.inc({ deployment, result }, 0);
       for (const end of RESPONSE_ENDS) traffic.streamEnds.inc({ deployment, pool, end }, 0);
       for (const route of apis ?? []) traffic.requests.inc({ route, deployment, pool, code: '200' }, 0);
     }
@@ -163,6 +169,7 @@ export class RouterMetrics {
       routing.engineScrapes,
       routing.loraPlacements,
       routing.loraLoads,
+      this.goodput,
       ...(this.demand ? [this.demand.held] : []),
     ];
     for (const metric of metrics) await prune(metric, gone);
@@ -180,6 +187,11 @@ export class RouterMetrics {
       }
       this.attemptLabels.delete(endpoint);
     }
+  }
+
+  /** How a request offered to `deployment` fared against its SLO (metrics/goodput.ts). */
+  recordGoodput(deployment: string, result: SloResult): void {
+    this.goodput.inc({ deployment, result });
   }
 
   /** `traceId`: the request's sampled trace, kept as the duration bucket's exemplar. */

@@ -7,7 +7,7 @@
 import { describe, expect, it } from '@jest/globals';
 import { RouterMetrics, type MetricSources } from '../../src/metrics/metrics.js';
 import { DURATION_BUCKETS, ITL_BUCKETS, TTFT_BUCKETS } from '../../src/metrics/traffic.js';
-import { HOLD_EVENTS, LIMIT_REASONS, RETRY_REASONS } from '../../src/metrics/labels.js';
+import { HOLD_EVENTS, LIMIT_REASONS, RETRY_REASONS, SLO_RESULTS } from '../../src/metrics/labels.js';
 import { RESILIENCE_DEFAULTS } from '../../src/resilience/settings.js';
 import { metricSum } from '../helpers/router.js';
 
@@ -32,6 +32,7 @@ describe('RouterMetrics', () => {
     expect(text).toContain('modelgate_prefix_blocks_total{pool="llm",result="hit"} 0');
     expect(text).toContain('modelgate_prefix_blocks_total{pool="llm",result="miss"} 0');
     expect(text).toContain('modelgate_engine_scrapes_total{pool="llm",result="error"} 0');
+    for (const result of SLO_RESULTS) expect(text).toContain(`modelgate_goodput_requests_total{deployment="llm-prod",result="${result}"} 0`);
   });
 
   it('starts requests (code 200 per API the pool serves), retries, fallbacks, held requests, limit rejections and previous-response outcomes at 0', async () => {
@@ -66,7 +67,8 @@ describe('RouterMetrics', () => {
     metrics.recordTimeToFirstToken({ deployment: 'old', pool: 'old-pool' }, 0.05);
     metrics.recordRetry('old-pool', 'connect');
     metrics.recordFallback('llm-prod', 'old-pool', 'llm-prod', 'llm');
-    expect(await metrics.metrics()).toContain('old-pool');
+    metrics.recordGoodput('old', 'within');
+    expect(await metrics.metrics()).toContain('modelgate_goodput_requests_total{deployment="old",result="within"} 1');
     deployments = ['llm-prod'];
     pools = ['llm'];
     const text = await metrics.metrics();
