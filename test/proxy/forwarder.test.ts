@@ -60,14 +60,19 @@ async function oneAttempt(upstream: string, time: FakeTime, spec: Partial<Attemp
   return { url, results };
 }
 
-/** Sends a request and lets its timers run on fake time until the client has its answer. */
-async function send(url: string, time: FakeTime): Promise<RawResponse> {
+/**
+ * Sends a request and waits for the client's answer. Once `waitingOn()` says the exchange is in the
+ * state the test means to time out (never, by default), it lets the timers run on fake time: advancing
+ * before that, on a slow machine, would fire a timer the real sockets had not yet made moot (a
+ * connect timeout while the connection is still being made).
+ */
+async function send(url: string, time: FakeTime, waitingOn: () => boolean = () => false): Promise<RawResponse> {
   const response = rawRequest(`${url}/anything`, { body: '{}' });
   for (;;) {
     const settled = await Promise.race([response.then(() => true), new Promise<boolean>((resolve) => setTimeout(() => resolve(false), 5))]);
     if (settled) return response;
     const next = time.nextDueIn;
-    if (next !== undefined) await time.advance(next);
+    if (next !== undefined && waitingOn()) await time.advance(next);
   }
 }
 
@@ -101,13 +106,15 @@ describe('Forwarder.attempt', () => {
 
   it('fails with first_byte_timeout when the engine says nothing, and cancels the engine’s request', async () => {
     let engineSawClose = false;
+    let engineHasRequest = false;
     const upstream = await listen((req) => {
+      engineHasRequest = true;
       req.resume();
       req.socket.once('close', () => (engineSawClose = true));
     });
     const time = new FakeTime();
     const { url, results } = await oneAttempt(upstream, time);
-    const res = await send(url, time);
+    const res = await send(url, time, () => engineHasRequest);
     expect(res.status).toBe(599);
     expect(results[0]).toMatchObject({ kind: 'failed', reason: 'first_byte_timeout' });
     expect(time.now()).toBe(TIMEOUTS.firstByteMs);
@@ -141,7 +148,7 @@ describe('Forwarder.attempt', () => {
     });
     const time = new FakeTime();
     const { url, results } = await oneAttempt(upstream, time);
-    const res = await send(url, time);
+    const res = await send(url, time, () => results[0]?.kind === 'committed');
     const events = sseData(res.body);
     expect(events.at(-1)).toBe('[DONE]');
     expect(JSON.parse(events.at(-2) ?? '{}')).toEqual({ error: { message: expect.any(String), type: 'server_error', param: null, code: 'upstream_timeout' } });
