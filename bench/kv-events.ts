@@ -17,7 +17,7 @@ import { join } from 'node:path';
 import { load } from './lib/loadgen.js';
 import { engineCounters, hitRate, scrape, sum, type EngineCounters } from './lib/metrics.js';
 import { BENCH_KEY, freePorts, startModelgate, type ModelgateProc, type Proc } from './lib/procs.js';
-import { logNormal, mulberry32 } from './lib/random.js';
+import { sharedChats, systemPrompts } from './lib/chat-workload.js';
 import { barChart, machine, SMOKE, source, summarize, table, write, type Summary } from './lib/report.js';
 
 const MODEL = 'bench-model';
@@ -28,7 +28,6 @@ const CLIENTS = 32;
 const REPLICAS = 4;
 const MAX_NUM_SEQS = 8;
 const BLOCK_TOKENS = 16;
-const CHARS_PER_TOKEN = 4; // the simulator's (src/sim/text.ts)
 const SYSTEM_PROMPTS = 8;
 const CONVERSATIONS = 64;
 const KV_SHARE = 1 / 2;
@@ -37,54 +36,10 @@ const ROOT = new URL('../../', import.meta.url).pathname.replace('/.bench/', '/'
 const CLI = join(ROOT, 'dist/cli.js');
 const NET = `127.0.${100 + Math.floor(Math.random() * 100)}`;
 
-const WORDS = (
-  'the of and to in is that for it as with was on be by this are or from at an but not have which one all were they their ' +
-  'model token cache replica router stream batch queue prefix engine kernel tensor matrix vector layer weight value signal ' +
-  'river mountain garden winter summer ocean forest meadow harbor lantern copper silver amber quiet bright rapid gentle'
-).split(' ');
-
-function text(random: () => number, chars: number): string {
-  let out = '';
-  while (out.length < chars) out += WORDS[Math.floor(random() * WORDS.length)] + ' ';
-  return out.slice(0, chars);
-}
-
-interface Message {
-  role: 'system' | 'user' | 'assistant';
-  content: string;
-}
-
 /** The prefix benchmark's workload A (bench/prefix.ts): interleaved multi-turn chats over shared system prompts. */
 function workload(): { bodies: string[]; sharedTokens: number } {
-  const random = mulberry32(7);
-  const prompts: string[] = [];
-  let sharedTokens = 0;
-  for (let k = 0; k < SYSTEM_PROMPTS; k++) {
-    const t = 2000 + Math.floor(random() * 1001);
-    prompts.push(`You are assistant ${k} of desk ${k}. ` + text(random, t * CHARS_PER_TOKEN));
-    sharedTokens += t;
-  }
-  const turns = mulberry32(11);
-  let id = 0;
-  const fresh = (): { turns: number; messages: Message[]; id: number } => ({
-    turns: 2 + Math.floor(turns() * 7),
-    messages: [{ role: 'system', content: prompts[Math.floor(turns() * SYSTEM_PROMPTS)]! }],
-    id: id++,
-  });
-  const slots = Array.from({ length: CONVERSATIONS }, fresh);
-  const bodies: string[] = [];
-  while (bodies.length < BODIES) {
-    for (let s = 0; s < slots.length && bodies.length < BODIES; s++) {
-      const chat = slots[s]!;
-      const userTokens = Math.min(600, Math.max(8, Math.round(logNormal(turns, 80, 0.7))));
-      const output = Math.min(192, Math.max(8, Math.round(logNormal(turns, 48, 0.6))));
-      chat.messages.push({ role: 'user', content: `[chat ${chat.id}] ` + text(turns, userTokens * CHARS_PER_TOKEN) });
-      bodies.push(JSON.stringify({ model: MODEL, messages: chat.messages, max_tokens: output, ignore_eos: true, stream: true }));
-      chat.messages = [...chat.messages, { role: 'assistant', content: text(turns, output * CHARS_PER_TOKEN) }];
-      if (chat.messages.filter((m) => m.role === 'user').length >= chat.turns) slots[s] = fresh();
-    }
-  }
-  return { bodies, sharedTokens };
+  const shared = systemPrompts(SYSTEM_PROMPTS);
+  return { bodies: sharedChats(shared, { model: MODEL, count: BODIES, conversations: CONVERSATIONS }).bodies, sharedTokens: shared.tokens.reduce((a, b) => a + b, 0) };
 }
 
 async function waitForPort(host: string, port: number, exited: () => boolean): Promise<void> {

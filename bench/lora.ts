@@ -9,6 +9,7 @@
  * adapter hit rate (requests whose adapter was resident on arrival, from the simulators), adapter
  * loads, TTFT and throughput. Writes bench/results/lora.{md,svg}.
  */
+import { ROUTING_DEFAULTS } from '../src/balancer/settings.js';
 import { load } from './lib/loadgen.js';
 import { scrape, sum } from './lib/metrics.js';
 import { BENCH_KEY, startModelgate, startSim, type Proc } from './lib/procs.js';
@@ -77,15 +78,7 @@ const POLICIES: Policy[] = [
   {
     name: 'modelgate default profile without `lora` (load and engine aware, adapter blind)',
     short: 'default without lora',
-    routing: {
-      scorers: [
-        { name: 'outstanding', weight: 2 },
-        { name: 'queue', weight: 1 },
-        { name: 'kv-cache', weight: 0.25 },
-        { name: 'prefix', weight: 10 },
-        { name: 'session', weight: 20 },
-      ],
-    },
+    routing: { scorers: ROUTING_DEFAULTS.scorers.filter((scorer) => scorer.name !== 'lora') },
   },
 ];
 

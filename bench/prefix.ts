@@ -13,7 +13,8 @@ import { existsSync } from 'node:fs';
 import { load, type Sample } from './lib/loadgen.js';
 import { engineCounters, hitRate, pollQueues, scrape, sum, type EngineCounters, type QueueStats } from './lib/metrics.js';
 import { BENCH_KEY, startHaproxy, startModelgate, startSim, type Proc } from './lib/procs.js';
-import { logNormal, mulberry32 } from './lib/random.js';
+import { CHARS_PER_TOKEN, sharedChats, systemPrompts, text, type Message, type SharedSet } from './lib/chat-workload.js';
+import { mulberry32 } from './lib/random.js';
 import { barChart, machine, SMOKE, source, stack, summarize, table, tools, write, type Summary } from './lib/report.js';
 
 const MODEL = 'bench-model';
@@ -25,7 +26,6 @@ const CLIENTS = Number(process.env.BENCH_PREFIX_CLIENTS ?? 32);
 const REPLICAS = 4;
 const MAX_NUM_SEQS = 8;
 const BLOCK_TOKENS = 16;
-const CHARS_PER_TOKEN = 4; // the simulator's (src/sim/text.ts)
 const SYSTEM_PROMPTS = 8;
 /** Conversations in progress at once: turn t+1 of one comes this many requests after turn t. */
 const CONVERSATIONS = 64;
@@ -34,47 +34,11 @@ const KV_SHARE = Number(process.env.BENCH_PREFIX_KV_SHARE ?? 1 / 2);
 const WORKLOADS = (process.env.BENCH_PREFIX_WORKLOADS ?? 'shared,unique').split(',');
 const LATENCY = ['--ttft-ms', '10', '--prefill-ms-per-token', '0.1', '--itl-ms', '5'];
 
-const WORDS = (
-  'the of and to in is that for it as with was on be by this are or from at an but not have which one all were they their ' +
-  'model token cache replica router stream batch queue prefix engine kernel tensor matrix vector layer weight value signal ' +
-  'river mountain garden winter summer ocean forest meadow harbor lantern copper silver amber quiet bright rapid gentle ' +
-  'policy customer invoice refund account contract shipment warranty support ticket escalate summary answer explain'
-).split(' ');
-
-/** `chars` characters of random words. */
-function text(random: () => number, chars: number): string {
-  let out = '';
-  while (out.length < chars) out += WORDS[Math.floor(random() * WORDS.length)] + ' ';
-  return out.slice(0, chars);
-}
-
-interface Message {
-  role: 'system' | 'user' | 'assistant';
-  content: string;
-}
-
 interface Workload {
   name: string;
   bodies: string[];
   /** Per body: the system prompt it starts with (-1: none shared). */
   system: number[];
-}
-
-interface SharedSet {
-  prompts: string[];
-  tokens: number[];
-}
-
-function systemPrompts(): SharedSet {
-  const random = mulberry32(7);
-  const prompts: string[] = [];
-  const tokens: number[] = [];
-  for (let k = 0; k < SYSTEM_PROMPTS; k++) {
-    const t = 2000 + Math.floor(random() * 1001);
-    prompts.push(`You are assistant ${k} of the ${['billing', 'shipping', 'legal', 'travel', 'medical', 'retail', 'banking', 'support'][k % 8]} desk. ` + text(random, t * CHARS_PER_TOKEN));
-    tokens.push(t);
-  }
-  return { prompts, tokens };
 }
 
 /**
@@ -84,29 +48,7 @@ function systemPrompts(): SharedSet {
  * assistant message; when it ends, a new chat takes its place.
  */
 function sharedWorkload(shared: SharedSet, count: number): Workload {
-  const random = mulberry32(11);
-  const bodies: string[] = [];
-  const system: number[] = [];
-  let id = 0;
-  const fresh = (): { system: number; turns: number; messages: Message[]; id: number } => {
-    const k = Math.floor(random() * SYSTEM_PROMPTS);
-    return { system: k, turns: 2 + Math.floor(random() * 7), messages: [{ role: 'system', content: shared.prompts[k]! }], id: id++ };
-  };
-  const slots = Array.from({ length: CONVERSATIONS }, fresh);
-  while (bodies.length < count) {
-    for (let s = 0; s < slots.length && bodies.length < count; s++) {
-      const chat = slots[s]!;
-      const userTokens = Math.min(600, Math.max(8, Math.round(logNormal(random, 80, 0.7))));
-      const output = Math.min(192, Math.max(8, Math.round(logNormal(random, 48, 0.6))));
-      chat.messages.push({ role: 'user', content: `[chat ${chat.id}] ` + text(random, userTokens * CHARS_PER_TOKEN) });
-      bodies.push(JSON.stringify({ model: MODEL, messages: chat.messages, max_tokens: output, ignore_eos: true, stream: true }));
-      system.push(chat.system);
-      // the answer the client will send back with its next turn
-      chat.messages = [...chat.messages, { role: 'assistant', content: text(random, output * CHARS_PER_TOKEN) }];
-      if (chat.messages.filter((m) => m.role === 'user').length >= chat.turns) slots[s] = fresh();
-    }
-  }
-  return { name: 'shared prefix', bodies, system };
+  return { name: 'shared prefix', ...sharedChats(shared, { model: MODEL, count, conversations: CONVERSATIONS }) };
 }
 
 /** Workload B: every body of A with each message replaced by random text of the same length, unique from the first character. */
@@ -306,7 +248,7 @@ function spread(ok: readonly Sample[], workload: Workload): number {
 }
 
 async function main(): Promise<void> {
-  const shared = systemPrompts();
+  const shared = systemPrompts(SYSTEM_PROMPTS);
   const sharedTokens = shared.tokens.reduce((a, b) => a + b, 0);
   const sharedBlocks = Math.ceil(sharedTokens / BLOCK_TOKENS);
   const kvBlocks = Math.round(sharedBlocks * KV_SHARE);
