@@ -58,6 +58,12 @@ export function mergeRouting(base: RoutingSettings, overrides: RoutingOverrides 
   };
 }
 
+/** Why merged KV-event settings cannot work (a huggingface tokenizer without its directory), or undefined. */
+export function kvEventsProblem(k: RoutingSettings['kvEvents']): string | undefined {
+  if (!k.enabled || k.tokenizer !== 'huggingface' || (k.tokenizerDir ?? '') !== '') return undefined;
+  return "kvEvents.tokenizer huggingface needs kvEvents.tokenizerDir: the directory holding the model's tokenizer.json and tokenizer_config.json";
+}
+
 /** A JSON Schema for routing overrides (no defaults: they come from ROUTING_DEFAULTS). */
 export const routingOverridesSchema = {
   type: 'object',
@@ -119,7 +125,8 @@ export const routingOverridesSchema = {
         replayEndpoint: { type: 'string', pattern: '^$|^(tcp|ipc)://' },
         topic: { type: 'string', maxLength: 256 },
         staleAfterMs: { type: 'integer', minimum: 100, maximum: 3_600_000 },
-        tokenizer: { enum: ['simulator', 'opaque'] },
+        tokenizer: { enum: ['simulator', 'huggingface', 'opaque'] },
+        tokenizerDir: { type: 'string', minLength: 1, maxLength: 4096 },
         maxBlocksPerReplica: { type: 'integer', minimum: 16, maximum: 10_000_000 },
       },
     },

@@ -2,12 +2,12 @@
  * Loads the config file: YAML → schema check with defaults → cross-field checks → frozen Config.
  * The only module (with keys-file) that reads the environment or config files.
  */
-import { readFileSync } from 'node:fs';
+import { accessSync, constants, readFileSync } from 'node:fs';
 import { hostname } from 'node:os';
 import { dirname, resolve } from 'node:path';
 import { parseDocument } from 'yaml';
 import { describeSchemaErrors, type SchemaError } from '../core/schema-errors.js';
-import { mergeRouting, normalizeScorers, ROUTING_DEFAULTS, type RoutingOverrides } from '../balancer/settings.js';
+import { kvEventsProblem, mergeRouting, normalizeScorers, ROUTING_DEFAULTS, type RoutingOverrides, type RoutingSettings } from '../balancer/settings.js';
 import { mergeResilience, RESILIENCE_DEFAULTS, type ResilienceOverrides } from '../resilience/settings.js';
 import { AddressRanges } from '../core/address-ranges.js';
 import { ROUTER_OWNED_HEADERS } from '../proxy/headers.js';
@@ -105,6 +105,41 @@ function normalizeRouting(routing: RoutingOverrides | undefined, field: string):
   return { ...routing, scorers: normalizeScorers(routing.scorers) };
 }
 
+/** The model tokenizer files kvEvents.tokenizer huggingface reads (kv-events/hf-tokenizer.ts). */
+const TOKENIZER_FILES = ['tokenizer.json', 'tokenizer_config.json'];
+
+/** One routing block's KV-event tokenizer directory: resolved against `baseDir`, its files readable now. */
+function checkTokenizerDir(kv: RoutingSettings['kvEvents'], baseDir: string, field: string): void {
+  const problem = kvEventsProblem(kv);
+  if (problem) throw new ConfigError(problem, `${field}.kvEvents.tokenizerDir`);
+  if (kv.tokenizerDir === undefined || kv.tokenizerDir === '') return;
+  kv.tokenizerDir = resolve(baseDir, kv.tokenizerDir);
+  if (!kv.enabled || kv.tokenizer !== 'huggingface') return;
+  for (const file of TOKENIZER_FILES) {
+    const path = resolve(kv.tokenizerDir, file);
+    try {
+      accessSync(path, constants.R_OK);
+    } catch (err) {
+      throw new ConfigError(
+        `cannot read ${path} (${(err as NodeJS.ErrnoException).code ?? String(err)}): the directory must hold the model's ${TOKENIZER_FILES.join(' and ')}`,
+        `${field}.kvEvents.tokenizerDir`,
+      );
+    }
+  }
+}
+
+/** Every static pool's effective KV-event settings (its own over the router-wide ones), checked; relative directories resolved. */
+function checkTokenizerDirs(config: Config, baseDir: string): void {
+  const global = config.routing.kvEvents;
+  if (global.tokenizerDir) global.tokenizerDir = resolve(baseDir, global.tokenizerDir);
+  config.pools.forEach((pool, i) => {
+    const own = pool.routing?.kvEvents;
+    if (own?.tokenizerDir) own.tokenizerDir = resolve(baseDir, own.tokenizerDir);
+    checkTokenizerDir({ ...global, ...own }, baseDir, pool.routing?.kvEvents ? `pools[${i}].routing` : 'routing');
+  });
+  if (config.pools.length === 0) checkTokenizerDir({ ...global }, baseDir, 'routing');
+}
+
 /**
  * Validates parsed config data. Relative file paths are resolved against `baseDir`; `POD_NAME` and
  * `POD_NAMESPACE` from `env` (the downward API) give the leader-election identity and lease namespace.
@@ -159,6 +194,7 @@ export function buildConfig(data: unknown, baseDir: string, env: NodeJS.ProcessE
   discovery.identity ??= env.POD_NAME ?? hostname();
   if (discovery.kubeconfig) discovery.kubeconfig = resolve(baseDir, discovery.kubeconfig);
   config.auth.keysFile = resolve(baseDir, config.auth.keysFile);
+  checkTokenizerDirs(config, baseDir);
   /** A secret or certificate named by a config field, read now (a missing file stops the start). */
   const readSecret = (file: string, field: string, trim: boolean): { path: string; text: string } => {
     const path = resolve(baseDir, file);

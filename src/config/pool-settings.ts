@@ -5,7 +5,7 @@
  * declarations; this checks their overrides (a ModelPool may have been written without the CRD
  * schema) and merges them, for static and Kubernetes mode alike.
  */
-import { mergeRouting, normalizeScorers, routingOverridesSchema, type RoutingOverrides } from '../balancer/settings.js';
+import { kvEventsProblem, mergeRouting, normalizeScorers, routingOverridesSchema, type RoutingOverrides } from '../balancer/settings.js';
 import { type PoolResolver, type ResilienceSettings, type RoutingSettings } from '../core/types.js';
 import { mergeResilience, type ResilienceOverrides } from '../resilience/settings.js';
 import { validatorFor } from '../api/schema-validator.js';
@@ -53,11 +53,14 @@ export function poolResolver(base: { resilience: ResilienceSettings; routing: Ro
     if (problem) return { problem };
     const ownRouting = routing as RoutingOverrides | undefined;
     const { overrides: _overrides, ...plain } = pool;
+    const merged = mergeRouting(base.routing, ownRouting?.scorers ? { ...ownRouting, scorers: normalizeScorers(ownRouting.scorers) } : ownRouting);
+    const kvProblem = kvEventsProblem(merged.kvEvents);
+    if (kvProblem) return { problem: `${path}.routing: ${kvProblem}` };
     return {
       spec: {
         ...plain,
         resilience: mergeResilience(base.resilience, resilience as ResilienceOverrides | undefined),
-        routing: mergeRouting(base.routing, ownRouting?.scorers ? { ...ownRouting, scorers: normalizeScorers(ownRouting.scorers) } : ownRouting),
+        routing: merged,
       },
     };
   };

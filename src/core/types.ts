@@ -171,10 +171,13 @@ export interface KvEventsSettings {
   staleAfterMs: number;
   /**
    * How the router reads the token ids the events carry. `simulator`: with the simulator's tokenizer
-   * and chat template, so the router computes the engine's blocks exactly. `opaque`: it cannot (a real
-   * engine's tokenizer is not in the router); events only clear the estimate when the engine's cache is cleared.
+   * and chat template, so the router computes the engine's blocks exactly. `huggingface`: with the
+   * model's own tokenizer and chat template (`tokenizerDir`): exact for a real engine too, the request
+   * side rendering the template. `opaque`: it cannot; events only clear the estimate when the engine's cache is cleared.
    */
-  tokenizer: 'simulator' | 'opaque';
+  tokenizer: 'simulator' | 'huggingface' | 'opaque';
+  /** `huggingface`: the directory holding the model's `tokenizer.json` and `tokenizer_config.json`. */
+  tokenizerDir?: string;
   /** Engine blocks remembered per replica (the oldest stored dropped first beyond it). */
   maxBlocksPerReplica: number;
 }
@@ -304,6 +307,18 @@ export interface KvPrefixSource {
   state(pool: string, endpointId: string): 0 | 1 | 2;
   /** Leading blocks of `blocks` (balancer/prefix-index `promptBlocks`) the replica's engine holds. */
   match(pool: string, endpointId: string, blocks: readonly number[]): number;
+  /**
+   * The prompt's text as the pool's engine renders it (`kvEvents.tokenizer: huggingface`, once the
+   * model's files are loaded); undefined when the router's own rendering stands (other pools, APIs
+   * the template does not take, a template that fails): then the events cannot answer for this prompt.
+   */
+  promptText?(pool: string, prompt: PromptSource): string | undefined;
+}
+
+/** A request's body and API (`chat`, `completions`…), for a pool that renders prompts with the model's own template. */
+export interface PromptSource {
+  readonly api: string;
+  readonly body: Readonly<Record<string, unknown>>;
 }
 
 /** Read side of discovery: the current routable endpoints of a pool (an immutable snapshot). */

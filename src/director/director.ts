@@ -133,7 +133,7 @@ export class Director {
         tenant: request.tenant,
         weight: request.weight,
         requestId: request.requestId,
-        ...(promptText ? { promptText: () => promptText(body) } : {}),
+        ...(promptText ? { promptText: () => promptText(body), prompt: { api: api.name, body } } : {}),
         ...(pinned ? { only: pinned.endpoint } : {}),
         header: (name) => {
           const value = headers[name.toLowerCase()];

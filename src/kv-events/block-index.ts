@@ -6,6 +6,7 @@
  * is forgotten (the index then under-reports, never over-reports).
  */
 import { CHAIN_START, continueChain, simulatorText, type ChainState } from './block-text.js';
+import { EMPTY_TAIL, type DecodeTail } from './hf-tokenizer.js';
 import { type BlockKey, type KvEvent } from './wire.js';
 
 interface EngineBlock {
@@ -18,8 +19,15 @@ export interface ReplicaBlocksOptions {
   /** The pool's `prefix.blockChars`. */
   blockChars: number;
   maxBlocks: number;
-  /** Whether the events' token ids can be read (the simulator's tokenizer): otherwise only engine blocks are counted. */
+  /** Whether the events' token ids can be read (the simulator's tokenizer, or `reader`): otherwise only engine blocks are counted. */
   readable: boolean;
+  /** The model's tokenizer (huggingface mode): reads the ids along the chain, keeping the template's text. */
+  reader?: BlockReader;
+}
+
+/** What the index needs of a model tokenizer (hf-tokenizer.ts `HfModel`). */
+export interface BlockReader {
+  readBlock(tail: DecodeTail, ids: readonly number[]): { text: string; tail: DecodeTail };
 }
 
 export class ReplicaBlocks {
@@ -59,20 +67,27 @@ export class ReplicaBlocks {
   }
 
   private stored(blocks: readonly BlockKey[], parent: BlockKey | undefined, tokenIds: readonly number[], blockSize: number): void {
-    const { blockChars, readable } = this.options;
+    const { blockChars, readable, reader } = this.options;
     let state: ChainState | undefined = !readable ? undefined : parent === undefined ? CHAIN_START : this.engineBlocks.get(parent)?.state;
-    // vLLM's invariant: block_size token ids per block. Otherwise (the simulator's non-ASCII text) the text is split evenly.
+    // vLLM's invariant: block_size token ids per block. Otherwise (the simulator's blocks are of characters) the text is split evenly.
     const byTokens = tokenIds.length === blocks.length * blockSize;
-    const text = state === undefined || byTokens ? '' : simulatorText(tokenIds);
+    const text = state === undefined || byTokens ? '' : this.runText(state, tokenIds);
     for (let i = 0; i < blocks.length; i++) {
       const key = blocks[i] as BlockKey;
       let keys: readonly number[] = [];
       if (state !== undefined) {
-        const blockText = byTokens
-          ? simulatorText(tokenIds, i * blockSize, (i + 1) * blockSize)
-          : text.slice(Math.floor((i * text.length) / blocks.length), Math.floor(((i + 1) * text.length) / blocks.length));
-        const next = continueChain(state, blockText, blockChars);
-        state = next.state;
+        let tail: DecodeTail | undefined;
+        let blockText: string;
+        if (!byTokens) {
+          blockText = text.slice(Math.floor((i * text.length) / blocks.length), Math.floor(((i + 1) * text.length) / blocks.length));
+          tail = reader ? EMPTY_TAIL : undefined; // each of the simulator's blocks is whole characters
+        } else if (reader) {
+          const read = reader.readBlock(state.tail ?? EMPTY_TAIL, tokenIds.slice(i * blockSize, (i + 1) * blockSize));
+          blockText = read.text;
+          tail = read.tail;
+        } else blockText = simulatorText(tokenIds, i * blockSize, (i + 1) * blockSize);
+        const next = continueChain(state, blockText, blockChars, reader === undefined);
+        state = tail === undefined ? next.state : { ...next.state, tail };
         keys = next.keys;
       }
       this.forget(key); // stored again: its old chain (if some) no longer counts
@@ -84,6 +99,12 @@ export class ReplicaBlocks {
       if (oldest.done) break;
       this.forget(oldest.value);
     }
+  }
+
+  /** The text of a whole run of blocks, continuing `state`'s chain. */
+  private runText(state: ChainState, tokenIds: readonly number[]): string {
+    const reader = this.options.reader;
+    return reader ? reader.readBlock(state.tail ?? EMPTY_TAIL, tokenIds).text : simulatorText(tokenIds);
   }
 
   private forget(block: BlockKey): void {

@@ -10,9 +10,13 @@
  * tokenizer is reversible (src/sim/tokenizer.ts: up to four ASCII characters packed 7 bits each into
  * one id, every other UTF-16 unit an id of its own) and its template is ChatML
  * (`<|im_start|>role\ntext<|im_end|>\n`), which without its two markers is exactly the router's
- * rendering. A real engine's token ids are opaque here (its tokenizer is not in the router).
+ * rendering. For a real engine the router knows them when the pool names the model's tokenizer files
+ * (`kvEvents.tokenizer: huggingface`, hf-tokenizer.ts): then the request side renders the engine's
+ * template too, so the markers stay (`strip` false) and the blocks' token ids are read along the chain
+ * (the state's `tail`). Otherwise a real engine's token ids are opaque here.
  */
 import { hash53 } from '../core/hash.js';
+import type { DecodeTail } from './hf-tokenizer.js';
 
 /** The simulator's tokenizer (src/sim/tokenizer.ts, which the router does not import): characters per packed token. */
 const SIM_CHARS_PER_TOKEN = 4;
@@ -54,6 +58,8 @@ export interface ChainState {
   readonly hash: number;
   readonly pending: string;
   readonly held: string;
+  /** The model tokenizer's decoding state (huggingface mode). */
+  readonly tail?: DecodeTail;
 }
 
 /** Before the first block of a prompt. */
@@ -62,11 +68,12 @@ export const CHAIN_START: ChainState = { hash: 0, pending: '', held: '' };
 /**
  * Continues `state` over one engine block's rendered text: the router blocks completed within it
  * (their chained hashes, as `promptBlocks` computes them over the router's text) and the state after it.
+ * `strip`: drop ChatML's markers (the simulator mode: the router's text is the conversation without them).
  */
-export function continueChain(state: ChainState, blockText: string, blockChars: number): { state: ChainState; keys: number[] } {
+export function continueChain(state: ChainState, blockText: string, blockChars: number, strip = true): { state: ChainState; keys: number[] } {
   let text = state.held + blockText;
-  for (const marker of MARKERS) if (text.includes(marker)) text = text.split(marker).join('');
-  const held = markerTail(text);
+  if (strip) for (const marker of MARKERS) if (text.includes(marker)) text = text.split(marker).join('');
+  const held = strip ? markerTail(text) : 0;
   let pending = state.pending + (held === 0 ? text : text.slice(0, text.length - held));
   let hash = state.hash;
   const keys: number[] = [];

@@ -3,11 +3,14 @@
  * discovery (a tick compares each pool's endpoints with the feeds: new replicas are subscribed, gone
  * ones closed, a changed setting resubscribes), and answers the picker's {@link KvPrefixSource}
  * questions from them. `zeromq` and msgpack are loaded on the first enabled pool, never before: a
- * router without KV events pays nothing for them.
+ * router without KV events pays nothing for them. A pool with `tokenizer: huggingface` is subscribed
+ * once its model's tokenizer files are loaded (hf-tokenizer.ts, with the two Hugging Face libraries:
+ * also loaded only then, once per directory); the hub then renders that pool's prompts too.
  */
 import { type Scheduler } from '../core/clock.js';
-import { type EndpointSource, type KvEventsSettings, type KvPrefixSource, type PoolSpec } from '../core/types.js';
+import { type EndpointSource, type KvEventsSettings, type KvPrefixSource, type PoolSpec, type PromptSource } from '../core/types.js';
 import type { FeedState } from './feed.js';
+import type { HfModel } from './hf-tokenizer.js';
 import type { FeedTarget, ZmqFeed } from './zmq-transport.js';
 
 export interface KvEventsEvents {
@@ -33,6 +36,8 @@ export interface KvEventsHubDeps {
   events?: KvEventsEvents;
   /** Loads the transport (default: zmq-transport.ts, by a dynamic import). */
   transport?: () => Promise<FeedTransport>;
+  /** Loads a model's tokenizer directory (default: hf-tokenizer.ts `loadHfModel`, by a dynamic import). */
+  loadTokenizer?: (dir: string) => Promise<HfModel>;
   /** How often subscriptions follow discovery (default 1 s). */
   syncIntervalMs?: number;
 }
@@ -45,6 +50,12 @@ export interface KvEventsPoolStats {
   connected: number;
   /** Engine blocks held, over the pool's replicas, as their events said. */
   blocks: number;
+}
+
+/** A tokenizer directory: loading, loaded, or failed (its pools then stay opaque, the error reported once). */
+interface TokenizerEntry {
+  model?: HfModel;
+  failed?: boolean;
 }
 
 interface Subscription {
@@ -61,13 +72,17 @@ export function feedAddress(template: string, url: URL): string {
   return template.split('{host}').join(url.hostname);
 }
 
-function signature(k: KvEventsSettings, blockChars: number): string {
-  return [k.endpoint, k.replayEndpoint ?? '', k.topic ?? '', k.staleAfterMs, k.tokenizer, k.maxBlocksPerReplica, blockChars].join('\n');
+function signature(k: KvEventsSettings, blockChars: number, reader: HfModel | undefined): string {
+  return [k.endpoint, k.replayEndpoint ?? '', k.topic ?? '', k.staleAfterMs, k.tokenizer, k.tokenizerDir ?? '', reader ? 'read' : '', k.maxBlocksPerReplica, blockChars].join('\n');
 }
 
 export class KvEventsHub implements KvPrefixSource {
   /** pool → endpoint id → subscription (nested, so a pick's lookups build no key). */
   private readonly byPool = new Map<string, Map<string, Subscription>>();
+  /** Tokenizer directory → its model (huggingface pools). */
+  private readonly tokenizers = new Map<string, TokenizerEntry>();
+  /** Pool → the model its prompts are rendered with (huggingface pools whose model is loaded). */
+  private readonly renderers = new Map<string, HfModel>();
   private transport: FeedTransport | undefined;
   private loading: Promise<void> | undefined;
   private timer: unknown;
@@ -97,6 +112,10 @@ export class KvEventsHub implements KvPrefixSource {
   state(pool: string, endpointId: string): 0 | 1 | 2 {
     const sub = this.byPool.get(pool)?.get(endpointId);
     return sub === undefined || !sub.readable ? 0 : STATE_CODE[sub.live.feed.state()];
+  }
+
+  promptText(pool: string, prompt: PromptSource): string | undefined {
+    return this.renderers.get(pool)?.promptText(prompt);
   }
 
   match(pool: string, endpointId: string, blocks: readonly number[]): number {
@@ -135,6 +154,7 @@ export class KvEventsHub implements KvPrefixSource {
       for (const sub of subs.values()) sub.live.close();
       this.byPool.delete(pool);
     }
+    for (const pool of this.renderers.keys()) if (!keep.has(pool)) this.renderers.delete(pool);
     if (transport === undefined) return;
     for (const pool of enabled) this.syncPool(pool, transport);
   }
@@ -152,9 +172,44 @@ export class KvEventsHub implements KvPrefixSource {
     );
   }
 
+  /**
+   * The model a huggingface pool's events are read with: undefined while its directory loads (the
+   * pool waits, unsubscribed) — `null` for other pools and for a directory that failed (read as opaque).
+   */
+  private readerFor(pool: PoolSpec): HfModel | null | undefined {
+    const settings = pool.routing.kvEvents;
+    if (settings.tokenizer !== 'huggingface' || settings.tokenizerDir === undefined) {
+      this.renderers.delete(pool.name);
+      return null;
+    }
+    const dir = settings.tokenizerDir;
+    let entry = this.tokenizers.get(dir);
+    if (!entry) {
+      this.tokenizers.set(dir, (entry = {}));
+      const load = this.deps.loadTokenizer ?? (async (d: string) => (await import('./hf-tokenizer.js')).loadHfModel(d));
+      load(dir).then(
+        (model) => {
+          (entry as TokenizerEntry).model = model;
+          this.sync();
+        },
+        (err: unknown) => {
+          (entry as TokenizerEntry).failed = true;
+          this.deps.events?.onError?.(pool.name, '*', err instanceof Error ? err : new Error(String(err)));
+          this.sync();
+        },
+      );
+    }
+    if (entry.model) this.renderers.set(pool.name, entry.model);
+    else this.renderers.delete(pool.name);
+    return entry.model ?? (entry.failed ? null : undefined);
+  }
+
   private syncPool(pool: PoolSpec, transport: FeedTransport): void {
     const settings = pool.routing.kvEvents;
-    const sig = signature(settings, pool.routing.prefix.blockChars);
+    const reader = this.readerFor(pool);
+    if (reader === undefined) return;
+    const sig = signature(settings, pool.routing.prefix.blockChars, reader ?? undefined);
+    const readable = settings.tokenizer === 'simulator' || reader !== null;
     let subs = this.byPool.get(pool.name);
     if (!subs) this.byPool.set(pool.name, (subs = new Map<string, Subscription>()));
     const live = new Set<string>();
@@ -163,7 +218,7 @@ export class KvEventsHub implements KvPrefixSource {
       const current = subs.get(ep.id);
       if (current?.signature === sig) continue;
       current?.live.close();
-      subs.set(ep.id, { signature: sig, readable: pool.routing.kvEvents.tokenizer === 'simulator', live: this.subscribe(pool, ep.id, ep.url, transport) });
+      subs.set(ep.id, { signature: sig, readable, live: this.subscribe(pool, ep.id, ep.url, transport, reader ?? undefined) });
     }
     for (const [id, sub] of subs) {
       if (live.has(id)) continue;
@@ -172,7 +227,7 @@ export class KvEventsHub implements KvPrefixSource {
     }
   }
 
-  private subscribe(pool: PoolSpec, endpointId: string, url: URL, transport: FeedTransport): Pick<ZmqFeed, 'feed' | 'close'> {
+  private subscribe(pool: PoolSpec, endpointId: string, url: URL, transport: FeedTransport, reader: HfModel | undefined): Pick<ZmqFeed, 'feed' | 'close'> {
     const settings = pool.routing.kvEvents;
     const events = this.deps.events;
     const name = pool.name;
@@ -186,7 +241,8 @@ export class KvEventsHub implements KvPrefixSource {
       {
         blockChars: pool.routing.prefix.blockChars,
         maxBlocks: settings.maxBlocksPerReplica,
-        readable: settings.tokenizer === 'simulator',
+        readable: settings.tokenizer === 'simulator' || reader !== undefined,
+        ...(reader ? { reader } : {}),
         staleAfterMs: settings.staleAfterMs,
         now: this.deps.now,
         events: {

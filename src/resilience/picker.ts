@@ -29,6 +29,7 @@ import {
   type EndpointSource,
   type HoldEvent,
   type KvPrefixSource,
+  type PromptSource,
   type PoolSpec,
   type Priority,
   type ScheduleInfo,
@@ -71,6 +72,8 @@ export interface PickRequest {
   requestId?: string;
   /** The rendered prompt (chat), for prefix affinity; called only by pools whose profile uses it. */
   promptText?: () => string;
+  /** The request's API and body, for a pool that renders prompts with its model's own template (`kvEvents.tokenizer: huggingface`). */
+  prompt?: PromptSource;
   /** The value of a request header (the pool names its session header), if sent. */
   header?: (name: string) => string | undefined;
   /** The only endpoint the request may go to (it holds state the request builds on, e.g. a stored response). */
@@ -208,7 +211,7 @@ function scheduleInfo(b: PickBuffers, count: number, winner: number): ScheduleIn
 
 export class EndpointPicker {
   /** Prompt blocks per request, per block geometry: a queued request is re-scheduled without re-hashing. */
-  private readonly blocks = new WeakMap<PickRequest, { key: string; hashes: number[]; length: number }>();
+  private readonly blocks = new WeakMap<PickRequest, { key: string; hashes: number[]; length: number; engineText: boolean }>();
   private readonly views = new Map<string, PoolView>();
   private buffers = new PickBuffers(16);
   /** Requests held per pool at zero, and the timer of their next look for a ready replica. */
@@ -438,22 +441,33 @@ export class EndpointPicker {
     const usesPrefix = pool.routing.scorers.some((s) => s.name === 'prefix' && s.weight > 0);
     if (!usesPrefix || request.promptText === undefined) return [];
     const { blockChars, maxBlocks } = pool.routing.prefix;
-    const key = `${blockChars}/${maxBlocks}`;
+    // a pool rendering with its model's template has its own text: blocks are per pool then
+    const templated = pool.routing.kvEvents.enabled && pool.routing.kvEvents.tokenizer === 'huggingface';
+    const key = templated ? `${blockChars}/${maxBlocks}/${pool.name}` : `${blockChars}/${maxBlocks}`;
     const memo = this.blocks.get(request);
     if (memo?.key === key) return memo.hashes;
-    const text = request.promptText();
+    const engineText = templated && request.prompt !== undefined ? this.deps.kvPrefix?.promptText?.(pool.name, request.prompt) : undefined;
+    const text = engineText ?? request.promptText();
     const hashes = promptBlocks(text, blockChars, maxBlocks);
-    this.blocks.set(request, { key, hashes, length: text.length / blockChars });
+    this.blocks.set(request, { key, hashes, length: text.length / blockChars, engineText: engineText !== undefined });
     return hashes;
+  }
+
+  /** Where a pick's prefix matches come from for `pool`: the engines' events, unless they speak another text than this request's blocks. */
+  private kvState(pool: PoolSpec, endpointId: string, request: PickRequest): 0 | 1 | 2 {
+    const kv = this.deps.kvPrefix;
+    if (kv === undefined) return 0;
+    const k = pool.routing.kvEvents;
+    if (k.enabled && k.tokenizer === 'huggingface' && this.blocks.get(request)?.engineText !== true) return 0;
+    return kv.state(pool.name, endpointId);
   }
 
   /**
    * The leading blocks of `blocks` a candidate likely holds: what its engine's KV events say while they
    * are fresh and complete; the most of them and the estimate while they are partial; else the estimate.
    */
-  private prefixMatch(pool: string, ep: Endpoint, hold: PrefixHold | undefined, blocks: readonly number[]): number {
+  private prefixMatch(pool: string, ep: Endpoint, hold: PrefixHold | undefined, blocks: readonly number[], state: 0 | 1 | 2): number {
     const kv = this.deps.kvPrefix;
-    const state = kv === undefined ? 0 : kv.state(pool, ep.id);
     if (state === 2) return (kv as KvPrefixSource).match(pool, ep.id, blocks);
     const estimate = hold ? this.prefixIndex.matchHeld(hold, blocks) : this.prefixIndex.match(ep.id, blocks);
     return state === 0 ? estimate : Math.max(estimate, (kv as KvPrefixSource).match(pool, ep.id, blocks));
@@ -489,7 +503,7 @@ export class EndpointPicker {
       b.local[count] = inFlight;
       b.engine[count] = sample;
       b.load[count] = estimatedLoad(inFlight, sample, ep.weight);
-      if (blocks.length > 0) b.prefixMatched[count] = this.prefixMatch(pool.name, ep, prefixes?.[i], blocks);
+      if (blocks.length > 0) b.prefixMatched[count] = this.prefixMatch(pool.name, ep, prefixes?.[i], blocks, this.kvState(pool, ep.id, request));
       if (adapter !== undefined) {
         b.adapterHeld[count] = this.placements.holds(adapter, ep.id, forgetBefore, sample?.lora) ? 1 : 0;
         b.adaptersUnreported[count] = this.placements.unreported(ep.id, forgetBefore, sample?.lora);
@@ -533,7 +547,7 @@ export class EndpointPicker {
     const prompt = this.blocks.get(request);
     if (prompt?.hashes === blocks) this.deps.events?.onPicked?.(pool.name, chosen.prefixMatched, prompt.length); // this pool's geometry, short prompts too
     if (prompt?.hashes === blocks && this.deps.events?.onPrefixPredicted) {
-      this.deps.events.onPrefixPredicted(pool.name, PREFIX_SOURCES[this.deps.kvPrefix?.state(pool.name, endpoint.id) ?? 0] as PrefixSource, chosen.prefixMatched, prompt.length);
+      this.deps.events.onPrefixPredicted(pool.name, PREFIX_SOURCES[this.kvState(pool, endpoint.id, request)] as PrefixSource, chosen.prefixMatched, prompt.length);
     }
     const { adapter } = pool;
     if (adapter && chosen.placement) {

@@ -12,6 +12,8 @@ export interface ChatLimits {
   maxModelLen: number;
   /** Range of the "natural" answer length (tokens until the synthetic EOS). */
   outputTokens: { min: number; max: number };
+  /** `--tokenizer-dir`: the model's chat template renders the prompt (a continued final message excepted). */
+  template?: { render(messages: readonly unknown[], addGenerationPrompt: boolean, tools: unknown): string };
 }
 
 export interface ChatJob {
@@ -132,6 +134,15 @@ export function fitContext(promptTokens: number, requested: number | undefined, 
   return requested ?? maxModelLen - promptTokens;
 }
 
+/** The model's template over `messages`; a template that raises is the request's 400, as in vLLM. */
+function templateText(template: NonNullable<ChatLimits['template']>, messages: readonly unknown[], addGenerationPrompt: boolean, tools: unknown): string {
+  try {
+    return template.render(messages, addGenerationPrompt, tools);
+  } catch (err) {
+    return fail(`The chat template could not be rendered: ${(err as Error).message}`, 'messages');
+  }
+}
+
 /** Validates a chat request like vLLM and turns it into a job. Throws {@link RequestError}. */
 export function parseChatRequest(raw: unknown, limits: ChatLimits): ChatJob {
   const body = asObject(raw);
@@ -139,7 +150,8 @@ export function parseChatRequest(raw: unknown, limits: ChatLimits): ChatJob {
   if (!Array.isArray(body.messages) || body.messages.length === 0) fail('messages must be a non-empty list.', 'messages');
   const messages: unknown[] = body.messages;
   const { addGenerationPrompt, continueFinal } = parseTemplateFlags(body, messages);
-  const promptText = renderPrompt(messages, addGenerationPrompt, continueFinal);
+  const ownText = renderPrompt(messages, addGenerationPrompt, continueFinal); // also checks the messages
+  const promptText = limits.template && !continueFinal ? templateText(limits.template, messages, addGenerationPrompt, body.tools) : ownText;
   const seed = optionalInt(body, 'seed', Number.MIN_SAFE_INTEGER);
   const n = optionalInt(body, 'n', 1, 128) ?? 1;
   const resume = continueFinal && n === 1 ? resumeOf(messages, promptText, seed) : undefined;

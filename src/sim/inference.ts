@@ -16,6 +16,7 @@ export async function handleChat(ctx: InferenceContext, req: IncomingMessage, re
     models: ctx.options.model,
     maxModelLen: ctx.options.maxModelLen,
     outputTokens: { min: ctx.options.outputMin, max: ctx.options.outputMax },
+    ...(ctx.chatModel ? { template: ctx.chatModel } : {}),
   });
   await inSlot(ctx, req, res, { stream: job.stream, model: job.model }, (run) => generate(run, job));
 }

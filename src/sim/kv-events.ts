@@ -6,7 +6,9 @@
  * lora_id, medium]`, `["BlockRemoved", block_hashes, medium]`, `["AllBlocksCleared"]` — and, with a
  * replay port, a ROUTER socket that answers a start sequence with the buffered batches from it on,
  * `[seq, payload]` each, then sequence -1 and an empty payload. One batch per prefix-cache change
- * (vLLM: per engine step). The token ids are the simulator's own tokenizer's (sim/tokenizer.ts).
+ * (vLLM: per engine step). The token ids are the simulator's own tokenizer's (sim/tokenizer.ts), or
+ * with `--tokenizer-dir` the model's (hf-template.ts), each block's text tokenized on its own: the
+ * simulator's blocks are of characters, so a block's id count varies (vLLM's are `block_size` ids).
  *
  * `zeromq` and msgpack are loaded only when `--kv-events-port` is set (server.ts imports this module then).
  */
@@ -25,6 +27,8 @@ export interface KvEventsOptions {
   blockSize: number;
   /** Batches kept for replay (vLLM's `buffer_steps`). */
   bufferSize?: number;
+  /** The token ids of a block's text (default: the simulator's tokenizer; `--tokenizer-dir`: the model's). */
+  tokenize?: (text: string) => number[];
 }
 
 const MEDIUM = 'GPU';
@@ -36,10 +40,10 @@ function seqFrame(seq: bigint): Buffer {
 }
 
 /** The msgpack KVEventBatch of one cache change. */
-export function encodeBatch(ts: number, stored: readonly StoredRun[], removed: readonly number[], blockSize: number, cleared = false): Uint8Array {
+export function encodeBatch(ts: number, stored: readonly StoredRun[], removed: readonly number[], blockSize: number, cleared = false, tokenIds: (text: string) => number[] = tokenize): Uint8Array {
   const events: unknown[] = [];
   if (cleared) events.push(['AllBlocksCleared']);
-  for (const run of stored) events.push(['BlockStored', run.hashes, run.parent ?? null, run.texts.flatMap((t) => tokenize(t)), blockSize, null, MEDIUM]);
+  for (const run of stored) events.push(['BlockStored', run.hashes, run.parent ?? null, run.texts.flatMap((t) => tokenIds(t)), blockSize, null, MEDIUM]);
   if (removed.length > 0) events.push(['BlockRemoved', [...removed], MEDIUM]);
   return encode([ts, events]);
 }
@@ -81,7 +85,7 @@ export class KvEventsPublisher implements PrefixCacheListener {
   }
 
   changed(stored: readonly StoredRun[], removed: readonly number[]): void {
-    this.publish(encodeBatch(Date.now() / 1000, stored, removed, this.options.blockSize));
+    this.publish(encodeBatch(Date.now() / 1000, stored, removed, this.options.blockSize, false, this.options.tokenize));
   }
 
   cleared(): void {

@@ -37,6 +37,8 @@ export interface SimOptions {
   kvEventsPort: number;
   kvEventsReplayPort: number;
   kvEventsTopic: string;
+  /** A model's tokenizer directory: chats rendered with its template, KV events with its token ids ('' = the simulator's own). */
+  tokenizerDir: string;
   loraAdapters: string[];
   maxLora: number;
   loraLoadMs: number;
@@ -81,6 +83,11 @@ export const SIM_FLAGS: FlagTable = {
   kvEventsPort: { default: 0, kind: 'int', min: 0, max: 65535, help: "publish KV-cache events on this port, as vLLM's --kv-events-config (ZMQ PUB, msgpack; 0 = off)" },
   kvEventsReplayPort: { default: 0, kind: 'int', min: 0, max: 65535, help: 'replay socket for missed KV-event batches (ZMQ ROUTER; 0 = none)' },
   kvEventsTopic: { default: '', kind: 'string', help: 'topic of the KV-event messages' },
+  tokenizerDir: {
+    default: '',
+    kind: 'string',
+    help: "a model's tokenizer.json and tokenizer_config.json: render chats with its chat template, publish KV events with its token ids (none = ChatML and the simulator's tokenizer)",
+  },
   loraAdapters: { default: [], kind: 'list', help: 'LoRA adapters served on the base model (repeat, or comma-separated); more load at run time with POST /v1/load_lora_adapter' },
   maxLora: { default: 1, kind: 'int', min: 1, max: 256, help: 'adapters resident at once (vLLM --max-loras); a request for another waits for a slot' },
   loraLoadMs: { default: 20, kind: 'number', min: 0, max: 600_000, help: 'time (ms) to load an adapter into a slot, and for POST /v1/load_lora_adapter' },

@@ -127,7 +127,8 @@ export class SimServer {
     return this.modelLoad.loaded;
   }
 
-  listen(): Promise<string> {
+  async listen(): Promise<string> {
+    await this.loadChatModel();
     return new Promise((resolve, reject) => {
       this.server.once('error', reject);
       this.server.listen(this.options.port, this.options.host, () => {
@@ -142,12 +143,23 @@ export class SimServer {
     });
   }
 
+  /** `--tokenizer-dir`: the Hugging Face libraries are loaded only then. */
+  private async loadChatModel(): Promise<void> {
+    if (this.options.tokenizerDir === '' || this.inference.chatModel) return;
+    const { SimChatModel } = await import('./hf-template.js');
+    this.inference.chatModel = await SimChatModel.load(this.options.tokenizerDir);
+  }
+
   /** zeromq is loaded only when KV events are asked for. */
   private async startKvEvents(): Promise<void> {
     const { kvEventsPort, kvEventsReplayPort, kvEventsTopic, host, blockSize } = this.options;
     if (kvEventsPort === 0 || this.kvEvents) return;
     const { KvEventsPublisher } = await import('./kv-events.js');
-    this.kvEvents = await KvEventsPublisher.start({ host, port: kvEventsPort, replayPort: kvEventsReplayPort, topic: kvEventsTopic, blockSize }, this.engine.prefixCache);
+    const tokenize = this.inference.chatModel?.encode;
+    this.kvEvents = await KvEventsPublisher.start(
+      { host, port: kvEventsPort, replayPort: kvEventsReplayPort, topic: kvEventsTopic, blockSize, ...(tokenize ? { tokenize } : {}) },
+      this.engine.prefixCache,
+    );
   }
 
   /** Stops listening and cuts every open connection (in-flight generations are aborted). */

@@ -13,6 +13,7 @@ import { LoraAdapterError, type SimLora } from './lora.js';
 import { abortOnClose, SSE_HEADERS, VLLM_ERRORS, type ErrorDialect } from './http-io.js';
 import { type SimOptions } from './options.js';
 import { type ResponseStore } from './responses-store.js';
+import type { SimChatModel } from './hf-template.js';
 import { type Sequence } from './sequence.js';
 
 /** What the handlers use of the server they run in. */
@@ -26,6 +27,8 @@ export interface InferenceContext {
   faultFor(req: IncomingMessage): Fault;
   /** The replica's LoRA adapters (lora.ts). */
   readonly lora?: SimLora;
+  /** `--tokenizer-dir`: the model's chat template (set before the server listens). */
+  chatModel?: SimChatModel;
 }
 
 /** One admitted request: its slot, fault and client, and how its route writes errors. */

@@ -63,7 +63,13 @@ beforeAll(async () => {
     noPdb: { 'podDisruptionBudget.enabled': false },
     noSpread: { topologySpreadConstraints: [] },
     ownSpread: { topologySpreadConstraints: [{ maxSkew: 2, topologyKey: 'topology.kubernetes.io/zone', whenUnsatisfiable: 'DoNotSchedule', labelSelector: { matchLabels: { team: 'x' } } }] },
-    extras: { extraEnv: [{ name: 'NODE_OPTIONS', value: '--max-old-space-size=384' }], image: { repository: 'registry.example.com/modelgate', tag: '1.2.3', pullPolicy: 'Always' }, replicaCount: 4 },
+    extras: {
+      extraEnv: [{ name: 'NODE_OPTIONS', value: '--max-old-space-size=384' }],
+      extraVolumes: [{ name: 'qwen-tokenizer', configMap: { name: 'qwen-tokenizer' } }],
+      extraVolumeMounts: [{ name: 'qwen-tokenizer', mountPath: '/etc/modelgate/tokenizers/qwen', readOnly: true }],
+      image: { repository: 'registry.example.com/modelgate', tag: '1.2.3', pullPolicy: 'Always' },
+      replicaCount: 4,
+    },
     ports: { service: { port: 80, adminPort: 9100 } },
     longName: { nameOverride: 'n'.repeat(60) },
     routing: { 'config.routing': ROUTING, 'config.priority.header': 'x-llm-priority' },
@@ -136,6 +142,13 @@ describe('chart Deployment: the pod', () => {
     expect(containerOf(get('extras')).env?.map((e) => e.name)).toEqual(['POD_NAME', 'POD_NAMESPACE', 'NODE_OPTIONS']);
     expect(containerOf(get('extras')).image).toBe('registry.example.com/modelgate:1.2.3');
     expect(deploymentOf(get('extras')).spec?.replicas).toBe(4);
+  });
+
+  it('mounts extraVolumes where extraVolumeMounts say (a model tokenizer for kvEvents.tokenizer huggingface)', () => {
+    const pod = deploymentOf(get('extras')).spec?.template.spec;
+    expect(pod?.volumes?.find((v) => v.name === 'qwen-tokenizer')).toEqual({ name: 'qwen-tokenizer', configMap: { name: 'qwen-tokenizer' } });
+    expect(containerOf(get('extras')).volumeMounts?.find((m) => m.name === 'qwen-tokenizer')).toEqual({ name: 'qwen-tokenizer', mountPath: '/etc/modelgate/tokenizers/qwen', readOnly: true });
+    expect(deploymentOf(get('base')).spec?.template.spec?.volumes?.map((v) => v.name)).not.toContain('qwen-tokenizer');
   });
 
   it('asks for 500m CPU and 256Mi, limits memory to 512Mi', () => {

@@ -125,6 +125,10 @@ describe('a static-mode router, after answering requests', () => {
     ['zeromq', '/node_modules/zeromq/'],
     ['msgpack', '/node_modules/@msgpack/'],
     ['the KV-events transport', '/dist/kv-events/zmq-transport.js'],
+    // a model's tokenizer and chat template load only for a pool with kvEvents.tokenizer huggingface
+    ['the Hugging Face tokenizers', '/node_modules/@huggingface/tokenizers/'],
+    ['the Jinja template engine', '/node_modules/@huggingface/jinja/'],
+    ["the router's model tokenizer", '/dist/kv-events/hf-tokenizer.js'],
     // the validators are compiled by the build (src/api/schema-validator.ts); only ajv's small runtime helpers load
     ["ajv's schema compiler", '/node_modules/ajv/dist/ajv.js'],
     ["ajv's code generator", '/node_modules/ajv/dist/compile/'],

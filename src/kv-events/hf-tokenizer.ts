@@ -1,0 +1,201 @@
+/**
+ * A model's own tokenizer and chat template, for pools with `kvEvents.tokenizer: huggingface`: the
+ * files vLLM loads (`tokenizer.json`, `tokenizer_config.json`) read with the official pure-JS
+ * `@huggingface/tokenizers` and `@huggingface/jinja`. The request side renders a chat the way the
+ * engine does (the template, `add_generation_prompt`, the config's special tokens), so the router's
+ * prefix text is the engine's prompt text; the event side reads an engine block's token ids back as
+ * text, continuing along the block chain (see {@link HfModel.readBlock}). Both libraries are loaded
+ * by {@link loadHfModel}, only for a pool in this mode.
+ */
+import { readFile } from 'node:fs/promises';
+import { join } from 'node:path';
+
+/** The tokenizer files could not be used; the message names the file and the fix. */
+export class KvTokenizerError extends Error {
+  readonly code = 'KV_TOKENIZER_UNUSABLE';
+}
+
+/** The files a tokenizer directory must hold (those vLLM loads from a model's directory). */
+export const TOKENIZER_FILES = ['tokenizer.json', 'tokenizer_config.json'] as const;
+
+/**
+ * Where decoding a block chain stands: the last token ids already read (context, so the next block's
+ * text is decoded with its neighbours) followed by ids not read yet (the start of a multi-byte character
+ * the next block completes).
+ */
+export interface DecodeTail {
+  readonly ids: readonly number[];
+  /** How many leading `ids` were read to text already. */
+  readonly read: number;
+}
+
+export const EMPTY_TAIL: DecodeTail = { ids: [], read: 0 };
+
+/** A request's conversation as the template takes it. */
+export interface TemplateInput {
+  /** `chat` (messages, tools) or `completions` (prompt); others have no template rendering here. */
+  readonly api: string;
+  readonly body: Readonly<Record<string, unknown>>;
+}
+
+/** Tokens kept before a block as context: enough for a SentencePiece leading space or a byte-level character (4 bytes). */
+const CONTEXT_TOKENS = 4;
+const REPLACEMENT = '\uFFFD';
+
+/**
+ * The parts of `@huggingface/tokenizers`' Tokenizer used here, as its README documents them (its
+ * published type declarations import without file extensions, which NodeNext resolution cannot follow).
+ */
+interface HfTokenizer {
+  encode(text: string, options?: { add_special_tokens?: boolean }): { ids: number[] };
+  decode(ids: number[], options?: { skip_special_tokens?: boolean; clean_up_tokenization_spaces?: boolean }): string;
+}
+
+interface HfTemplate {
+  render(items: Record<string, unknown>): string;
+}
+
+/** A special token as tokenizer_config.json writes it: a string, or an AddedToken object. */
+function tokenText(value: unknown): string {
+  if (typeof value === 'string') return value;
+  if (typeof value === 'object' && value !== null && typeof (value as { content?: unknown }).content === 'string') return (value as { content: string }).content;
+  return '';
+}
+
+/** A message's content as vLLM hands it to a string-content template: text parts joined by newlines. */
+function contentText(content: unknown): unknown {
+  if (!Array.isArray(content)) return content;
+  const texts: string[] = [];
+  for (const part of content) {
+    if (typeof part === 'object' && part !== null && typeof (part as { text?: unknown }).text === 'string') texts.push((part as { text: string }).text);
+  }
+  return texts.join('\n');
+}
+
+export class HfModel {
+  /** The template's special-token variables (bos_token, eos_token…), as transformers passes them. */
+  private readonly specials: Record<string, string>;
+  /** What the tokenizer puts before a completions prompt (its BOS, if it adds one), as text. */
+  private readonly promptPrefix: string;
+
+  constructor(
+    private readonly tokenizer: HfTokenizer,
+    private readonly template: HfTemplate | undefined,
+    config: Readonly<Record<string, unknown>>,
+  ) {
+    this.specials = {};
+    for (const name of ['bos_token', 'eos_token', 'pad_token', 'unk_token']) this.specials[name] = tokenText(config[name]);
+    const ids = tokenizer.encode('', { add_special_tokens: true }).ids;
+    this.promptPrefix = ids.length === 0 ? '' : this.decode(ids);
+  }
+
+  /** The text of token ids, special tokens kept as their text ('' for none). */
+  decode(ids: readonly number[]): string {
+    return ids.length === 0 ? '' : this.tokenizer.decode([...ids], { skip_special_tokens: false, clean_up_tokenization_spaces: false });
+  }
+
+  /** Token ids of `text` as the engine tokenizes a rendered chat (no special tokens added). */
+  encode(text: string): number[] {
+    return this.tokenizer.encode(text, { add_special_tokens: false }).ids;
+  }
+
+  /** The chat rendered by the model's template, as vLLM renders it (with the generation prompt). */
+  renderChat(messages: unknown, tools?: unknown): string {
+    if (!this.template) throw new KvTokenizerError('tokenizer_config.json has no chat_template');
+    const list = Array.isArray(messages) ? messages.map((m: unknown) => (typeof m === 'object' && m !== null ? { ...m, content: contentText((m as { content?: unknown }).content) } : m)) : [];
+    const items: Record<string, unknown> = { messages: list, add_generation_prompt: true, ...this.specials };
+    if (Array.isArray(tools) && tools.length > 0) items.tools = tools;
+    return this.template.render(items);
+  }
+
+  /**
+   * The engine's prompt text for a request: a chat rendered by the template, a completions prompt
+   * after the tokenizer's own prefix (token-id prompts decoded); undefined for other APIs, a content
+   * the template cannot take, or a template that fails.
+   */
+  promptText(input: TemplateInput): string | undefined {
+    const { body } = input;
+    try {
+      if (input.api === 'chat') return this.renderChat(body.messages, body.tools);
+      if (input.api !== 'completions') return undefined;
+      const prompt = body.prompt;
+      const first: unknown = Array.isArray(prompt) && (typeof prompt[0] === 'string' || Array.isArray(prompt[0])) ? prompt[0] : prompt;
+      if (typeof first === 'string') return this.promptPrefix + first;
+      if (Array.isArray(first) && first.length > 0 && first.every((id) => Number.isInteger(id) && (id as number) >= 0)) return this.decode(first as number[]);
+      return undefined;
+    } catch {
+      return undefined;
+    }
+  }
+
+  /**
+   * The text one engine block adds to its chain. A block decoded alone can be wrong at its edges
+   * (byte-level BPE splits a multi-byte character over two tokens, which two blocks may hold;
+   * SentencePiece drops the leading space of the first token it decodes), so the block is decoded after
+   * the tail of the chain before it and that tail's text is taken off; ids that end inside a character
+   * are held in the tail until the next block completes them.
+   */
+  readBlock(tail: DecodeTail, ids: readonly number[]): { text: string; tail: DecodeTail } {
+    const all = tail.ids.length === 0 ? [...ids] : [...tail.ids, ...ids];
+    const before = this.decode(all.slice(0, tail.read));
+    let end = all.length;
+    let full = this.decode(all);
+    // ids cut inside a character decode to U+FFFD: hold them back (at most a character's 4 bytes' worth)
+    while (full.endsWith(REPLACEMENT) && end > tail.read && all.length - end < CONTEXT_TOKENS) {
+      end--;
+      full = this.decode(all.slice(0, end));
+    }
+    if (full.endsWith(REPLACEMENT)) {
+      end = all.length; // a real U+FFFD in the text
+      full = this.decode(all);
+    }
+    const text = full.startsWith(before) ? full.slice(before.length) : full.slice(Math.min(before.length, full.length));
+    const start = Math.max(0, end - CONTEXT_TOKENS);
+    return { text, tail: { ids: all.slice(start), read: end - start } };
+  }
+}
+
+/** tokenizer_config.json's `chat_template`: a string, or named templates of which `default` is the chat's. */
+function chatTemplate(value: unknown): unknown {
+  if (!Array.isArray(value)) return value;
+  const named = value.find((t: unknown) => typeof t === 'object' && t !== null && (t as { name?: unknown }).name === 'default') as { template?: unknown } | undefined;
+  return named?.template;
+}
+
+async function readJson(dir: string, file: string): Promise<Record<string, unknown>> {
+  const path = join(dir, file);
+  let text: string;
+  try {
+    text = await readFile(path, 'utf8');
+  } catch (err) {
+    throw new KvTokenizerError(`cannot read ${path} (${(err as NodeJS.ErrnoException).code ?? (err as Error).message}): kvEvents.tokenizerDir must hold the model's ${TOKENIZER_FILES.join(' and ')}`);
+  }
+  try {
+    const data: unknown = JSON.parse(text);
+    if (typeof data !== 'object' || data === null || Array.isArray(data)) throw new Error('not a JSON object');
+    return data as Record<string, unknown>;
+  } catch (err) {
+    throw new KvTokenizerError(`${path} is not a tokenizer file: ${(err as Error).message}`);
+  }
+}
+
+/** Reads a tokenizer directory and loads both libraries (by dynamic import: only a pool in this mode pays for them). */
+export async function loadHfModel(dir: string): Promise<HfModel> {
+  const [tokenizerJson, config] = await Promise.all([readJson(dir, TOKENIZER_FILES[0]), readJson(dir, TOKENIZER_FILES[1])]);
+  const [tokenizers, { Template }] = await Promise.all([import('@huggingface/tokenizers'), import('@huggingface/jinja')]);
+  const Tokenizer = tokenizers.Tokenizer as unknown as new (tokenizerJson: object, config: object) => HfTokenizer;
+  let tokenizer: HfTokenizer;
+  let template: HfTemplate | undefined;
+  try {
+    tokenizer = new Tokenizer(tokenizerJson, config);
+  } catch (err) {
+    throw new KvTokenizerError(`${join(dir, 'tokenizer.json')} could not be loaded: ${(err as Error).message}`);
+  }
+  const source = chatTemplate(config.chat_template);
+  try {
+    template = typeof source === 'string' ? new Template(source) : undefined;
+  } catch (err) {
+    throw new KvTokenizerError(`the chat_template of ${join(dir, 'tokenizer_config.json')} does not parse: ${(err as Error).message}`);
+  }
+  return new HfModel(tokenizer, template, config);
+}

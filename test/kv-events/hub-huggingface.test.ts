@@ -1,0 +1,89 @@
+/**
+ * The hub with `kvEvents.tokenizer: huggingface`: a pool is subscribed only once its tokenizer
+ * directory is loaded (then its events are read and its prompts rendered with the model's template);
+ * a directory that fails is reported once and the pool is read as opaque (the estimate answers).
+ * The transport is a stand-in that records what each subscription was given.
+ */
+import { describe, expect, it } from '@jest/globals';
+import { join } from 'node:path';
+import { ROUTING_DEFAULTS } from '../../src/balancer/settings.js';
+import { type Endpoint, type PoolSpec } from '../../src/core/types.js';
+import { ReplicaFeed, type ReplicaFeedOptions } from '../../src/kv-events/feed.js';
+import { loadHfModel, type HfModel } from '../../src/kv-events/hf-tokenizer.js';
+import { KvEventsHub, type FeedTransport } from '../../src/kv-events/hub.js';
+import { RESILIENCE_DEFAULTS } from '../../src/resilience/settings.js';
+import { FakeTime, flush } from '../helpers/fake-time.js';
+
+const DIR = join(process.cwd(), 'test/fixtures/hf-tokenizer');
+
+const pool = (tokenizerDir: string): PoolSpec => ({
+  name: 'p',
+  engine: 'vllm',
+  servedModelName: 'm',
+  capabilities: ['chat'],
+  resilience: RESILIENCE_DEFAULTS,
+  routing: { ...ROUTING_DEFAULTS, kvEvents: { ...ROUTING_DEFAULTS.kvEvents, enabled: true, tokenizer: 'huggingface', tokenizerDir } },
+});
+
+const endpoint = { id: 'e1', url: new URL('http://10.0.0.1:8000'), weight: 1 } as Endpoint; // the fields the hub reads
+
+function hubWith(spec: PoolSpec, loadTokenizer: (dir: string) => Promise<HfModel>): { hub: KvEventsHub; given: ReplicaFeedOptions[]; errors: string[] } {
+  const time = new FakeTime();
+  const given: ReplicaFeedOptions[] = [];
+  const errors: string[] = [];
+  const transport: FeedTransport = {
+    ZmqFeed: class {
+      readonly feed: ReplicaFeed;
+      constructor(_target: unknown, options: Omit<ReplicaFeedOptions, 'replay'>) {
+        given.push(options);
+        this.feed = new ReplicaFeed(options);
+        this.feed.connected();
+      }
+      close(): void {}
+    },
+  };
+  const hub = new KvEventsHub({
+    endpoints: { snapshot: () => [endpoint] },
+    pools: () => [spec],
+    scheduler: time,
+    now: () => time.now(),
+    transport: () => Promise.resolve(transport),
+    loadTokenizer,
+    events: { onError: (_pool, _ep, err) => errors.push(err.message) },
+  });
+  return { hub, given, errors };
+}
+
+describe('KvEventsHub with a huggingface tokenizer', () => {
+  it("subscribes once the model is loaded, reads the events with it and renders the pool's prompts", async () => {
+    let release: (model: HfModel) => void = () => undefined;
+    const loading = new Promise<HfModel>((resolve) => (release = resolve));
+    const { hub, given } = hubWith(pool(DIR), () => loading);
+    hub.sync();
+    await flush();
+    expect(given).toHaveLength(0); // the transport is there, the model not yet
+    expect(hub.promptText('p', { api: 'chat', body: { messages: [{ role: 'user', content: 'hi' }] } })).toBeUndefined();
+    release(await loadHfModel(DIR));
+    await flush();
+    expect(given).toHaveLength(1);
+    expect(given[0]?.readable).toBe(true);
+    expect(given[0]?.reader).toBeDefined();
+    expect(hub.promptText('p', { api: 'chat', body: { messages: [{ role: 'user', content: 'hi' }] } })).toBe('<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n');
+    expect(hub.promptText('other', { api: 'chat', body: { messages: [] } })).toBeUndefined();
+    hub.stop();
+  });
+
+  it('reports a directory that cannot be loaded once, and reads the pool as opaque', async () => {
+    const { hub, given, errors } = hubWith(pool('/nowhere'), loadHfModel);
+    hub.sync();
+    for (let i = 0; i < 20 && given.length === 0; i++) await new Promise((resolve) => setImmediate(resolve));
+    hub.sync();
+    expect(errors).toHaveLength(1);
+    expect(errors[0]).toMatch(/cannot read \/nowhere\/tokenizer\.json \(ENOENT\)/);
+    expect(given).toHaveLength(1);
+    expect(given[0]?.readable).toBe(false);
+    expect(hub.state('p', 'e1')).toBe(0);
+    expect(hub.promptText('p', { api: 'chat', body: { messages: [] } })).toBeUndefined();
+    hub.stop();
+  });
+});
