@@ -69,8 +69,6 @@ export interface ResponseMetrics {
   recordResponseEnd(labels: { deployment: string; pool: string }, end: string): void;
   recordFallback(fromDeployment: string, fromPool: string, toDeployment: string, toPool: string): void;
   recordPreviousResponse(outcome: PreviousResponseOutcome): void;
-  /** A deployment with `resumeStreams` directs a stream: its resumption counters exist from now on (at 0). */
-  knowResumableDeployment?(deployment: string): void;
   /** What became of a resumable deployment's stream that broke after its first byte (resume.ts has the reasons). */
   recordStreamResumption?(deployment: string, result: ResumeResult, reason: ResumeReason): void;
 }
@@ -167,7 +165,6 @@ export class Director {
     const { api, body, deployment } = request;
     if ((api.name !== 'chat' && api.name !== 'completions') || !asksStream(body)) return undefined;
     const { metrics } = this.deps;
-    metrics.knowResumableDeployment?.(deployment.id);
     const record: ResumePlan['record'] = (result, reason) => metrics.recordStreamResumption?.(deployment.id, result, reason);
     const refused = requestRefusal(api.name, body);
     return { resume: refused ? { refused, record } : { splice: new StreamSplice(api.name), record } };

@@ -54,7 +54,7 @@ export interface FallbackHop {
  */
 export interface KnownLabelSources {
   /** Every (deployment, pool) a deployment targets, with the APIs the pool serves. */
-  routes(): Iterable<{ deployment: string; pool: string; apis?: readonly ApiName[] }>;
+  routes(): Iterable<{ deployment: string; pool: string; apis?: readonly ApiName[]; resumable?: boolean }>;
   /** Every pool's name. */
   pools(): Iterable<string>;
   /** Every deployment's id. */
@@ -128,8 +128,9 @@ export class RouterMetrics {
   private async refreshSeries(): Promise<void> {
     const { routes, pools, holdingPools, fallbacks } = this.sources;
     const { traffic, resilience, routing } = this;
-    for (const { deployment, pool, apis } of routes?.() ?? []) {
+    for (const { deployment, pool, apis, resumable } of routes?.() ?? []) {
       for (const result of SLO_RESULTS) this.goodput.inc({ deployment, result }, 0);
+      if (resumable) this.resumption.seed(deployment);
       for (const end of RESPONSE_ENDS) traffic.streamEnds.inc({ deployment, pool, end }, 0);
       for (const route of apis ?? []) traffic.requests.inc({ route, deployment, pool, code: '200' }, 0);
     }
@@ -170,6 +171,7 @@ export class RouterMetrics {
       routing.loraPlacements,
       routing.loraLoads,
       this.goodput,
+      this.resumption.counter,
       ...(this.demand ? [this.demand.held] : []),
     ];
     for (const metric of metrics) await prune(metric, gone);
@@ -271,10 +273,6 @@ export class RouterMetrics {
 
   recordPreviousResponse(outcome: PreviousResponseOutcome): void {
     this.routing.previousResponses.inc({ outcome });
-  }
-
-  knowResumableDeployment(deployment: string): void {
-    this.resumption.know(deployment);
   }
 
   recordStreamResumption(deployment: string, result: ResumeResult, reason: ResumeReason): void {

@@ -4,14 +4,14 @@
  * error event after the first byte — `resumed` on another replica (reason: what broke it), `refused`
  * (the request or the answer cannot be continued, the engine cannot, or the resumptions are spent) or
  * `failed` (no replica could start the continuation). The reasons are the fixed lists of
- * `RESUME_REASONS` (core); a deployment's series exist, at 0, from its first resumable stream on.
+ * `RESUME_REASONS` (core). RouterMetrics seeds a deployment's series at 0 before each scrape while the
+ * deployment has `resumeStreams`, and removes them when it leaves.
  */
 import { Counter, type Registry } from 'prom-client';
 import { RESUME_REASONS, type ResumeReason, type ResumeResult } from '../core/types.js';
 
 export class ResumptionMetrics {
-  private readonly counter: Counter<'deployment' | 'result' | 'reason'>;
-  private readonly known = new Set<string>();
+  readonly counter: Counter<'deployment' | 'result' | 'reason'>;
 
   constructor(registers: Registry[]) {
     this.counter = new Counter({
@@ -22,15 +22,12 @@ export class ResumptionMetrics {
     });
   }
 
-  /** The deployment's series, at 0 (once per deployment). */
-  know(deployment: string): void {
-    if (this.known.has(deployment)) return;
-    this.known.add(deployment);
+  /** The deployment's series, at 0. */
+  seed(deployment: string): void {
     for (const [result, reasons] of Object.entries(RESUME_REASONS)) for (const reason of reasons) this.counter.inc({ deployment, result, reason }, 0);
   }
 
   record(deployment: string, result: ResumeResult, reason: ResumeReason): void {
-    this.know(deployment);
     this.counter.inc({ deployment, result, reason });
   }
 }

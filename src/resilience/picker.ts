@@ -453,21 +453,24 @@ export class EndpointPicker {
     return hashes;
   }
 
-  /** Where a pick's prefix matches come from for `pool`: the engines' events, unless they speak another text than this request's blocks. */
-  private kvState(pool: PoolSpec, endpointId: string, request: PickRequest): 0 | 1 | 2 {
-    const kv = this.deps.kvPrefix;
-    if (kv === undefined) return 0;
+  /**
+   * The engines' KV events as a source of this pick's prefix matches: none when the pool does not
+   * subscribe, or when its events speak the model's rendering (`tokenizer: huggingface`) and this
+   * request's blocks are in the router's own text. Once per pick, not per candidate.
+   */
+  private kvSourceFor(pool: PoolSpec, request: PickRequest): KvPrefixSource | undefined {
     const k = pool.routing.kvEvents;
-    if (k.enabled && k.tokenizer === 'huggingface' && this.blocks.get(request)?.engineText !== true) return 0;
-    return kv.state(pool.name, endpointId);
+    if (!k.enabled) return undefined;
+    if (k.tokenizer === 'huggingface' && this.blocks.get(request)?.engineText !== true) return undefined;
+    return this.deps.kvPrefix;
   }
 
   /**
    * The leading blocks of `blocks` a candidate likely holds: what its engine's KV events say while they
    * are fresh and complete; the most of them and the estimate while they are partial; else the estimate.
    */
-  private prefixMatch(pool: string, ep: Endpoint, hold: PrefixHold | undefined, blocks: readonly number[], state: 0 | 1 | 2): number {
-    const kv = this.deps.kvPrefix;
+  private prefixMatch(pool: string, ep: Endpoint, hold: PrefixHold | undefined, blocks: readonly number[], kv: KvPrefixSource | undefined): number {
+    const state = kv === undefined ? 0 : kv.state(pool, ep.id);
     if (state === 2) return (kv as KvPrefixSource).match(pool, ep.id, blocks);
     const estimate = hold ? this.prefixIndex.matchHeld(hold, blocks) : this.prefixIndex.match(ep.id, blocks);
     return state === 0 ? estimate : Math.max(estimate, (kv as KvPrefixSource).match(pool, ep.id, blocks));
@@ -493,6 +496,7 @@ export class EndpointPicker {
     const now = engine === NO_ENGINE ? undefined : engine.now?.(); // one clock read per pick, not per endpoint
     const adapter = pool.adapter?.name;
     const forgetBefore = adapter === undefined ? 0 : this.now() - pool.routing.lora.memoryMs;
+    const kv = blocks.length > 0 ? this.kvSourceFor(pool, request) : undefined;
     let count = 0;
     for (let i = 0; i < endpoints.length; i++) {
       const ep = endpoints[i] as Endpoint;
@@ -503,7 +507,7 @@ export class EndpointPicker {
       b.local[count] = inFlight;
       b.engine[count] = sample;
       b.load[count] = estimatedLoad(inFlight, sample, ep.weight);
-      if (blocks.length > 0) b.prefixMatched[count] = this.prefixMatch(pool.name, ep, prefixes?.[i], blocks, this.kvState(pool, ep.id, request));
+      if (blocks.length > 0) b.prefixMatched[count] = this.prefixMatch(pool.name, ep, prefixes?.[i], blocks, kv);
       if (adapter !== undefined) {
         b.adapterHeld[count] = this.placements.holds(adapter, ep.id, forgetBefore, sample?.lora) ? 1 : 0;
         b.adaptersUnreported[count] = this.placements.unreported(ep.id, forgetBefore, sample?.lora);
@@ -547,7 +551,7 @@ export class EndpointPicker {
     const prompt = this.blocks.get(request);
     if (prompt?.hashes === blocks) this.deps.events?.onPicked?.(pool.name, chosen.prefixMatched, prompt.length); // this pool's geometry, short prompts too
     if (prompt?.hashes === blocks && this.deps.events?.onPrefixPredicted) {
-      this.deps.events.onPrefixPredicted(pool.name, PREFIX_SOURCES[this.kvState(pool, endpoint.id, request)] as PrefixSource, chosen.prefixMatched, prompt.length);
+      this.deps.events.onPrefixPredicted(pool.name, PREFIX_SOURCES[this.kvSourceFor(pool, request)?.state(pool.name, endpoint.id) ?? 0] as PrefixSource, chosen.prefixMatched, prompt.length);
     }
     const { adapter } = pool;
     if (adapter && chosen.placement) {

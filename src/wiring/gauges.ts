@@ -65,7 +65,7 @@ export function discoveryGauges(
       return catalog.deployments().flatMap((d) =>
         d.targets.flatMap((t) => {
           const pool = catalog.pool(t.pool);
-          return pool ? [{ deployment: d.id, pool: t.pool, apis: apisOf(pool) }] : [];
+          return pool ? [{ deployment: d.id, pool: t.pool, apis: apisOf(pool), resumable: d.resumeStreams === true }] : [];
         }),
       );
     },

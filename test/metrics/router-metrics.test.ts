@@ -9,6 +9,7 @@ import { RouterMetrics, type MetricSources } from '../../src/metrics/metrics.js'
 import { DURATION_BUCKETS, ITL_BUCKETS, TTFT_BUCKETS } from '../../src/metrics/traffic.js';
 import { HOLD_EVENTS, LIMIT_REASONS, RETRY_REASONS, SLO_RESULTS } from '../../src/metrics/labels.js';
 import { RESILIENCE_DEFAULTS } from '../../src/resilience/settings.js';
+import { RESUME_REASONS } from '../../src/core/types.js';
 import { metricSum } from '../helpers/router.js';
 
 function sources(live: Set<string>): MetricSources {
@@ -55,6 +56,23 @@ describe('RouterMetrics', () => {
     for (const event of HOLD_EVENTS) expect(text).toContain(`modelgate_pool_held_requests_total{pool="llm",pool_namespace="",pool_name="llm",event="${event}"} 0`);
     for (const reason of LIMIT_REASONS) expect(text).toContain(`modelgate_limit_rejections_total{reason="${reason}"} 0`);
     expect(text).toContain('modelgate_previous_response_requests_total{outcome="pinned"} 0');
+  });
+
+  it("starts a resumeStreams deployment's resumption counters at 0 before its first stream, and removes them when it leaves", async () => {
+    let routes = [
+      { deployment: 'resumes', pool: 'llm', resumable: true },
+      { deployment: 'plain', pool: 'llm' },
+    ];
+    const metrics = new RouterMetrics({ ...sources(new Set()), routes: () => routes, deployments: () => routes.map((r) => r.deployment), pools: () => ['llm'] }, { processMetrics: false });
+    let text = await metrics.metrics();
+    for (const [result, reasons] of Object.entries(RESUME_REASONS))
+      for (const reason of reasons) expect(text).toContain(`modelgate_stream_resumptions_total{deployment="resumes",result="${result}",reason="${reason}"} 0`);
+    expect(text).not.toContain('modelgate_stream_resumptions_total{deployment="plain"');
+    metrics.recordStreamResumption('resumes', 'resumed', 'upstream_broken');
+    expect(metricSum(await metrics.metrics(), 'modelgate_stream_resumptions_total', { deployment: 'resumes' })).toBe(1);
+    routes = [{ deployment: 'plain', pool: 'llm' }];
+    text = await metrics.metrics();
+    expect(text).not.toContain('deployment="resumes"');
   });
 
   it('removes the series of a deployment and of a pool once discovery no longer knows them, and keeps the unresolved ones', async () => {
