@@ -97,6 +97,11 @@ export async function adminMetrics(g: TestRouter<RunningRouter>): Promise<string
 }
 
 /** Sum of a series' samples whose labels include `labels`. */
+/** The sum of a series on a router's admin `/metrics` (its `labels` matching; 0 when absent). */
+export async function scrapedMetric(adminUrl: string, name: string, labels: Record<string, string> = {}): Promise<number> {
+  return metricSum((await rawRequest(`${adminUrl}/metrics`)).body, name, labels);
+}
+
 export function metricSum(text: string, name: string, labels: Record<string, string> = {}): number {
   let sum = 0;
   for (const line of text.split('\n')) {

@@ -1,3 +1,4 @@
+import { afterEach } from '@jest/globals';
 import { defaultSimOptions, type SimOptions } from '../../src/sim/options.js';
 import { startSim, type SimServer, type SimServerDeps } from '../../src/sim/server.js';
 
@@ -7,6 +8,22 @@ import { startSim, type SimServer, type SimServerDeps } from '../../src/sim/serv
  */
 export function startTestSim(overrides: Partial<SimOptions> = {}, deps: SimServerDeps = {}): Promise<SimServer> {
   return startSim({ ...defaultSimOptions(), port: 0, host: '127.0.0.1', ...overrides }, { log: () => undefined, ...deps });
+}
+
+/**
+ * `startTestSim` for a test file: call it at the file's top level; every simulator the returned function
+ * starts (over `defaults`) is closed after each test.
+ */
+export function simsClosedAfterEach(defaults: Partial<SimOptions> = {}): (overrides?: Partial<SimOptions>, deps?: SimServerDeps) => Promise<SimServer> {
+  const sims: SimServer[] = [];
+  afterEach(async () => {
+    await Promise.all(sims.splice(0).map((s) => s.close()));
+  });
+  return async (overrides = {}, deps) => {
+    const started = await startTestSim({ ...defaults, ...overrides }, deps);
+    sims.push(started);
+    return started;
+  };
 }
 
 /** Polls `predicate` until it holds or `timeoutMs` passes (then throws with `what`). */

@@ -17,19 +17,13 @@ import { startSim } from '../../src/sim/server.js';
 import { freePort } from '../helpers/child-process.js';
 import { eventually } from '../helpers/kube-env.js';
 import { rawRequest } from '../helpers/http.js';
-import { KEY } from '../helpers/router.js';
+import { KEY, scrapedMetric } from '../helpers/router.js';
 import { serveRouter } from '../helpers/serve.js';
 
 const cleanups: Array<() => Promise<unknown>> = [];
 afterEach(async () => {
   for (const cleanup of cleanups.splice(0).reverse()) await cleanup();
 });
-
-async function metric(adminUrl: string, series: string): Promise<number> {
-  const text = (await rawRequest(`${adminUrl}/metrics`)).body;
-  const line = text.split('\n').find((l) => l.startsWith(`${series} `));
-  return line ? Number(line.slice(series.length + 1)) : 0;
-}
 
 function chat(apiUrl: string, model: string): Promise<Response> {
   return fetch(`${apiUrl}/v1/chat/completions`, {
@@ -67,7 +61,7 @@ describe('static mode: scale from zero', () => {
     const { apiUrl, adminUrl } = await serve([{ name: 'llm', port, maxWaitMs: 60_000 }]);
     const answers = Array.from({ length: 20 }, () => chat(apiUrl, 'llm'));
     await eventually(
-      () => metric(adminUrl, 'modelgate_pool_requests_held{pool="llm",pool_namespace="",pool_name="llm"}'),
+      () => scrapedMetric(adminUrl, 'modelgate_pool_requests_held', { pool: 'llm', pool_namespace: '', pool_name: 'llm' }),
       (n) => n === 20,
       '20 requests to be held',
     );
@@ -79,8 +73,8 @@ describe('static mode: scale from zero', () => {
     expect(new Set(responses.map((r) => r.headers.get('x-sim-replica')))).toEqual(new Set(['late']));
     // every request reached the engine after its load: none was answered 503 by the loading replica
     expect(sim.engine.stats.finished.stop + sim.engine.stats.finished.length).toBe(20);
-    expect(await metric(adminUrl, 'modelgate_pool_held_requests_total{pool="llm",pool_namespace="",pool_name="llm",event="served"}')).toBe(20);
-    expect(await metric(adminUrl, 'modelgate_pool_requests_held{pool="llm",pool_namespace="",pool_name="llm"}')).toBe(0);
+    expect(await scrapedMetric(adminUrl, 'modelgate_pool_held_requests_total', { pool: 'llm', pool_namespace: '', pool_name: 'llm', event: 'served' })).toBe(20);
+    expect(await scrapedMetric(adminUrl, 'modelgate_pool_requests_held', { pool: 'llm', pool_namespace: '', pool_name: 'llm' })).toBe(0);
     // one attempt each, all committed: nothing went to the replica while it loaded (it would have answered 503)
     const attempts = (await rawRequest(`${adminUrl}/metrics`)).body.split('\n').filter((l) => l.startsWith('modelgate_upstream_attempts_total{'));
     expect(attempts).toEqual([expect.stringMatching(/outcome="committed"\} 20$/)]);
@@ -97,8 +91,8 @@ describe('static mode: scale from zero', () => {
     const body = (await res.json()) as { error: { code: string; message: string } };
     expect(body.error.code).toBe('no_ready_replica');
     expect(body.error.message).toContain('became ready within 1 s');
-    expect(await metric(adminUrl, 'modelgate_pool_held_requests_total{pool="cold",pool_namespace="",pool_name="cold",event="timeout"}')).toBe(1);
-    expect(await metric(adminUrl, 'modelgate_rejected_requests_total{pool="cold",reason="no_replica_timeout"}')).toBe(1);
+    expect(await scrapedMetric(adminUrl, 'modelgate_pool_held_requests_total', { pool: 'cold', pool_namespace: '', pool_name: 'cold', event: 'timeout' })).toBe(1);
+    expect(await scrapedMetric(adminUrl, 'modelgate_rejected_requests_total', { pool: 'cold', reason: 'no_replica_timeout' })).toBe(1);
   });
 });
 

@@ -1,21 +1,12 @@
 /** Each injected fault, by header, by flag and at run time, seen by a raw HTTP client. */
-import { afterEach, describe, expect, it } from '@jest/globals';
+import { describe, expect, it } from '@jest/globals';
 import { type Sleep } from '../../src/core/clock.js';
-import { type SimOptions } from '../../src/sim/options.js';
-import { type SimServer, type SimServerDeps } from '../../src/sim/server.js';
+import { type SimServer } from '../../src/sim/server.js';
 import { FakeTime, runOnFakeTime } from '../helpers/fake-time.js';
 import { contentTimes, rawRequest, sseData, type RawResponse } from '../helpers/http.js';
-import { startTestSim, waitFor } from '../helpers/sim.js';
+import { simsClosedAfterEach, waitFor } from '../helpers/sim.js';
 
-const sims: SimServer[] = [];
-async function sim(overrides: Partial<SimOptions> = {}, deps?: SimServerDeps): Promise<SimServer> {
-  const s = await startTestSim(overrides, deps);
-  sims.push(s);
-  return s;
-}
-afterEach(async () => {
-  await Promise.all(sims.splice(0).map((s) => s.close()));
-});
+const sim = simsClosedAfterEach();
 
 const chat = (s: SimServer, body: object, fault?: string, extra: Parameters<typeof rawRequest>[1] = {}): Promise<RawResponse> =>
   rawRequest(`${s.url}/v1/chat/completions`, {

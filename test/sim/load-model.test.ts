@@ -3,23 +3,15 @@
  * schedules goes through a recording sleep, so the tests assert the delays the model chose (and the
  * engine's own clock-based figures) rather than wall-clock times on a busy machine.
  */
-import { afterEach, describe, expect, it } from '@jest/globals';
+import { describe, expect, it } from '@jest/globals';
 import { type Sleep } from '../../src/core/clock.js';
-import { type SimServer, type SimServerDeps } from '../../src/sim/server.js';
+import { type SimServer } from '../../src/sim/server.js';
 import { FakeTime, runOnFakeTime } from '../helpers/fake-time.js';
 import { contentTimes, rawRequest, sseData, type RawResponse } from '../helpers/http.js';
-import { startTestSim, waitFor } from '../helpers/sim.js';
+import { simsClosedAfterEach, waitFor } from '../helpers/sim.js';
 import { type SimOptions } from '../../src/sim/options.js';
 
-const sims: SimServer[] = [];
-async function sim(overrides: Partial<SimOptions>, deps?: SimServerDeps): Promise<SimServer> {
-  const s = await startTestSim(overrides, deps);
-  sims.push(s);
-  return s;
-}
-afterEach(async () => {
-  await Promise.all(sims.splice(0).map((s) => s.close()));
-});
+const sim = simsClosedAfterEach();
 
 /** One wait the engine scheduled: its length and how many requests were running at the time. */
 interface Wait {

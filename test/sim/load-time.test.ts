@@ -4,22 +4,14 @@
  * ends, keeps serving /metrics and /sim/config, and then behaves as usual. Most tests run the load
  * on fake time over real sockets; one runs it on real time, waiting on events with a bound.
  */
-import { afterEach, describe, expect, it } from '@jest/globals';
+import { describe, expect, it } from '@jest/globals';
 import { type SimOptions } from '../../src/sim/options.js';
-import { SimClosedError, type SimServer, type SimServerDeps } from '../../src/sim/server.js';
+import { SimClosedError, type SimServer } from '../../src/sim/server.js';
 import { FakeTime } from '../helpers/fake-time.js';
 import { rawRequest, type RawResponse } from '../helpers/http.js';
-import { startTestSim, waitFor } from '../helpers/sim.js';
+import { simsClosedAfterEach, waitFor } from '../helpers/sim.js';
 
-const sims: SimServer[] = [];
-async function sim(overrides: Partial<SimOptions> = {}, deps?: SimServerDeps): Promise<SimServer> {
-  const s = await startTestSim(overrides, deps);
-  sims.push(s);
-  return s;
-}
-afterEach(async () => {
-  await Promise.all(sims.splice(0).map((s) => s.close()));
-});
+const sim = simsClosedAfterEach();
 
 /**
  * A simulator on fake time whose "model loaded" lines are kept in `logged`. Generation takes no time,

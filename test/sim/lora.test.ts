@@ -3,21 +3,12 @@
  * unknown one, /v1/load_lora_adapter and /v1/unload_lora_adapter, /v1/models, the adapter slots and
  * their load time.
  */
-import { afterEach, describe, expect, it } from '@jest/globals';
+import { describe, expect, it } from '@jest/globals';
 import { parseSimArgs, SimOptionsError } from '../../src/sim/options.js';
 import { type SimServer } from '../../src/sim/server.js';
-import { startTestSim, waitFor } from '../helpers/sim.js';
+import { simsClosedAfterEach, waitFor } from '../helpers/sim.js';
 
-const sims: SimServer[] = [];
-afterEach(async () => {
-  await Promise.all(sims.splice(0).map((s) => s.close()));
-});
-
-async function sim(overrides: Parameters<typeof startTestSim>[0] = {}): Promise<SimServer> {
-  const started = await startTestSim({ model: ['base'], ...overrides });
-  sims.push(started);
-  return started;
-}
+const sim = simsClosedAfterEach({ model: ['base'] });
 
 const post = (s: SimServer, path: string, body: unknown): Promise<Response> =>
   fetch(`${s.url}${path}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });

@@ -2,21 +2,12 @@
  * What every inference route shares with chat: the method check, injected faults, an engine slot
  * (so a full queue answers 429 and `/metrics` counts the request), and mid-stream faults.
  */
-import { afterEach, describe, expect, it } from '@jest/globals';
-import { type SimOptions } from '../../src/sim/options.js';
+import { describe, expect, it } from '@jest/globals';
 import { type SimServer } from '../../src/sim/server.js';
 import { rawRequest } from '../helpers/http.js';
-import { startTestSim, waitFor } from '../helpers/sim.js';
+import { simsClosedAfterEach, waitFor } from '../helpers/sim.js';
 
-const sims: SimServer[] = [];
-async function sim(overrides: Partial<SimOptions> = {}): Promise<SimServer> {
-  const s = await startTestSim(overrides);
-  sims.push(s);
-  return s;
-}
-afterEach(async () => {
-  await Promise.all(sims.splice(0).map((s) => s.close()));
-});
+const sim = simsClosedAfterEach();
 
 type Send = (s: SimServer, headers?: Record<string, string>, signal?: AbortSignal) => Promise<Response>;
 

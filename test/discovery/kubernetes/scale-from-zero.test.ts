@@ -7,7 +7,7 @@ import { afterEach, describe, expect, it } from '@jest/globals';
 import { FakeKubeApi } from '../../helpers/fake-kube-api.js';
 import { rawRequest } from '../../helpers/http.js';
 import { endpointSlice, eventually, modelDeployment, modelPool, startKubeRouter, startPods } from '../../helpers/kube-env.js';
-import { KEY } from '../../helpers/router.js';
+import { KEY, scrapedMetric } from '../../helpers/router.js';
 
 const BOUND_MS = 5000;
 const cleanups: Array<() => Promise<unknown>> = [];
@@ -15,15 +15,9 @@ afterEach(async () => {
   for (const cleanup of cleanups.splice(0).reverse()) await cleanup();
 });
 
-/** The value of a series on the router's /metrics (0 when absent). */
-async function metric(adminUrl: string, series: string): Promise<number> {
-  const text = (await rawRequest(`${adminUrl}/metrics`)).body;
-  const line = text.split('\n').find((l) => l.startsWith(`${series} `));
-  return line ? Number(line.slice(series.length + 1)) : 0;
-}
-
-const HELD = 'modelgate_pool_requests_held{pool="models/llama",pool_namespace="models",pool_name="llama"}';
-const heldEvents = (event: string): string => `modelgate_pool_held_requests_total{pool="models/llama",pool_namespace="models",pool_name="llama",event="${event}"}`;
+const POOL = { pool: 'models/llama', pool_namespace: 'models', pool_name: 'llama' };
+const held = (adminUrl: string): Promise<number> => scrapedMetric(adminUrl, 'modelgate_pool_requests_held', POOL);
+const heldEvents = (adminUrl: string, event: string): Promise<number> => scrapedMetric(adminUrl, 'modelgate_pool_held_requests_total', { ...POOL, event });
 
 function chat(apiUrl: string, signal?: AbortSignal): Promise<Response> {
   return fetch(`${apiUrl}/v1/chat/completions`, {
@@ -63,12 +57,12 @@ describe('Kubernetes mode: scale from zero', () => {
     const leaving = Array.from({ length: 3 }, () => new AbortController());
     const gaveUp = leaving.map((c) => chat(apiUrl, c.signal).catch((err: unknown) => err));
     await eventually(
-      () => metric(adminUrl, HELD),
+      () => held(adminUrl),
       (n) => n === 23,
       '23 requests to be held',
       BOUND_MS,
     );
-    expect(await metric(adminUrl, 'modelgate_pool_demand_requests{pool="models/llama",pool_namespace="models",pool_name="llama"}')).toBe(23);
+    expect(await scrapedMetric(adminUrl, 'modelgate_pool_demand_requests', POOL)).toBe(23);
     // The status writer shows them, with the condition.
     const status = await eventually(
       () => fake.get('modelpools', 'models', 'llama')?.status as { requestsHeld?: number; requestsWaiting?: number; conditions?: Array<{ type: string; status: string; reason: string }> } | undefined,
@@ -84,12 +78,12 @@ describe('Kubernetes mode: scale from zero', () => {
     for (const c of leaving) c.abort();
     expect((await Promise.all(gaveUp)).map((e) => (e as { name?: string }).name)).toEqual(['AbortError', 'AbortError', 'AbortError']);
     await eventually(
-      () => metric(adminUrl, HELD),
+      () => held(adminUrl),
       (n) => n === 20,
       'the 3 abandoned requests to leave the queue',
       BOUND_MS,
     );
-    expect(await metric(adminUrl, heldEvents('abandoned'))).toBe(3);
+    expect(await heldEvents(adminUrl, 'abandoned')).toBe(3);
     expect(pod!.sim.engine.stats.promptTokens).toBe(0); // nothing was sent to the pod while it was not ready
 
     // The pod turns ready: all 20 are served, by it.
@@ -98,9 +92,9 @@ describe('Kubernetes mode: scale from zero', () => {
     expect(responses.map((r) => r.status)).toEqual(Array.from({ length: 20 }, () => 200));
     expect(new Set(responses.map((r) => r.headers.get('x-sim-replica')))).toEqual(new Set(['pod-a']));
     for (const r of responses) expect(((await r.json()) as { choices: unknown[] }).choices).toHaveLength(1);
-    expect(await metric(adminUrl, heldEvents('served'))).toBe(20);
-    expect(await metric(adminUrl, heldEvents('held'))).toBe(23);
-    expect(await metric(adminUrl, HELD)).toBe(0);
+    expect(await heldEvents(adminUrl, 'served')).toBe(20);
+    expect(await heldEvents(adminUrl, 'held')).toBe(23);
+    expect(await held(adminUrl)).toBe(0);
     await eventually(
       () => fake.get('modelpools', 'models', 'llama')?.status as { requestsHeld?: number; conditions?: Array<{ type: string; status: string }> } | undefined,
       (s) => s?.requestsHeld === 0 && s.conditions?.find((c) => c.type === 'RequestsHeld')?.status === 'False',
