@@ -4,6 +4,7 @@
  */
 import http from './core/node-http.js';
 import { type Express } from 'express';
+import type { RequestListener } from 'node:http';
 import { type Logger } from 'pino';
 import { KeyStore } from './auth/key-store.js';
 import { InFlight } from './balancer/in-flight.js';
@@ -49,7 +50,8 @@ export interface RouterOptions {
 
 /** A router built from a config, not yet listening: its two apps and the state tests look at. */
 export interface Router {
-  api: Express;
+  /** The API's request listener (the inference routes directly, the rest through express). */
+  api: RequestListener;
   admin: Express;
   inFlight: InFlight;
   keys: KeyStore;

@@ -44,6 +44,10 @@ function poolsOf(input: RoutePlanInput, deployment: Deployment, kind: Capability
  * when the deployment serves only another kind, NO_READY_REPLICA when no pool can be tried at all.
  */
 export function planRoute(input: RoutePlanInput, deployment: Deployment, kind: Capability, asked: string): PlannedPool[] {
+  // the usual deployment, one pool and no fallback, that can take the request: its route without the general case's lists
+  const only = deployment.targets.length === 1 && deployment.fallbacks.length === 0 ? (deployment.targets[0] as Deployment['targets'][number]) : undefined;
+  const pool = only && only.weight > 0 ? input.catalog.targetPool(deployment, only) : undefined;
+  if (pool?.capabilities.includes(kind) && (input.hasEndpoints(pool.name) || pool.resilience.scaleFromZero.enabled)) return [{ pool, deployment: deployment.id }];
   const own = poolsOf(input, deployment, kind);
   if (own.wrongKind) {
     const serves = own.wrongKind.map((c) => `${CAPABILITY_NAMES[c]} (${c})`).join(', ');

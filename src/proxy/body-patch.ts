@@ -14,10 +14,11 @@ export interface Member {
   valueEnd: number;
 }
 
-const WS = new Set([0x20, 0x09, 0x0a, 0x0d]);
+/** JSON's whitespace: space, tab, line feed, carriage return. */
+const isWs = (c: number): boolean => c === 0x20 || c === 0x0a || c === 0x0d || c === 0x09;
 
 function skipWs(text: string, i: number): number {
-  while (i < text.length && WS.has(text.charCodeAt(i))) i++;
+  while (i < text.length && isWs(text.charCodeAt(i))) i++;
   return i;
 }
 
@@ -33,7 +34,7 @@ function skipString(text: string, i: number): number {
 }
 
 /** Index just past the value starting at `i`. */
-function skipValue(text: string, i: number): number {
+export function skipValue(text: string, i: number): number {
   const c = text.charCodeAt(i);
   if (c === 0x22) return skipString(text, i);
   if (c === 0x7b || c === 0x5b) {
@@ -51,7 +52,7 @@ function skipValue(text: string, i: number): number {
   }
   while (i < text.length) {
     const d = text.charCodeAt(i);
-    if (d === 0x2c || d === 0x7d || d === 0x5d || WS.has(d)) break;
+    if (d === 0x2c || d === 0x7d || d === 0x5d || isWs(d)) break;
     i++;
   }
   return i;

@@ -77,13 +77,39 @@ export type AttemptResult =
   | { kind: 'failed'; reason: FailureReason; detail: string }
   | { kind: 'client_gone' };
 
-interface Attempt {
-  spec: AttemptSpec;
-  settled: boolean;
-  resolve: (result: AttemptResult) => void;
+/** One attempt's state: its single timer and its settlement, which the relay borrows as its {@link AttemptControl}. */
+class Attempt implements AttemptControl {
+  settled = false;
   proxyReq?: ClientRequest;
-  timer?: unknown;
+  private timer: unknown;
+
+  constructor(
+    readonly spec: AttemptSpec,
+    public resolve: (result: AttemptResult) => void,
+    private readonly scheduler: Scheduler,
+  ) {}
+
+  arm(ms: number, onTimeout: () => void): void {
+    this.disarm();
+    this.timer = this.scheduler.setTimeout(onTimeout, Math.max(0, ms));
+  }
+
+  disarm(): void {
+    if (this.timer !== undefined) this.scheduler.clearTimeout(this.timer);
+    this.timer = undefined;
+  }
+
+  /** Settles the attempt (once). */
+  settle(result: AttemptResult): void {
+    if (this.settled) return;
+    this.settled = true;
+    this.disarm();
+    this.resolve(result);
+  }
 }
+
+/** 'close' decides what a response's error means. */
+const ignore = (): void => undefined;
 
 /** Retry-After (seconds or HTTP date) or retry-after-ms, in ms. */
 export function retryAfterMs(headers: IncomingMessage['headers'], now = Date.now()): number | undefined {
@@ -108,14 +134,14 @@ export class Forwarder {
   attempt(_req: IncomingMessage, res: ServerResponse, spec: AttemptSpec): Promise<AttemptResult> {
     if (res.destroyed || res.writableEnded) return Promise.resolve({ kind: 'client_gone' });
     return new Promise<AttemptResult>((resolve) => {
-      const attempt: Attempt = { spec, settled: false, resolve };
+      const attempt = new Attempt(spec, resolve, this.scheduler);
       const onClose = (): void => this.fail(attempt, { kind: 'client_gone' });
       res.once('close', onClose);
       attempt.resolve = (result) => {
         res.off('close', onClose);
         resolve(result);
       };
-      this.arm(attempt, Math.min(spec.timeouts.firstByteMs, spec.deadline - this.clock.now()), () => this.firstByteTimeout(attempt));
+      attempt.arm(Math.min(spec.timeouts.firstByteMs, spec.deadline - this.clock.now()), () => this.firstByteTimeout(attempt));
       this.send(attempt, res);
     });
   }
@@ -156,24 +182,7 @@ export class Forwarder {
   private fail(attempt: Attempt, result: AttemptResult): void {
     if (attempt.settled) return;
     attempt.proxyReq?.destroy();
-    this.settle(attempt, result);
-  }
-
-  private settle(attempt: Attempt | undefined, result: AttemptResult): void {
-    if (!attempt || attempt.settled) return;
-    attempt.settled = true;
-    this.disarm(attempt);
-    attempt.resolve(result);
-  }
-
-  private arm(attempt: Attempt, ms: number, onTimeout: () => void): void {
-    this.disarm(attempt);
-    attempt.timer = this.scheduler.setTimeout(onTimeout, Math.max(0, ms));
-  }
-
-  private disarm(attempt: Attempt): void {
-    if (attempt.timer !== undefined) this.scheduler.clearTimeout(attempt.timer);
-    attempt.timer = undefined;
+    attempt.settle(result);
   }
 
   private errored(attempt: Attempt, err: Error): void {
@@ -181,7 +190,7 @@ export class Forwarder {
     const code = (err as NodeJS.ErrnoException).code;
     const reused = attempt.proxyReq?.reusedSocket === true;
     const reason: FailureReason = code === 'ECONNREFUSED' || code === 'EHOSTUNREACH' || code === 'ENOTFOUND' ? 'connect' : 'reset';
-    this.settle(attempt, { kind: 'failed', reason, detail: `${code ?? err.message}${reused ? ' on a reused connection' : ''}` });
+    attempt.settle({ kind: 'failed', reason, detail: `${code ?? err.message}${reused ? ' on a reused connection' : ''}` });
   }
 
   private responded(attempt: Attempt, proxyRes: IncomingMessage, res: ServerResponse): void {
@@ -189,32 +198,23 @@ export class Forwarder {
       proxyRes.destroy();
       return;
     }
-    proxyRes.on('error', () => undefined); // 'close' decides
+    proxyRes.on('error', ignore);
     const status = proxyRes.statusCode ?? 502;
     if (status < 200 || status >= 300) this.readError(attempt, proxyRes, status);
-    else relayResponse(attempt.spec, proxyRes, res, status, this.control(attempt), this.clock);
-  }
-
-  /** The attempt's timer and settlement, lent to the relay. */
-  private control(attempt: Attempt): AttemptControl {
-    return {
-      arm: (ms, onTimeout) => this.arm(attempt, ms, onTimeout),
-      disarm: () => this.disarm(attempt),
-      settle: (result) => this.settle(attempt, result),
-    };
+    else relayResponse(attempt.spec, proxyRes, res, status, attempt, this.clock);
   }
 
   private readError(attempt: Attempt, proxyRes: IncomingMessage, status: number): void {
     const chunks: Buffer[] = [];
     let size = 0;
-    this.arm(attempt, Math.min(attempt.spec.timeouts.idleMs, attempt.spec.deadline - this.clock.now()), () => this.fail(attempt, { kind: 'failed', reason: 'reset', detail: 'error body stalled' }));
+    attempt.arm(Math.min(attempt.spec.timeouts.idleMs, attempt.spec.deadline - this.clock.now()), () => this.fail(attempt, { kind: 'failed', reason: 'reset', detail: 'error body stalled' }));
     proxyRes.on('data', (chunk: Buffer) => {
       if (size >= MAX_ERROR_BODY_BYTES) return;
       chunks.push(chunk);
       size += chunk.length;
     });
     proxyRes.on('end', () => {
-      this.settle(attempt, {
+      attempt.settle({
         kind: 'upstream_error',
         status,
         error: normaliseUpstreamError(status, Buffer.concat(chunks).subarray(0, MAX_ERROR_BODY_BYTES)),
@@ -223,7 +223,7 @@ export class Forwarder {
       });
     });
     proxyRes.on('close', () => {
-      if (!proxyRes.complete) this.settle(attempt, { kind: 'failed', reason: 'reset', detail: 'the connection closed while the error body was read' });
+      if (!proxyRes.complete) attempt.settle({ kind: 'failed', reason: 'reset', detail: 'the connection closed while the error body was read' });
     });
   }
 }

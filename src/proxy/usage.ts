@@ -19,7 +19,7 @@
  */
 import { type Clock } from '../core/clock.js';
 import { type WireDialect } from '../core/types.js';
-import { scanMembers } from './body-patch.js';
+import { scanMembers, skipValue } from './body-patch.js';
 import { type SseEvent } from './sse-tap.js';
 
 export interface TokenUsage {
@@ -45,8 +45,7 @@ export function usageFromJson(text: string): TokenUsage | undefined {
   const colon = text.indexOf(':', at);
   if (open < 0 || colon < 0 || text.slice(colon + 1, open).trim() !== '') return undefined;
   try {
-    const { close } = scanMembers(text, open);
-    return toUsage(JSON.parse(text.slice(open, close + 1)) as unknown);
+    return toUsage(JSON.parse(text.slice(open, skipValue(text, open))) as unknown);
   } catch {
     return undefined;
   }

@@ -2,7 +2,8 @@
  * One circuit breaker per endpoint. opossum runs the state machine: an open breaker rejects until its
  * cool-down has passed, then lets exactly one probe through (half-open); the probe's success closes it,
  * its failure opens it again. opossum's own trigger is an error rate over a rolling window; ours is
- * consecutive failures, so a counter opens it explicitly. After closing, the endpoint stays on
+ * consecutive failures, so a counter opens it explicitly (and an attempt through a closed breaker is
+ * only counted, never fired through opossum). After closing, the endpoint stays on
  * probation for `closeAfterSuccesses` successes: one failure in that time re-opens it at once.
  *
  * The cool-down runs on the injected {@link Scheduler}, not on opossum's own timer (a real `setTimeout`
@@ -83,6 +84,22 @@ function halfOpenCircuit(): Circuit {
   return new CircuitBreaker(attempt, options);
 }
 
+/** The ticket of an attempt begun while the circuit was closed: its outcome moves the count, once. */
+class ClosedTicket implements BreakerTicket {
+  private settled = false;
+
+  constructor(
+    private readonly breaker: EndpointBreaker,
+    private readonly cause: string | undefined,
+  ) {}
+
+  settle(outcome: AttemptOutcome): void {
+    if (this.settled) return;
+    this.settled = true;
+    this.breaker.settleClosed(outcome, this.cause);
+  }
+}
+
 export class EndpointBreaker {
   private circuit: Circuit;
   private cooldown: unknown;
@@ -115,7 +132,10 @@ export class EndpointBreaker {
    */
   begin(cause?: string): BreakerTicket | undefined {
     if (!this.available()) return undefined;
-    const probe = !this.circuit.closed;
+    // A closed circuit has nothing to decide per attempt (its own rate trigger never fires, the
+    // consecutive-failure count below opens it), so only the half-open probe goes through opossum:
+    // firing every attempt cost a promise chain, events and rolling-window counts no one reads.
+    if (this.circuit.closed) return new ClosedTicket(this, cause);
     let settle!: (outcome: AttemptOutcome) => void;
     const result = new Promise<void>((resolve, reject) => {
       settle = (outcome) => {
@@ -125,7 +145,7 @@ export class EndpointBreaker {
       };
     });
     this.circuit.fire(() => result).catch(() => undefined);
-    if (probe) this.events.onAvailabilityChange?.(); // the probe slot is taken
+    this.events.onAvailabilityChange?.(); // the probe slot is taken
     let settled = false;
     return {
       settle: (outcome) => {
@@ -136,6 +156,12 @@ export class EndpointBreaker {
         settle(outcome);
       },
     };
+  }
+
+  /** An attempt begun while the circuit was closed ended (see {@link ClosedTicket}). */
+  settleClosed(outcome: AttemptOutcome, cause: string | undefined): void {
+    this.cause = cause;
+    this.count(outcome);
   }
 
   /** A failure seen outside an attempt's outcome (a stream the engine broke after it started). */

@@ -7,7 +7,7 @@
  * members was a tenth of the router's allocations per request. Without the logger's destination
  * (a logger not made by `createLogger`) the same members go through `logger.info`.
  */
-import { type Request, type Response } from 'express';
+import type { IncomingMessage, ServerResponse } from 'node:http';
 import { type Logger } from 'pino';
 import { type LineSink } from '../core/types.js';
 import { type Finished } from '../metrics/goodput.js';
@@ -24,7 +24,7 @@ const str = (name: string, value: string | undefined): string => (value === unde
 const num = (name: string, value: number | undefined): string => (value === undefined ? '' : `,"${name}":${Number.isFinite(value) ? value : 'null'}`);
 
 /** The line's members after `requestId`, each with its leading comma. Members without a value are left out. */
-function members(req: Request, res: Response, ctx: RequestContext, status: number, ms: number): string {
+function members(req: IncomingMessage, res: ServerResponse, ctx: RequestContext, status: number, ms: number): string {
   const report = ctx.report;
   const usage = report?.usage;
   return (
@@ -90,7 +90,7 @@ export class AccessLog {
     private readonly finished?: (deployment: string, done: Finished) => void,
   ) {}
 
-  record(req: Request, res: Response, ctx: RequestContext, closedAt: number): void {
+  record(req: IncomingMessage, res: ServerResponse, ctx: RequestContext, closedAt: number): void {
     const status = res.headersSent ? res.statusCode : 499; // 499: the client left before an answer
     const ms = closedAt - ctx.started;
     const trace = ctx.trace;

@@ -1,11 +1,20 @@
 /**
  * buildApp(deps): the API app (port 8080) and the admin app (port 9090), for main and for tests.
- * The API app's middleware opens each request's context (id, child logger, client address), refuses
- * targets that are not plain paths, authenticates, reads the body and hands inference requests to
- * the director (inference.ts). Every error the router answers before the director takes over goes
- * through `sendError` and the one error factory (core/errors.ts).
+ * The API app opens each request's context (id, child logger, client address), refuses targets that
+ * are not plain paths, authenticates, reads the body and hands inference requests to the director
+ * (inference.ts). Every error the router answers before the director takes over goes through
+ * `sendError` and the one error factory (core/errors.ts).
+ *
+ * The inference routes (a POST to one of the route table's paths, with no query) are served straight
+ * from Node's request listener, by a table of handler chains; everything else goes to express (the
+ * model list, limits, 404s and 405s, and inference paths with a query). express's per-request work
+ * (its router's walk and `next` closures, `res.locals`, and re-prototyping every request and response
+ * so that Node's own HTTP code sees objects of another shape) bought the inference routes nothing, and
+ * was about a twentieth of the router's CPU and allocations per request (bench/results/profile.md).
  */
-import express, { type NextFunction, type Request, type RequestHandler, type Response } from 'express';
+import type { IncomingMessage, RequestListener, ServerResponse } from 'node:http';
+import express, { type NextFunction, type Request, type Response } from 'express';
+import typeis from 'type-is';
 import { type Logger } from 'pino';
 import { API_ROUTES, apiRouteAt } from '../api/routes.js';
 import { bearerToken, type Principal } from '../auth/key-store.js';
@@ -61,7 +70,8 @@ export interface AppDeps {
 }
 
 export interface BuiltApp {
-  api: express.Express;
+  /** The API's request listener: the inference routes directly, the rest through express. */
+  api: RequestListener;
   admin: express.Express;
   /** Requests the API app has received and not yet finished answering. */
   activeRequests(): number;
@@ -73,13 +83,28 @@ export interface BuiltApp {
 const ROUTES: Record<string, string> = { ...Object.fromEntries(API_ROUTES.flatMap((r) => r.paths.map((path) => [path, 'POST']))), '/v1/models': 'GET', '/v1/models/*id': 'GET', '/v1/limits': 'GET' };
 const ROUTE_LIST = `${API_ROUTES.flatMap((r) => r.paths.map((path) => `POST ${path}`)).join(', ')}, GET /v1/models, GET /v1/models/{model} and GET /v1/limits`;
 
+const OTHER_ROUTE: { route: Route; dialect: WireDialect } = { route: 'other', dialect: 'openai' };
+/** The inference routes' labels and dialects by path (made once, not per request). */
+const API_ROUTE_OF = new Map(API_ROUTES.flatMap((api) => api.paths.map((path) => [path, { route: api.name, dialect: api.dialect }] as const)));
+
 /** The metrics label and the wire dialect of the route at `path` (an unknown path speaks OpenAI's). */
 function routeOf(path: string): { route: Route; dialect: WireDialect } {
-  const api = apiRouteAt(path);
-  return api ? { route: api.name, dialect: api.dialect } : { route: path === '/v1/models' ? 'models' : path === '/v1/limits' ? 'limits' : 'other', dialect: 'openai' };
+  return API_ROUTE_OF.get(path) ?? (path === '/v1/models' ? { route: 'models', dialect: 'openai' } : path === '/v1/limits' ? { route: 'limits', dialect: 'openai' } : OTHER_ROUTE);
 }
 
-function sendError(res: Response, err: unknown): void {
+/** A request as the handler chains see it: Node's, with the body once it has been read. */
+export type ChainRequest = IncomingMessage & { body?: unknown };
+/** One handler of a chain: calls `next()` to go on, `next(err)`, throws or rejects to end it with an error. */
+export type ChainHandler = (req: ChainRequest, res: ServerResponse, next: (err?: unknown) => void) => unknown;
+
+/** Whether the request has a body of one of `types` (type-is, as express's `req.is`); the usual JSON request without parsing its header. */
+function bodyIs(req: IncomingMessage, types: string[]): boolean {
+  const declared = req.headers['content-type'];
+  if (declared === 'application/json' && types[0] === 'application/json') return typeis.hasBody(req);
+  return typeof typeis(req, types) === 'string';
+}
+
+function sendError(res: ServerResponse, err: unknown): void {
   if (res.headersSent || res.destroyed) return;
   const ctx = contextOf(res);
   const { status, headers, body } = toErrorResponse(err, ctx?.dialect);
@@ -106,7 +131,7 @@ function bodyReaderError(err: { type?: string; status?: number; message?: string
  * Runs `chain` as express runs a route's handlers: each calls `next()` to go on; a handler that throws,
  * returns a rejected promise or calls `next(err)` ends the chain with `fail(err)`.
  */
-function runChain(chain: readonly RequestHandler[], req: Request, res: Response, fail: (err: unknown) => void): void {
+function runChain(chain: readonly ChainHandler[], req: ChainRequest, res: ServerResponse, fail: (err: unknown) => void): void {
   let at = 0;
   const next = (err?: unknown): void => {
     if (err !== undefined && err !== null) return fail(err);
@@ -137,14 +162,7 @@ export function buildApp(deps: AppDeps): BuiltApp {
   const accessLog = new AccessLog(deps.logger, recorder, deps.logSink, deps.onFinished);
   let active = 0;
   let draining = false;
-  const api = express();
-  api.disable('x-powered-by');
-  api.set('etag', false);
-  // The path checked is the path forwarded: `/V1/CHAT/COMPLETIONS` or a trailing slash is not a route.
-  api.set('case sensitive routing', true);
-  api.set('strict routing', true);
-
-  const authenticate = (req: Request, res: Response, next: NextFunction): void => {
+  const authenticate: ChainHandler = (req, res, next) => {
     // Anthropic's clients send their key as x-api-key; the Messages API takes either
     const anthropic = contextOf(res).dialect === 'anthropic';
     const apiKey = anthropic ? req.headers['x-api-key'] : undefined;
@@ -156,14 +174,14 @@ export function buildApp(deps: AppDeps): BuiltApp {
     next();
   };
 
-  const requireJson = (req: Request, _res: Response, next: NextFunction): void => {
-    if (!req.is(['application/json', '+json'])) {
+  const requireJson: ChainHandler = (req, _res, next) => {
+    if (!bodyIs(req, ['application/json', '+json'])) {
       throw new RouterError('UNSUPPORTED_MEDIA_TYPE', 'Send the request body as JSON with "Content-Type: application/json".');
     }
     next();
   };
-  const requireForm = (req: Request, _res: Response, next: NextFunction): void => {
-    if (!req.is('multipart/form-data')) {
+  const requireForm: ChainHandler = (req, _res, next) => {
+    if (!bodyIs(req, ['multipart/form-data'])) {
       throw new RouterError('UNSUPPORTED_MEDIA_TYPE', 'Send the request body as a form with "Content-Type: multipart/form-data".');
     }
     next();
@@ -172,27 +190,28 @@ export function buildApp(deps: AppDeps): BuiltApp {
   const readJson = bodyReader(deps.maxBodyBytes);
   const readUpload = bodyReader(deps.maxUploadBytes);
   const inference = { maxJsonDepth: deps.maxJsonDepth, catalog: deps.catalog, director: deps.director, priorityHeader, ...(deps.limits ? { limits: deps.limits } : {}) };
-  // The inference routes, POST only: served from this table by the first middleware, without a walk
-  // through express's router (its per-request path matching was a twentieth of the router's CPU).
-  const inferenceChains = new Map<string, readonly RequestHandler[]>();
+  // The inference routes, POST only: served from this table by the request listener (below), and by
+  // express's first middleware for the same paths with a query.
+  const inferenceChains = new Map<string, readonly ChainHandler[]>();
   for (const route of API_ROUTES) {
     const reads = route.body === 'multipart' ? [requireForm, readUpload] : [requireJson, readJson];
     for (const path of route.paths) inferenceChains.set(path, [authenticate, ...reads, inferenceHandler(inference, route)]);
   }
-  const handleError = (err: unknown, _req: Request, res: Response): void => {
+  const handleError = (err: unknown, res: ServerResponse): void => {
     const fromBody = !(err instanceof RouterError) && typeof err === 'object' && err !== null ? bodyReaderError(err) : undefined;
     if (!(err instanceof RouterError) && !fromBody) deps.logger.error({ requestId: contextOf(res)?.requestId, err }, 'unexpected error');
     sendError(res, fromBody ?? err);
   };
 
-  api.use((req: Request, res: Response, next: NextFunction) => {
-    const origin = req.url.startsWith('/') && !req.url.startsWith('//');
-    const requestId = requestIdOf(req);
+  /** Opens the request's context: its id, route, client, the access log line when it closes. */
+  const open = (req: IncomingMessage, res: ServerResponse, path: string, origin: boolean): RequestContext => {
+    const { route, dialect } = origin ? routeOf(path) : OTHER_ROUTE;
     const ctx: RequestContext = {
-      requestId,
+      requestId: requestIdOf(req),
       started: deps.clock.now(),
-      ...(origin ? routeOf(req.path) : { route: 'other', dialect: 'openai' }),
-      path: origin ? req.path : req.url.slice(0, 200),
+      route,
+      dialect,
+      path: origin ? path : (req.url?.slice(0, 200) ?? ''),
       forwarded: forwardedFor(req, trustedProxies),
       closed: false,
       abort: new AbortController(),
@@ -208,30 +227,53 @@ export function buildApp(deps: AppDeps): BuiltApp {
       ctx.closed = true;
       if (!res.writableFinished) ctx.abort.abort();
       // The director's report (endpoint, attempts, tokens, TTFT) lands just after the response closes.
-      void (ctx.exchange ?? Promise.resolve()).finally(() => {
+      const log = (): void => {
         active -= 1;
         accessLog.record(req, res, ctx, closedAt);
-      });
+      };
+      if (ctx.exchange) void ctx.exchange.finally(log);
+      else log();
     });
+    return ctx;
+  };
+  const fail = (res: ServerResponse) => (err: unknown) => handleError(err, res);
+
+  const app = express();
+  app.disable('x-powered-by');
+  app.set('etag', false);
+  // The path checked is the path forwarded: `/V1/CHAT/COMPLETIONS` or a trailing slash is not a route.
+  app.set('case sensitive routing', true);
+  app.set('strict routing', true);
+  app.use((req: Request, res: Response, next: NextFunction) => {
+    const origin = req.url.startsWith('/') && !req.url.startsWith('//');
+    const ctx = open(req, res, origin ? req.path : '', origin);
     // Only origin-form targets (`/v1/…`) are routes: an absolute-form or `//` target is a 404, never forwarded.
     if (!origin) throw new RouterError('ROUTE_NOT_FOUND', `Unknown route ${req.method} ${ctx.path}. Send requests to a path such as /v1/chat/completions.`);
     const chain = req.method === 'POST' ? inferenceChains.get(ctx.path) : undefined;
-    if (chain) runChain(chain, req, res, (err) => handleError(err, req, res));
+    if (chain) runChain(chain, req, res, fail(res));
     else next();
   });
 
-  api.get('/v1/models', authenticate, listModels(deps.catalog));
-  api.get('/v1/models/*id', authenticate, retrieveModel(deps.catalog));
-  api.get('/v1/limits', authenticate, getLimits(deps.limits));
+  app.get('/v1/models', authenticate, listModels(deps.catalog));
+  app.get('/v1/models/*id', authenticate, retrieveModel(deps.catalog));
+  app.get('/v1/limits', authenticate, getLimits(deps.limits));
   for (const [path, method] of Object.entries(ROUTES)) {
-    api.all(path, (req: Request) => {
+    app.all(path, (req: Request) => {
       throw new RouterError('METHOD_NOT_ALLOWED', `${req.method} is not allowed on ${path}; use ${method}.`);
     });
   }
-  api.use((req: Request) => {
+  app.use((req: Request) => {
     throw new RouterError('ROUTE_NOT_FOUND', `Unknown route ${req.method} ${req.path}. modelgate serves ${ROUTE_LIST}.`);
   });
-  api.use((err: unknown, req: Request, res: Response, _next: NextFunction) => handleError(err, req, res));
+  app.use((err: unknown, _req: Request, res: Response, _next: NextFunction) => handleError(err, res));
+
+  // An inference request: straight to its chain. The same request with a query, or anything else, goes through express.
+  const api: RequestListener = (req, res) => {
+    const chain = req.method === 'POST' && req.url !== undefined ? inferenceChains.get(req.url) : undefined;
+    if (!chain) return void app(req, res);
+    open(req, res, req.url as string, true);
+    runChain(chain, req, res, fail(res));
+  };
 
   return {
     api,

@@ -4,15 +4,16 @@
  * (body-parser), which inflates it. In the overhead benchmark's profile body-parser's generality
  * (media-type checks, charset handling, http-errors) was ~10% of the router's CPU per request.
  */
-import express, { type NextFunction, type Request, type RequestHandler, type Response } from 'express';
+import express from 'express';
 import { RouterError } from '../core/errors.js';
+import { type ChainHandler } from './app.js';
 
 export const bodyTooLarge = (): RouterError => new RouterError('REQUEST_TOO_LARGE', 'The request body is larger than this router accepts.');
 export const bodyTruncated = (): RouterError => new RouterError('INVALID_REQUEST', 'The request body ended before its declared length.');
 
-export function bodyReader(limit: number): RequestHandler {
+export function bodyReader(limit: number): ChainHandler {
   const inflating = express.raw({ type: () => true, limit });
-  return (req: Request, res: Response, next: NextFunction): void => {
+  return (req, res, next): void => {
     const encoding = req.headers['content-encoding'];
     if (encoding !== undefined && encoding.toLowerCase() !== 'identity') return void inflating(req, res, next);
     const declared = req.headers['content-length'];

@@ -1,6 +1,6 @@
 /** Per-request state the handlers fill in and the access log and metrics read when the response closes. */
 import { randomUUID } from 'node:crypto';
-import { type Request, type Response } from 'express';
+import type { IncomingMessage, ServerResponse } from 'node:http';
 import { type Principal } from '../auth/key-store.js';
 import { type Priority, type RequestTrace, type WireDialect } from '../core/types.js';
 import { type DirectorReport } from '../director/director.js';
@@ -39,15 +39,18 @@ export interface RequestContext {
 const SAFE_REQUEST_ID = /^[\w.:@-]{1,128}$/;
 
 /** The client's `x-request-id` when it is a reasonable token, else a new one. */
-export function requestIdOf(req: Request): string {
+export function requestIdOf(req: IncomingMessage): string {
   const given = req.headers['x-request-id'];
   return typeof given === 'string' && SAFE_REQUEST_ID.test(given) ? given : randomUUID();
 }
 
-export function contextOf(res: Response): RequestContext {
-  return (res.locals as { ctx: RequestContext }).ctx;
+/** Where a response carries its request's context: a symbol, as the inference routes never pass through express (no `res.locals` there). */
+const CONTEXT = Symbol('modelgate.context');
+
+export function contextOf(res: ServerResponse): RequestContext {
+  return (res as ServerResponse & { [CONTEXT]: RequestContext })[CONTEXT];
 }
 
-export function setContext(res: Response, ctx: RequestContext): void {
-  (res.locals as { ctx: RequestContext }).ctx = ctx;
+export function setContext(res: ServerResponse, ctx: RequestContext): void {
+  (res as ServerResponse & { [CONTEXT]: RequestContext })[CONTEXT] = ctx;
 }

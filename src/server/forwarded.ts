@@ -24,13 +24,14 @@ function single(value: string | string[] | undefined): string | undefined {
 /** Where the request came from and how it was addressed, as the engine should be told. */
 export function forwardedFor(req: IncomingMessage, trusted: AddressRanges): ForwardedFor & { client: string } {
   const peer = plainAddress(req.socket.remoteAddress);
-  const own: ForwardedFor = {
+  const own = {
     for: peer,
     proto: (req.socket as Partial<TLSSocket>).encrypted === true ? 'https' : 'http',
     host: single(req.headers.host) ?? '',
     port: String(req.socket.localPort ?? ''),
+    client: peer,
   };
-  if (!trusted.has(peer)) return { ...own, client: peer };
+  if (!trusted.has(peer)) return own;
   const chain = single(req.headers['x-forwarded-for']);
   return {
     for: chain === undefined ? peer : `${chain}, ${peer}`,

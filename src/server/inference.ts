@@ -3,7 +3,7 @@
  * multipart form), validate, resolve the model, check the key may use it, work out the request's
  * priority — then hand the request to the director, which owns it from there.
  */
-import { type Request, type Response } from 'express';
+import type { ServerResponse } from 'node:http';
 import { mayUse, type Principal } from '../auth/key-store.js';
 import { jsonDepthExceeds } from '../api/json-depth.js';
 import { formFields, parseForm, type FormPart } from '../api/multipart.js';
@@ -14,10 +14,13 @@ import { PRIORITIES, type Priority, type RequestTrace } from '../core/types.js';
 import { type RequestDirector } from '../director/director.js';
 import { type Lease } from '../limits/limiter.js';
 import { type ModelCatalog } from '../registry/registry.js';
+import { type ChainRequest } from './app.js';
 import { contextOf } from './context.js';
 
 /** The per-key limits as the handler uses them (limits/limiter.ts). */
 export interface RequestLimits {
+  /** The key's limits, if it has any (a key without them is not admitted at all: no lease, no wait). */
+  limitsOf(key: Principal): object | undefined;
   /** `kind`: requests whose prompt estimates are corrected together (limits/limiter.ts). */
   admit(key: Principal, deployment: string, estimate: number, kind?: string): Promise<Pick<Lease, 'headers' | 'streamed' | 'finish'> | undefined>;
 }
@@ -85,7 +88,7 @@ function contentHook(lease: { streamed(): void } | undefined, trace: RequestTrac
 }
 
 export function inferenceHandler(deps: InferenceDeps, api: ApiRoute) {
-  return async (req: Request, res: Response): Promise<void> => {
+  return async (req: ChainRequest, res: ServerResponse): Promise<void> => {
     const ctx = contextOf(res);
     const principal = ctx.principal as Principal;
     const raw = req.body as Buffer;
@@ -101,13 +104,17 @@ export function inferenceHandler(deps: InferenceDeps, api: ApiRoute) {
     const trace = ctx.trace;
     trace?.rename(`${api.name} ${body.model.slice(0, 200)}`);
     if (ctx.closed) return; // the client left while the body was read
-    const admission = deps.limits && trace?.child('modelgate.admission');
-    const lease = deps.limits && (await deps.limits.admit(principal, deployment.id, estimatePromptTokens(api, body, text), `${deployment.id} ${api.name}`));
-    admission?.end();
-    if (lease) for (const [name, value] of Object.entries(lease.headers)) res.setHeader(name, value);
-    if (ctx.closed) {
-      lease?.finish(undefined); // the client left while its limits were checked
-      return;
+    const limits = deps.limits?.limitsOf(principal) ? deps.limits : undefined;
+    let lease: Pick<Lease, 'headers' | 'streamed' | 'finish'> | undefined;
+    if (limits) {
+      const admission = trace?.child('modelgate.admission');
+      lease = await limits.admit(principal, deployment.id, estimatePromptTokens(api, body, text), `${deployment.id} ${api.name}`);
+      admission?.end();
+      if (lease) for (const [name, value] of Object.entries(lease.headers)) res.setHeader(name, value);
+      if (ctx.closed) {
+        lease?.finish(undefined); // the client left while its limits were checked
+        return;
+      }
     }
     const request = {
       api,
