@@ -1,5 +1,6 @@
 /** The access-log line, rendered by hand, is the line pino would have written for the same members. */
 import { describe, expect, it } from '@jest/globals';
+import fc from 'fast-check';
 import { Writable } from 'node:stream';
 import { type Request, type Response } from 'express';
 import { pino } from 'pino';
@@ -135,6 +136,20 @@ describe('access log', () => {
     const line = JSON.parse(lines[0] as string) as Record<string, unknown>;
     expect(line).toMatchObject({ completionTokens: 9, tokensEstimated: true });
     expect(line).not.toHaveProperty('promptTokens');
+  });
+
+  it('gives back every string member exactly, whatever it holds (quotes, controls, lone surrogates), and is valid JSON', () => {
+    fc.assert(
+      fc.property(fc.string({ unit: 'binary' }), fc.string({ unit: 'grapheme' }), fc.string({ unit: 'binary-ascii' }), (model, key, failure) => {
+        const { lines, sink } = capture();
+        const log = accessLog(createLogger('info', sink), { recordRequest: () => undefined });
+        log.record(req, finished, context({ model, principal: { name: key } as RequestContext['principal'], failure }), 1010);
+        const line = JSON.parse(lines[0] as string) as Record<string, unknown>;
+        expect([line.model, line.key, line.failure]).toEqual([model, key, failure]);
+        expect(lines[0]).toBe(`${JSON.stringify(line)}\n`); // escaped exactly as JSON.stringify (and so pino) escapes
+      }),
+      { numRuns: 300 },
+    );
   });
 
   it('writes nothing below info, and still records the metrics', () => {
