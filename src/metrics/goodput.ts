@@ -16,8 +16,9 @@
  * exist at 0 before its first request (`RouterMetrics` seeds them before each scrape and removes a
  * deployment's when it leaves), so `rate()` sees the first event of each.
  */
-import { Counter, type Registry } from 'prom-client';
+import { type Registry } from 'prom-client';
 import { type Slo } from '../core/types.js';
+import { HotCounter } from './hot-counter.js';
 
 import { SLO_RESULTS, type SloResult } from './labels.js';
 
@@ -47,8 +48,8 @@ export function sloResult(done: Finished, slo: Slo): SloResult | undefined {
 }
 
 /** `modelgate_goodput_requests_total{deployment, result}`. */
-export function goodputCounter(registers: Registry[]): Counter<'deployment' | 'result'> {
-  return new Counter({
+export function goodputCounter(registers: Registry[]): HotCounter<'deployment' | 'result', [deployment: string, result: SloResult]> {
+  return new HotCounter({
     name: 'modelgate_goodput_requests_total',
     help: 'Requests offered to each deployment, by how they fared against its SLO: within, outside (served, but slower), rejected (429/503), failed. Goodput = within / all.',
     labelNames: ['deployment', 'result'],

@@ -3,9 +3,11 @@
  * bounded labels only (route, deployment, pool, endpoint, status code; never a key, user, prompt or
  * request id). Gauges read live state through the sources given at construction. The series are
  * declared by area (`traffic.ts`, `routing.ts`, `resilience.ts`, `control-plane.ts`); callers only
- * see `RouterMetrics`.
+ * see `RouterMetrics`. The labelled counters counted per request are `HotCounter`s (`hot-counter.ts`):
+ * they count into cached cells and hand the sums to prom-client when it reads them.
  */
 import { type Counter, type Histogram, Registry } from 'prom-client';
+import { type HotCounter } from './hot-counter.js';
 import { limitsMetrics, type LimitsRecorder } from './limits.js';
 import { demandMetrics, recordHold, seedHolds, type DemandMetrics, type PoolDemand } from './demand.js';
 import { type ApiName, type HoldEvent, type PreviousResponseOutcome, type ResumeReason, type ResumeResult } from '../core/types.js';
@@ -100,10 +102,8 @@ export class RouterMetrics {
   private readonly controlPlane: ControlPlaneMetrics;
   private demand: DemandMetrics | undefined;
   private readonly resumption: ResumptionMetrics;
-  private readonly goodput: Counter<'deployment' | 'result'>;
+  private readonly goodput: HotCounter<'deployment' | 'result', [deployment: string, result: SloResult]>;
   private readonly exemplars: boolean;
-  /** The (pool, outcome) label sets each endpoint's attempts have been counted under, to remove them when it leaves. */
-  private readonly attemptLabels = new Map<string, Set<string>>();
 
   constructor(
     private readonly sources: MetricSources,
@@ -129,18 +129,18 @@ export class RouterMetrics {
     const { routes, pools, holdingPools, fallbacks } = this.sources;
     const { traffic, resilience, routing } = this;
     for (const { deployment, pool, apis, resumable } of routes?.() ?? []) {
-      for (const result of SLO_RESULTS) this.goodput.inc({ deployment, result }, 0);
+      for (const result of SLO_RESULTS) this.goodput.seed(deployment, result);
       if (resumable) this.resumption.seed(deployment);
-      for (const end of RESPONSE_ENDS) traffic.streamEnds.inc({ deployment, pool, end }, 0);
-      for (const route of apis ?? []) traffic.requests.inc({ route, deployment, pool, code: '200' }, 0);
+      for (const end of RESPONSE_ENDS) traffic.streamEnds.seed(deployment, pool, end);
+      for (const route of apis ?? []) traffic.requests.seed(route, deployment, pool, 200);
     }
     for (const pool of pools?.() ?? []) {
-      for (const reason of REJECT_REASONS) resilience.rejected.inc({ pool, reason }, 0);
-      for (const reason of RETRY_REASONS) resilience.retries.inc({ pool, reason }, 0);
-      for (const result of PREFIX_RESULTS) routing.prefixBlocks.inc({ pool, result }, 0);
-      for (const result of SCRAPE_RESULTS) routing.engineScrapes.inc({ pool, result }, 0);
+      for (const reason of REJECT_REASONS) resilience.rejected.seed(pool, reason);
+      for (const reason of RETRY_REASONS) resilience.retries.seed(pool, reason);
+      for (const result of PREFIX_RESULTS) routing.prefixBlocks.seed(pool, result);
+      for (const result of SCRAPE_RESULTS) routing.engineScrapes.seed(pool, result);
     }
-    for (const hop of fallbacks?.() ?? []) resilience.fallbacks.inc(fallbackLabels(hop), 0);
+    for (const hop of fallbacks?.() ?? []) resilience.fallbacks.seed(hop.fromDeployment, hop.fromPool, hop.toDeployment, hop.toPool);
     if (this.demand) for (const pool of holdingPools?.() ?? []) seedHolds(this.demand, pool);
     await this.pruneGone();
     this.pruneEndpoints();
@@ -154,16 +154,12 @@ export class RouterMetrics {
     const knownPools = new Set(pools());
     const gone = (labels: Labels): boolean => DEPLOYMENT_LABELS.some((l) => isGone(labels[l], knownDeployments)) || POOL_LABELS.some((l) => isGone(labels[l], knownPools));
     const { traffic, resilience, routing } = this;
-    const metrics = [
+    const counters = [
       traffic.requests,
-      traffic.duration,
-      traffic.ttft,
-      traffic.itl,
       traffic.promptTokens,
       traffic.completionTokens,
       traffic.streamEnds,
       resilience.retries,
-      resilience.queueWait,
       resilience.rejected,
       resilience.fallbacks,
       routing.prefixBlocks,
@@ -172,8 +168,9 @@ export class RouterMetrics {
       routing.loraLoads,
       this.goodput,
       this.resumption.counter,
-      ...(this.demand ? [this.demand.held] : []),
     ];
+    for (const counter of counters) counter.removeWhere(gone);
+    const metrics = [traffic.duration, traffic.ttft, traffic.itl, resilience.queueWait, ...(this.demand ? [this.demand.held] : [])];
     for (const metric of metrics) await prune(metric, gone);
   }
 
@@ -181,24 +178,17 @@ export class RouterMetrics {
     const { liveEndpoints } = this.sources;
     if (!liveEndpoints) return;
     const live = liveEndpoints();
-    for (const [endpoint, sets] of this.attemptLabels) {
-      if (live.has(endpoint)) continue;
-      for (const set of sets) {
-        const [pool = '', outcome = ''] = set.split('\0');
-        this.resilience.attempts.remove({ pool, endpoint, outcome });
-      }
-      this.attemptLabels.delete(endpoint);
-    }
+    this.resilience.attempts.removeWhere((labels) => !live.has(labels.endpoint));
   }
 
   /** How a request offered to `deployment` fared against its SLO (metrics/goodput.ts). */
   recordGoodput(deployment: string, result: SloResult): void {
-    this.goodput.inc({ deployment, result });
+    this.goodput.inc(1, deployment, result);
   }
 
   /** `traceId`: the request's sampled trace, kept as the duration bucket's exemplar. */
   recordRequest(route: Route, deployment: string, pool: string, code: number, seconds: number, traceId?: string): void {
-    this.traffic.requests.inc({ route, deployment, pool, code: String(code) });
+    this.traffic.requests.inc(1, route, deployment, pool, code);
     if (route !== 'models' && route !== 'limits' && route !== 'other') observe(this.traffic.duration, this.exemplars, { route, deployment, pool }, seconds, traceId);
   }
 
@@ -212,12 +202,12 @@ export class RouterMetrics {
   }
 
   recordTokens(labels: TrafficLabels, prompt: number, completion: number): void {
-    this.traffic.promptTokens.inc(labels, prompt);
-    if (completion > 0) this.traffic.completionTokens.inc(labels, completion);
+    this.traffic.promptTokens.inc(prompt, labels.deployment, labels.pool);
+    if (completion > 0) this.traffic.completionTokens.inc(completion, labels.deployment, labels.pool);
   }
 
   recordResponseEnd(labels: TrafficLabels, end: ResponseEnd): void {
-    this.traffic.streamEnds.inc({ ...labels, end });
+    this.traffic.streamEnds.inc(1, labels.deployment, labels.pool, end);
   }
 
   /** Registers the per-key limits' metrics; the limiter reports into what this returns. */
@@ -238,15 +228,11 @@ export class RouterMetrics {
   }
 
   recordAttempt(pool: string, endpoint: string, outcome: AttemptOutcome): void {
-    this.resilience.attempts.inc({ pool, endpoint, outcome });
-    const key = `${pool}\0${outcome}`;
-    const sets = this.attemptLabels.get(endpoint);
-    if (!sets) this.attemptLabels.set(endpoint, new Set([key]));
-    else sets.add(key);
+    this.resilience.attempts.inc(1, pool, endpoint, outcome);
   }
 
   recordRetry(pool: string, reason: RetryReason): void {
-    this.resilience.retries.inc({ pool, reason });
+    this.resilience.retries.inc(1, pool, reason);
   }
 
   recordQueueWait(pool: string, seconds: number, result: QueueResult): void {
@@ -254,7 +240,7 @@ export class RouterMetrics {
   }
 
   recordRejected(pool: string, reason: RejectReason): void {
-    this.resilience.rejected.inc({ pool, reason });
+    this.resilience.rejected.inc(1, pool, reason);
   }
 
   /**
@@ -263,16 +249,16 @@ export class RouterMetrics {
    * every prompt token — so hit ÷ (hit + miss) compares with the engines' own prefix-cache hit rate.
    */
   recordPrefixBlocks(pool: string, matched: number, promptBlocks: number): void {
-    if (matched > 0) this.routing.prefixBlocks.inc({ pool, result: 'hit' }, matched);
-    if (promptBlocks > matched) this.routing.prefixBlocks.inc({ pool, result: 'miss' }, promptBlocks - matched);
+    if (matched > 0) this.routing.prefixBlocks.inc(matched, pool, 'hit');
+    if (promptBlocks > matched) this.routing.prefixBlocks.inc(promptBlocks - matched, pool, 'miss');
   }
 
   recordFallback(fromDeployment: string, fromPool: string, toDeployment: string, toPool: string): void {
-    this.resilience.fallbacks.inc(fallbackLabels({ fromDeployment, fromPool, toDeployment, toPool }));
+    this.resilience.fallbacks.inc(1, fromDeployment, fromPool, toDeployment, toPool);
   }
 
   recordPreviousResponse(outcome: PreviousResponseOutcome): void {
-    this.routing.previousResponses.inc({ outcome });
+    this.routing.previousResponses.inc(1, outcome);
   }
 
   recordStreamResumption(deployment: string, result: ResumeResult, reason: ResumeReason): void {
@@ -280,17 +266,17 @@ export class RouterMetrics {
   }
 
   recordEngineScrape(pool: string, result: ScrapeResult): void {
-    this.routing.engineScrapes.inc({ pool, result });
+    this.routing.engineScrapes.inc(1, pool, result);
   }
 
   /** A request for a LoRA adapter was sent to a replica that held it, had a free slot, or had none. */
   recordLoraPlacement(pool: string, placement: LoraPlacement): void {
-    this.routing.loraPlacements.inc({ pool, placement });
+    this.routing.loraPlacements.inc(1, pool, placement);
   }
 
   /** A LoRA adapter load the router asked an engine for ended. */
   recordLoraLoad(pool: string, result: LoraLoadResult): void {
-    this.routing.loraLoads.inc({ pool, result });
+    this.routing.loraLoads.inc(1, pool, result);
   }
 
   /** Gauges read from the routing layer at scrape time (registered once). */
@@ -335,10 +321,6 @@ export class RouterMetrics {
 
 function isGone(value: string | number | undefined, known: ReadonlySet<string>): boolean {
   return typeof value === 'string' && value !== '' && !known.has(value);
-}
-
-function fallbackLabels(hop: FallbackHop): Record<'from_deployment' | 'from_pool' | 'to_deployment' | 'to_pool', string> {
-  return { from_deployment: hop.fromDeployment, from_pool: hop.fromPool, to_deployment: hop.toDeployment, to_pool: hop.toPool };
 }
 
 /** Removes every series of `metric` whose labels `gone` says name something that left (a histogram's buckets as one). */

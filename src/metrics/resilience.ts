@@ -3,7 +3,9 @@
  * its outcome, retries, fallbacks to the next pool, admission queue waits, limits and rejections,
  * and the state of each endpoint's circuit breaker.
  */
-import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
+import { Gauge, Histogram, type Registry } from 'prom-client';
+import { HotCounter } from './hot-counter.js';
+import { type AttemptOutcome, type RejectReason, type RetryReason } from './labels.js';
 
 /** Live state the admission gauges read at scrape time. */
 export interface AdmissionSources {
@@ -18,11 +20,11 @@ export interface ResilienceSources {
 }
 
 export interface ResilienceMetrics {
-  attempts: Counter<'pool' | 'endpoint' | 'outcome'>;
-  retries: Counter<'pool' | 'reason'>;
+  attempts: HotCounter<'pool' | 'endpoint' | 'outcome', [pool: string, endpoint: string, outcome: AttemptOutcome]>;
+  retries: HotCounter<'pool' | 'reason', [pool: string, reason: RetryReason]>;
   queueWait: Histogram<'pool' | 'result'>;
-  rejected: Counter<'pool' | 'reason'>;
-  fallbacks: Counter<'from_deployment' | 'from_pool' | 'to_deployment' | 'to_pool'>;
+  rejected: HotCounter<'pool' | 'reason', [pool: string, reason: RejectReason]>;
+  fallbacks: HotCounter<'from_deployment' | 'from_pool' | 'to_deployment' | 'to_pool', [fromDeployment: string, fromPool: string, toDeployment: string, toPool: string]>;
 }
 
 export function resilienceMetrics(registers: Registry[], sources: AdmissionSources): ResilienceMetrics {
@@ -37,13 +39,13 @@ export function resilienceMetrics(registers: Registry[], sources: AdmissionSourc
     },
   });
   return {
-    attempts: new Counter({
+    attempts: new HotCounter({
       name: 'modelgate_upstream_attempts_total',
       help: 'Attempts to forward a request to an endpoint, by outcome (committed, upstream_<status>, connect, reset, first_byte_timeout, …).',
       labelNames: ['pool', 'endpoint', 'outcome'],
       registers,
     }),
-    retries: new Counter({
+    retries: new HotCounter({
       name: 'modelgate_retries_total',
       help: 'Requests retried on another endpoint, by the reason the attempt before failed.',
       labelNames: ['pool', 'reason'],
@@ -56,13 +58,13 @@ export function resilienceMetrics(registers: Registry[], sources: AdmissionSourc
       buckets: [0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60],
       registers,
     }),
-    rejected: new Counter({
+    rejected: new HotCounter({
       name: 'modelgate_rejected_requests_total',
       help: 'Requests turned away by admission control, by reason (queue_full, queue_timeout, shed, no_replica_timeout: held for a pool at zero past scaleFromZero.maxWaitMs).',
       labelNames: ['pool', 'reason'],
       registers,
     }),
-    fallbacks: new Counter({
+    fallbacks: new HotCounter({
       name: 'modelgate_fallbacks_total',
       help: 'Requests that moved on to the next pool of their route: no replica of a pool could take them, or every attempt in it failed before the first byte.',
       labelNames: ['from_deployment', 'from_pool', 'to_deployment', 'to_pool'],

@@ -7,14 +7,15 @@
  * `RESUME_REASONS` (core). RouterMetrics seeds a deployment's series at 0 before each scrape while the
  * deployment has `resumeStreams`, and removes them when it leaves.
  */
-import { Counter, type Registry } from 'prom-client';
+import { type Registry } from 'prom-client';
 import { RESUME_REASONS, type ResumeReason, type ResumeResult } from '../core/types.js';
+import { HotCounter } from './hot-counter.js';
 
 export class ResumptionMetrics {
-  readonly counter: Counter<'deployment' | 'result' | 'reason'>;
+  readonly counter: HotCounter<'deployment' | 'result' | 'reason', [deployment: string, result: ResumeResult, reason: ResumeReason]>;
 
   constructor(registers: Registry[]) {
-    this.counter = new Counter({
+    this.counter = new HotCounter({
       name: 'modelgate_stream_resumptions_total',
       help: 'Streams of deployments with resumeStreams that broke after the first byte, by what became of them: resumed on another replica, refused, or failed to resume.',
       labelNames: ['deployment', 'result', 'reason'],
@@ -24,10 +25,10 @@ export class ResumptionMetrics {
 
   /** The deployment's series, at 0. */
   seed(deployment: string): void {
-    for (const [result, reasons] of Object.entries(RESUME_REASONS)) for (const reason of reasons) this.counter.inc({ deployment, result, reason }, 0);
+    for (const [result, reasons] of Object.entries(RESUME_REASONS)) for (const reason of reasons) this.counter.seed(deployment, result as ResumeResult, reason);
   }
 
   record(deployment: string, result: ResumeResult, reason: ResumeReason): void {
-    this.counter.inc({ deployment, result, reason });
+    this.counter.inc(1, deployment, result, reason);
   }
 }

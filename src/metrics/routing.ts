@@ -3,9 +3,10 @@
  * in-flight count per endpoint (read at scrape time), the engines' own load samples and how their
  * scrapes went, and how often prefix affinity found a replica that likely had the prompt cached.
  */
-import { Counter, Gauge, type Registry } from 'prom-client';
-import { type EngineLoad } from '../core/types.js';
-import { PREVIOUS_RESPONSE_OUTCOMES } from './labels.js';
+import { Gauge, type Registry } from 'prom-client';
+import { type EngineLoad, type PreviousResponseOutcome } from '../core/types.js';
+import { HotCounter } from './hot-counter.js';
+import { PREVIOUS_RESPONSE_OUTCOMES, type LoraLoadResult, type LoraPlacement, type ScrapeResult } from './labels.js';
 
 /** Live state the routing gauges read at scrape time. */
 export interface RoutingStateSources {
@@ -26,11 +27,11 @@ export interface RoutingSources {
 }
 
 export interface RoutingMetrics {
-  prefixBlocks: Counter<'pool' | 'result'>;
-  engineScrapes: Counter<'pool' | 'result'>;
-  previousResponses: Counter<'outcome'>;
-  loraPlacements: Counter<'pool' | 'placement'>;
-  loraLoads: Counter<'pool' | 'result'>;
+  prefixBlocks: HotCounter<'pool' | 'result', [pool: string, result: 'hit' | 'miss']>;
+  engineScrapes: HotCounter<'pool' | 'result', [pool: string, result: ScrapeResult]>;
+  previousResponses: HotCounter<'outcome', [outcome: PreviousResponseOutcome]>;
+  loraPlacements: HotCounter<'pool' | 'placement', [pool: string, placement: LoraPlacement]>;
+  loraLoads: HotCounter<'pool' | 'result', [pool: string, result: LoraLoadResult]>;
 }
 
 export function routingMetrics(registers: Registry[], sources: RoutingStateSources): RoutingMetrics {
@@ -77,34 +78,34 @@ export function routingMetrics(registers: Registry[], sources: RoutingStateSourc
       for (const p of sources.readyEndpoints()) this.set({ pool: p.pool }, p.count);
     },
   });
-  const previousResponses = new Counter({
+  const previousResponses = new HotCounter<'outcome', [outcome: PreviousResponseOutcome]>({
     name: 'modelgate_previous_response_requests_total',
     help: 'Responses API requests naming a previous_response_id, by outcome: pinned (sent to the replica holding it), unknown (the router does not know it; routed as usual), replica_gone (its replica left; routed as usual), other_key (made by another API key: answered 404).',
     labelNames: ['outcome'],
     registers,
   });
-  for (const outcome of PREVIOUS_RESPONSE_OUTCOMES) previousResponses.inc({ outcome }, 0);
+  for (const outcome of PREVIOUS_RESPONSE_OUTCOMES) previousResponses.seed(outcome);
   return {
-    prefixBlocks: new Counter({
+    prefixBlocks: new HotCounter({
       name: 'modelgate_prefix_blocks_total',
       help: "Prompt blocks of routed requests with a prompt (chat, completions, responses, messages), by whether the chosen replica likely had them cached (hit) or not (miss); a prompt's trailing partial block counts as its fraction of a block, so hit / (hit + miss) compares with the engines' prefix-cache hit rate.",
       labelNames: ['pool', 'result'],
       registers,
     }),
-    engineScrapes: new Counter({
+    engineScrapes: new HotCounter({
       name: 'modelgate_engine_scrapes_total',
       help: "Scrapes of replicas' engine metrics, by result (ok, error, timeout, unparsable).",
       labelNames: ['pool', 'result'],
       registers,
     }),
     previousResponses,
-    loraPlacements: new Counter({
+    loraPlacements: new HotCounter({
       name: 'modelgate_lora_placements_total',
       help: 'Requests for a LoRA adapter by where they were sent, as the router saw it: held (the replica held the adapter), free_slot (it had a free adapter slot), no_slot (every slot taken: the request waits for one there).',
       labelNames: ['pool', 'placement'],
       registers,
     }),
-    loraLoads: new Counter({
+    loraLoads: new HotCounter({
       name: 'modelgate_lora_adapter_loads_total',
       help: 'LoRA adapter loads the router asked an engine for (routing.lora.loadOnDemand), by result: loaded, already_loaded (the engine had it), failed, timeout.',
       labelNames: ['pool', 'result'],

@@ -3,7 +3,9 @@
  * token, inter-token gaps, token counts and how each response ended. Buckets span an embedding's
  * few milliseconds to a long generation's minutes.
  */
-import { Counter, Histogram, type HistogramConfiguration, type Registry } from 'prom-client';
+import { Histogram, type HistogramConfiguration, type Registry } from 'prom-client';
+import { HotCounter } from './hot-counter.js';
+import { type ResponseEnd, type Route } from './labels.js';
 
 /**
  * Seconds; from a few ms (an embedding) to 30 minutes, the default `resilience.timeouts.totalMs`: a
@@ -22,19 +24,19 @@ export const TTFT_BUCKETS = [0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 0.7
 export const ITL_BUCKETS = [0.001, 0.0025, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1, 2.5, 10, 60];
 
 export interface TrafficMetrics {
-  requests: Counter<'route' | 'deployment' | 'pool' | 'code'>;
+  requests: HotCounter<'route' | 'deployment' | 'pool' | 'code', [route: Route, deployment: string, pool: string, code: number]>;
   duration: Histogram<'route' | 'deployment' | 'pool'>;
   ttft: Histogram<'deployment' | 'pool'>;
   itl: Histogram<'deployment' | 'pool'>;
-  promptTokens: Counter<'deployment' | 'pool'>;
-  completionTokens: Counter<'deployment' | 'pool'>;
-  streamEnds: Counter<'deployment' | 'pool' | 'end'>;
+  promptTokens: HotCounter<'deployment' | 'pool', [deployment: string, pool: string]>;
+  completionTokens: HotCounter<'deployment' | 'pool', [deployment: string, pool: string]>;
+  streamEnds: HotCounter<'deployment' | 'pool' | 'end', [deployment: string, pool: string, end: ResponseEnd]>;
 }
 
 /** `exemplars`: the duration and TTFT histograms keep each bucket's last exemplar (a trace id). */
 export function trafficMetrics(registers: Registry[], exemplars = false): TrafficMetrics {
   return {
-    requests: new Counter({
+    requests: new HotCounter({
       name: 'modelgate_requests_total',
       help: 'Requests answered, by route, deployment, pool and HTTP status code.',
       labelNames: ['route', 'deployment', 'pool', 'code'],
@@ -67,19 +69,19 @@ export function trafficMetrics(registers: Registry[], exemplars = false): Traffi
       buckets: ITL_BUCKETS,
       registers,
     }),
-    promptTokens: new Counter({
+    promptTokens: new HotCounter({
       name: 'modelgate_prompt_tokens_total',
       help: 'Prompt tokens, from the usage the engines report (a stream that ended without usage adds none).',
       labelNames: ['deployment', 'pool'],
       registers,
     }),
-    completionTokens: new Counter({
+    completionTokens: new HotCounter({
       name: 'modelgate_completion_tokens_total',
       help: 'Completion tokens, from the usage the engines report; for a stream that ended without usage (client gone, stream broken), estimated as one per content event delivered.',
       labelNames: ['deployment', 'pool'],
       registers,
     }),
-    streamEnds: new Counter({
+    streamEnds: new HotCounter({
       name: 'modelgate_response_ends_total',
       help: 'How responses that had started ended: complete, client_gone, client_stalled (the client accepted no bytes for server.clientStallTimeoutMs), upstream_broken, idle_timeout, deadline.',
       labelNames: ['deployment', 'pool', 'end'],

@@ -129,6 +129,66 @@ describe('RouterMetrics', () => {
     expect(metricSum(text, 'modelgate_upstream_attempts_total', { endpoint: 'http://a:8000' })).toBe(1);
   });
 
+  it('counts an endpoint that left and came back from 0, under the labels it has now', async () => {
+    const live = new Set(['http://a:8000']);
+    const metrics = new RouterMetrics(sources(live), { processMetrics: false });
+    metrics.recordAttempt('llm', 'http://a:8000', 'committed');
+    metrics.recordAttempt('llm', 'http://a:8000', 'committed');
+    expect(await metrics.metrics()).toContain('modelgate_upstream_attempts_total{pool="llm",endpoint="http://a:8000",outcome="committed"} 2');
+    metrics.recordAttempt('llm', 'http://a:8000', 'committed'); // after the scrape, before the endpoint left: goes with it
+    live.delete('http://a:8000');
+    expect(await metrics.metrics()).not.toContain('http://a:8000');
+    live.add('http://a:8000');
+    metrics.recordAttempt('other', 'http://a:8000', 'upstream_503');
+    const text = await metrics.metrics();
+    expect(text).toContain('modelgate_upstream_attempts_total{pool="other",endpoint="http://a:8000",outcome="upstream_503"} 1');
+    expect(text).not.toContain('outcome="committed"');
+  });
+
+  it('shows every request counted before each scrape, the same counts again when nothing happened, and the seeded zeros untouched', async () => {
+    const metrics = new RouterMetrics({ ...sources(new Set()), routes: () => [{ deployment: 'llm-prod', pool: 'llm', apis: ['chat', 'embeddings'] }] }, { processMetrics: false });
+    const labels = { deployment: 'llm-prod', pool: 'llm' };
+    for (let scrape = 1; scrape <= 3; scrape++) {
+      metrics.recordRequest('chat', 'llm-prod', 'llm', 200, 0.1);
+      metrics.recordRequest('chat', 'llm-prod', 'llm', 503, 0.1);
+      metrics.recordTokens(labels, 100, 7);
+      metrics.recordResponseEnd(labels, 'complete');
+      metrics.recordGoodput('llm-prod', 'within');
+      const text = await metrics.metrics();
+      expect(await metrics.metrics()).toBe(text);
+      expect(text).toContain(`modelgate_requests_total{route="chat",deployment="llm-prod",pool="llm",code="200"} ${scrape}`);
+      expect(text).toContain(`modelgate_requests_total{route="chat",deployment="llm-prod",pool="llm",code="503"} ${scrape}`);
+      expect(text).toContain('modelgate_requests_total{route="embeddings",deployment="llm-prod",pool="llm",code="200"} 0');
+      expect(text).toContain(`modelgate_prompt_tokens_total{deployment="llm-prod",pool="llm"} ${100 * scrape}`);
+      expect(text).toContain(`modelgate_completion_tokens_total{deployment="llm-prod",pool="llm"} ${7 * scrape}`);
+      expect(text).toContain(`modelgate_response_ends_total{deployment="llm-prod",pool="llm",end="complete"} ${scrape}`);
+      expect(text).toContain('modelgate_response_ends_total{deployment="llm-prod",pool="llm",end="client_gone"} 0');
+      expect(text).toContain(`modelgate_goodput_requests_total{deployment="llm-prod",result="within"} ${scrape}`);
+      expect(text).toContain('modelgate_goodput_requests_total{deployment="llm-prod",result="failed"} 0');
+      expect(metricSum(await metrics.openMetrics(), 'modelgate_requests_total', { code: '200' })).toBe(scrape);
+    }
+  });
+
+  it('counts a deployment that left and came back from 0, and seeds its zeros again', async () => {
+    let deployments = ['llm-prod'];
+    const metrics = new RouterMetrics(
+      { ...sources(new Set()), routes: () => deployments.map((deployment) => ({ deployment, pool: 'llm' })), deployments: () => deployments, pools: () => ['llm'] },
+      { processMetrics: false },
+    );
+    metrics.recordGoodput('llm-prod', 'within');
+    metrics.recordTokens({ deployment: 'llm-prod', pool: 'llm' }, 10, 1);
+    expect(await metrics.metrics()).toContain('modelgate_goodput_requests_total{deployment="llm-prod",result="within"} 1');
+    metrics.recordGoodput('llm-prod', 'within'); // pending when the deployment leaves
+    deployments = [];
+    expect(await metrics.metrics()).not.toContain('llm-prod');
+    deployments = ['llm-prod'];
+    expect(await metrics.metrics()).toContain('modelgate_goodput_requests_total{deployment="llm-prod",result="within"} 0');
+    metrics.recordGoodput('llm-prod', 'within');
+    const text = await metrics.metrics();
+    expect(text).toContain('modelgate_goodput_requests_total{deployment="llm-prod",result="within"} 1');
+    expect(text).not.toContain('modelgate_prompt_tokens_total{deployment="llm-prod"');
+  });
+
   it('shows an empty queue of a pool with a concurrency limit as 0, not as a missing series', async () => {
     const metrics = new RouterMetrics(sources(new Set()), { processMetrics: false });
     metrics.observeResilience({ breakers: () => [], queues: () => [] });
