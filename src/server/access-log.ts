@@ -20,63 +20,36 @@ export interface RequestMetrics {
 }
 
 const tenths = (ms: number): number => Math.round(ms * 10) / 10;
-/** Whether a JSON string must escape something in `text` (every surrogate counts, so that JSON.stringify judges pairs and lone ones). */
-function needsEscape(text: string): boolean {
-  for (let i = 0; i < text.length; i++) {
-    const c = text.charCodeAt(i);
-    if (c < 0x20 || c === 0x22 || c === 0x5c || (c >= 0xd800 && c <= 0xdfff)) return true;
-  }
-  return false;
-}
-
-/**
- * A line's members as parts, joined once: one flat string, without the intermediate strings of
- * concatenating member after member (they were most of the access log's allocations per request).
- * `member` is the member's `,"name":` prefix.
- */
-class Parts {
-  readonly parts: string[] = [];
-
-  str(member: string, value: string | undefined): void {
-    if (value === undefined) return;
-    if (needsEscape(value)) this.parts.push(member, JSON.stringify(value));
-    else this.parts.push(member, '"', value, '"');
-  }
-
-  num(member: string, value: number | undefined): void {
-    if (value !== undefined) this.parts.push(member, Number.isFinite(value) ? String(value) : 'null');
-  }
-
-  raw(text: string): void {
-    this.parts.push(text);
-  }
-}
+const str = (name: string, value: string | undefined): string => (value === undefined ? '' : `,"${name}":${JSON.stringify(value)}`);
+const num = (name: string, value: number | undefined): string => (value === undefined ? '' : `,"${name}":${Number.isFinite(value) ? value : 'null'}`);
 
 /** The line's members after `requestId`, each with its leading comma. Members without a value are left out. */
-function members(line: Parts, req: IncomingMessage, res: ServerResponse, ctx: RequestContext, status: number, ms: number): void {
+function members(req: IncomingMessage, res: ServerResponse, ctx: RequestContext, status: number, ms: number): string {
   const report = ctx.report;
   const usage = report?.usage;
-  line.str(',"key":', ctx.principal?.name);
-  line.str(',"client":', ctx.forwarded.client);
-  line.str(',"method":', req.method);
-  line.str(',"path":', ctx.path);
-  line.num(',"status":', status);
-  line.str(',"model":', ctx.model);
-  line.num(',"durationMs":', tenths(ms));
-  line.str(',"deployment":', ctx.deployment);
-  line.str(',"pool":', report?.poolName);
-  line.str(',"fallback":', report?.fallback);
-  line.str(',"priority":', ctx.priority === 'standard' ? undefined : ctx.priority);
-  line.str(',"endpoint":', report?.endpoint);
-  line.num(',"upstreamStatus":', report?.upstreamStatus);
-  if (report && report.attempts.length > 1) line.raw(`,"attempts":${JSON.stringify(report.attempts)}`);
-  line.num(',"ttftMs":', report?.ttftMs === undefined ? undefined : tenths(report.ttftMs));
-  line.num(',"promptTokens":', usage?.estimated ? undefined : usage?.promptTokens);
-  line.num(',"completionTokens":', usage?.completionTokens);
-  if (usage?.estimated !== undefined) line.raw(`,"tokensEstimated":${usage.estimated}`);
-  line.num(',"bytes":', report?.bytes);
-  line.str(',"failure":', ctx.failure ?? report?.failure);
-  if (!res.writableFinished) line.raw(',"incomplete":true');
+  return (
+    str('key', ctx.principal?.name) +
+    str('client', ctx.forwarded.client) +
+    str('method', req.method) +
+    str('path', ctx.path) +
+    num('status', status) +
+    str('model', ctx.model) +
+    num('durationMs', tenths(ms)) +
+    str('deployment', ctx.deployment) +
+    str('pool', report?.poolName) +
+    str('fallback', report?.fallback) +
+    str('priority', ctx.priority === 'standard' ? undefined : ctx.priority) +
+    str('endpoint', report?.endpoint) +
+    num('upstreamStatus', report?.upstreamStatus) +
+    (report && report.attempts.length > 1 ? `,"attempts":${JSON.stringify(report.attempts)}` : '') +
+    num('ttftMs', report?.ttftMs === undefined ? undefined : tenths(report.ttftMs)) +
+    num('promptTokens', usage?.estimated ? undefined : usage?.promptTokens) +
+    num('completionTokens', usage?.completionTokens) +
+    (usage?.estimated === undefined ? '' : `,"tokensEstimated":${usage.estimated}`) +
+    num('bytes', report?.bytes) +
+    str('failure', ctx.failure ?? report?.failure) +
+    (res.writableFinished ? '' : ',"incomplete":true')
+  );
 }
 
 /** The GenAI semantic conventions' operation names of the APIs (others keep the API's name). */
@@ -135,18 +108,12 @@ export class AccessLog {
     }
     if (ctx.trace) endTrace(ctx, status);
     if (!this.logger.isLevelEnabled('info')) return;
+    const rest = (ctx.trace ? str('traceId', ctx.trace.traceId) : '') + members(req, res, ctx, status, ms);
     const { sink } = this;
-    const line = new Parts();
-    if (sink) line.raw(`{"level":30,"time":${Date.now()},${sink.bindings}`);
-    line.str(sink ? ',"requestId":' : '{"requestId":', ctx.requestId);
-    if (ctx.trace) line.str(',"traceId":', ctx.trace.traceId);
-    members(line, req, res, ctx, status, ms);
     if (sink) {
-      line.raw(',"msg":"request"}\n');
-      sink.destination.write(line.parts.join(''));
+      sink.destination.write(`{"level":30,"time":${Date.now()},${sink.bindings},"requestId":${JSON.stringify(ctx.requestId)}${rest},"msg":"request"}\n`);
     } else {
-      line.raw('}');
-      this.logger.info(JSON.parse(line.parts.join('')) as object, 'request');
+      this.logger.info(JSON.parse(`{"requestId":${JSON.stringify(ctx.requestId)}${rest}}`) as object, 'request');
     }
   }
 }
