@@ -30,7 +30,7 @@ export interface AttemptSpec {
   body: Buffer;
   /** The path (with any query) the engine gets: the canonical one the router routed. */
   path: string;
-  /** Every header the engine gets, except host and content-length, which are set here. */
+  /** Every header the engine gets, except host and content-length, which are set here (and Node's `Connection: keep-alive`). */
   headers: OutgoingHttpHeaders;
   requestId: string;
   /** `clientStallMs`: longest time a client may accept no bytes while the router holds a response for it. */
@@ -159,8 +159,6 @@ export class Forwarder {
       headers: requestHeaders(url.host, headers, body.length),
       agent: this.agent,
     });
-    // HTTP/1.1 keeps the connection alive without saying so: the engine gets no header the caller did not set
-    proxyReq.removeHeader('connection');
     attempt.proxyReq = proxyReq;
     proxyReq.on('response', (proxyRes: IncomingMessage) => this.responded(attempt, proxyRes, res));
     proxyReq.on('error', (err: Error) => this.errored(attempt, err));
@@ -228,13 +226,21 @@ export class Forwarder {
   }
 }
 
-/** What the engine gets: host first, as a client would send it; then exactly the caller's headers (the absent ones left out: `http.request` refuses an undefined value); then the body's length. */
-function requestHeaders(host: string, headers: OutgoingHttpHeaders, length: number): OutgoingHttpHeaders {
-  const out: OutgoingHttpHeaders = { host };
+/**
+ * What the engine gets: host first, as a client would send it; then exactly the caller's headers (the
+ * absent ones left out: `http.request` refuses an undefined value); then the body's length; and Node's
+ * `Connection: keep-alive`. As a flat list, which Node writes as it is: given an object, it sets each
+ * header one by one first (validated, lower-cased, stored), about a tenth of a request's cost in Node's
+ * HTTP client in a micro-benchmark.
+ */
+function requestHeaders(host: string, headers: OutgoingHttpHeaders, length: number): string[] {
+  const out = ['host', host];
   for (const name in headers) {
     const value = headers[name];
-    if (value !== undefined) out[name] = value;
+    if (value === undefined) continue;
+    if (Array.isArray(value)) for (const each of value) out.push(name, each);
+    else out.push(name, typeof value === 'string' ? value : String(value));
   }
-  out['content-length'] = length;
+  out.push('content-length', String(length));
   return out;
 }

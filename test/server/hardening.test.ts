@@ -194,8 +194,10 @@ describe('client credentials', () => {
     expect(seen['x-tenant']).toBe('team-a');
     expect(seen['x-session-id']).toBe('conv-1'); // the pool's session header
     expect(seen['x-modelgate-priority']).toBe('sheddable');
+    expect(seen.connection).toBe('keep-alive'); // Node's own, for the router's connection to the engine
     expect(Object.keys(seen).sort()).toEqual(
       [
+        'connection',
         'content-length',
         'content-type',
         'host',
