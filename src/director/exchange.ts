@@ -217,7 +217,7 @@ export class ExchangeRunner {
       requestId: plan.requestId,
       timeouts: { ...settings.timeouts, clientStallMs: plan.clientStallMs },
       deadline,
-      observe: { event: (e) => meter.onEvent(e), body: (c) => meter.onBody(c), bodyEnd: () => meter.onBodyEnd() },
+      observe: meter,
       stripUsageChunk: plan.stripUsageChunk ?? false,
       errorEvent: (err) => streamErrorEvent(err, dialect, meter.nextSequence()),
       ...(splice ? { rewrite: (segment) => splice.rewrite(segment), resumable: { cut: () => splice.errored } } : {}),

@@ -7,6 +7,7 @@
  * Labels are bounded: pool, event type, source, result.
  */
 import { Counter, Gauge, type Registry } from 'prom-client';
+import { HotCounter } from './hot-counter.js';
 import { type PrefixSource } from './labels.js';
 
 /** One pool's feeds at scrape time (kv-events/hub.ts `stats`). */
@@ -39,10 +40,11 @@ export function kvEventsMetrics(registers: Registry[], pools: () => Iterable<KvE
     registers,
   });
   const bad = new Counter({ name: 'modelgate_kv_events_bad_payloads_total', help: 'KV-event messages that were not a KVEventBatch (skipped).', labelNames: ['pool'] as const, registers });
-  const predictedBlocks = new Counter({
+  // counted on every routed prompt: a hot counter (hot-counter.ts), not a prom-client inc per pick
+  const predictedBlocks = new HotCounter<'pool' | 'source' | 'result', [pool: string, source: PrefixSource, result: 'hit' | 'miss']>({
     name: 'modelgate_prefix_predicted_blocks_total',
     help: "Prompt blocks of routed requests the router predicted in the chosen replica's KV cache (hit) or not (miss), by source: events, events-partial, estimate.",
-    labelNames: ['pool', 'source', 'result'] as const,
+    labelNames: ['pool', 'source', 'result'],
     registers,
   });
   new Gauge({
@@ -88,8 +90,8 @@ export function kvEventsMetrics(registers: Registry[], pools: () => Iterable<KvE
       bad.inc({ pool });
     },
     predicted(pool, source, matched, total) {
-      if (matched > 0) predictedBlocks.inc({ pool, source, result: 'hit' }, matched);
-      if (total > matched) predictedBlocks.inc({ pool, source, result: 'miss' }, total - matched);
+      if (matched > 0) predictedBlocks.inc(matched, pool, source, 'hit');
+      if (total > matched) predictedBlocks.inc(total - matched, pool, source, 'miss');
     },
   };
 }

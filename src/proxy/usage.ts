@@ -20,6 +20,7 @@
 import { type Clock } from '../core/clock.js';
 import { type WireDialect } from '../core/types.js';
 import { scanMembers, skipValue } from './body-patch.js';
+import { type ResponseObserver } from './forwarder.js';
 import { type SseEvent } from './sse-tap.js';
 
 export interface TokenUsage {
@@ -92,7 +93,8 @@ export interface MeterWatch {
   content?: () => void;
 }
 
-export class ResponseMeter {
+/** Reads a response as it passes (the forwarder's {@link ResponseObserver}): usage, timing, the Responses API's id. */
+export class ResponseMeter implements ResponseObserver {
   usage: TokenUsage | undefined;
   /** ms from the request being sent to the first content event. */
   ttftMs: number | undefined;
@@ -124,7 +126,7 @@ export class ResponseMeter {
     return event.event !== undefined ? RESPONSES_DELTA.test(event.event) : RESPONSES_DELTA_DATA.test(event.data);
   }
 
-  onEvent(event: SseEvent): void {
+  event(event: SseEvent): void {
     if (event.data === '[DONE]') return;
     if (this.isContent(event)) {
       this.contentEvents += 1;
@@ -166,7 +168,7 @@ export class ResponseMeter {
     return this.contentEvents > 0 ? { promptTokens: 0, completionTokens: this.contentEvents, estimated: true } : undefined;
   }
 
-  onBody(chunk: Buffer): void {
+  body(chunk: Buffer): void {
     if (!this.overflow && this.headBytes + chunk.length <= BODY_HEAD) {
       this.head.push(chunk);
       this.headBytes += chunk.length;
@@ -180,7 +182,7 @@ export class ResponseMeter {
     this.tail = (this.tail + chunk.toString('utf8')).slice(-BODY_TAIL);
   }
 
-  onBodyEnd(): void {
+  bodyEnd(): void {
     const text = this.overflow ? this.tail : Buffer.concat(this.head).toString('utf8');
     this.usage = usageFromJson(text);
     if (this.dialect === 'responses' && !this.overflow) this.responseId = topLevelId(text);

@@ -12,7 +12,7 @@ function meterOver(dialect: WireDialect, stream: string): { meter: ResponseMeter
   const meter = new ResponseMeter(time, 0, dialect, { interToken: (ms) => gaps.push(ms) });
   for (const event of new SseTap().push(stream)) {
     time.at += 10;
-    meter.onEvent(event);
+    meter.event(event);
   }
   return { meter, gaps };
 }
@@ -94,9 +94,9 @@ describe('ResponseMeter dialects', () => {
 
   it('reads a non-streamed Responses API answer’s top-level id (not a nested one)', () => {
     const meter = new ResponseMeter({ now: () => 0 }, 0, 'responses');
-    meter.onBody(Buffer.from('{"output":[{"id":"msg_9","type":"message"}],"id":"resp_top",'));
-    meter.onBody(Buffer.from('"usage":{"input_tokens":1,"output_tokens":2}}'));
-    meter.onBodyEnd();
+    meter.body(Buffer.from('{"output":[{"id":"msg_9","type":"message"}],"id":"resp_top",'));
+    meter.body(Buffer.from('"usage":{"input_tokens":1,"output_tokens":2}}'));
+    meter.bodyEnd();
     expect(meter.responseId).toBe('resp_top');
     expect(meter.finalUsage()).toEqual({ promptTokens: 1, completionTokens: 2 });
   });
