@@ -5,9 +5,13 @@ import type { IncomingHttpHeaders, OutgoingHttpHeaders } from 'node:http';
 const HOP_BY_HOP = ['connection', 'keep-alive', 'proxy-connection', 'proxy-authenticate', 'proxy-authorization', 'te', 'trailer', 'transfer-encoding', 'upgrade'];
 const HOP_BY_HOP_SET: ReadonlySet<string> = new Set(HOP_BY_HOP);
 
+const NONE: readonly string[] = [];
+
 /** Names listed in `Connection` are hop-by-hop too. */
-function connectionTokens(headers: IncomingHttpHeaders): string[] {
+function connectionTokens(headers: IncomingHttpHeaders): readonly string[] {
   const value = headers.connection;
+  // the usual values name no other header: nothing to split
+  if (value === undefined || value === 'keep-alive' || value === 'close') return NONE;
   return typeof value === 'string'
     ? value
         .split(',')

@@ -23,8 +23,7 @@ export function bodyReader(limit: number): ChainHandler {
     let done = false;
     const finish = (err?: RouterError): void => {
       if (done) return;
-      done = true;
-      req.off('data', onData).off('end', onEnd).off('error', onError).off('close', onClose);
+      done = true; // the listeners stay (they go with the request): once done, they do nothing
       if (err) {
         // stop reading; Node discards whatever is left of the body once the error response is sent
         req.pause();
