@@ -16,11 +16,11 @@ import type { IncomingMessage, RequestListener, ServerResponse } from 'node:http
 import express, { type NextFunction, type Request, type Response } from 'express';
 import typeis from 'type-is';
 import { type Logger } from 'pino';
-import { API_ROUTES, apiRouteAt } from '../api/routes.js';
+import { API_ROUTES, apiRouteAt, type ApiRoute } from '../api/routes.js';
 import { bearerToken, type Principal } from '../auth/key-store.js';
 import { AddressRanges } from '../core/address-ranges.js';
 import { type Clock } from '../core/clock.js';
-import { type LineSink, type Tracing, type WireDialect } from '../core/types.js';
+import { type LineSink, type Tracing } from '../core/types.js';
 import { RouterError, toErrorResponse } from '../core/errors.js';
 import { type RequestDirector } from '../director/director.js';
 import { type Finished } from '../metrics/goodput.js';
@@ -83,13 +83,9 @@ export interface BuiltApp {
 const ROUTES: Record<string, string> = { ...Object.fromEntries(API_ROUTES.flatMap((r) => r.paths.map((path) => [path, 'POST']))), '/v1/models': 'GET', '/v1/models/*id': 'GET', '/v1/limits': 'GET' };
 const ROUTE_LIST = `${API_ROUTES.flatMap((r) => r.paths.map((path) => `POST ${path}`)).join(', ')}, GET /v1/models, GET /v1/models/{model} and GET /v1/limits`;
 
-const OTHER_ROUTE: { route: Route; dialect: WireDialect } = { route: 'other', dialect: 'openai' };
-/** The inference routes' labels and dialects by path (made once, not per request). */
-const API_ROUTE_OF = new Map(API_ROUTES.flatMap((api) => api.paths.map((path) => [path, { route: api.name, dialect: api.dialect }] as const)));
-
-/** The metrics label and the wire dialect of the route at `path` (an unknown path speaks OpenAI's). */
-function routeOf(path: string): { route: Route; dialect: WireDialect } {
-  return API_ROUTE_OF.get(path) ?? (path === '/v1/models' ? { route: 'models', dialect: 'openai' } : path === '/v1/limits' ? { route: 'limits', dialect: 'openai' } : OTHER_ROUTE);
+/** The metrics label of a route that is not an inference API's (an unknown path speaks OpenAI's errors). */
+function otherRoute(path: string, origin: boolean): Route {
+  return !origin ? 'other' : path === '/v1/models' ? 'models' : path === '/v1/limits' ? 'limits' : 'other';
 }
 
 /** A request as the handler chains see it: Node's, with the body once it has been read. */
@@ -192,10 +188,11 @@ export function buildApp(deps: AppDeps): BuiltApp {
   const inference = { maxJsonDepth: deps.maxJsonDepth, catalog: deps.catalog, director: deps.director, priorityHeader, ...(deps.limits ? { limits: deps.limits } : {}) };
   // The inference routes, POST only: served from this table by the request listener (below), and by
   // express's first middleware for the same paths with a query.
-  const inferenceChains = new Map<string, readonly ChainHandler[]>();
-  for (const route of API_ROUTES) {
-    const reads = route.body === 'multipart' ? [requireForm, readUpload] : [requireJson, readJson];
-    for (const path of route.paths) inferenceChains.set(path, [authenticate, ...reads, inferenceHandler(inference, route)]);
+  const inferenceChains = new Map<string, { api: ApiRoute; chain: readonly ChainHandler[] }>();
+  for (const api of API_ROUTES) {
+    const reads = api.body === 'multipart' ? [requireForm, readUpload] : [requireJson, readJson];
+    const chain = [authenticate, ...reads, inferenceHandler(inference, api)];
+    for (const path of api.paths) inferenceChains.set(path, { api, chain });
   }
   const handleError = (err: unknown, res: ServerResponse): void => {
     const fromBody = !(err instanceof RouterError) && typeof err === 'object' && err !== null ? bodyReaderError(err) : undefined;
@@ -203,14 +200,13 @@ export function buildApp(deps: AppDeps): BuiltApp {
     sendError(res, fromBody ?? err);
   };
 
-  /** Opens the request's context: its id, route, client, the access log line when it closes. */
-  const open = (req: IncomingMessage, res: ServerResponse, path: string, origin: boolean): RequestContext => {
-    const { route, dialect } = origin ? routeOf(path) : OTHER_ROUTE;
+  /** Opens the request's context: its id, route (`api`: the inference API at that path), client, the access log line when it closes. */
+  const open = (req: IncomingMessage, res: ServerResponse, path: string, origin: boolean, api: ApiRoute | undefined): RequestContext => {
     const ctx: RequestContext = {
       requestId: requestIdOf(req),
       started: deps.clock.now(),
-      route,
-      dialect,
+      route: api ? api.name : otherRoute(path, origin),
+      dialect: api ? api.dialect : 'openai',
       path: origin ? path : (req.url?.slice(0, 200) ?? ''),
       forwarded: forwardedFor(req, trustedProxies),
       closed: false,
@@ -218,7 +214,7 @@ export function buildApp(deps: AppDeps): BuiltApp {
     };
     setContext(res, ctx);
     // an inference request's trace starts here, a child of the client's traceparent if it sent one
-    if (deps.tracing && origin && apiRouteAt(ctx.path)) ctx.trace = deps.tracing.start(ctx.route, req.headers, 0);
+    if (deps.tracing && api) ctx.trace = deps.tracing.start(ctx.route, req.headers, 0);
     res.setHeader('x-request-id', ctx.requestId);
     if (draining) res.setHeader('connection', 'close');
     active += 1;
@@ -246,11 +242,11 @@ export function buildApp(deps: AppDeps): BuiltApp {
   app.set('strict routing', true);
   app.use((req: Request, res: Response, next: NextFunction) => {
     const origin = req.url.startsWith('/') && !req.url.startsWith('//');
-    const ctx = open(req, res, origin ? req.path : '', origin);
+    const ctx = open(req, res, origin ? req.path : '', origin, origin ? apiRouteAt(req.path) : undefined);
     // Only origin-form targets (`/v1/…`) are routes: an absolute-form or `//` target is a 404, never forwarded.
     if (!origin) throw new RouterError('ROUTE_NOT_FOUND', `Unknown route ${req.method} ${ctx.path}. Send requests to a path such as /v1/chat/completions.`);
-    const chain = req.method === 'POST' ? inferenceChains.get(ctx.path) : undefined;
-    if (chain) runChain(chain, req, res, fail(res));
+    const inferenceRoute = req.method === 'POST' ? inferenceChains.get(ctx.path) : undefined;
+    if (inferenceRoute) runChain(inferenceRoute.chain, req, res, fail(res));
     else next();
   });
 
@@ -269,10 +265,10 @@ export function buildApp(deps: AppDeps): BuiltApp {
 
   // An inference request: straight to its chain. The same request with a query, or anything else, goes through express.
   const api: RequestListener = (req, res) => {
-    const chain = req.method === 'POST' && req.url !== undefined ? inferenceChains.get(req.url) : undefined;
-    if (!chain) return void app(req, res);
-    open(req, res, req.url as string, true);
-    runChain(chain, req, res, fail(res));
+    const inferenceRoute = req.method === 'POST' && req.url !== undefined ? inferenceChains.get(req.url) : undefined;
+    if (!inferenceRoute) return void app(req, res);
+    open(req, res, req.url as string, true, inferenceRoute.api);
+    runChain(inferenceRoute.chain, req, res, fail(res));
   };
 
   return {

@@ -19,7 +19,7 @@ import { contextOf } from './context.js';
 
 /** The per-key limits as the handler uses them (limits/limiter.ts). */
 export interface RequestLimits {
-  /** The key's limits, if it has any (a key without them is not admitted at all: no lease, no wait). */
+  /** The key's limits, or undefined for a key without them (such a key is not admitted at all: no lease, no wait). */
   limitsOf(key: Principal): object | undefined;
   /** `kind`: requests whose prompt estimates are corrected together (limits/limiter.ts). */
   admit(key: Principal, deployment: string, estimate: number, kind?: string): Promise<Pick<Lease, 'headers' | 'streamed' | 'finish'> | undefined>;
