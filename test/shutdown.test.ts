@@ -39,14 +39,17 @@ afterAll(async () => {
   await rm(dir, { recursive: true, force: true });
 });
 
-function start(): Promise<{ child: ChildProcess; api: string; admin: string; exit: Promise<number | null> }> {
+function start(): Promise<{ child: ChildProcess; api: string; admin: string; exit: Promise<number | null>; logged: Array<{ status?: number }>; outputEnded: Promise<void> }> {
   const child = spawn(process.execPath, [cli, 'serve', '--config', join(dir, 'modelgate.yaml')], { stdio: ['ignore', 'pipe', 'inherit'] });
   const exit = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
   return new Promise((resolve, reject) => {
     const lines = createInterface(child.stdout);
+    const logged: Array<{ status?: number }> = []; // the access log's lines
+    const outputEnded = new Promise<void>((done) => lines.once('close', done));
     lines.on('line', (line) => {
-      const entry = JSON.parse(line) as { msg?: string; api?: string; admin?: string };
-      if (entry.msg === 'modelgate listening') resolve({ child, api: entry.api!, admin: entry.admin!, exit });
+      const entry = JSON.parse(line) as { msg?: string; api?: string; admin?: string; status?: number };
+      if (entry.msg === 'request') logged.push(entry);
+      if (entry.msg === 'modelgate listening') resolve({ child, api: entry.api!, admin: entry.admin!, exit, logged, outputEnded });
     });
     void exit.then((code) => reject(new Error(`modelgate exited early with ${code}`)));
   });
@@ -54,7 +57,7 @@ function start(): Promise<{ child: ChildProcess; api: string; admin: string; exi
 
 describe('SIGTERM', () => {
   it('drains 50 open streams: readiness fails first, all streams finish, then the process exits 0', async () => {
-    const { child, api, admin, exit } = await start();
+    const { child, api, admin, exit, logged, outputEnded } = await start();
     expect((await rawRequest(`${admin}/readyz`)).status).toBe(200);
     const firstTokens = new Set<number>();
     const streams: Array<Promise<RawResponse & { finishedAt: number }>> = [];
@@ -81,5 +84,8 @@ describe('SIGTERM', () => {
     expect(notReadyAt).toBeLessThan(Math.min(...results.map((r) => r.finishedAt)));
     await expect(rawRequest(`${api}/v1/models`)).rejects.toMatchObject({ code: 'ECONNREFUSED' });
     expect(await exit).toBe(0);
+    // every stream's access-log line was written before the process ended
+    await outputEnded;
+    expect(logged.filter((entry) => entry.status === 200)).toHaveLength(50);
   });
 });

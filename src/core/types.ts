@@ -338,9 +338,12 @@ export interface Syncable {
  */
 export type HoldEvent = 'held' | 'served' | 'timeout' | 'abandoned' | 'rejected';
 
-/** Where a logger writes its lines, and the bindings every line of it starts with (`"service":"modelgate"`). */
+/**
+ * Where the access log writes its lines (to the logger's destination, the lines of one turn of the
+ * event loop in one write), and the bindings every line of the logger starts with (`"service":"modelgate"`).
+ */
 export interface LineSink {
-  destination: { write(line: string): unknown };
+  write(line: string): void;
   bindings: string;
 }
 

@@ -111,7 +111,7 @@ export class AccessLog {
     const rest = (ctx.trace ? str('traceId', ctx.trace.traceId) : '') + members(req, res, ctx, status, ms);
     const { sink } = this;
     if (sink) {
-      sink.destination.write(`{"level":30,"time":${Date.now()},${sink.bindings},"requestId":${JSON.stringify(ctx.requestId)}${rest},"msg":"request"}\n`);
+      sink.write(`{"level":30,"time":${Date.now()},${sink.bindings},"requestId":${JSON.stringify(ctx.requestId)}${rest},"msg":"request"}\n`);
     } else {
       this.logger.info(JSON.parse(`{"requestId":${JSON.stringify(ctx.requestId)}${rest}}`) as object, 'request');
     }

@@ -1,6 +1,8 @@
 /** The access-log line, rendered by hand, is the line pino would have written for the same members. */
 import { describe, expect, it } from '@jest/globals';
 import fc from 'fast-check';
+import { execFileSync } from 'node:child_process';
+import { existsSync } from 'node:fs';
 import { Writable } from 'node:stream';
 import { type Request, type Response } from 'express';
 import { pino } from 'pino';
@@ -18,6 +20,9 @@ function capture(): { lines: string[]; sink: Writable } {
   });
   return { lines, sink };
 }
+
+/** The access log's lines reach the destination once per turn of the event loop (wiring/logger.ts): the next turn. */
+const nextTurn = (): Promise<void> => new Promise((resolve) => setImmediate(resolve));
 
 const req = { method: 'POST' } as Request;
 const finished = { headersSent: true, statusCode: 200, writableFinished: true } as Response;
@@ -79,12 +84,14 @@ function pinoLine(ctx: RequestContext, extra: Record<string, unknown>): Record<s
 const accessLog = (logger: ReturnType<typeof createLogger>, metrics: ConstructorParameters<typeof AccessLog>[1]): AccessLog => new AccessLog(logger, metrics, lineSinkOf(logger));
 
 describe('access log', () => {
-  it('writes, member for member and in the same order, the line pino would write', () => {
+  it('writes, member for member and in the same order, the line pino would write', async () => {
     const { lines, sink } = capture();
     const recorded: unknown[] = [];
     const log = accessLog(createLogger('info', sink), { recordRequest: (...args) => recorded.push(args) });
     const ctx = context();
     log.record(req, finished, ctx, 1052.34);
+    expect(lines).toHaveLength(0); // written with the turn's other lines
+    await nextTurn();
     expect(lines).toHaveLength(1);
     expect(lines[0]?.endsWith('}\n')).toBe(true);
     const ours = JSON.parse(lines[0] as string) as Record<string, unknown>;
@@ -105,11 +112,12 @@ describe('access log', () => {
     expect(recorded).toEqual([['chat', 'llama-prod', 'llama', 200, expect.closeTo(0.05234, 9)]]);
   });
 
-  it('leaves out what the request did not get to, and marks a client that left', () => {
+  it('leaves out what the request did not get to, and marks a client that left', async () => {
     const { lines, sink } = capture();
     const log = accessLog(createLogger('info', sink), { recordRequest: () => undefined });
     const ctx = context({ report: undefined, priority: 'standard', model: undefined, deployment: undefined, failure: 'client_gone' });
     log.record(req, { headersSent: false, statusCode: 200, writableFinished: false } as Response, ctx, 1003);
+    await nextTurn();
     const line = JSON.parse(lines[0] as string) as Record<string, unknown>;
     expect(line).toEqual({
       level: 30,
@@ -128,22 +136,24 @@ describe('access log', () => {
     });
   });
 
-  it('marks tokens counted from the stream as estimated, without a prompt count', () => {
+  it('marks tokens counted from the stream as estimated, without a prompt count', async () => {
     const { lines, sink } = capture();
     const log = accessLog(createLogger('info', sink), { recordRequest: () => undefined });
     const base = context();
     log.record(req, finished, context({ report: { ...(base.report as NonNullable<RequestContext['report']>), usage: { promptTokens: 0, completionTokens: 9, estimated: true } } }), 1010);
+    await nextTurn();
     const line = JSON.parse(lines[0] as string) as Record<string, unknown>;
     expect(line).toMatchObject({ completionTokens: 9, tokensEstimated: true });
     expect(line).not.toHaveProperty('promptTokens');
   });
 
-  it('gives back every string member exactly, whatever it holds (quotes, controls, lone surrogates), and is valid JSON', () => {
-    fc.assert(
-      fc.property(fc.string({ unit: 'binary' }), fc.string({ unit: 'grapheme' }), fc.string({ unit: 'binary-ascii' }), (model, key, failure) => {
+  it('gives back every string member exactly, whatever it holds (quotes, controls, lone surrogates), and is valid JSON', async () => {
+    await fc.assert(
+      fc.asyncProperty(fc.string({ unit: 'binary' }), fc.string({ unit: 'grapheme' }), fc.string({ unit: 'binary-ascii' }), async (model, key, failure) => {
         const { lines, sink } = capture();
         const log = accessLog(createLogger('info', sink), { recordRequest: () => undefined });
         log.record(req, finished, context({ model, principal: { name: key } as RequestContext['principal'], failure }), 1010);
+        await nextTurn();
         const line = JSON.parse(lines[0] as string) as Record<string, unknown>;
         expect([line.model, line.key, line.failure]).toEqual([model, key, failure]);
         expect(lines[0]).toBe(`${JSON.stringify(line)}\n`); // escaped exactly as JSON.stringify (and so pino) escapes
@@ -152,24 +162,64 @@ describe('access log', () => {
     );
   });
 
-  it('writes nothing below info, and still records the metrics', () => {
+  it('writes nothing below info, and still records the metrics', async () => {
     const { lines, sink } = capture();
     let recorded = 0;
     const log = accessLog(createLogger('warn', sink), { recordRequest: () => void (recorded += 1) });
     log.record(req, finished, context(), 1010);
+    await nextTurn();
     expect(lines).toEqual([]);
     expect(recorded).toBe(1);
   });
 
-  it('gives a logger it did not make the same members through logger.info', () => {
+  it('gives a logger it did not make the same members through logger.info', async () => {
     const { lines, sink } = capture();
     const log = new AccessLog(pino({ level: 'info', base: { service: 'modelgate' } }, sink), { recordRequest: () => undefined });
     const ctx = context();
     log.record(req, finished, ctx, 1052.34);
     const { lines: ownLines, sink: ownSink } = capture();
     accessLog(createLogger('info', ownSink), { recordRequest: () => undefined }).record(req, finished, ctx, 1052.34);
+    await nextTurn();
     const theirs = JSON.parse(lines[0] as string) as Record<string, unknown>;
     const ours = JSON.parse(ownLines[0] as string) as Record<string, unknown>;
     expect({ ...theirs, time: 0 }).toEqual({ ...ours, time: 0 });
+  });
+
+  it("writes a turn's lines to the destination in one write, in the order they were recorded", async () => {
+    const { lines, sink } = capture();
+    const log = accessLog(createLogger('info', sink), { recordRequest: () => undefined });
+    for (const requestId of ['a', 'b', 'c']) log.record(req, finished, context({ requestId }), 1010);
+    await nextTurn();
+    expect(lines).toHaveLength(1);
+    expect((lines[0] as string).split('\n').slice(0, -1).map((line) => (JSON.parse(line) as { requestId: string }).requestId)).toEqual(['a', 'b', 'c']);
+    log.record(req, finished, context({ requestId: 'd' }), 1010);
+    await nextTurn();
+    expect(lines).toHaveLength(2);
+  });
+
+  it('drops the lines of a destination that throws (closed under it) rather than end the process', async () => {
+    let tries = 0;
+    const closed = {
+      write(): void {
+        tries += 1;
+        throw new Error('SonicBoom destroyed');
+      },
+    };
+    const log = accessLog(createLogger('info', closed), { recordRequest: () => undefined });
+    log.record(req, finished, context(), 1010);
+    await nextTurn();
+    expect(tries).toBe(1); // the write was made, its error caught: the test process is still here
+  });
+
+  it('writes the lines still pending when the process exits (the built logger, stdout as a container runtime keeps it)', () => {
+    const logger = new URL('../../dist/wiring/logger.js', import.meta.url).href;
+    if (!existsSync(new URL(logger).pathname)) throw new Error('dist/ is missing: run `npm run build` (npm test does it first)');
+    const script = `const { createLogger, lineSinkOf } = await import(${JSON.stringify(logger)});
+const sink = lineSinkOf(createLogger('info'));
+sink.write('{"msg":"one"}\\n');
+sink.write('{"msg":"two"}\\n');
+process.exit(0);`;
+    const out = execFileSync(process.execPath, ['--input-type=module', '-e', script], { encoding: 'utf8' });
+    expect(out).toBe('{"msg":"one"}\n{"msg":"two"}\n');
   });
 });
