@@ -191,7 +191,12 @@ describe('access log', () => {
     for (const requestId of ['a', 'b', 'c']) log.record(req, finished, context({ requestId }), 1010);
     await nextTurn();
     expect(lines).toHaveLength(1);
-    expect((lines[0] as string).split('\n').slice(0, -1).map((line) => (JSON.parse(line) as { requestId: string }).requestId)).toEqual(['a', 'b', 'c']);
+    expect(
+      (lines[0] as string)
+        .split('\n')
+        .slice(0, -1)
+        .map((line) => (JSON.parse(line) as { requestId: string }).requestId),
+    ).toEqual(['a', 'b', 'c']);
     log.record(req, finished, context({ requestId: 'd' }), 1010);
     await nextTurn();
     expect(lines).toHaveLength(2);
