@@ -165,8 +165,15 @@ export class Forwarder {
     proxyReq.once('socket', (socket) => {
       if (!socket.connecting) return;
       const timer = this.scheduler.setTimeout(() => this.fail(attempt, { kind: 'failed', reason: 'connect_timeout', detail: `no connection within ${timeouts.connectMs} ms` }), timeouts.connectMs);
-      socket.once('connect', () => this.scheduler.clearTimeout(timer));
-      socket.once('close', () => this.scheduler.clearTimeout(timer));
+      // Both listeners go once either fires: a 'close' listener left on a kept-alive socket held this
+      // attempt (its request, response and buffers) for as long as the connection lived.
+      const settled = (): void => {
+        this.scheduler.clearTimeout(timer);
+        socket.off('connect', settled);
+        socket.off('close', settled);
+      };
+      socket.on('connect', settled);
+      socket.on('close', settled);
     });
     proxyReq.end(body);
   }

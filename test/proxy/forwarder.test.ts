@@ -30,7 +30,7 @@ async function listen(handler: http.RequestListener): Promise<string> {
 const TIMEOUTS = { connectMs: 1_000, firstByteMs: 5_000, idleMs: 2_000, clientStallMs: 10_000 };
 
 /** A router of one attempt: every request to it is forwarded to `upstream` with `spec`. */
-async function oneAttempt(upstream: string, time: FakeTime, spec: Partial<AttemptSpec> = {}): Promise<{ url: string; results: AttemptResult[] }> {
+async function oneAttempt(upstream: string, time: FakeTime, spec: Partial<AttemptSpec> = {}): Promise<{ url: string; results: AttemptResult[]; agent: http.Agent }> {
   const agent = new http.Agent({ keepAlive: true });
   closers.push(() => Promise.resolve(agent.destroy()));
   const forwarder = new Forwarder(agent, time, time);
@@ -57,7 +57,13 @@ async function oneAttempt(upstream: string, time: FakeTime, spec: Partial<Attemp
         });
     });
   });
-  return { url, results };
+  return { url, results, agent };
+}
+
+/** The kept-alive sockets of an agent, once the request that used one has let it go. */
+async function freeSockets(agent: http.Agent): Promise<import('node:net').Socket[]> {
+  await waitFor(() => Object.values(agent.freeSockets).flat().length > 0, 'a kept-alive socket');
+  return Object.values(agent.freeSockets).flat() as import('node:net').Socket[];
 }
 
 /**
@@ -102,6 +108,27 @@ describe('Forwarder.attempt', () => {
         .sort(),
     ).toEqual(['content-length', 'content-type', 'host', 'x-request-id']);
     expect(results.map((r) => r.kind)).toEqual(['committed']);
+  });
+
+  it('leaves no listener on the kept-alive connection it opened (it held the attempt, its request and response, while the connection lived)', async () => {
+    const upstream = await listen((req, res) => {
+      req.resume();
+      req.on('end', () => res.writeHead(200, { 'content-type': 'application/json' }).end('{"ok":true}'));
+    });
+    const time = new FakeTime();
+    const { url, agent } = await oneAttempt(upstream, time);
+    expect((await send(url, time)).status).toBe(200);
+    const [ours] = await freeSockets(agent);
+    // the same exchange through Node's client alone, on an agent of its own
+    const plain = new http.Agent({ keepAlive: true });
+    closers.push(() => Promise.resolve(plain.destroy()));
+    await new Promise<void>((resolve, reject) => {
+      const req = http.request(`${upstream}/v1/chat/completions`, { method: 'POST', agent: plain }, (res) => res.resume().on('end', resolve));
+      req.on('error', reject);
+      req.end('{}');
+    });
+    const [theirs] = await freeSockets(plain);
+    for (const event of ['close', 'connect', 'end', 'error', 'timeout']) expect([event, ours?.listenerCount(event)]).toEqual([event, theirs?.listenerCount(event)]);
   });
 
   it('fails with first_byte_timeout when the engine says nothing, and cancels the engine’s request', async () => {
