@@ -321,6 +321,7 @@ export async function createRouter(config: Config, options: RouterOptions = {}):
       await limiter.stop();
       await shared?.close();
       await tracing?.shutdown();
+      logSink?.flush?.(); // the access log's last lines (they wait at most LINE_BATCH_MS otherwise)
     },
   };
 }

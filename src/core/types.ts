@@ -344,6 +344,8 @@ export type HoldEvent = 'held' | 'served' | 'timeout' | 'abandoned' | 'rejected'
  */
 export interface LineSink {
   write(line: string): void;
+  /** Writes the lines it still holds now (the router's close). */
+  flush?(): void;
   bindings: string;
 }
 

@@ -127,7 +127,7 @@ export async function startKubeRouter(fake: FakeKubeApi, options: KubeRouterOpti
     dir,
   );
   const { logs, logger } = captureLogs();
-  return testRouter(await startRouter(config, { logger, processMetrics: false }), dir, logs);
+  return testRouter(await startRouter(config, { logger, processMetrics: false }), dir, logs, logger);
 }
 
 /** Sends `count` chat requests for `model`; counts answers by replica name (or `status N` when not 200). */

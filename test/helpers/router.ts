@@ -6,6 +6,7 @@ import { Writable } from 'node:stream';
 import { type Logger } from 'pino';
 import { buildConfig } from '../../src/config/load.js';
 import { createLogger, createRouter, startRouter, type Router, type RunningRouter } from '../../src/main.js';
+import { lineSinkOf } from '../../src/wiring/logger.js';
 import { rawRequest } from './http.js';
 
 export const KEY = 'sk-test-0123456789';
@@ -23,7 +24,8 @@ export interface TestRouterOptions {
 
 export interface TestRouter<R> {
   router: R;
-  logs: string[];
+  /** The lines logged so far, the access log's pending batch written first (as a log reader sees them once it is written, at most LINE_BATCH_MS later). */
+  readonly logs: string[];
   keysFile: string;
   close(): Promise<void>;
 }
@@ -45,12 +47,15 @@ async function prepare(options: TestRouterOptions): Promise<{ dir: string; confi
   return { dir, config, ...captureLogs() };
 }
 
-/** A pino logger at info whose lines are kept in `logs`. */
+/**
+ * A pino logger at info whose lines are kept in `logs`, one entry a line (with its newline): the
+ * access log writes the lines of a batch in one write (wiring/logger.ts).
+ */
 export function captureLogs(): { logs: string[]; logger: Logger } {
   const logs: string[] = [];
   const sink = new Writable({
     write(chunk: Buffer, _enc, done) {
-      logs.push(chunk.toString('utf8'));
+      for (const line of chunk.toString('utf8').split(/(?<=\n)/)) if (line !== '') logs.push(line);
       done();
     },
   });
@@ -58,10 +63,13 @@ export function captureLogs(): { logs: string[]; logger: Logger } {
 }
 
 /** Wraps a router with its captured logs and a close() that also removes its temp dir. */
-export function testRouter<R extends { close(): Promise<void> }>(router: R, dir: string, logs: string[]): TestRouter<R> {
+export function testRouter<R extends { close(): Promise<void> }>(router: R, dir: string, logs: string[], logger: Logger): TestRouter<R> {
   return {
     router,
-    logs,
+    get logs() {
+      lineSinkOf(logger)?.flush?.();
+      return logs;
+    },
     keysFile: join(dir, 'keys.yaml'),
     async close() {
       await router.close();
@@ -73,13 +81,13 @@ export function testRouter<R extends { close(): Promise<void> }>(router: R, dir:
 /** A router not listening: use it with supertest. */
 export async function buildTestRouter(options: TestRouterOptions): Promise<TestRouter<Router>> {
   const { dir, config, logs, logger } = await prepare(options);
-  return testRouter(await createRouter(config, { logger, processMetrics: false, ...(options.random ? { random: options.random } : {}) }), dir, logs);
+  return testRouter(await createRouter(config, { logger, processMetrics: false, ...(options.random ? { random: options.random } : {}) }), dir, logs, logger);
 }
 
 /** A router listening on 127.0.0.1 (API and admin on free ports). */
 export async function startTestRouter(options: TestRouterOptions): Promise<TestRouter<RunningRouter>> {
   const { dir, config, logs, logger } = await prepare(options);
-  return testRouter(await startRouter(config, { logger, processMetrics: false, ...(options.random ? { random: options.random } : {}) }), dir, logs);
+  return testRouter(await startRouter(config, { logger, processMetrics: false, ...(options.random ? { random: options.random } : {}) }), dir, logs, logger);
 }
 
 /** One chat pool and deployment in front of `endpoints`. */

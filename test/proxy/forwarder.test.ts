@@ -5,7 +5,7 @@
  */
 import { afterEach, describe, expect, it } from '@jest/globals';
 import http, { type IncomingMessage, type ServerResponse } from 'node:http';
-import { type AddressInfo } from 'node:net';
+import { type AddressInfo, type Socket } from 'node:net';
 import { type Endpoint } from '../../src/core/types.js';
 import { Forwarder, type AttemptResult, type AttemptSpec } from '../../src/proxy/forwarder.js';
 import { FakeTime } from '../helpers/fake-time.js';
@@ -61,9 +61,9 @@ async function oneAttempt(upstream: string, time: FakeTime, spec: Partial<Attemp
 }
 
 /** The kept-alive sockets of an agent, once the request that used one has let it go. */
-async function freeSockets(agent: http.Agent): Promise<import('node:net').Socket[]> {
+async function freeSockets(agent: http.Agent): Promise<Socket[]> {
   await waitFor(() => Object.values(agent.freeSockets).flat().length > 0, 'a kept-alive socket');
-  return Object.values(agent.freeSockets).flat() as import('node:net').Socket[];
+  return Object.values(agent.freeSockets).flat() as Socket[];
 }
 
 /**

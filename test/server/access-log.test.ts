@@ -8,7 +8,9 @@ import { type Request, type Response } from 'express';
 import { pino } from 'pino';
 import { AccessLog } from '../../src/server/access-log.js';
 import { type RequestContext } from '../../src/server/context.js';
-import { createLogger, lineSinkOf } from '../../src/wiring/logger.js';
+import { type LineSink } from '../../src/core/types.js';
+import { createLogger, LINE_BATCH_BYTES, lineSinkOf } from '../../src/wiring/logger.js';
+import { waitFor } from '../helpers/sim.js';
 
 function capture(): { lines: string[]; sink: Writable } {
   const lines: string[] = [];
@@ -21,8 +23,11 @@ function capture(): { lines: string[]; sink: Writable } {
   return { lines, sink };
 }
 
-/** The access log's lines reach the destination once per turn of the event loop (wiring/logger.ts): the next turn. */
-const nextTurn = (): Promise<void> => new Promise((resolve) => setImmediate(resolve));
+/** The batches of the access logs made so far (wiring/logger.ts), written now, as the router's close writes them. */
+let batches: LineSink[] = [];
+const written = (): void => {
+  for (const sink of batches.splice(0)) sink.flush?.();
+};
 
 const req = { method: 'POST' } as Request;
 const finished = { headersSent: true, statusCode: 200, writableFinished: true } as Response;
@@ -81,17 +86,21 @@ function pinoLine(ctx: RequestContext, extra: Record<string, unknown>): Record<s
 }
 
 /** The access log as the router makes it: with the destination of a logger from createLogger. */
-const accessLog = (logger: ReturnType<typeof createLogger>, metrics: ConstructorParameters<typeof AccessLog>[1]): AccessLog => new AccessLog(logger, metrics, lineSinkOf(logger));
+const accessLog = (logger: ReturnType<typeof createLogger>, metrics: ConstructorParameters<typeof AccessLog>[1]): AccessLog => {
+  const sink = lineSinkOf(logger);
+  if (sink) batches.push(sink);
+  return new AccessLog(logger, metrics, sink);
+};
 
 describe('access log', () => {
-  it('writes, member for member and in the same order, the line pino would write', async () => {
+  it('writes, member for member and in the same order, the line pino would write', () => {
     const { lines, sink } = capture();
     const recorded: unknown[] = [];
     const log = accessLog(createLogger('info', sink), { recordRequest: (...args) => recorded.push(args) });
     const ctx = context();
     log.record(req, finished, ctx, 1052.34);
-    expect(lines).toHaveLength(0); // written with the turn's other lines
-    await nextTurn();
+    expect(lines).toHaveLength(0); // written with the other lines of its batch
+    written();
     expect(lines).toHaveLength(1);
     expect(lines[0]?.endsWith('}\n')).toBe(true);
     const ours = JSON.parse(lines[0] as string) as Record<string, unknown>;
@@ -112,12 +121,12 @@ describe('access log', () => {
     expect(recorded).toEqual([['chat', 'llama-prod', 'llama', 200, expect.closeTo(0.05234, 9)]]);
   });
 
-  it('leaves out what the request did not get to, and marks a client that left', async () => {
+  it('leaves out what the request did not get to, and marks a client that left', () => {
     const { lines, sink } = capture();
     const log = accessLog(createLogger('info', sink), { recordRequest: () => undefined });
     const ctx = context({ report: undefined, priority: 'standard', model: undefined, deployment: undefined, failure: 'client_gone' });
     log.record(req, { headersSent: false, statusCode: 200, writableFinished: false } as Response, ctx, 1003);
-    await nextTurn();
+    written();
     const line = JSON.parse(lines[0] as string) as Record<string, unknown>;
     expect(line).toEqual({
       level: 30,
@@ -136,24 +145,24 @@ describe('access log', () => {
     });
   });
 
-  it('marks tokens counted from the stream as estimated, without a prompt count', async () => {
+  it('marks tokens counted from the stream as estimated, without a prompt count', () => {
     const { lines, sink } = capture();
     const log = accessLog(createLogger('info', sink), { recordRequest: () => undefined });
     const base = context();
     log.record(req, finished, context({ report: { ...(base.report as NonNullable<RequestContext['report']>), usage: { promptTokens: 0, completionTokens: 9, estimated: true } } }), 1010);
-    await nextTurn();
+    written();
     const line = JSON.parse(lines[0] as string) as Record<string, unknown>;
     expect(line).toMatchObject({ completionTokens: 9, tokensEstimated: true });
     expect(line).not.toHaveProperty('promptTokens');
   });
 
-  it('gives back every string member exactly, whatever it holds (quotes, controls, lone surrogates), and is valid JSON', async () => {
-    await fc.assert(
-      fc.asyncProperty(fc.string({ unit: 'binary' }), fc.string({ unit: 'grapheme' }), fc.string({ unit: 'binary-ascii' }), async (model, key, failure) => {
+  it('gives back every string member exactly, whatever it holds (quotes, controls, lone surrogates), and is valid JSON', () => {
+    fc.assert(
+      fc.property(fc.string({ unit: 'binary' }), fc.string({ unit: 'grapheme' }), fc.string({ unit: 'binary-ascii' }), (model, key, failure) => {
         const { lines, sink } = capture();
         const log = accessLog(createLogger('info', sink), { recordRequest: () => undefined });
         log.record(req, finished, context({ model, principal: { name: key } as RequestContext['principal'], failure }), 1010);
-        await nextTurn();
+        written();
         const line = JSON.parse(lines[0] as string) as Record<string, unknown>;
         expect([line.model, line.key, line.failure]).toEqual([model, key, failure]);
         expect(lines[0]).toBe(`${JSON.stringify(line)}\n`); // escaped exactly as JSON.stringify (and so pino) escapes
@@ -162,34 +171,37 @@ describe('access log', () => {
     );
   });
 
-  it('writes nothing below info, and still records the metrics', async () => {
+  it('writes nothing below info, and still records the metrics', () => {
     const { lines, sink } = capture();
     let recorded = 0;
     const log = accessLog(createLogger('warn', sink), { recordRequest: () => void (recorded += 1) });
     log.record(req, finished, context(), 1010);
-    await nextTurn();
+    written();
     expect(lines).toEqual([]);
     expect(recorded).toBe(1);
   });
 
-  it('gives a logger it did not make the same members through logger.info', async () => {
+  it('gives a logger it did not make the same members through logger.info', () => {
     const { lines, sink } = capture();
     const log = new AccessLog(pino({ level: 'info', base: { service: 'modelgate' } }, sink), { recordRequest: () => undefined });
     const ctx = context();
     log.record(req, finished, ctx, 1052.34);
     const { lines: ownLines, sink: ownSink } = capture();
     accessLog(createLogger('info', ownSink), { recordRequest: () => undefined }).record(req, finished, ctx, 1052.34);
-    await nextTurn();
+    written();
     const theirs = JSON.parse(lines[0] as string) as Record<string, unknown>;
     const ours = JSON.parse(ownLines[0] as string) as Record<string, unknown>;
     expect({ ...theirs, time: 0 }).toEqual({ ...ours, time: 0 });
   });
 
-  it("writes a turn's lines to the destination in one write, in the order they were recorded", async () => {
+  it('writes the lines recorded together to the destination in one write, in order, unasked, a moment later', async () => {
     const { lines, sink } = capture();
     const log = accessLog(createLogger('info', sink), { recordRequest: () => undefined });
+    batches = [];
     for (const requestId of ['a', 'b', 'c']) log.record(req, finished, context({ requestId }), 1010);
-    await nextTurn();
+    await new Promise((resolve) => setImmediate(resolve));
+    expect(lines).toHaveLength(0); // not a write per turn of the event loop
+    await waitFor(() => lines.length > 0, 'the batch to be written');
     expect(lines).toHaveLength(1);
     expect(
       (lines[0] as string)
@@ -198,11 +210,26 @@ describe('access log', () => {
         .map((line) => (JSON.parse(line) as { requestId: string }).requestId),
     ).toEqual(['a', 'b', 'c']);
     log.record(req, finished, context({ requestId: 'd' }), 1010);
-    await nextTurn();
+    await waitFor(() => lines.length > 1, 'the next batch');
     expect(lines).toHaveLength(2);
   });
 
-  it('drops the lines of a destination that throws (closed under it) rather than end the process', async () => {
+  it('writes at once when a batch reaches LINE_BATCH_BYTES (a burst is not held in memory)', () => {
+    const { lines, sink } = capture();
+    const log = accessLog(createLogger('info', sink), { recordRequest: () => undefined });
+    const line = context({ requestId: 'x'.repeat(100) });
+    let recorded = 0;
+    while (lines.length === 0 && recorded < 10_000) {
+      log.record(req, finished, line, 1010);
+      recorded += 1;
+    }
+    expect(lines).toHaveLength(1);
+    expect((lines[0] as string).length).toBeGreaterThanOrEqual(LINE_BATCH_BYTES);
+    expect((lines[0] as string).length).toBeLessThan(LINE_BATCH_BYTES + 1_000); // one line past the limit at most
+    expect((lines[0] as string).split('\n').length - 1).toBe(recorded);
+  });
+
+  it('drops the lines of a destination that throws (closed under it) rather than end the process', () => {
     let tries = 0;
     const closed = {
       write(): void {
@@ -212,7 +239,7 @@ describe('access log', () => {
     };
     const log = accessLog(createLogger('info', closed), { recordRequest: () => undefined });
     log.record(req, finished, context(), 1010);
-    await nextTurn();
+    written();
     expect(tries).toBe(1); // the write was made, its error caught: the test process is still here
   });
 
