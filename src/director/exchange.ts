@@ -369,14 +369,14 @@ export class ExchangeRunner {
 
   /** Passes an engine's error answer on (status kept, body in the OpenAI envelope). */
   private passOn(res: ServerResponse, plan: ExchangePlan, report: ExchangeReport, result: Extract<AttemptResult, { kind: 'upstream_error' }>): ExchangeReport {
-    writeJson(res, result.error.status, errorBody(result.error.envelope, result.error.status, plan.dialect ?? 'openai'), result.headers);
+    writeJson(res, result.error.status, errorBody(result.error.envelope, result.error.status, plan.dialect ?? 'openai'), { ...result.headers, 'x-request-id': plan.requestId });
     return { ...report, failure: result.error.envelope.error.code ?? `upstream_${result.status}` };
   }
 
   /** Answers with the router's own error. */
   private fail(res: ServerResponse, plan: ExchangePlan, report: ExchangeReport, err: unknown): ExchangeReport {
     const { status, headers, body } = toErrorResponse(err, plan.dialect);
-    writeJson(res, status, body, headers);
+    writeJson(res, status, body, { ...headers, 'x-request-id': plan.requestId });
     return { ...report, failure: err instanceof RouterError ? err.failure : 'internal_error' };
   }
 }

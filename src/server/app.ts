@@ -106,7 +106,7 @@ function sendError(res: ServerResponse, err: unknown): void {
   const { status, headers, body } = toErrorResponse(err, ctx?.dialect);
   if (ctx) ctx.failure ??= err instanceof RouterError ? err.failure : 'internal_error';
   const text = JSON.stringify(body);
-  res.writeHead(status, { ...headers, 'content-type': 'application/json', 'content-length': Buffer.byteLength(text) });
+  res.writeHead(status, { ...headers, ...(ctx ? { 'x-request-id': ctx.requestId } : {}), 'content-type': 'application/json', 'content-length': Buffer.byteLength(text) });
   res.end(text);
 }
 
@@ -215,7 +215,10 @@ export function buildApp(deps: AppDeps): BuiltApp {
     setContext(res, ctx);
     // an inference request's trace starts here, a child of the client's traceparent if it sent one
     if (deps.tracing && api) ctx.trace = deps.tracing.start(ctx.route, req.headers, 0);
-    res.setHeader('x-request-id', ctx.requestId);
+    // An inference response carries its id in the head it is written with (the relay, the director's
+    // and sendError's answers): a header set ahead makes Node's writeHead set every header of the
+    // head one at a time, validated and stored, instead of writing them as given.
+    if (!api) res.setHeader('x-request-id', ctx.requestId);
     if (draining) res.setHeader('connection', 'close');
     active += 1;
     res.once('close', () => {

@@ -108,6 +108,11 @@ describe('headers', () => {
     expect(upstream.requests[0]!.headers['x-request-id']).toBe(res.headers['x-request-id']);
     const failed = await request(gateway.router.api).post('/v1/chat/completions').expect(401);
     expect(failed.headers['x-request-id']).toMatch(/^[0-9a-f-]{36}$/);
+    // the router's own answer to an inference request (written with its head, not set ahead), and one to another route
+    const unknown = await post({ model: 'no-such-model', messages: [{ role: 'user', content: 'x' }] }, { 'x-request-id': 'mine-1' }).expect(404);
+    expect(unknown.headers['x-request-id']).toBe('mine-1');
+    const models = await request(gateway.router.api).get('/v1/models').set(auth).set('x-request-id', 'mine-2').expect(200);
+    expect(models.headers['x-request-id']).toBe('mine-2');
   });
 });
 
@@ -171,6 +176,7 @@ describe('upstream errors', () => {
     expect(Object.keys(envelope.error).sort()).toEqual(['code', 'message', 'param', 'type']);
     expect(envelope.error).toMatchObject(expected);
     if (headers['retry-after']) expect(res.headers['retry-after']).toBe(headers['retry-after']);
+    expect(res.headers['x-request-id']).toBe(upstream.requests.at(-1)?.headers['x-request-id']);
   });
 
   it('answers 502 when the engine cannot be reached, without leaking its address', async () => {
@@ -185,6 +191,7 @@ describe('upstream errors', () => {
         .send('{"model":"llm","messages":[{"role":"user","content":"x"}]}')
         .expect(502);
       expect((res.body as { error: { code: string; message: string } }).error.code).toBe('upstream_connection_failed');
+      expect(res.headers['x-request-id']).toMatch(/^[0-9a-f-]{36}$/);
       expect(JSON.stringify(res.body)).not.toContain(url.replace('http://', ''));
       expect(gone.router.inFlight.total()).toBe(0);
     } finally {
