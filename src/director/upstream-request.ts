@@ -41,27 +41,45 @@ export function routeSteps(
   allowed: (pool: PoolSpec) => ReadonlySet<string>,
   forms?: ReadonlyMap<string, EncodedForm>,
 ): RouteStep[] {
-  return planned.map(({ pool, deployment }) => {
-    let body: Buffer | undefined;
-    let headers: OutgoingHttpHeaders | undefined;
-    // a form whose model the pool names differently, written again (encodedForms, before the route runs)
-    const form = forms?.get(pool.servedModelName);
-    return {
-      pool,
-      deployment,
-      get body(): Buffer {
-        body ??= form?.body ?? (request.form ? request.raw : patchedJson(request, pool, usage));
-        return body;
-      },
-      get headers(): OutgoingHttpHeaders {
-        if (!headers) {
-          headers = upstreamHeaders(request.headers, allowed(pool), { requestId: request.requestId, forwarded: request.forwarded, backendKey: pool.backendKey });
-          if (form) headers['content-type'] = form.contentType;
-        }
-        return headers;
-      },
-    };
-  });
+  return planned.map(({ pool, deployment }) => new LazyStep(pool, deployment, request, usage, allowed, forms?.get(pool.servedModelName)));
+}
+
+/**
+ * One route step whose body and headers are made on first read. A class, with its getters on the
+ * prototype. As an object literal with getters of its own (two closures made per request), each
+ * request's step kept its body, headers and the request behind them alive through young-generation
+ * GCs: with the router answering from the director (no exchange), 263 KB were promoted per scavenge at
+ * 500 requests/s, against 8 KB with this class (--trace-gc-nvp; scavenge pauses 1.2–1.8 against
+ * 0.4–0.6 ms). Likely why: an object with accessors of its own gets a hidden class of its own, which V8
+ * keeps in its transition tree through weak references, and a scavenge does not clear those.
+ */
+class LazyStep implements RouteStep {
+  private patchedBody: Buffer | undefined;
+  private ownHeaders: OutgoingHttpHeaders | undefined;
+
+  constructor(
+    readonly pool: PoolSpec,
+    readonly deployment: string,
+    private readonly request: DirectedRequest,
+    private readonly usage: Map<string, string> | undefined,
+    private readonly allowed: (pool: PoolSpec) => ReadonlySet<string>,
+    /** A form whose model the pool names differently, written again (encodedForms, before the route runs). */
+    private readonly form: EncodedForm | undefined,
+  ) {}
+
+  get body(): Buffer {
+    this.patchedBody ??= this.form?.body ?? (this.request.form ? this.request.raw : patchedJson(this.request, this.pool, this.usage));
+    return this.patchedBody;
+  }
+
+  get headers(): OutgoingHttpHeaders {
+    if (!this.ownHeaders) {
+      const { request, pool } = this;
+      this.ownHeaders = upstreamHeaders(request.headers, this.allowed(pool), { requestId: request.requestId, forwarded: request.forwarded, backendKey: pool.backendKey });
+      if (this.form) this.ownHeaders['content-type'] = this.form.contentType;
+    }
+    return this.ownHeaders;
+  }
 }
 
 /** A JSON body with the pool's served model name (and any usage override); the body as received when nothing changes. */

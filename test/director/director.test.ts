@@ -117,6 +117,21 @@ describe('Director.direct: the plan', () => {
     expect(plan?.request.promptText?.()).toBe(chatPromptText(chat));
   });
 
+  it('makes each step’s body and headers once, on first read, with accessors its steps share (none of their own)', async () => {
+    const t = setup();
+    await t.director.direct(req, res, request('chat', MAIN, chat));
+    const [first, second] = t.plans[0]?.route ?? [];
+    expect(first?.body).toBe(first?.body);
+    expect(first?.headers).toBe(first?.headers);
+    // Steps with getters of their own (closures made per request) kept each request's body and headers
+    // alive through young-generation GCs, into the old generation (upstream-request.ts, LazyStep).
+    for (const step of [first, second]) {
+      expect(Object.getOwnPropertyDescriptor(step, 'body')).toBeUndefined();
+      expect(Object.getOwnPropertyDescriptor(step, 'headers')).toBeUndefined();
+    }
+    expect(Object.getPrototypeOf(first)).toBe(Object.getPrototypeOf(second));
+  });
+
   it('reads request headers for the scheduler case-insensitively, the first of repeated values', async () => {
     const t = setup();
     await t.director.direct(req, res, request('chat', MAIN, chat, { 'x-session-id': ['first', 'second'], 'x-one': 'v' }));
