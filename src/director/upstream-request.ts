@@ -50,8 +50,9 @@ export function routeSteps(
  * request's step kept its body, headers and the request behind them alive through young-generation
  * GCs: with the router answering from the director (no exchange), 263 KB were promoted per scavenge at
  * 500 requests/s, against 8 KB with this class (--trace-gc-nvp; scavenge pauses 1.2–1.8 against
- * 0.4–0.6 ms). Likely why: an object with accessors of its own gets a hidden class of its own, which V8
- * keeps in its transition tree through weak references, and a scavenge does not clear those.
+ * about 0.6 ms). The measurement is what this rests on; the mechanism inside V8 is not pinned down (an
+ * object with accessors of its own gets a hidden class of its own, and V8's hidden-class bookkeeping
+ * is the likely holder). The forwarder's attempt had a kin: a function field replaced after construction.
  */
 class LazyStep implements RouteStep {
   private patchedBody: Buffer | undefined;
