@@ -116,6 +116,8 @@ export interface ModelgateProc extends Proc {
  * diagnostic runs (another `--max-semi-space-size`; V8 flags such as `--trace-gc` are not allowed there);
  * BENCH_ROUTER_GC_LOG=DIR records every GC pause of the router in DIR (lib/gc-log.ts); reports say when
  * either was set. BENCH_ROUTER_LOG=DIR keeps the router's stdout (its access log) in DIR.
+ * BENCH_ROUTER_CLI=PATH runs another build's `dist/cli.js` (an A/B against an older commit built in a
+ * worktree); the command line the report quotes shows which.
  */
 export async function startModelgate(upstreams: string[], servedModel: string, extra: object = {}, options: ModelgateOptions = {}): Promise<ModelgateProc> {
   const dir = mkdtempSync(join(tmpdir(), 'mg-bench-'));
@@ -149,7 +151,7 @@ export async function startModelgate(upstreams: string[], servedModel: string, e
   if (logDir) mkdirSync(logDir, { recursive: true });
   const logFile = logDir ? join(logDir, `modelgate-${port}.log`) : join(dir, 'stdout.log');
   const out = openSync(logFile, 'w');
-  const args = [CLI, 'serve', '--config', join(dir, 'config.json')];
+  const args = [process.env.BENCH_ROUTER_CLI ?? CLI, 'serve', '--config', join(dir, 'config.json')];
   const child = spawn(process.execPath, args, { stdio: ['ignore', out, 'inherit'], env });
   closeSync(out);
   await waitForPort(port, child, 'modelgate');
