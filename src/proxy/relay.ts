@@ -119,23 +119,27 @@ export function relayResponse(spec: AttemptSpec, proxyRes: IncomingMessage, res:
     if (!committed) commit();
     bytes += chunk.length;
     idle();
+    // The client gets each chunk first; what the router reads from it (usage, token timing, the
+    // per-key token count) waits: with a whole stream in one chunk, reading its events first held
+    // the first byte back by their number.
     if (!tap) {
-      spec.observe?.body(chunk);
       write(chunk);
+      spec.observe?.body(chunk);
       return;
     }
     const segments = tap.segments(chunk);
-    for (const segment of segments) if (segment.event) spec.observe?.event(segment.event);
     if (!wholeEvents) {
       write(chunk); // byte for byte, as it came
-      return;
+    } else {
+      let kept = '';
+      for (const seg of segments) {
+        if (spec.stripUsageChunk && seg.event && isUsageChunk(seg.event)) continue;
+        kept += spec.rewrite ? spec.rewrite(seg) : seg.raw;
+      }
+      if (kept !== '') write(kept);
     }
-    let kept = '';
-    for (const seg of segments) {
-      if (spec.stripUsageChunk && seg.event && isUsageChunk(seg.event)) continue;
-      kept += spec.rewrite ? spec.rewrite(seg) : seg.raw;
-    }
-    if (kept !== '') write(kept);
+    const { observe } = spec;
+    if (observe) for (const segment of segments) if (segment.event) observe.event(segment.event);
   });
   proxyRes.on('end', () => {
     if (!committed) commit(); // an empty 2xx body

@@ -65,6 +65,8 @@ export class SseTap {
 }
 
 function parseBlock(block: string): SseEvent | undefined {
+  // the usual block, one `data: ` line, without splitting it into lines
+  if (block.startsWith('data: ') && !block.includes('\n') && !block.includes('\r')) return { data: block.slice(6) };
   const data: string[] = [];
   let event: string | undefined;
   for (const line of block.split(/\r\n|\n|\r/)) {

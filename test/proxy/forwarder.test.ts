@@ -30,7 +30,13 @@ async function listen(handler: http.RequestListener): Promise<string> {
 const TIMEOUTS = { connectMs: 1_000, firstByteMs: 5_000, idleMs: 2_000, clientStallMs: 10_000 };
 
 /** A router of one attempt: every request to it is forwarded to `upstream` with `spec`. */
-async function oneAttempt(upstream: string, time: FakeTime, spec: Partial<AttemptSpec> = {}): Promise<{ url: string; results: AttemptResult[]; agent: http.Agent }> {
+async function oneAttempt(
+  upstream: string,
+  time: FakeTime,
+  spec: Partial<AttemptSpec> = {},
+  /** Sees the client's response before the attempt starts. */
+  onResponse?: (res: ServerResponse) => void,
+): Promise<{ url: string; results: AttemptResult[]; agent: http.Agent }> {
   const agent = new http.Agent({ keepAlive: true });
   closers.push(() => Promise.resolve(agent.destroy()));
   const forwarder = new Forwarder(agent, time, time);
@@ -38,6 +44,7 @@ async function oneAttempt(upstream: string, time: FakeTime, spec: Partial<Attemp
   const endpoint: Endpoint = { id: 'e1', pool: 'p', url: new URL(upstream), weight: 1 };
   const url = await listen((req: IncomingMessage, res: ServerResponse) => {
     req.resume();
+    onResponse?.(res);
     req.once('end', () => {
       void forwarder
         .attempt(req, res, {
@@ -166,6 +173,54 @@ describe('Forwarder.attempt', () => {
     const { url, results } = await oneAttempt(gone, time);
     expect((await send(url, time)).status).toBe(599);
     expect(results[0]).toMatchObject({ kind: 'failed', reason: 'connect' });
+  });
+
+  it.each([
+    ['as it came', {}],
+    ['whole events, the usage chunk stripped', { stripUsageChunk: true }],
+  ])('hands the client each chunk of a stream (%s) before it reads the chunk’s events, and a JSON body before it reads the body', async (_name, extra) => {
+    const stream = [
+      '{"choices":[{"delta":{"role":"assistant"}}]}',
+      '{"choices":[{"delta":{"content":"a"}}]}',
+      '{"choices":[{"delta":{"content":"b"}}]}',
+      '{"choices":[],"usage":{"prompt_tokens":1,"completion_tokens":2}}',
+    ];
+    const upstream = await listen((req, res) => {
+      req.resume();
+      req.on('end', () => {
+        if (req.url?.endsWith('json')) res.writeHead(200, { 'content-type': 'application/json' }).end('{"ok":true}');
+        // the whole stream in one chunk, as a zero-latency engine sends it
+        else res.writeHead(200, { 'content-type': 'text/event-stream' }).end(`${stream.map((data) => `data: ${data}\n\n`).join('')}data: [DONE]\n\n`);
+      });
+    });
+    const time = new FakeTime();
+    // what the client's response had been handed each time the observer heard of the stream
+    let handed = '';
+    const seen: string[] = [];
+    const observe = {
+      event: (event: { data: string }) => seen.push(`${event.data.slice(0, 24)} after ${handed.length} chars`),
+      body: () => seen.push(`body after ${handed.length} chars`),
+      bodyEnd: () => undefined,
+    };
+    for (const path of ['/v1/chat/completions', '/v1/json']) {
+      const { url } = await oneAttempt(upstream, time, { ...extra, path, observe }, (res) => {
+        const write = res.write.bind(res) as (chunk: unknown) => boolean;
+        res.write = ((chunk: unknown) => {
+          handed += String(chunk);
+          return write(chunk);
+        }) as typeof res.write;
+      });
+      handed = '';
+      expect((await send(url, time)).status).toBe(200);
+    }
+    const handedStream =
+      'stripUsageChunk' in extra
+        ? stream
+            .slice(0, 3)
+            .map((d) => `data: ${d}\n\n`)
+            .join('') + 'data: [DONE]\n\n'
+        : `${stream.map((d) => `data: ${d}\n\n`).join('')}data: [DONE]\n\n`;
+    expect(seen).toEqual([...stream.map((data) => `${data.slice(0, 24)} after ${handedStream.length} chars`), `[DONE] after ${handedStream.length} chars`, 'body after 11 chars']);
   });
 
   it('ends a stream the engine then stops feeding with a final SSE error event after idleMs of fake time', async () => {
