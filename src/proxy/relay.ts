@@ -68,11 +68,28 @@ export function relayResponse(spec: AttemptSpec, proxyRes: IncomingMessage, res:
     };
   });
   const left = (ms: number): number => Math.min(ms, spec.deadline - clock.now());
-  const idle = (): void =>
-    control.arm(left(spec.timeouts.idleMs), () => {
-      endBroken(clock.now() >= spec.deadline ? 'deadline' : 'idle_timeout');
-      proxyRes.destroy();
-    });
+  // The idle clock is one timer per quiet stretch, not one per chunk (a stream is hundreds of chunks):
+  // a chunk only notes when it came, and a timer that fires with a chunk come since is set again for
+  // what is left. It fires idleMs after the last chunk, or at the deadline.
+  let lastData = 0;
+  /** The attempt's timer is the idle clock (not the first byte's, nor a stalled client's). */
+  let idleSet = false;
+  const setIdle = (ms: number): void => {
+    idleSet = true;
+    control.arm(ms, idleFired);
+  };
+  const idleFired = (): void => {
+    idleSet = false;
+    const now = clock.now();
+    const due = Math.min(lastData + spec.timeouts.idleMs, spec.deadline);
+    if (now < due) return setIdle(due - now);
+    endBroken(now >= spec.deadline ? 'deadline' : 'idle_timeout');
+    proxyRes.destroy();
+  };
+  const idle = (): void => {
+    lastData = clock.now();
+    if (!idleSet) setIdle(left(spec.timeouts.idleMs));
+  };
   const endBroken = (end: BrokenEnd): void => {
     if (spec.resumable && tap && end !== 'deadline') {
       finish(end); // the caller goes on elsewhere, or ends the stream
@@ -109,6 +126,7 @@ export function relayResponse(spec: AttemptSpec, proxyRes: IncomingMessage, res:
   const write = (data: Buffer | string): void => {
     if (res.write(data) || proxyRes.isPaused()) return;
     proxyRes.pause();
+    idleSet = false;
     control.arm(left(spec.timeouts.clientStallMs), stalled);
     res.once('drain', () => {
       idle();

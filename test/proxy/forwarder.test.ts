@@ -223,6 +223,39 @@ describe('Forwarder.attempt', () => {
     expect(seen).toEqual([...stream.map((data) => `${data.slice(0, 24)} after ${handedStream.length} chars`), `[DONE] after ${handedStream.length} chars`, 'body after 11 chars']);
   });
 
+  it('counts the idle timeout from the stream’s last chunk, however many came before it', async () => {
+    let engine: ServerResponse | undefined;
+    const upstream = await listen((req, res) => {
+      req.resume();
+      req.on('end', () => {
+        engine = res;
+        res.writeHead(200, { 'content-type': 'text/event-stream' });
+        res.write('data: {"choices":[{"delta":{"content":"a"}}]}\n\n');
+      });
+    });
+    const time = new FakeTime();
+    let events = 0;
+    const observe = { event: () => void (events += 1), body: () => undefined, bodyEnd: () => undefined };
+    const { url, results } = await oneAttempt(upstream, time, { observe });
+    const response = rawRequest(`${url}/anything`, { body: '{}' });
+    await waitFor(() => events === 1, 'the first chunk');
+    // chunks at 1.5 s and 3 s of fake time: each inside the idle timeout (2 s) of the one before
+    for (const at of [1_500, 3_000]) {
+      await time.advance(at - time.now());
+      engine?.write('data: {"choices":[{"delta":{"content":"b"}}]}\n\n');
+      await waitFor(() => events === at / 1_500 + 1, 'the next chunk');
+    }
+    await time.advance(TIMEOUTS.idleMs - 1);
+    expect(results[0]?.kind === 'committed' && (await Promise.race([results[0].done, Promise.resolve(undefined)]))).toBeUndefined();
+    await time.advance(1);
+    const done = results[0]?.kind === 'committed' ? await results[0].done : undefined;
+    expect(done?.end).toBe('idle_timeout');
+    expect(time.now()).toBe(3_000 + TIMEOUTS.idleMs);
+    const res = await response;
+    expect(sseData(res.body).slice(0, 3)).toEqual(['{"choices":[{"delta":{"content":"a"}}]}', '{"choices":[{"delta":{"content":"b"}}]}', '{"choices":[{"delta":{"content":"b"}}]}']);
+    expect(sseData(res.body).at(-1)).toBe('[DONE]');
+  });
+
   it('ends a stream the engine then stops feeding with a final SSE error event after idleMs of fake time', async () => {
     const upstream = await listen((_req, res) => {
       res.writeHead(200, { 'content-type': 'text/event-stream' });
