@@ -7,7 +7,7 @@
 import { existsSync } from 'node:fs';
 import os from 'node:os';
 import { load, type LoadJob } from './lib/loadgen.js';
-import { BENCH_KEY, startHaproxy, startModelgate, startNginx, startPortkey, startSim, usage, type ModelgateProc, type Proc } from './lib/procs.js';
+import { BENCH_KEY, startHaproxy, startModelgate, startNginx, startNodeProxy, startPortkey, startSim, usage, type ModelgateProc, type Proc } from './lib/procs.js';
 import { barChart, machine, othersCpu, SMOKE, source, stack, summarize, table, tools, write, type Summary } from './lib/report.js';
 
 const MODEL = 'bench-model';
@@ -49,6 +49,8 @@ const TARGETS: Target[] = [
     headers: () => ({ authorization: `Bearer ${BENCH_KEY}` }),
     available: () => true,
   },
+  // the floor for a router on Node's HTTP stack (bench/lib/node-proxy.ts): how much of modelgate's cost is Node's own
+  { name: 'node http proxy', start: (up) => startNodeProxy(up), url: (p) => `${p!.url}/v1/chat/completions`, headers: () => ({}), available: () => true },
   { name: 'nginx least_conn', start: (up) => startNginx([up]), url: (p) => `${p!.url}/v1/chat/completions`, headers: () => ({}), available: () => hasCommand('nginx') },
   { name: 'haproxy leastconn', start: (up) => startHaproxy([up], 'leastconn'), url: (p) => `${p!.url}/v1/chat/completions`, headers: () => ({}), available: () => hasCommand('haproxy') },
   {
@@ -138,29 +140,32 @@ interface Latencies {
   plain: Summary;
   stream: Summary;
 }
-/** One round of the paired latency measurement: direct and through modelgate, each kind back to back. */
+/** One round of the paired latency measurement: direct, through modelgate and through the Node floor, each kind back to back. */
 interface Round {
   direct: Latencies;
   modelgate: Latencies;
+  node: Latencies;
   othersCores: number;
 }
 const ROUNDS = SMOKE ? 1 : 5;
 
 /**
- * Latency at RATE (non-streamed) and STREAM_RATE (streamed TTFB), direct and through one modelgate
- * process alternated for ROUNDS rounds: in each round the non-streamed windows, then the streamed
- * ones, each pair back to back, direct first in odd rounds and modelgate first in even ones. Both
- * sides of each difference ran within seconds of each other, so a burst of load from elsewhere on the
+ * Latency at RATE (non-streamed) and STREAM_RATE (streamed TTFB), direct, through one modelgate
+ * process and through the Node floor (node-proxy.ts), in turn for ROUNDS rounds: in each round the
+ * non-streamed windows, then the streamed ones, back to back, each target first, second and last in
+ * turn. Every difference compares windows seconds apart, so a burst of load from elsewhere on the
  * machine shows up as one odd round instead of deciding the verdict (a single window's p99 moved by
- * several ms from one run to the next on a shared 2-core machine). The router is warmed up first as
- * in the sweep.
+ * several ms from one run to the next on a shared 2-core machine). Both proxies are warmed up first
+ * as in the sweep.
  */
 async function pairedLatency(upstream: string): Promise<Round[]> {
-  const [direct, mgTarget] = [TARGETS.find((t) => t.name === 'direct')!, TARGETS.find((t) => t.name === 'modelgate')!];
-  const proc = await mgTarget.start(upstream);
+  const find = (name: string): Target => TARGETS.find((t) => t.name === name)!;
+  const [direct, mgTarget, nodeTarget] = [find('direct'), find('modelgate'), find('node http proxy')];
+  const procs = new Map<Target, Proc | undefined>();
   try {
+    for (const t of [mgTarget, nodeTarget]) procs.set(t, await t.start(upstream));
     const job = (t: Target, stream: boolean): LoadJob => ({
-      url: t.url(proc, upstream),
+      url: t.url(procs.get(t), upstream),
       headers: t.headers(upstream),
       bodies: [body(stream)],
       mode: 'open',
@@ -169,8 +174,9 @@ async function pairedLatency(upstream: string): Promise<Round[]> {
       warmupMs: WARMUP_MS,
       durationMs: WINDOW_MS,
     });
-    await load({ ...job(mgTarget, false), mode: 'closed', concurrency: CONCURRENCY, durationMs: WINDOW_MS / 2 });
-    await load({ ...job(mgTarget, true), mode: 'closed', concurrency: CONCURRENCY, durationMs: WINDOW_MS / 2 });
+    for (const t of [mgTarget, nodeTarget]) {
+      for (const stream of [false, true]) await load({ ...job(t, stream), mode: 'closed', concurrency: CONCURRENCY, durationMs: WINDOW_MS / 2 });
+    }
     const rounds: Round[] = [];
     for (let i = 0; i < ROUNDS; i++) {
       const others = othersCpu();
@@ -178,14 +184,16 @@ async function pairedLatency(upstream: string): Promise<Round[]> {
         const result = await load(job(t, stream));
         return summarize(result.samples, result.windowMs);
       };
-      const order = i % 2 === 0 ? [direct, mgTarget] : [mgTarget, direct];
+      // each target first, second and last in turn
+      const all = [direct, mgTarget, nodeTarget];
+      const order = [...all.slice(i % 3), ...all.slice(0, i % 3)];
       const got = new Map<Target, Latencies>(order.map((t) => [t, {} as Latencies]));
       for (const stream of [false, true]) for (const t of order) got.get(t)![stream ? 'stream' : 'plain'] = await run(t, stream);
-      rounds.push({ direct: got.get(direct)!, modelgate: got.get(mgTarget)!, othersCores: others() });
+      rounds.push({ direct: got.get(direct)!, modelgate: got.get(mgTarget)!, node: got.get(nodeTarget)!, othersCores: others() });
     }
     return rounds;
   } finally {
-    await proc?.stop();
+    for (const proc of procs.values()) await proc?.stop();
   }
 }
 
@@ -225,7 +233,7 @@ async function main(): Promise<void> {
       rows.push(await measure(target, sim.url));
     }
     if (rows.some((r) => r.name === 'modelgate')) {
-      console.error(`overhead: latency at ${RATE}/s and TTFB at ${STREAM_RATE}/s, direct and modelgate alternated…`);
+      console.error(`overhead: latency at ${RATE}/s and TTFB at ${STREAM_RATE}/s, direct, modelgate and the Node floor in turn…`);
       rounds = await pairedLatency(sim.url);
     }
   } finally {
@@ -303,39 +311,43 @@ async function main(): Promise<void> {
     ),
     '',
   ];
-  /** What modelgate added in a round: non-streamed time to last byte, or streamed time to first byte. */
-  const addedIn = (r: Round, kind: 'plain' | 'stream', q: 'p50' | 'p99'): number =>
-    kind === 'plain' ? r.modelgate.plain.ttlb[q] - r.direct.plain.ttlb[q] : r.modelgate.stream.ttfb[q] - r.direct.stream.ttfb[q];
-  const pairedMedian = (kind: 'plain' | 'stream', q: 'p50' | 'p99'): number => median(rounds.map((r) => addedIn(r, kind, q)));
+  /** What a proxy added in a round: non-streamed time to last byte, or streamed time to first byte. */
+  const addedBy = (r: Round, who: 'modelgate' | 'node', kind: 'plain' | 'stream', q: 'p50' | 'p99'): number =>
+    kind === 'plain' ? r[who].plain.ttlb[q] - r.direct.plain.ttlb[q] : r[who].stream.ttfb[q] - r.direct.stream.ttfb[q];
+  const addedIn = (r: Round, kind: 'plain' | 'stream', q: 'p50' | 'p99'): number => addedBy(r, 'modelgate', kind, q);
+  const pairedMedian = (kind: 'plain' | 'stream', q: 'p50' | 'p99', who: 'modelgate' | 'node' = 'modelgate'): number => median(rounds.map((r) => addedBy(r, who, kind, q)));
   if (rounds.length) {
     const roundTable = (kind: 'plain' | 'stream'): string => {
       const figure = kind === 'plain' ? 'ttlb' : 'ttfb';
-      const label = kind === 'plain' ? '' : 'TTFB ';
+      const cell = (l: Latencies): string => `${ms(l[kind][figure].p50)} / ${ms(l[kind][figure].p99)}`;
+      const pair = (r: Round, who: 'modelgate' | 'node'): string => `${ms(addedBy(r, who, kind, 'p50'))} / ${ms(addedBy(r, who, kind, 'p99'))}`;
       return table(
-        ['round', `direct ${label}p50 ms`, `direct ${label}p99 ms`, `modelgate ${label}p50 ms`, `modelgate ${label}p99 ms`, 'added p50 ms', 'added p99 ms', 'errors'],
+        ['round', 'direct p50 / p99 ms', 'modelgate p50 / p99 ms', 'node http proxy p50 / p99 ms', 'modelgate added p50 / p99 ms', 'node http proxy added p50 / p99 ms', 'errors'],
         [
           ...rounds.map((r, i) => [
             String(i + 1),
-            ms(r.direct[kind][figure].p50),
-            ms(r.direct[kind][figure].p99),
-            ms(r.modelgate[kind][figure].p50),
-            ms(r.modelgate[kind][figure].p99),
-            ms(addedIn(r, kind, 'p50')),
-            ms(addedIn(r, kind, 'p99')),
-            r.direct[kind].errors + r.modelgate[kind].errors,
+            cell(r.direct),
+            cell(r.modelgate),
+            cell(r.node),
+            pair(r, 'modelgate'),
+            pair(r, 'node'),
+            r.direct[kind].errors + r.modelgate[kind].errors + r.node[kind].errors,
           ]),
-          ['median', '', '', '', '', ms(pairedMedian(kind, 'p50')), ms(pairedMedian(kind, 'p99')), ''],
+          ['median', '', '', '', `${ms(pairedMedian(kind, 'p50'))} / ${ms(pairedMedian(kind, 'p99'))}`, `${ms(pairedMedian(kind, 'p50', 'node'))} / ${ms(pairedMedian(kind, 'p99', 'node'))}`, ''],
         ],
       );
     };
     lines.push(
-      `## Latency at ${RATE} requests/s and ${STREAM_RATE} streams/s, direct and modelgate alternated`,
+      `## Latency at ${RATE} requests/s and ${STREAM_RATE} streams/s: direct, modelgate and the Node floor in turn`,
       '',
-      `${rounds.length} rounds after the sweep above (one router process, warmed up by closed-loop requests and streams first). Each`,
-      `round: a ${WINDOW_MS / 1000} s window direct and one through modelgate non-streamed, then the same streamed, each pair back to`,
-      'back, the order swapped every round. The latency targets take the median round; the sweep above measured each target once.',
+      `${rounds.length} rounds after the sweep above, with one modelgate process and one \`node http proxy\` (\`bench/lib/node-proxy.ts\`:`,
+      'the least a router on Node’s HTTP stack does — read and parse the JSON body, forward it on a keep-alive agent, relay the',
+      'answer, parse a JSON answer — with no authentication, validation, scheduling, retries, timeouts, metrics or logs), both',
+      `warmed up by closed-loop requests and streams first. Each round: a ${WINDOW_MS / 1000} s window of each target non-streamed, then`,
+      'streamed, back to back, each target first, second and last in turn. The latency targets take the median round; the',
+      'sweep above measured each target once. What the Node floor adds is what any router on Node pays on this machine.',
       '',
-      `Non-streamed, time to last byte:`,
+      'Non-streamed, time to last byte:',
       '',
       roundTable('plain'),
       '',
@@ -368,6 +380,13 @@ async function main(): Promise<void> {
           [`added latency p99 ≤ 2 ms at ${RATE} req/s (milestone 1: ≤ 3 ms)`, pairedCell('plain', 'p99'), verdict('plain', 'p99', 2)],
           [`added stream TTFB p50 ≤ 1 ms at ${STREAM_RATE} streams/s`, pairedCell('stream', 'p50'), verdict('stream', 'p50', 1)],
           [`added p99 TTFB ≤ 2 ms at ${STREAM_RATE} streams/s (milestone 1: ≤ 3 ms)`, pairedCell('stream', 'p99'), verdict('stream', 'p99', 2)],
+          [
+            'added over the Node floor (median rounds; reported): p50 / p99 at 500 req/s; TTFB p50 / p99',
+            rounds.length
+              ? `${ms(pairedMedian('plain', 'p50') - pairedMedian('plain', 'p50', 'node'))} / ${ms(pairedMedian('plain', 'p99') - pairedMedian('plain', 'p99', 'node'))} ms; ${ms(pairedMedian('stream', 'p50') - pairedMedian('stream', 'p50', 'node'))} / ${ms(pairedMedian('stream', 'p99') - pairedMedian('stream', 'p99', 'node'))} ms`
+              : 'n/a',
+            'reported',
+          ],
           [
             'lower than Portkey on every latency figure',
             pk

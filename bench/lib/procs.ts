@@ -1,6 +1,7 @@
 /**
- * Processes a benchmark runs: simulator replicas, modelgate, nginx, HAProxy and Portkey, each as its
- * own OS process on 127.0.0.1, with their CPU time and peak RSS read from /proc.
+ * Processes a benchmark runs: simulator replicas, modelgate, nginx, HAProxy, Portkey and the floor for
+ * a Node router (node-proxy.ts), each as its own OS process on 127.0.0.1, with their CPU time and peak
+ * RSS read from /proc.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { closeSync, mkdirSync, mkdtempSync, openSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
@@ -207,6 +208,15 @@ ${servers}
   const child = spawn('nginx', ['-p', dir, '-c', join(dir, 'nginx.conf')], { stdio: ['ignore', 'ignore', 'inherit'] });
   await waitForPort(port, child, 'nginx');
   return { name: 'nginx', url: `http://127.0.0.1:${port}`, pid: child.pid!, stop: stopper(child, () => rmSync(dir, { recursive: true, force: true })) };
+}
+
+/** The floor for a Node router (bench/lib/node-proxy.ts) in front of one upstream, as its own process. */
+export async function startNodeProxy(upstream: string): Promise<Proc> {
+  const port = await freePort();
+  const script = new URL('./node-proxy.js', import.meta.url).pathname;
+  const child = spawn(process.execPath, [script, String(port), upstream], { stdio: ['ignore', 'ignore', 'inherit'] });
+  await waitForPort(port, child, 'node-proxy');
+  return { name: 'node http proxy', url: `http://127.0.0.1:${port}`, pid: child.pid!, stop: stopper(child) };
 }
 
 export async function startHaproxy(upstreams: string[], balance: 'leastconn' | 'roundrobin' | 'random'): Promise<Proc> {
