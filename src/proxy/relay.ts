@@ -124,7 +124,12 @@ export function relayResponse(spec: AttemptSpec, proxyRes: IncomingMessage, res:
     proxyRes.destroy();
   };
   const write = (data: Buffer | string): void => {
-    if (res.write(data) || proxyRes.isPaused()) return;
+    const flowing = res.write(data);
+    // Node holds a response's writes back until the end of the tick (it corks the socket, to send
+    // what the tick writes in one go); the relay writes one chunk a tick, so it sends it now, ahead of
+    // what the rest of the tick does (reading the chunk's events, the engine's next callbacks).
+    res.socket?.uncork();
+    if (flowing || proxyRes.isPaused()) return;
     proxyRes.pause();
     idleSet = false;
     control.arm(left(spec.timeouts.clientStallMs), stalled);
@@ -137,9 +142,9 @@ export function relayResponse(spec: AttemptSpec, proxyRes: IncomingMessage, res:
     if (!committed) commit();
     bytes += chunk.length;
     idle();
-    // The client gets each chunk first; what the router reads from it (usage, token timing, the
-    // per-key token count) waits: with a whole stream in one chunk, reading its events first held
-    // the first byte back by their number.
+    // The client gets each chunk first (`write` sends it at once); what the router reads from it
+    // (usage, token timing, the per-key token count) comes after: with a burst of events in one chunk,
+    // reading them first held the chunk back by their number.
     if (!tap) {
       write(chunk);
       spec.observe?.body(chunk);
