@@ -178,27 +178,30 @@ describe('Forwarder.attempt', () => {
   it.each([
     ['as it came', {}],
     ['whole events, the usage chunk stripped', { stripUsageChunk: true }],
-  ])('sends each chunk of a stream (%s) before it reads the chunk’s events, and a JSON body before it reads the body', async (_name, extra) => {
+  ])('sends the first chunk of a stream (%s) at once, before it reads its events, and lets chunks that came with it go together', async (_name, extra) => {
     const stream = [
       '{"choices":[{"delta":{"role":"assistant"}}]}',
       '{"choices":[{"delta":{"content":"a"}}]}',
       '{"choices":[{"delta":{"content":"b"}}]}',
       '{"choices":[],"usage":{"prompt_tokens":1,"completion_tokens":2}}',
     ];
+    const sse = (events: string[]): string => events.map((data) => `data: ${data}\n\n`).join('');
     const upstream = await listen((req, res) => {
       req.resume();
       req.on('end', () => {
-        if (req.url?.endsWith('json')) res.writeHead(200, { 'content-type': 'application/json' }).end('{"ok":true}');
-        // the whole stream in one chunk, as a zero-latency engine sends it
-        else res.writeHead(200, { 'content-type': 'text/event-stream' }).end(`${stream.map((data) => `data: ${data}\n\n`).join('')}data: [DONE]\n\n`);
+        if (req.url?.endsWith('json')) return void res.writeHead(200, { 'content-type': 'application/json' }).end('{"ok":true}');
+        // two chunks in one tick, so in one packet, as a zero-latency engine sends a stream
+        res.writeHead(200, { 'content-type': 'text/event-stream' });
+        res.write(sse(stream.slice(0, 2)));
+        res.end(`${sse(stream.slice(2))}data: [DONE]\n\n`);
       });
     });
     const time = new FakeTime();
-    // the client's socket each time the observer hears of the answer: still corked (Node's hold on a
-    // response's writes until the end of the tick), and bytes not yet handed to the kernel
+    // the client's socket each time the observer hears of the answer: corked (Node holding the
+    // response's writes until the end of the tick) or not, and whether bytes wait to be sent
     let client: Socket | undefined;
     const seen: string[] = [];
-    const held = (): string => `corked ${client?.writableCorked}, ${client?.writableLength} bytes waiting`;
+    const held = (): string => `corked ${client?.writableCorked}${client?.writableLength ? ', bytes waiting' : ''}`;
     const observe = {
       event: (event: { data: string }) => seen.push(`${event.data.slice(0, 24)}: ${held()}`),
       body: () => seen.push(`body: ${held()}`),
@@ -206,9 +209,18 @@ describe('Forwarder.attempt', () => {
     };
     for (const path of ['/v1/chat/completions', '/v1/json']) {
       const { url } = await oneAttempt(upstream, time, { ...extra, path, observe }, (res) => (client = res.socket ?? undefined));
-      expect((await send(url, time)).status).toBe(200);
+      const res = await send(url, time);
+      expect(res.status).toBe(200);
+      if (path.endsWith('completions')) expect(res.body).toBe('stripUsageChunk' in extra ? `${sse(stream.slice(0, 3))}data: [DONE]\n\n` : `${sse(stream)}data: [DONE]\n\n`);
     }
-    expect(seen).toEqual([...stream.map((data) => `${data.slice(0, 24)}: corked 0, 0 bytes waiting`), '[DONE]: corked 0, 0 bytes waiting', 'body: corked 0, 0 bytes waiting']);
+    expect(seen).toEqual([
+      // the first chunk went at once
+      ...stream.slice(0, 2).map((data) => `${data.slice(0, 24)}: corked 0`),
+      // the one that came with it waits for the end of the tick, with whatever else the tick writes
+      ...stream.slice(2).map((data) => `${data.slice(0, 24)}: corked 1, bytes waiting`),
+      '[DONE]: corked 1, bytes waiting',
+      'body: corked 0',
+    ]);
   });
 
   it('counts the idle timeout from the stream’s last chunk, however many came before it', async () => {
