@@ -11,6 +11,7 @@
  * `CLIENT_STALLED`), or are sent as another (`MODEL_NOT_ALLOWED` answers as `MODEL_NOT_FOUND`, so a
  * key cannot discover models it may not use): they name the failure in the access log and metrics.
  */
+import type { ServerResponse } from 'node:http';
 import { type WireDialect } from './types.js';
 
 interface CodeSpec {
@@ -158,6 +159,22 @@ export function toErrorResponse(err: unknown, dialect: WireDialect = 'openai'): 
   if (routerError.retryAfterSeconds !== undefined) headers['retry-after'] = String(routerError.retryAfterSeconds);
   const status = ERROR_CODES[answered(routerError.code)].status;
   return { status, headers, body: errorBody(envelopeOf(routerError), status, dialect) };
+}
+
+/**
+ * Writes an error answer (`toErrorResponse`'s, or an engine's passed on) as JSON, the request id in the
+ * head it is written with; nothing once the response has started or the client is gone.
+ */
+export function writeErrorAnswer(res: ServerResponse, answer: { status: number; headers: Record<string, string>; body: unknown }, requestId: string | undefined): void {
+  if (res.headersSent || res.destroyed) return;
+  const text = JSON.stringify(answer.body);
+  res.writeHead(answer.status, {
+    ...answer.headers,
+    ...(requestId === undefined ? {} : { 'x-request-id': requestId }),
+    'content-type': 'application/json',
+    'content-length': Buffer.byteLength(text),
+  });
+  res.end(text);
 }
 
 /**

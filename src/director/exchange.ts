@@ -13,7 +13,7 @@
  */
 import type { IncomingMessage, OutgoingHttpHeaders, ServerResponse } from 'node:http';
 import { isAbortError, type Clock, type Sleep } from '../core/clock.js';
-import { errorBody, RouterError, streamErrorEvent, toErrorResponse } from '../core/errors.js';
+import { errorBody, RouterError, streamErrorEvent, toErrorResponse, writeErrorAnswer } from '../core/errors.js';
 import { type PoolSpec, type RequestTrace, type ScheduleInfo, type WireDialect } from '../core/types.js';
 import { type AttemptResult, type Forwarder, type StreamEnd } from '../proxy/forwarder.js';
 import { brokenError } from '../proxy/relay.js';
@@ -369,22 +369,14 @@ export class ExchangeRunner {
 
   /** Passes an engine's error answer on (status kept, body in the OpenAI envelope). */
   private passOn(res: ServerResponse, plan: ExchangePlan, report: ExchangeReport, result: Extract<AttemptResult, { kind: 'upstream_error' }>): ExchangeReport {
-    writeJson(res, result.error.status, errorBody(result.error.envelope, result.error.status, plan.dialect ?? 'openai'), result.headers, plan.requestId);
+    const { status } = result.error;
+    writeErrorAnswer(res, { status, headers: result.headers, body: errorBody(result.error.envelope, status, plan.dialect ?? 'openai') }, plan.requestId);
     return { ...report, failure: result.error.envelope.error.code ?? `upstream_${result.status}` };
   }
 
   /** Answers with the router's own error. */
   private fail(res: ServerResponse, plan: ExchangePlan, report: ExchangeReport, err: unknown): ExchangeReport {
-    const { status, headers, body } = toErrorResponse(err, plan.dialect);
-    writeJson(res, status, body, headers, plan.requestId);
+    writeErrorAnswer(res, toErrorResponse(err, plan.dialect), plan.requestId);
     return { ...report, failure: err instanceof RouterError ? err.failure : 'internal_error' };
   }
-}
-
-/** The exchange's own answer, its request id written with its head (server/app.ts sets it ahead only off the inference routes). */
-function writeJson(res: ServerResponse, status: number, body: unknown, headers: Record<string, string>, requestId: string): void {
-  if (res.headersSent || res.destroyed) return;
-  const text = JSON.stringify(body);
-  res.writeHead(status, { ...headers, 'x-request-id': requestId, 'content-type': 'application/json', 'content-length': Buffer.byteLength(text) });
-  res.end(text);
 }

@@ -21,7 +21,7 @@ import { bearerToken, type Principal } from '../auth/key-store.js';
 import { AddressRanges } from '../core/address-ranges.js';
 import { type Clock } from '../core/clock.js';
 import { type LineSink, type Tracing } from '../core/types.js';
-import { RouterError, toErrorResponse } from '../core/errors.js';
+import { RouterError, toErrorResponse, writeErrorAnswer } from '../core/errors.js';
 import { type RequestDirector } from '../director/director.js';
 import { type Finished } from '../metrics/goodput.js';
 import { type Route } from '../metrics/metrics.js';
@@ -103,11 +103,9 @@ function bodyIs(req: IncomingMessage, types: string[]): boolean {
 function sendError(res: ServerResponse, err: unknown): void {
   if (res.headersSent || res.destroyed) return;
   const ctx = contextOf(res);
-  const { status, headers, body } = toErrorResponse(err, ctx?.dialect);
+  const answer = toErrorResponse(err, ctx?.dialect);
   if (ctx) ctx.failure ??= err instanceof RouterError ? err.failure : 'internal_error';
-  const text = JSON.stringify(body);
-  res.writeHead(status, { ...headers, ...(ctx ? { 'x-request-id': ctx.requestId } : {}), 'content-type': 'application/json', 'content-length': Buffer.byteLength(text) });
-  res.end(text);
+  writeErrorAnswer(res, answer, ctx?.requestId);
 }
 
 /** Errors raised by express's body reader (http-errors with a 4xx status), in our codes. */
