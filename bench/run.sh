@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs benchmark harnesses: bench/run.sh overhead|balance|scale|profile|prefix|multi-router|apis|fairness|limits|lora|kv-events|all|smoke
+# Runs benchmark harnesses: bench/run.sh overhead|balance|scale|profile|path|prefix|multi-router|apis|fairness|limits|lora|kv-events|all|smoke
 #   all    every harness, full length; reports land in bench/results/
 #   smoke  every harness for a few seconds (what CI runs); reports land in .bench/smoke/, no thresholds
 # Builds first. As root it runs inside a private network namespace (only a loopback), because Portkey's
@@ -8,10 +8,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 what="${1:-all}"
 case "$what" in
-  overhead | balance | scale | profile | prefix | multi-router | apis | fairness | limits | lora | kv-events) names=("$what") ;;
-  all) names=(overhead balance scale profile prefix multi-router apis fairness limits lora kv-events) ;;
-  smoke) names=(overhead balance scale profile prefix multi-router apis fairness limits lora kv-events); export BENCH_SMOKE=1 BENCH_OUT="$PWD/.bench/smoke" ;;
-  *) echo "usage: bench/run.sh overhead|balance|scale|profile|prefix|multi-router|apis|fairness|limits|lora|kv-events|all|smoke" >&2; exit 2 ;;
+  overhead | balance | scale | profile | path | prefix | multi-router | apis | fairness | limits | lora | kv-events) names=("$what") ;;
+  all) names=(overhead balance scale profile path prefix multi-router apis fairness limits lora kv-events) ;;
+  smoke) names=(overhead balance scale profile path prefix multi-router apis fairness limits lora kv-events); export BENCH_SMOKE=1 BENCH_OUT="$PWD/.bench/smoke" ;;
+  *) echo "usage: bench/run.sh overhead|balance|scale|profile|path|prefix|multi-router|apis|fairness|limits|lora|kv-events|all|smoke" >&2; exit 2 ;;
 esac
 npm run --silent build
 npx --no-install tsc -p tsconfig.bench.json

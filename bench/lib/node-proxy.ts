@@ -5,11 +5,14 @@
  * type and length, then the body chunk by chunk) and parses a JSON answer once it ended (a router
  * must, to read `usage`). No authentication, validation, scheduling, retries, timeouts, metrics or
  * logs. The overhead benchmark runs it as a baseline next to modelgate, so that the report shows
- * how much of modelgate's added latency is Node's own and how much is the router's.
+ * how much of modelgate's added latency is Node's own and how much is the router's. It marks the
+ * steps it has on modelgate's request-phase channel (src/core/phases.ts: nothing is published unless
+ * the path benchmark's probe listens), so that bench/path.ts times both with the same code.
  *
  * Run as its own process: `node node-proxy.js PORT UPSTREAM_URL`.
  */
 import http from 'node:http';
+import { passed } from '../../src/core/phases.js';
 
 const [port, upstreamUrl] = [Number(process.argv[2]), process.argv[3]];
 if (!Number.isInteger(port) || !upstreamUrl) {
@@ -20,16 +23,19 @@ const upstream = new URL(upstreamUrl);
 const agent = new http.Agent({ keepAlive: true });
 
 const server = http.createServer((req, res) => {
+  passed(res, 'received');
   const chunks: Buffer[] = [];
   req.on('data', (chunk: Buffer) => chunks.push(chunk));
   req.on('end', () => {
     const body = Buffer.concat(chunks);
+    passed(res, 'body_read');
     try {
       JSON.parse(body.toString('utf8'));
     } catch {
       res.writeHead(400).end();
       return;
     }
+    passed(res, 'validated');
     const forwarded = http.request({
       hostname: upstream.hostname,
       port: upstream.port,
@@ -43,17 +49,23 @@ const server = http.createServer((req, res) => {
       res.end();
     });
     forwarded.on('response', (answer) => {
+      passed(res, 'responded');
       const type = answer.headers['content-type'] ?? '';
       const length = answer.headers['content-length'];
       const json = type.startsWith('application/json');
       const received: Buffer[] = [];
       let started = false;
+      let wrote = false;
       answer.on('data', (chunk: Buffer) => {
         if (!started) {
           res.writeHead(answer.statusCode ?? 502, length === undefined ? { 'content-type': type } : { 'content-type': type, 'content-length': length });
           started = true;
         }
         res.write(chunk);
+        if (!wrote) {
+          wrote = true;
+          passed(res, 'first_byte');
+        }
         if (json) received.push(chunk);
       });
       answer.on('end', () => {
@@ -63,6 +75,7 @@ const server = http.createServer((req, res) => {
       });
     });
     forwarded.end(body);
+    passed(res, 'sent');
   });
 });
 server.listen(port, '127.0.0.1');

@@ -11,6 +11,7 @@ import { join } from 'node:path';
 
 const ROOT = new URL('../../', import.meta.url).pathname.replace('/.bench/', '/');
 const CLI = join(ROOT, 'dist/cli.js');
+const PHASE_PROBE = new URL('./phase-probe.js', import.meta.url).href;
 export const BENCH_KEY = 'sk-bench-0123456789';
 
 export interface Proc {
@@ -97,6 +98,8 @@ export interface ModelgateOptions {
   keysYaml?: string;
   /** More top-level config blocks (e.g. `limits`). */
   config?: object;
+  /** Time each request's steps (lib/phase-probe.ts, loaded with `--import`); SIGUSR2 writes them to this file. */
+  phaseProbe?: string;
 }
 
 export interface ModelgateProc extends Proc {
@@ -143,11 +146,13 @@ export async function startModelgate(upstreams: string[], servedModel: string, e
   const nodeOptions = [
     ...(options.cpuProfileDir ? ['--cpu-prof', `--cpu-prof-dir=${options.cpuProfileDir}`] : []),
     ...(gcLog ? [`--import=${new URL('./gc-log.js', import.meta.url).href}`] : []),
+    ...(options.phaseProbe ? [`--import=${PHASE_PROBE}`] : []),
     process.env.BENCH_ROUTER_NODE_OPTIONS ?? '',
   ]
     .join(' ')
     .trim();
   if (nodeOptions) env.NODE_OPTIONS = nodeOptions;
+  if (options.phaseProbe) env.BENCH_PHASE_OUT = options.phaseProbe;
   const logDir = process.env.BENCH_ROUTER_LOG;
   if (logDir) mkdirSync(logDir, { recursive: true });
   const logFile = logDir ? join(logDir, `modelgate-${port}.log`) : join(dir, 'stdout.log');
@@ -211,10 +216,13 @@ ${servers}
 }
 
 /** The floor for a Node router (bench/lib/node-proxy.ts) in front of one upstream, as its own process. */
-export async function startNodeProxy(upstream: string): Promise<Proc> {
+/** The Node floor (node-proxy.ts); with `phaseProbe`, its steps timed as modelgate's are (see ModelgateOptions). */
+export async function startNodeProxy(upstream: string, phaseProbe?: string): Promise<Proc> {
   const port = await freePort();
   const script = new URL('./node-proxy.js', import.meta.url).pathname;
-  const child = spawn(process.execPath, [script, String(port), upstream], { stdio: ['ignore', 'ignore', 'inherit'] });
+  const probe = phaseProbe ? [`--import=${PHASE_PROBE}`] : [];
+  const env = phaseProbe ? { ...process.env, BENCH_PHASE_OUT: phaseProbe } : process.env;
+  const child = spawn(process.execPath, [...probe, script, String(port), upstream], { stdio: ['ignore', 'ignore', 'inherit'], env });
   await waitForPort(port, child, 'node-proxy');
   return { name: 'node http proxy', url: `http://127.0.0.1:${port}`, pid: child.pid!, stop: stopper(child) };
 }

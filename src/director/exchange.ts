@@ -13,6 +13,7 @@
  */
 import type { IncomingMessage, OutgoingHttpHeaders, ServerResponse } from 'node:http';
 import { isAbortError, type Clock, type Sleep } from '../core/clock.js';
+import { passed } from '../core/phases.js';
 import { errorBody, RouterError, streamErrorEvent, toErrorResponse, writeErrorAnswer } from '../core/errors.js';
 import { type PoolSpec, type RequestTrace, type ScheduleInfo, type WireDialect } from '../core/types.js';
 import { type AttemptResult, type Forwarder, type StreamEnd } from '../proxy/forwarder.js';
@@ -128,6 +129,7 @@ export class ExchangeRunner {
   constructor(private readonly deps: ExchangeDeps) {}
 
   async run(req: IncomingMessage, res: ServerResponse, plan: ExchangePlan): Promise<ExchangeReport> {
+    passed(res, 'planned');
     const { clock } = this.deps;
     const first = plan.route[0] as RouteStep;
     const deadline = clock.now() + first.pool.resilience.timeouts.totalMs;
@@ -146,6 +148,7 @@ export class ExchangeRunner {
         const request = scheduling ? { ...plan.request, onScheduled: (info: ScheduleInfo) => scheduling.set(scheduleAttributes(step.pool.name, info)) } : plan.request;
         // Only the route's last pool holds a request while it scales from zero; the others move it on.
         picked = await this.deps.picker.pick(step.pool, at.tried, plan.signal, request, deadline - clock.now(), at.step === plan.route.length - 1);
+        passed(res, 'picked');
         scheduling?.end();
       } catch (err) {
         scheduling?.end(err instanceof RouterError ? err.code.toLowerCase() : isAbortError(err) ? 'client_gone' : 'error');

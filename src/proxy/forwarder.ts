@@ -19,6 +19,7 @@ import http from '../core/node-http.js';
 import type { Agent, ClientRequest, IncomingMessage, OutgoingHttpHeaders, ServerResponse } from 'node:http';
 import { systemScheduler, type Clock, type Scheduler } from '../core/clock.js';
 import { type RouterError } from '../core/errors.js';
+import { passed } from '../core/phases.js';
 import { type Endpoint } from '../core/types.js';
 import { retryHeaders } from './headers.js';
 import { relayResponse, type AttemptControl } from './relay.js';
@@ -183,6 +184,7 @@ export class Forwarder {
       socket.on('close', settled);
     });
     proxyReq.end(body);
+    passed(res, 'sent');
   }
 
   private firstByteTimeout(attempt: Attempt): void {
@@ -206,6 +208,7 @@ export class Forwarder {
   }
 
   private responded(attempt: Attempt, proxyRes: IncomingMessage, res: ServerResponse): void {
+    passed(res, 'responded');
     if (attempt.settled) {
       proxyRes.destroy();
       return;

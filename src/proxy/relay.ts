@@ -16,6 +16,7 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { RouterError, streamErrorEvent } from '../core/errors.js';
 import { type Clock } from '../core/clock.js';
+import { passed } from '../core/phases.js';
 import { clientResponseHeaders } from './headers.js';
 import { SseTap } from './sse-tap.js';
 import { isUsageChunk } from './usage.js';
@@ -134,6 +135,7 @@ export function relayResponse(spec: AttemptSpec, proxyRes: IncomingMessage, res:
     if (!sent) {
       sent = true;
       res.socket?.uncork();
+      passed(res, 'first_byte');
     }
     if (flowing || proxyRes.isPaused()) return;
     proxyRes.pause();

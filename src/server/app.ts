@@ -20,6 +20,7 @@ import { API_ROUTES, apiRouteAt, type ApiRoute } from '../api/routes.js';
 import { bearerToken, type Principal } from '../auth/key-store.js';
 import { AddressRanges } from '../core/address-ranges.js';
 import { type Clock } from '../core/clock.js';
+import { passed } from '../core/phases.js';
 import { type LineSink, type Tracing } from '../core/types.js';
 import { RouterError, toErrorResponse, writeErrorAnswer } from '../core/errors.js';
 import { type RequestDirector } from '../director/director.js';
@@ -165,6 +166,7 @@ export function buildApp(deps: AppDeps): BuiltApp {
     const principal = deps.keys.authenticate(key);
     if (!principal) throw new RouterError('INVALID_API_KEY', 'Incorrect API key provided.');
     contextOf(res).principal = principal;
+    passed(res, 'authenticated');
     next();
   };
 
@@ -211,6 +213,7 @@ export function buildApp(deps: AppDeps): BuiltApp {
       abort: new AbortController(),
     };
     setContext(res, ctx);
+    passed(res, 'received');
     // an inference request's trace starts here, a child of the client's traceparent if it sent one
     if (deps.tracing && api) ctx.trace = deps.tracing.start(ctx.route, req.headers, 0);
     // An inference response carries its id in the head it is written with (the relay, the director's

@@ -6,6 +6,7 @@
  */
 import express from 'express';
 import { RouterError } from '../core/errors.js';
+import { passed } from '../core/phases.js';
 import { type ChainHandler } from './app.js';
 
 export const bodyTooLarge = (): RouterError => new RouterError('REQUEST_TOO_LARGE', 'The request body is larger than this router accepts.');
@@ -30,6 +31,7 @@ export function bodyReader(limit: number): ChainHandler {
         return next(err);
       }
       req.body = Buffer.concat(chunks, size);
+      passed(res, 'body_read');
       next();
     };
     const onData = (chunk: Buffer): void => {

@@ -10,6 +10,7 @@ import { formFields, parseForm, type FormPart } from '../api/multipart.js';
 import { type ApiRoute } from '../api/routes.js';
 import { validateRequest, type ValidRequest } from '../api/validate.js';
 import { modelNotFound, RouterError } from '../core/errors.js';
+import { passed } from '../core/phases.js';
 import { PRIORITIES, type Priority, type RequestTrace } from '../core/types.js';
 import { type RequestDirector } from '../director/director.js';
 import { type Lease } from '../limits/limiter.js';
@@ -93,6 +94,7 @@ export function inferenceHandler(deps: InferenceDeps, api: ApiRoute) {
     const principal = ctx.principal as Principal;
     const raw = req.body as Buffer;
     const { body, text, form } = api.body === 'multipart' ? await readForm(api, raw, req.headers['content-type'] ?? '') : readJson(api, raw, deps.maxJsonDepth);
+    passed(res, 'validated');
     ctx.model = body.model;
     const deployment = deps.catalog().resolve(body.model);
     if (!deployment) throw modelNotFound(body.model);

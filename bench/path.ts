@@ -1,0 +1,167 @@
+/**
+ * Where the added latency goes, step by step: modelgate and the Node floor (lib/node-proxy.ts) at the
+ * overhead benchmark's latency load (500 requests/s offered, non-streamed, one zero-latency
+ * simulator), each request's steps timed inside the process by the phase probe (src/core/phases.ts,
+ * lib/phase-probe.ts, loaded with `--import`). Medians per step, so that the next thing to cut is
+ * chosen from data; the end-to-end added latency of the same windows, against the simulator reached
+ * directly, alongside. A diagnostic run: the probe costs a little itself, and overhead.ts is the
+ * latency run. Writes bench/results/path.{md,svg}.
+ */
+import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { load } from './lib/loadgen.js';
+import { STEPS, type ProbeDump, type Step } from './lib/phase-probe.js';
+import { BENCH_KEY, startModelgate, startNodeProxy, startSim, type ModelgateProc, type Proc } from './lib/procs.js';
+import { barChart, machine, percentile, SMOKE, source, summarize, table, write } from './lib/report.js';
+
+const MODEL = 'bench-model';
+const RATE = 500;
+const ROUNDS = SMOKE ? 1 : 3;
+const WINDOW_MS = SMOKE ? 500 : 10_000;
+const WARM_MS = SMOKE ? 200 : 3_000;
+const body = JSON.stringify({ model: MODEL, messages: [{ role: 'user', content: 'Write a haiku about load balancers.' }], max_tokens: 16, ignore_eos: true });
+
+/** What runs between the step before and this one. */
+const WHAT: Record<Exclude<Step, 'received'>, string> = {
+  authenticated: 'request context (id, client address), the key checked (its SHA-256 against every key)',
+  body_read: 'the body read (Node streams it in; one Buffer.concat)',
+  validated: 'JSON parse, size and depth checks, schema validation (ajv)',
+  planned: 'model resolved, priority, per-key limits, route planned, engine headers built',
+  picked: 'admission, the pool view, prompt blocks hashed, the scheduler',
+  sent: 'the attempt set up (timers, listeners), the engine request built and written (Node http.request)',
+  responded: 'the engine: both socket hops and its own work (the simulator answers at once)',
+  first_byte: 'response head (headers filtered), the attempt settled, first chunk written to the socket',
+  finished: 'the rest of the body, the end, the response finished (for the Node floor, its socket write)',
+};
+
+interface Target {
+  name: string;
+  proc: Proc;
+  url: string;
+  headers: Record<string, string>;
+  out?: string;
+  dumps: ProbeDump[];
+  p50: number[];
+}
+
+/** Asks a probed process for what it gathered since it was last asked (and makes it start again). */
+async function collect(target: Target): Promise<ProbeDump | undefined> {
+  const file = target.out;
+  if (!file) return undefined;
+  rmSync(file, { force: true });
+  process.kill(target.proc.pid, 'SIGUSR2');
+  for (let waited = 0; waited < 5_000; waited += 20) {
+    if (existsSync(file)) {
+      try {
+        return JSON.parse(readFileSync(file, 'utf8')) as ProbeDump;
+      } catch {
+        // still being written
+      }
+    }
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+  throw new Error(`${target.name}: the phase probe wrote nothing to ${file}`);
+}
+
+const median = (values: readonly number[]): number =>
+  percentile(
+    [...values].sort((a, b) => a - b),
+    0.5,
+  );
+const p90 = (values: readonly number[]): number =>
+  percentile(
+    [...values].sort((a, b) => a - b),
+    0.9,
+  );
+const merged = (dumps: readonly ProbeDump[], pick: (d: ProbeDump) => number[] | undefined): number[] => dumps.flatMap((d) => pick(d) ?? []);
+
+const dir = mkdtempSync(join(tmpdir(), 'mg-path-'));
+const sim = await startSim('upstream', ['--model', MODEL, '--ttft-ms', '0', '--itl-ms', '0', '--prefill-ms-per-token', '0', '--max-num-seqs', '1000', '--max-waiting', '100000']);
+const modelgate: ModelgateProc = await startModelgate([sim.url], MODEL, {}, { phaseProbe: join(dir, 'modelgate.json') });
+const floor = await startNodeProxy(sim.url, join(dir, 'floor.json'));
+const targets: Target[] = [
+  { name: 'direct', proc: sim, url: `${sim.url}/v1/chat/completions`, headers: {}, dumps: [], p50: [] },
+  { name: 'modelgate', proc: modelgate, url: `${modelgate.url}/v1/chat/completions`, headers: { authorization: `Bearer ${BENCH_KEY}` }, out: join(dir, 'modelgate.json'), dumps: [], p50: [] },
+  { name: 'node http proxy', proc: floor, url: `${floor.url}/v1/chat/completions`, headers: {}, out: join(dir, 'floor.json'), dumps: [], p50: [] },
+];
+try {
+  for (const t of targets) await load({ url: t.url, headers: t.headers, bodies: [body], mode: 'closed', concurrency: 32, warmupMs: 0, durationMs: WARM_MS });
+  for (let round = 0; round < ROUNDS; round++) {
+    for (const t of round % 2 ? [...targets].reverse() : targets) {
+      const job = { url: t.url, headers: t.headers, bodies: [body], mode: 'open' as const, rate: RATE, arrivals: 'fixed' as const, concurrency: 32 };
+      await load({ ...job, warmupMs: 0, durationMs: WARM_MS / 3 });
+      await collect(t); // what the warm-up left is dropped
+      const result = await load({ ...job, warmupMs: 0, durationMs: WINDOW_MS });
+      const dump = await collect(t);
+      if (dump) t.dumps.push(dump);
+      t.p50.push(summarize(result.samples, result.windowMs).ttlb.p50);
+    }
+  }
+} finally {
+  await modelgate.stop();
+  await floor.stop();
+  await sim.stop();
+  rmSync(dir, { recursive: true, force: true });
+}
+
+const [direct, mg, node] = targets as [Target, Target, Target];
+const added = (t: Target): number => median(t.p50.map((p, i) => p - (direct.p50[i] as number)));
+const cell = (t: Target, step: Step, stat: (v: readonly number[]) => number): string => {
+  const values = merged(t.dumps, (d) => d.gaps[step]);
+  return values.length === 0 ? '—' : stat(values).toFixed(1);
+};
+const steps = STEPS.filter((s): s is Exclude<Step, 'received'> => s !== 'received');
+const rows = steps.map((step) => [`→ ${step}`, WHAT[step], cell(mg, step, median), cell(node, step, median), cell(mg, step, p90), cell(node, step, p90)]);
+const own = (t: Target): number[] => merged(t.dumps, (d) => d.own);
+const count = (t: Target): number => t.dumps.reduce((n, d) => n + d.requests, 0);
+const leftOut = (t: Target): number => t.dumps.reduce((n, d) => n + d.leftOut, 0);
+
+const md = [
+  '# Where the added latency goes, step by step',
+  '',
+  `modelgate and the Node floor (\`bench/lib/node-proxy.ts\`: read, parse, forward, relay; nothing else) at ${RATE} requests/s`,
+  'offered (fixed arrivals, non-streamed, one zero-latency simulator), as in the overhead benchmark. Inside each process',
+  'the phase probe (`bench/lib/phase-probe.ts`, loaded with `--import`) times the gap between the steps each request',
+  'passes (`src/core/phases.ts`; the floor marks the steps it has, so a step it lacks is folded into its next one). µs,',
+  `median and p90 over ${ROUNDS} alternated rounds of ${WINDOW_MS / 1000} s per target. A diagnostic run: the probe's own`,
+  'work is in the gaps, and `overhead.md` is the latency measurement.',
+  '',
+  ...machine(),
+  source(),
+  `- modelgate started as \`${modelgate.started}\`, with NODE_OPTIONS \`${modelgate.nodeOptions ?? ''}\``,
+  '',
+  table(['step', 'what runs since the step before', 'modelgate p50', 'Node floor p50', 'modelgate p90', 'Node floor p90'], rows),
+  '',
+  table(
+    ['', 'modelgate', 'Node floor'],
+    [
+      ['requests timed (left out: retried)', `${count(mg)} (${leftOut(mg)})`, `${count(node)} (${leftOut(node)})`],
+      ['in the process, not waiting for the engine: p50 µs', median(own(mg)).toFixed(1), median(own(node)).toFixed(1)],
+      ['same, p90 µs', p90(own(mg)).toFixed(1), p90(own(node)).toFixed(1)],
+      ['end to end, added over direct: p50 ms (median of the rounds)', added(mg).toFixed(3), added(node).toFixed(3)],
+    ],
+  ),
+  '',
+  'The floor writes its first chunk when the tick ends (Node corks a response until then), so its socket write is in',
+  '`→ finished`; modelgate sends its first chunk at once (src/proxy/relay.ts), so its write is in `→ first_byte`. Compare',
+  'the sums from `→ responded` on, and the time in the process.',
+  '',
+].join('\n');
+
+const svg = barChart(
+  'Time in each step at 500 requests/s (p50)',
+  'µs',
+  steps
+    .filter((step) => step !== 'responded')
+    .map((step) => ({
+      label: step,
+      values: [
+        { name: 'modelgate', value: median(merged(mg.dumps, (d) => d.gaps[step])) || 0 },
+        { name: 'Node floor', value: median(merged(node.dumps, (d) => d.gaps[step])) || 0 },
+      ],
+    })),
+);
+const written = write('path', md, svg);
+console.log(md);
+console.log(`wrote ${written.md} and ${written.svg}`);
