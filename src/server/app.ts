@@ -39,7 +39,8 @@ import { listModels, retrieveModel } from './models.js';
 export type { ReadinessCheck };
 
 export interface Authenticator {
-  authenticate(key: string): Principal | undefined;
+  /** The principal owning `key`, presented on `connection` (the request's socket, which may remember it). */
+  authenticateOn(key: string, connection: object): Principal | undefined;
 }
 
 export interface AppDeps {
@@ -163,7 +164,7 @@ export function buildApp(deps: AppDeps): BuiltApp {
     const apiKey = anthropic ? req.headers['x-api-key'] : undefined;
     const key = bearerToken(req.headers.authorization) ?? (typeof apiKey === 'string' && apiKey !== '' ? apiKey : undefined);
     if (!key) throw new RouterError('INVALID_API_KEY', `Missing API key: send it as "Authorization: Bearer <key>"${anthropic ? ' or "x-api-key: <key>"' : ''}.`);
-    const principal = deps.keys.authenticate(key);
+    const principal = deps.keys.authenticateOn(key, req.socket);
     if (!principal) throw new RouterError('INVALID_API_KEY', 'Incorrect API key provided.');
     contextOf(res).principal = principal;
     passed(res, 'authenticated');

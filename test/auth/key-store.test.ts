@@ -1,4 +1,4 @@
-import { describe, expect, it } from '@jest/globals';
+import { describe, expect, it, jest } from '@jest/globals';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -45,6 +45,65 @@ describe('KeyStore', () => {
       await writeFile(file, 'not: [valid');
       expect(await store.reload()).toBe(false);
       expect(store.authenticate('sk-aaaaaaaa')?.name).toBe('a');
+    });
+  });
+});
+
+describe('KeyStore.authenticateOn (a connection remembers its key)', () => {
+  const KEYS = '- name: a\n  key: sk-aaaaaaaa\n- name: b\n  key: sk-bbbbbbbb\n- name: utf\n  key: sk-café-key\n';
+
+  it('hashes a key once per connection: the next request presenting it is compared with it', async () => {
+    await withKeys(KEYS, (store) => {
+      const full = jest.spyOn(store, 'authenticate');
+      const connection = {};
+      expect(store.authenticateOn('sk-aaaaaaaa', connection)?.name).toBe('a');
+      expect(store.authenticateOn('sk-aaaaaaaa', connection)?.name).toBe('a');
+      expect(store.authenticateOn('sk-café-key', {})?.name).toBe('utf');
+      expect(full).toHaveBeenCalledTimes(2); // the first on each connection
+      // another connection remembers nothing of the first
+      expect(store.authenticateOn('sk-aaaaaaaa', {})?.name).toBe('a');
+      expect(full).toHaveBeenCalledTimes(3);
+    });
+  });
+
+  it('authenticates in full any other key on the connection: another tenant’s, a near miss, a wrong length', async () => {
+    await withKeys(KEYS, (store) => {
+      const full = jest.spyOn(store, 'authenticate');
+      const connection = {};
+      expect(store.authenticateOn('sk-aaaaaaaa', connection)?.name).toBe('a');
+      // a proxy in front may carry several tenants on one connection
+      expect(store.authenticateOn('sk-bbbbbbbb', connection)?.name).toBe('b');
+      expect(store.authenticateOn('sk-bbbbbbba', connection)).toBeUndefined();
+      expect(store.authenticateOn('sk-bbbbbbbbb', connection)).toBeUndefined();
+      expect(store.authenticateOn('sk-bbbbbbb', connection)).toBeUndefined();
+      expect(store.authenticateOn('', connection)).toBeUndefined();
+      // a refused key leaves the last good one remembered
+      expect(store.authenticateOn('sk-bbbbbbbb', connection)?.name).toBe('b');
+      expect(full).toHaveBeenCalledTimes(6);
+    });
+  });
+
+  it('forgets every remembered key when the keys file is loaded again: a removed key is refused on its own connection', async () => {
+    await withKeys(KEYS, async (store, file) => {
+      const full = jest.spyOn(store, 'authenticate');
+      const connection = {};
+      expect(store.authenticateOn('sk-aaaaaaaa', connection)?.name).toBe('a');
+      await writeFile(file, '- name: b\n  key: sk-bbbbbbbb\n');
+      expect(await store.reload()).toBe(true);
+      expect(store.authenticateOn('sk-aaaaaaaa', connection)).toBeUndefined();
+      expect(full).toHaveBeenCalledTimes(2);
+    });
+  });
+
+  it('keeps remembering across a reload that failed (the keys did not change)', async () => {
+    await withKeys(KEYS, async (store, file) => {
+      const full = jest.spyOn(store, 'authenticate');
+      const connection = {};
+      expect(store.authenticateOn('sk-aaaaaaaa', connection)?.name).toBe('a');
+      await writeFile(file, 'not: [valid');
+      expect(await store.reload()).toBe(false);
+      expect(store.authenticateOn('sk-aaaaaaaa', connection)?.name).toBe('a');
+      expect(full).toHaveBeenCalledTimes(1);
     });
   });
 });

@@ -31,7 +31,7 @@ function app(report: Partial<DirectorReport> = {}): { api: ReturnType<typeof bui
     maxBodyBytes: 4096,
     maxUploadBytes: 8192,
     maxJsonDepth: 8,
-    keys: { authenticate: (key) => principals[key] },
+    keys: { authenticateOn: (key) => principals[key] },
     catalog: () => catalog,
     director: {
       direct: (_req, res, directed) => {

@@ -1,10 +1,11 @@
 /** Every check before a request is forwarded: key, content type, size, JSON, schema, model. */
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { writeFile } from 'node:fs/promises';
+import http from 'node:http';
 import request from 'supertest';
 import { sha256 } from '../../src/auth/key-store.js';
 import { type Router } from '../../src/main.js';
-import { buildTestRouter, KEY, type TestRouter } from '../helpers/router.js';
+import { buildTestRouter, KEY, startTestRouter, type TestRouter } from '../helpers/router.js';
 import { waitFor } from '../helpers/sim.js';
 import { startUpstream, type RecordingUpstream } from '../helpers/upstream.js';
 
@@ -85,6 +86,39 @@ describe('authentication', () => {
     const logs = gateway.logs.join('');
     expect(logs).toContain('"key":"tester"');
     for (const secret of [KEY, LIMITED, HASHED, 'sk-leaky-wrong-key']) expect(logs).not.toContain(secret);
+  });
+});
+
+/** GET /v1/models on `agent`'s connection: its status, and whether the connection was one used before. */
+function modelsOn(url: string, agent: http.Agent, key: string): Promise<{ status: number; reused: boolean }> {
+  return new Promise((resolve, reject) => {
+    const req = http.get(`${url}/v1/models`, { agent, headers: { authorization: `Bearer ${key}` } }, (res) => {
+      res.resume();
+      res.on('end', () => resolve({ status: res.statusCode ?? 0, reused: req.reusedSocket }));
+    });
+    req.on('error', reject);
+  });
+}
+
+describe('a key remembered by its connection', () => {
+  it('is refused on that same connection once the keys file no longer has it', async () => {
+    const local = await startTestRouter({ pools: [], deployments: [] });
+    const kept = new http.Agent({ keepAlive: true, maxSockets: 1 });
+    const other = new http.Agent({ keepAlive: true, maxSockets: 1 });
+    try {
+      expect(await modelsOn(local.router.apiUrl, kept, KEY)).toEqual({ status: 200, reused: false });
+      expect(await modelsOn(local.router.apiUrl, kept, KEY)).toEqual({ status: 200, reused: true });
+      await writeFile(local.keysFile, '- name: rotated\n  key: sk-rotated-key-9\n');
+      await waitFor(async () => (await modelsOn(local.router.apiUrl, other, 'sk-rotated-key-9')).status === 200, 'the new keys file to be loaded');
+      expect(await modelsOn(local.router.apiUrl, kept, KEY)).toEqual({ status: 401, reused: true });
+      // the connection goes on with another key, and then back to a refused one
+      expect(await modelsOn(local.router.apiUrl, kept, 'sk-rotated-key-9')).toEqual({ status: 200, reused: true });
+      expect(await modelsOn(local.router.apiUrl, kept, KEY)).toEqual({ status: 401, reused: true });
+    } finally {
+      kept.destroy();
+      other.destroy();
+      await local.close();
+    }
   });
 });
 
