@@ -5,7 +5,8 @@
  * lib/phase-probe.ts, loaded with `--import`). Medians per step, so that the next thing to cut is
  * chosen from data; the end-to-end added latency of the same windows, against the simulator reached
  * directly, alongside. A diagnostic run: the probe costs a little itself, and overhead.ts is the
- * latency run. Writes bench/results/path.{md,svg}.
+ * latency run. BENCH_PATH_AB=DIST/cli.js adds another build of modelgate in the same rounds (an A/B:
+ * runs apart differ more than the builds do on this machine). Writes bench/results/path.{md,svg}.
  */
 import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -79,12 +80,18 @@ const merged = (dumps: readonly ProbeDump[], pick: (d: ProbeDump) => number[] | 
 const dir = mkdtempSync(join(tmpdir(), 'mg-path-'));
 const sim = await startSim('upstream', ['--model', MODEL, '--ttft-ms', '0', '--itl-ms', '0', '--prefill-ms-per-token', '0', '--max-num-seqs', '1000', '--max-waiting', '100000']);
 const modelgate: ModelgateProc = await startModelgate([sim.url], MODEL, {}, { phaseProbe: join(dir, 'modelgate.json') });
+/** BENCH_PATH_AB=DIST/cli.js: another build of modelgate (with src/core/phases.ts) beside this one, in the same rounds. */
+const other = process.env.BENCH_PATH_AB;
+const otherGate = other ? await startModelgate([sim.url], MODEL, {}, { phaseProbe: join(dir, 'other.json'), cli: other }) : undefined;
 const floor = await startNodeProxy(sim.url, join(dir, 'floor.json'));
-const targets: Target[] = [
-  { name: 'direct', proc: sim, url: `${sim.url}/v1/chat/completions`, headers: {}, dumps: [], p50: [] },
-  { name: 'modelgate', proc: modelgate, url: `${modelgate.url}/v1/chat/completions`, headers: { authorization: `Bearer ${BENCH_KEY}` }, out: join(dir, 'modelgate.json'), dumps: [], p50: [] },
-  { name: 'node http proxy', proc: floor, url: `${floor.url}/v1/chat/completions`, headers: {}, out: join(dir, 'floor.json'), dumps: [], p50: [] },
+const direct: Target = { name: 'direct', proc: sim, url: `${sim.url}/v1/chat/completions`, headers: {}, dumps: [], p50: [] };
+const auth = { authorization: `Bearer ${BENCH_KEY}` };
+const probed: Target[] = [
+  { name: 'modelgate', proc: modelgate, url: `${modelgate.url}/v1/chat/completions`, headers: auth, out: join(dir, 'modelgate.json'), dumps: [], p50: [] },
+  ...(otherGate ? [{ name: 'other build', proc: otherGate, url: `${otherGate.url}/v1/chat/completions`, headers: auth, out: join(dir, 'other.json'), dumps: [], p50: [] }] : []),
+  { name: 'Node floor', proc: floor, url: `${floor.url}/v1/chat/completions`, headers: {}, out: join(dir, 'floor.json'), dumps: [], p50: [] },
 ];
+const targets = [direct, ...probed];
 try {
   for (const t of targets) await load({ url: t.url, headers: t.headers, bodies: [body], mode: 'closed', concurrency: 32, warmupMs: 0, durationMs: WARM_MS });
   for (let round = 0; round < ROUNDS; round++) {
@@ -100,19 +107,20 @@ try {
   }
 } finally {
   await modelgate.stop();
+  await otherGate?.stop();
   await floor.stop();
   await sim.stop();
   rmSync(dir, { recursive: true, force: true });
 }
 
-const [direct, mg, node] = targets as [Target, Target, Target];
 const added = (t: Target): number => median(t.p50.map((p, i) => p - (direct.p50[i] as number)));
+const gaps = (t: Target, step: Step): number[] => merged(t.dumps, (d) => d.gaps[step]);
 const cell = (t: Target, step: Step, stat: (v: readonly number[]) => number): string => {
-  const values = merged(t.dumps, (d) => d.gaps[step]);
+  const values = gaps(t, step);
   return values.length === 0 ? '—' : stat(values).toFixed(1);
 };
 const steps = STEPS.filter((s): s is Exclude<Step, 'received'> => s !== 'received');
-const rows = steps.map((step) => [`→ ${step}`, WHAT[step], cell(mg, step, median), cell(node, step, median), cell(mg, step, p90), cell(node, step, p90)]);
+const rows = steps.map((step) => [`→ ${step}`, WHAT[step], ...probed.map((t) => cell(t, step, median)), ...probed.map((t) => cell(t, step, p90))]);
 const own = (t: Target): number[] => merged(t.dumps, (d) => d.own);
 const count = (t: Target): number => t.dumps.reduce((n, d) => n + d.requests, 0);
 const leftOut = (t: Target): number => t.dumps.reduce((n, d) => n + d.leftOut, 0);
@@ -130,16 +138,17 @@ const md = [
   ...machine(),
   source(),
   `- modelgate started as \`${modelgate.started}\`, with NODE_OPTIONS \`${modelgate.nodeOptions ?? ''}\``,
+  ...(otherGate ? [`- other build (BENCH_PATH_AB): \`${otherGate.started}\``] : []),
   '',
-  table(['step', 'what runs since the step before', 'modelgate p50', 'Node floor p50', 'modelgate p90', 'Node floor p90'], rows),
+  table(['step', 'what runs since the step before', ...probed.map((t) => `${t.name} p50`), ...probed.map((t) => `${t.name} p90`)], rows),
   '',
   table(
-    ['', 'modelgate', 'Node floor'],
+    ['', ...probed.map((t) => t.name)],
     [
-      ['requests timed (left out: retried)', `${count(mg)} (${leftOut(mg)})`, `${count(node)} (${leftOut(node)})`],
-      ['in the process, not waiting for the engine: p50 µs', median(own(mg)).toFixed(1), median(own(node)).toFixed(1)],
-      ['same, p90 µs', p90(own(mg)).toFixed(1), p90(own(node)).toFixed(1)],
-      ['end to end, added over direct: p50 ms (median of the rounds)', added(mg).toFixed(3), added(node).toFixed(3)],
+      ['requests timed (left out: retried)', ...probed.map((t) => `${count(t)} (${leftOut(t)})`)],
+      ['in the process, not waiting for the engine: p50 µs', ...probed.map((t) => median(own(t)).toFixed(1))],
+      ['same, p90 µs', ...probed.map((t) => p90(own(t)).toFixed(1))],
+      ['end to end, added over direct: p50 ms (median of the rounds)', ...probed.map((t) => added(t).toFixed(3))],
     ],
   ),
   '',
@@ -152,15 +161,7 @@ const md = [
 const svg = barChart(
   'Time in each step at 500 requests/s (p50)',
   'µs',
-  steps
-    .filter((step) => step !== 'responded')
-    .map((step) => ({
-      label: step,
-      values: [
-        { name: 'modelgate', value: median(merged(mg.dumps, (d) => d.gaps[step])) || 0 },
-        { name: 'Node floor', value: median(merged(node.dumps, (d) => d.gaps[step])) || 0 },
-      ],
-    })),
+  steps.filter((step) => step !== 'responded').map((step) => ({ label: step, values: probed.map((t) => ({ name: t.name, value: median(gaps(t, step)) || 0 })) })),
 );
 const written = write('path', md, svg);
 console.log(md);

@@ -100,6 +100,8 @@ export interface ModelgateOptions {
   config?: object;
   /** Time each request's steps (lib/phase-probe.ts, loaded with `--import`); SIGUSR2 writes them to this file. */
   phaseProbe?: string;
+  /** Another build's `dist/cli.js` (default: this checkout's, or BENCH_ROUTER_CLI). */
+  cli?: string;
 }
 
 export interface ModelgateProc extends Proc {
@@ -157,7 +159,7 @@ export async function startModelgate(upstreams: string[], servedModel: string, e
   if (logDir) mkdirSync(logDir, { recursive: true });
   const logFile = logDir ? join(logDir, `modelgate-${port}.log`) : join(dir, 'stdout.log');
   const out = openSync(logFile, 'w');
-  const args = [process.env.BENCH_ROUTER_CLI ?? CLI, 'serve', '--config', join(dir, 'config.json')];
+  const args = [options.cli ?? process.env.BENCH_ROUTER_CLI ?? CLI, 'serve', '--config', join(dir, 'config.json')];
   const child = spawn(process.execPath, args, { stdio: ['ignore', out, 'inherit'], env });
   closeSync(out);
   await waitForPort(port, child, 'modelgate');
