@@ -25,7 +25,7 @@ const body = JSON.stringify({ model: MODEL, messages: [{ role: 'user', content: 
 
 /** What runs between the step before and this one. */
 const WHAT: Record<Exclude<Step, 'received'>, string> = {
-  authenticated: 'request context (id, client address), the key checked (its SHA-256 against every key)',
+  authenticated: 'request context (id, client address), the key checked (against the one its connection remembers, else its SHA-256 against every key)',
   body_read: 'the body read (Node streams it in; one Buffer.concat)',
   validated: 'JSON parse, size and depth checks, schema validation (ajv)',
   planned: 'model resolved, priority, per-key limits, route planned, engine headers built',
