@@ -52,58 +52,47 @@ describe('KeyStore', () => {
 describe('KeyStore.authenticateOn (a connection remembers its key)', () => {
   const KEYS = '- name: a\n  key: sk-aaaaaaaa\n- name: b\n  key: sk-bbbbbbbb\n- name: utf\n  key: sk-café-key\n';
 
+  /** Whose key `store` finds each presented key on its connection to be, and how many keys it has hashed in full. */
+  function watch(store: KeyStore): { nameOf: (key: string, connection: object) => string | undefined; hashed: () => number } {
+    const full = jest.spyOn(store, 'authenticate');
+    return { nameOf: (key, connection) => store.authenticateOn(key, connection)?.name, hashed: () => full.mock.calls.length };
+  }
+
   it('hashes a key once per connection: the next request presenting it is compared with it', async () => {
     await withKeys(KEYS, (store) => {
-      const full = jest.spyOn(store, 'authenticate');
+      const { nameOf, hashed } = watch(store);
       const connection = {};
-      expect(store.authenticateOn('sk-aaaaaaaa', connection)?.name).toBe('a');
-      expect(store.authenticateOn('sk-aaaaaaaa', connection)?.name).toBe('a');
-      expect(store.authenticateOn('sk-café-key', {})?.name).toBe('utf');
-      expect(full).toHaveBeenCalledTimes(2); // the first on each connection
+      expect([nameOf('sk-aaaaaaaa', connection), nameOf('sk-aaaaaaaa', connection), nameOf('sk-café-key', {})]).toEqual(['a', 'a', 'utf']);
+      expect(hashed()).toBe(2); // the first on each connection
       // another connection remembers nothing of the first
-      expect(store.authenticateOn('sk-aaaaaaaa', {})?.name).toBe('a');
-      expect(full).toHaveBeenCalledTimes(3);
+      expect(nameOf('sk-aaaaaaaa', {})).toBe('a');
+      expect(hashed()).toBe(3);
     });
   });
 
   it('authenticates in full any other key on the connection: another tenant’s, a near miss, a wrong length', async () => {
     await withKeys(KEYS, (store) => {
-      const full = jest.spyOn(store, 'authenticate');
+      const { nameOf, hashed } = watch(store);
       const connection = {};
-      expect(store.authenticateOn('sk-aaaaaaaa', connection)?.name).toBe('a');
-      // a proxy in front may carry several tenants on one connection
-      expect(store.authenticateOn('sk-bbbbbbbb', connection)?.name).toBe('b');
-      expect(store.authenticateOn('sk-bbbbbbba', connection)).toBeUndefined();
-      expect(store.authenticateOn('sk-bbbbbbbbb', connection)).toBeUndefined();
-      expect(store.authenticateOn('sk-bbbbbbb', connection)).toBeUndefined();
-      expect(store.authenticateOn('', connection)).toBeUndefined();
-      // a refused key leaves the last good one remembered
-      expect(store.authenticateOn('sk-bbbbbbbb', connection)?.name).toBe('b');
-      expect(full).toHaveBeenCalledTimes(6);
+      // a proxy in front may carry several tenants on one connection; a refused key leaves the last good one remembered
+      const presented = ['sk-aaaaaaaa', 'sk-bbbbbbbb', 'sk-bbbbbbba', 'sk-bbbbbbbbb', 'sk-bbbbbbb', '', 'sk-bbbbbbbb'];
+      expect(presented.map((key) => nameOf(key, connection))).toEqual(['a', 'b', undefined, undefined, undefined, undefined, 'b']);
+      expect(hashed()).toBe(6);
     });
   });
 
-  it('forgets every remembered key when the keys file is loaded again: a removed key is refused on its own connection', async () => {
+  it.each([
+    ['forgets every remembered key once the file is loaded again: a removed key is refused on its own connection', '- name: b\n  key: sk-bbbbbbbb\n', true, undefined, 2],
+    ['keeps remembering across a reload that failed (the keys did not change)', 'not: [valid', false, 'a', 1],
+  ])('%s', async (_title, next, reloaded, after, hashedInFull) => {
     await withKeys(KEYS, async (store, file) => {
-      const full = jest.spyOn(store, 'authenticate');
+      const { nameOf, hashed } = watch(store);
       const connection = {};
-      expect(store.authenticateOn('sk-aaaaaaaa', connection)?.name).toBe('a');
-      await writeFile(file, '- name: b\n  key: sk-bbbbbbbb\n');
-      expect(await store.reload()).toBe(true);
-      expect(store.authenticateOn('sk-aaaaaaaa', connection)).toBeUndefined();
-      expect(full).toHaveBeenCalledTimes(2);
-    });
-  });
-
-  it('keeps remembering across a reload that failed (the keys did not change)', async () => {
-    await withKeys(KEYS, async (store, file) => {
-      const full = jest.spyOn(store, 'authenticate');
-      const connection = {};
-      expect(store.authenticateOn('sk-aaaaaaaa', connection)?.name).toBe('a');
-      await writeFile(file, 'not: [valid');
-      expect(await store.reload()).toBe(false);
-      expect(store.authenticateOn('sk-aaaaaaaa', connection)?.name).toBe('a');
-      expect(full).toHaveBeenCalledTimes(1);
+      expect(nameOf('sk-aaaaaaaa', connection)).toBe('a');
+      await writeFile(file, next);
+      expect(await store.reload()).toBe(reloaded);
+      expect(nameOf('sk-aaaaaaaa', connection)).toBe(after);
+      expect(hashed()).toBe(hashedInFull);
     });
   });
 });
