@@ -38,7 +38,7 @@ interface StoredKey {
 
 /** What a connection remembers: the key it last authenticated with, whose it is, and of which load of the keys file. */
 interface Remembered {
-  key: Buffer;
+  key: Uint8Array;
   principal: Principal;
   generation: number;
 }
@@ -46,6 +46,12 @@ interface Remembered {
 /** Where a connection (the request's socket) holds its {@link Remembered} key. */
 const REMEMBERED = Symbol('modelgate.authenticated');
 type Connection = object & { [REMEMBERED]?: Remembered };
+/**
+ * Encodes a remembered key into memory of its own: a small `Buffer.from` is a slice of a shared pool
+ * (64 KiB in Node 24), which a key kept for a connection's life would keep whole, with whatever else
+ * was written there.
+ */
+const ownBytes = new TextEncoder();
 
 export interface KeyStoreEvents {
   onReload?: (result: { ok: true; keys: number } | { ok: false; error: Error }) => void;
@@ -148,7 +154,7 @@ export class KeyStore {
       if (timingSafeEqual(sameLength ? presented : held.key, held.key) && sameLength) return held.principal;
     }
     const principal = this.authenticate(key);
-    if (principal) (connection as Connection)[REMEMBERED] = { key: Buffer.from(key, 'utf8'), principal, generation: this.generation };
+    if (principal) (connection as Connection)[REMEMBERED] = { key: ownBytes.encode(key), principal, generation: this.generation };
     return principal;
   }
 }

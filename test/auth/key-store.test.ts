@@ -81,6 +81,17 @@ describe('KeyStore.authenticateOn (a connection remembers its key)', () => {
     });
   });
 
+  it('keeps a remembered key in memory of its own, not a slice of a shared Buffer pool it would hold for the connection’s life', async () => {
+    await withKeys(KEYS, (store) => {
+      const connection = {};
+      store.authenticateOn('sk-café-key', connection);
+      const held = Object.getOwnPropertySymbols(connection).map((s) => (connection as Record<symbol, { key: Uint8Array }>)[s]!.key);
+      expect(held).toHaveLength(1);
+      expect(Buffer.from(held[0]!).toString('utf8')).toBe('sk-café-key');
+      expect(held[0]!.buffer.byteLength).toBe(held[0]!.byteLength);
+    });
+  });
+
   it.each([
     ['forgets every remembered key once the file is loaded again: a removed key is refused on its own connection', '- name: b\n  key: sk-bbbbbbbb\n', true, undefined, 2],
     ['keeps remembering across a reload that failed (the keys did not change)', 'not: [valid', false, 'a', 1],
