@@ -27,6 +27,8 @@ export interface ProbeDump {
   gaps: Partial<Record<Step, number[]>>;
   /** Per request, µs from `received` to `finished` less the wait for the engine (`sent` to `responded`): the process's own time. */
   own: number[];
+  /** The same, from `received` to `first_byte` only: the process's share of the time to first byte. */
+  ownToFirstByte: number[];
 }
 
 /** One request's passage: when it passed each step, and whether it passed one twice. */
@@ -39,8 +41,9 @@ const out = process.env.BENCH_PHASE_OUT;
 if (out) {
   const index = new Map<string, number>(STEPS.map((step, i) => [step, i]));
   const RESPONDED = STEPS.indexOf('responded');
+  const FIRST_BYTE = STEPS.indexOf('first_byte');
   const passages = new WeakMap<ServerResponse, Passage>();
-  let dump: ProbeDump = { requests: 0, leftOut: 0, gaps: {}, own: [] };
+  let dump: ProbeDump = { requests: 0, leftOut: 0, gaps: {}, own: [], ownToFirstByte: [] };
   const finished = (passage: Passage): void => {
     const { at } = passage;
     at[STEPS.length - 1] = process.hrtime.bigint();
@@ -57,6 +60,7 @@ if (out) {
       const gap = Number(now - before) / 1000;
       (dump.gaps[STEPS[i] as Step] ??= []).push(gap);
       if (i !== RESPONDED) own += gap;
+      if (i === FIRST_BYTE) dump.ownToFirstByte.push(own);
       before = now;
     }
     dump.own.push(own);
@@ -79,6 +83,6 @@ if (out) {
   });
   process.on('SIGUSR2', () => {
     writeFileSync(out, JSON.stringify(dump));
-    dump = { requests: 0, leftOut: 0, gaps: {}, own: [] };
+    dump = { requests: 0, leftOut: 0, gaps: {}, own: [], ownToFirstByte: [] };
   });
 }

@@ -18,7 +18,7 @@ import { RouterError, streamErrorEvent } from '../core/errors.js';
 import { type Clock } from '../core/clock.js';
 import { passed } from '../core/phases.js';
 import { clientResponseHeaders } from './headers.js';
-import { SseTap } from './sse-tap.js';
+import { SseTap, type SseSegment } from './sse-tap.js';
 import { isUsageChunk } from './usage.js';
 import { type AttemptResult, type AttemptSpec, type StreamEnd } from './forwarder.js';
 
@@ -157,14 +157,23 @@ export function relayResponse(spec: AttemptSpec, proxyRes: IncomingMessage, res:
       spec.observe?.body(chunk);
       return;
     }
-    const segments = tap.segments(chunk);
+    let segments: SseSegment[];
     if (!wholeEvents) {
       write(chunk); // byte for byte, as it came
+      segments = tap.segments(chunk);
     } else {
+      // Whole events, read one at a time: the response's first one is written as soon as it is read,
+      // not after the rest of a burst (a zero-latency engine's whole stream comes in one chunk).
+      tap.feed(chunk);
+      segments = [];
       let kept = '';
-      for (const seg of segments) {
+      for (let seg = tap.next(); seg !== undefined; seg = tap.next()) {
+        segments.push(seg);
         if (spec.stripUsageChunk && seg.event && isUsageChunk(seg.event)) continue;
-        kept += spec.rewrite ? spec.rewrite(seg) : seg.raw;
+        const text = spec.rewrite ? spec.rewrite(seg) : seg.raw;
+        if (text === '') continue;
+        if (sent) kept += text;
+        else write(text);
       }
       if (kept !== '') write(kept);
     }

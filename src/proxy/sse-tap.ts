@@ -35,19 +35,30 @@ export class SseTap {
 
   /** Feeds a chunk; returns the complete blocks it finished, raw text included. */
   segments(chunk: Buffer | string): SseSegment[] {
-    const text = typeof chunk === 'string' ? chunk : this.decoder.write(chunk);
-    if (text.length === 0) return [];
-    this.pending += text;
+    this.feed(chunk);
     const out: SseSegment[] = [];
-    for (;;) {
-      const match = BOUNDARY.exec(this.pending);
-      if (!match) break;
-      const end = match.index + match[0].length;
-      out.push({ raw: this.pending.slice(0, end), event: parseBlock(this.pending.slice(0, match.index)) });
-      this.pending = this.pending.slice(end);
-    }
-    this.atBoundary = this.pending.length === 0;
+    for (let segment = this.next(); segment !== undefined; segment = this.next()) out.push(segment);
     return out;
+  }
+
+  /** Feeds a chunk without reading it: {@link next} then takes its complete blocks one at a time. */
+  feed(chunk: Buffer | string): void {
+    const text = typeof chunk === 'string' ? chunk : this.decoder.write(chunk);
+    if (text.length > 0) this.pending += text;
+  }
+
+  /** The next complete block fed, or undefined when what is left is incomplete. */
+  next(): SseSegment | undefined {
+    const match = BOUNDARY.exec(this.pending);
+    if (!match) {
+      this.atBoundary = this.pending.length === 0;
+      return undefined;
+    }
+    const end = match.index + match[0].length;
+    const segment = { raw: this.pending.slice(0, end), event: parseBlock(this.pending.slice(0, match.index)) };
+    this.pending = this.pending.slice(end);
+    this.atBoundary = this.pending.length === 0;
+    return segment;
   }
 
   /** The incomplete tail (for a stream that ends without a final blank line). */
