@@ -79,21 +79,17 @@ async function collect(target: Target): Promise<ProbeDump | undefined> {
   throw new Error(`${target.name}: the phase probe wrote nothing to ${file}`);
 }
 
-const median = (values: readonly number[]): number =>
-  percentile(
-    [...values].sort((a, b) => a - b),
-    0.5,
-  );
-const p90 = (values: readonly number[]): number =>
-  percentile(
-    [...values].sort((a, b) => a - b),
-    0.9,
-  );
-const p99 = (values: readonly number[]): number =>
-  percentile(
-    [...values].sort((a, b) => a - b),
-    0.99,
-  );
+/** The q-quantile of values in any order. */
+const quantile =
+  (q: number) =>
+  (values: readonly number[]): number =>
+    percentile(
+      [...values].sort((a, b) => a - b),
+      q,
+    );
+const median = quantile(0.5);
+const p90 = quantile(0.9);
+const p99 = quantile(0.99);
 const merged = (dumps: readonly ProbeDump[], pick: (d: ProbeDump) => number[] | undefined): number[] => dumps.flatMap((d) => pick(d) ?? []);
 
 const dir = mkdtempSync(join(tmpdir(), 'mg-path-'));

@@ -1,6 +1,6 @@
 /** The request-phase channel: every step of an inference request, in order, for a diagnostics subscriber. */
-import { afterAll, afterEach, beforeAll, describe, expect, it } from '@jest/globals';
-import { subscribe, unsubscribe } from 'node:diagnostics_channel';
+import { afterAll, afterEach, beforeAll, describe, expect, it, jest } from '@jest/globals';
+import { channel, subscribe, unsubscribe } from 'node:diagnostics_channel';
 import type { ServerResponse } from 'node:http';
 import request from 'supertest';
 import { PHASE_CHANNEL, PHASES, type Phase, type PhaseMessage } from '../../src/core/phases.js';
@@ -51,13 +51,18 @@ describe('request phases', () => {
     expect(seen.map((s) => s.phase)).toEqual(['received']);
   });
 
-  it('publishes nothing once nobody listens', async () => {
-    unsubscribe(PHASE_CHANNEL, listener);
+  it('publishes nothing once nobody listens (no message is made for the channel)', async () => {
+    const publish = jest.spyOn(channel(PHASE_CHANNEL), 'publish');
     try {
+      unsubscribe(PHASE_CHANNEL, listener);
       await chat().expect(200);
-      expect(seen).toEqual([]);
-    } finally {
+      expect(publish).not.toHaveBeenCalled();
       subscribe(PHASE_CHANNEL, listener);
+      await chat().expect(200);
+      expect(publish).toHaveBeenCalledTimes(PHASES.length);
+    } finally {
+      publish.mockRestore();
+      if (!channel(PHASE_CHANNEL).hasSubscribers) subscribe(PHASE_CHANNEL, listener);
     }
   });
 });
