@@ -124,6 +124,7 @@ export class Director {
     const forms = request.form ? await encodedForms(planned, request) : undefined;
     const headers = request.headers;
     const promptText = api.promptText;
+    let itlLabels: { deployment: string; pool: string } | undefined;
     const report = await deps.exchange.run(req, res, {
       route: routeSteps(planned, request, usage, (pool) => this.allowedHeaders(pool), forms),
       request: {
@@ -147,7 +148,11 @@ export class Director {
       ...(request.onContent ? { onContent: request.onContent } : {}),
       ...(request.trace ? { trace: request.trace } : {}),
       ...(deployment.resumeStreams ? this.resumePlan(request) : {}),
-      onInterToken: (pool, ms) => deps.metrics.recordInterToken({ deployment: deployment.id, pool }, ms / 1000),
+      onInterToken: (pool, ms) => {
+        // one labels object per pool the stream is on, not one per token
+        if (itlLabels?.pool !== pool) itlLabels = { deployment: deployment.id, pool };
+        deps.metrics.recordInterToken(itlLabels, ms / 1000);
+      },
     });
     const labels = { deployment: deployment.id, pool: report.pool?.name ?? first.pool.name };
     if (report.end) deps.metrics.recordResponseEnd(labels, report.end);

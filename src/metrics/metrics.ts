@@ -170,7 +170,8 @@ export class RouterMetrics {
       this.resumption.counter,
     ];
     for (const counter of counters) counter.removeWhere(gone);
-    const metrics = [traffic.duration, traffic.ttft, traffic.itl, resilience.queueWait, ...(this.demand ? [this.demand.held] : [])];
+    traffic.itl.removeWhere(gone);
+    const metrics = [traffic.duration, traffic.ttft, resilience.queueWait, ...(this.demand ? [this.demand.held] : [])];
     for (const metric of metrics) await prune(metric, gone);
   }
 
@@ -198,7 +199,7 @@ export class RouterMetrics {
   }
 
   recordInterToken(labels: TrafficLabels, seconds: number): void {
-    this.traffic.itl.observe(labels, seconds);
+    this.traffic.itl.observe(labels.deployment, labels.pool, seconds);
   }
 
   recordTokens(labels: TrafficLabels, prompt: number, completion: number): void {

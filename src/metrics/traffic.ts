@@ -5,6 +5,7 @@
  */
 import { Histogram, type HistogramConfiguration, type Registry } from 'prom-client';
 import { HotCounter } from './hot-counter.js';
+import { HotHistogram } from './hot-histogram.js';
 import { type ResponseEnd, type Route } from './labels.js';
 
 /**
@@ -27,7 +28,7 @@ export interface TrafficMetrics {
   requests: HotCounter<'route' | 'deployment' | 'pool' | 'code', [route: Route, deployment: string, pool: string, code: number]>;
   duration: Histogram<'route' | 'deployment' | 'pool'>;
   ttft: Histogram<'deployment' | 'pool'>;
-  itl: Histogram<'deployment' | 'pool'>;
+  itl: HotHistogram<'deployment' | 'pool'>;
   promptTokens: HotCounter<'deployment' | 'pool', [deployment: string, pool: string]>;
   completionTokens: HotCounter<'deployment' | 'pool', [deployment: string, pool: string]>;
   streamEnds: HotCounter<'deployment' | 'pool' | 'end', [deployment: string, pool: string, end: ResponseEnd]>;
@@ -62,7 +63,7 @@ export function trafficMetrics(registers: Registry[], exemplars = false): Traffi
       registers,
       exemplars,
     ),
-    itl: new Histogram({
+    itl: new HotHistogram({
       name: 'modelgate_inter_token_latency_seconds',
       help: 'Streams: time between consecutive content events.',
       labelNames: ['deployment', 'pool'],

@@ -61,7 +61,8 @@ export interface AttemptSpec {
 }
 
 export interface ResponseObserver {
-  event(event: SseEvent): void;
+  /** `at`: when it was read, on the injected clock (the events of one chunk share a reading). */
+  event(event: SseEvent, at?: number): void;
   body(chunk: Buffer): void;
   bodyEnd(): void;
 }

@@ -178,7 +178,10 @@ export function relayResponse(spec: AttemptSpec, proxyRes: IncomingMessage, res:
       if (kept !== '') write(kept);
     }
     const { observe } = spec;
-    if (observe) for (const segment of segments) if (segment.event) observe.event(segment.event);
+    if (observe && segments.length > 0) {
+      const at = clock.now(); // the chunk's events were read together: one reading of the clock for all
+      for (const segment of segments) if (segment.event) observe.event(segment.event, at);
+    }
   });
   proxyRes.on('end', () => {
     if (!committed) commit(); // an empty 2xx body

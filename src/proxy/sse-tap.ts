@@ -20,11 +20,20 @@ export interface SseSegment {
   event: SseEvent | undefined;
 }
 
-const BOUNDARY = /\r\n\r\n|\n\n|\r\r/;
+/** A blank line in any of the line endings SSE allows; `lastIndex` says where to look from. */
+const BOUNDARY = /\r\n\r\n|\n\n|\r\r/g;
 
 export class SseTap {
   private readonly decoder = new StringDecoder('utf8');
+  /** Text fed and not yet read whole from `start` on (what is before `start` was read). */
   private pending = '';
+  private start = 0;
+  /**
+   * `pending` holds a carriage return, so a block may end in `\r\n\r\n` or `\r\r` and is found with
+   * BOUNDARY. Without one (engines end lines with `\n`) a block ends at the next `\n\n`, found with
+   * `indexOf`, which allocates nothing: a stream is read block by block, one per token.
+   */
+  private cr = false;
   /** The relayed bytes end exactly after a blank line (or nothing was relayed). */
   atBoundary = true;
 
@@ -44,27 +53,47 @@ export class SseTap {
   /** Feeds a chunk without reading it: {@link next} then takes its complete blocks one at a time. */
   feed(chunk: Buffer | string): void {
     const text = typeof chunk === 'string' ? chunk : this.decoder.write(chunk);
-    if (text.length > 0) this.pending += text;
+    if (text.length === 0) return;
+    this.pending = this.start === 0 ? this.pending + text : this.pending.slice(this.start) + text;
+    this.start = 0;
+    if (!this.cr && text.includes('\r')) this.cr = true;
   }
 
   /** The next complete block fed, or undefined when what is left is incomplete. */
   next(): SseSegment | undefined {
-    const match = BOUNDARY.exec(this.pending);
-    if (!match) {
-      this.atBoundary = this.pending.length === 0;
+    const { pending, start } = this;
+    let index: number;
+    let end: number;
+    if (this.cr) {
+      BOUNDARY.lastIndex = start;
+      const match = BOUNDARY.exec(pending);
+      index = match ? match.index : -1;
+      end = match ? index + match[0].length : -1;
+    } else {
+      index = pending.indexOf('\n\n', start);
+      end = index + 2;
+    }
+    if (index < 0) {
+      this.atBoundary = start === pending.length;
       return undefined;
     }
-    const end = match.index + match[0].length;
-    const segment = { raw: this.pending.slice(0, end), event: parseBlock(this.pending.slice(0, match.index)) };
-    this.pending = this.pending.slice(end);
-    this.atBoundary = this.pending.length === 0;
+    const segment = { raw: pending.slice(start, end), event: parseBlock(pending.slice(start, index)) };
+    if (end === pending.length) this.clear();
+    else this.start = end;
+    this.atBoundary = end === pending.length;
     return segment;
+  }
+
+  private clear(): void {
+    this.pending = '';
+    this.start = 0;
+    this.cr = false;
   }
 
   /** The incomplete tail (for a stream that ends without a final blank line). */
   rest(): string {
-    const tail = this.pending + this.decoder.end();
-    this.pending = '';
+    const tail = this.pending.slice(this.start) + this.decoder.end();
+    this.clear();
     return tail;
   }
 

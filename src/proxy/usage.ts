@@ -126,12 +126,13 @@ export class ResponseMeter implements ResponseObserver {
     return event.event !== undefined ? RESPONSES_DELTA.test(event.event) : RESPONSES_DELTA_DATA.test(event.data);
   }
 
-  event(event: SseEvent): void {
+  /** `at`: when the event was read (the clock's; one reading serves the events of a chunk, read together). */
+  event(event: SseEvent, at?: number): void {
     if (event.data === '[DONE]') return;
     if (this.isContent(event)) {
       this.contentEvents += 1;
       this.watch.content?.();
-      const now = this.clock.now();
+      const now = at ?? this.clock.now();
       if (this.lastContentAt === undefined) this.ttftMs = now - this.sentAt;
       else this.watch.interToken?.(now - this.lastContentAt);
       this.lastContentAt = now;

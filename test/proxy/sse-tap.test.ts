@@ -43,4 +43,45 @@ describe('SseTap', () => {
       { numRuns: 300 },
     );
   });
+
+  it('cuts the same raw blocks, tail and separator as the blank lines of the whole text, in any line ending, however it is chunked (property)', () => {
+    // every ending SSE allows, mixed within a stream; comment lines; a carriage return arriving alone at a chunk's end
+    const line = fc.oneof(
+      fc.stringMatching(/^[^\r\n]{0,12}$/).map((v) => `data: ${v}`),
+      fc.constant(': keep-alive'),
+      fc.constant('event: delta'),
+    );
+    const eol = fc.constantFrom('\n', '\r\n', '\r');
+    const block = fc.tuple(fc.array(fc.tuple(line, eol), { minLength: 1, maxLength: 3 }), eol).map(([lines, end]) => lines.map(([l, e]) => l + e).join('') + end);
+    fc.assert(
+      fc.property(fc.array(block, { maxLength: 6 }), fc.string({ maxLength: 8 }), fc.array(fc.nat(), { maxLength: 12 }), (blocks, tail, cuts) => {
+        const text = blocks.join('') + tail;
+        // the reference: the whole text cut at each leftmost blank line
+        const expected: string[] = [];
+        const boundary = /\r\n\r\n|\n\n|\r\r/g;
+        let from = 0;
+        for (let m = boundary.exec(text); m; m = boundary.exec(text)) {
+          expected.push(text.slice(from, m.index + m[0].length));
+          from = m.index + m[0].length;
+        }
+        const points = [...new Set(cuts.map((c) => c % (text.length + 1)))].sort((a, b) => a - b);
+        const tap = new SseTap();
+        const raws: string[] = [];
+        let last = 0;
+        for (const p of [...points, text.length]) {
+          tap.feed(Buffer.from(text.slice(last, p)));
+          for (let seg = tap.next(); seg; seg = tap.next()) raws.push(seg.raw);
+          last = p;
+        }
+        expect(raws).toEqual(expected);
+        expect(tap.atBoundary).toBe(from === text.length);
+        const whole = new SseTap();
+        whole.segments(text);
+        expect(tap.separator()).toBe(whole.separator());
+        expect(tap.rest()).toBe(text.slice(from));
+        expect(tap.rest()).toBe('');
+      }),
+      { numRuns: 500 },
+    );
+  });
 });
