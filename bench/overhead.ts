@@ -168,7 +168,7 @@ const THROUGHPUT_WINDOW_MS = SMOKE ? 500 : 5_000;
  *
  * Then throughput the same way: ROUNDS rounds of closed-loop requests through modelgate, the Node floor
  * and HAProxy, each first, second and last in turn. On this machine the same build's closed-loop rate
- * moved by up to 1.75× between windows a minute apart (its CPU per request with it: the host's
+ * moved by up to 1.75× between windows minutes apart (its CPU per request with it: the host's
  * contention, which the guest does not see as steal time), so a ratio of two windows measured minutes
  * apart in the sweep says as much about the minute as about the proxies. The throughput target takes
  * the median of the rounds' ratios.
