@@ -8,6 +8,7 @@ import http, { type IncomingMessage, type ServerResponse } from 'node:http';
 import { type AddressInfo, type Socket } from 'node:net';
 import { type Endpoint } from '../../src/core/types.js';
 import { Forwarder, type AttemptResult, type AttemptSpec } from '../../src/proxy/forwarder.js';
+import { type SseSegment } from '../../src/proxy/sse-tap.js';
 import { FakeTime } from '../helpers/fake-time.js';
 import { rawRequest, sseData, type RawResponse } from '../helpers/http.js';
 import { waitFor } from '../helpers/sim.js';
@@ -223,6 +224,53 @@ describe('Forwarder.attempt', () => {
       '[DONE]: corked 1, bytes waiting, some sent',
       'body: corked 0, some sent',
     ]);
+  });
+
+  // Whole events (the usage chunk stripped, events rewritten): the client gets the kept events exactly,
+  // in order, however the engine's bytes were cut (inside an event, inside the dropped chunk, inside a
+  // two- or three-byte character).
+  it.each([
+    ['in one write', [], false, true],
+    ['in one write, with non-ASCII text', [], false, false],
+    ['cut inside events, inside the usage chunk and inside a two- and a three-byte character', [9, 40, 52, 61, 95, 139, 150, 200, 259, 275, 320], false, false],
+    ['cut at every block', 'blocks', false, true],
+    ['cut at every block, with non-ASCII text', 'blocks', false, false],
+    ['with events rewritten between kept runs', [], true, true],
+    ['cut inside events, with events rewritten', [9, 40, 52, 61, 139, 259], true, false],
+  ] as const)('relays whole events %s: the kept events exactly, in order', async (_name, cuts, rewriting, ascii) => {
+    const blocks = [
+      'data: {"choices":[{"delta":{"role":"assistant"}}]}\n\n',
+      'data: {"choices":[{"delta":{"content":"a"}}]}\n\n',
+      `data: {"choices":[{"delta":{"content":"${ascii ? 'e' : 'é'}"}}]}\n\n`,
+      'data: {"choices":[],"usage":{"prompt_tokens":1,"completion_tokens":4}}\n\n',
+      `data: {"choices":[{"delta":{"content":"${ascii ? 'ri' : '日本'}"}}]}\n\n`,
+      'data: {"choices":[{"delta":{"content":"b"}}]}\n\n',
+      'data: [DONE]\n\n',
+    ];
+    const bytes = Buffer.from(blocks.join(''));
+    const points = cuts === 'blocks' ? blocks.map((_, i) => Buffer.byteLength(blocks.slice(0, i + 1).join(''))) : cuts.filter((p) => p < bytes.length);
+    const upstream = await listen((req, res) => {
+      req.resume();
+      req.on('end', () => {
+        res.writeHead(200, { 'content-type': 'text/event-stream' });
+        void (async () => {
+          let last = 0;
+          for (const p of [...points, bytes.length]) {
+            if (p > last) res.write(bytes.subarray(last, p));
+            last = p;
+            await new Promise((resolve) => setImmediate(resolve));
+          }
+          res.end();
+        })();
+      });
+    });
+    const rewrite = rewriting ? (seg: SseSegment): string => seg.raw.replace('"b"', '"B"').replace('"a"', '"A"') : undefined;
+    const time = new FakeTime();
+    const { url } = await oneAttempt(upstream, time, { stripUsageChunk: true, ...(rewrite ? { rewrite } : {}) });
+    const res = await send(url, time);
+    expect(res.status).toBe(200);
+    const kept = blocks.filter((b) => !b.includes('"usage"'));
+    expect(res.body).toBe(rewriting ? kept.map((b) => b.replace('"b"', '"B"').replace('"a"', '"A"')).join('') : kept.join(''));
   });
 
   it('counts the idle timeout from the stream’s last chunk, however many came before it', async () => {
