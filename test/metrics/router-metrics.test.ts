@@ -177,16 +177,22 @@ describe('RouterMetrics', () => {
     );
     metrics.recordGoodput('llm-prod', 'within');
     metrics.recordTokens({ deployment: 'llm-prod', pool: 'llm' }, 10, 1);
+    metrics.recordInterToken({ deployment: 'llm-prod', pool: 'llm' }, 0.02);
     expect(await metrics.metrics()).toContain('modelgate_goodput_requests_total{deployment="llm-prod",result="within"} 1');
+    expect(await metrics.metrics()).toContain('modelgate_inter_token_latency_seconds_count{deployment="llm-prod",pool="llm"} 1');
     metrics.recordGoodput('llm-prod', 'within'); // pending when the deployment leaves
     deployments = [];
     expect(await metrics.metrics()).not.toContain('llm-prod');
     deployments = ['llm-prod'];
     expect(await metrics.metrics()).toContain('modelgate_goodput_requests_total{deployment="llm-prod",result="within"} 0');
     metrics.recordGoodput('llm-prod', 'within');
+    metrics.recordInterToken({ deployment: 'llm-prod', pool: 'llm' }, 0.03);
     const text = await metrics.metrics();
     expect(text).toContain('modelgate_goodput_requests_total{deployment="llm-prod",result="within"} 1');
     expect(text).not.toContain('modelgate_prompt_tokens_total{deployment="llm-prod"');
+    // the inter-token histogram (a HotHistogram) left with the deployment too: its series starts again
+    expect(text).toContain('modelgate_inter_token_latency_seconds_count{deployment="llm-prod",pool="llm"} 1');
+    expect(text).toContain('modelgate_inter_token_latency_seconds_sum{deployment="llm-prod",pool="llm"} 0.03');
   });
 
   it('shows an empty queue of a pool with a concurrency limit as 0, not as a missing series', async () => {

@@ -230,25 +230,23 @@ describe('Forwarder.attempt', () => {
   // in order, however the engine's bytes were cut (inside an event, inside the dropped chunk, inside a
   // two- or three-byte character).
   it.each([
-    ['in one write', [], false, true],
-    ['in one write, with non-ASCII text', [], false, false],
-    ['cut inside events, inside the usage chunk and inside a two- and a three-byte character', [9, 40, 52, 61, 95, 139, 150, 200, 259, 275, 320], false, false],
-    ['cut at every block', 'blocks', false, true],
-    ['cut at every block, with non-ASCII text', 'blocks', false, false],
-    ['with events rewritten between kept runs', [], true, true],
-    ['cut inside events, with events rewritten', [9, 40, 52, 61, 139, 259], true, false],
-  ] as const)('relays whole events %s: the kept events exactly, in order', async (_name, cuts, rewriting, ascii) => {
+    ['in one write', [], false],
+    ['cut inside events, inside the usage chunk and inside a two- and a three-byte character', [9, 40, 52, 61, 95, 139, 150, 200, 259, 275, 320], false],
+    ['cut at every block', 'blocks', false],
+    ['with events rewritten between kept ones', [], true],
+    ['cut inside events, with events rewritten', [9, 40, 52, 61, 139, 259], true],
+  ] as const)('relays whole events %s: the kept events exactly, in order', async (_name, cuts, rewriting) => {
     const blocks = [
       'data: {"choices":[{"delta":{"role":"assistant"}}]}\n\n',
       'data: {"choices":[{"delta":{"content":"a"}}]}\n\n',
-      `data: {"choices":[{"delta":{"content":"${ascii ? 'e' : 'é'}"}}]}\n\n`,
+      'data: {"choices":[{"delta":{"content":"é"}}]}\n\n',
       'data: {"choices":[],"usage":{"prompt_tokens":1,"completion_tokens":4}}\n\n',
-      `data: {"choices":[{"delta":{"content":"${ascii ? 'ri' : '日本'}"}}]}\n\n`,
+      'data: {"choices":[{"delta":{"content":"日本"}}]}\n\n',
       'data: {"choices":[{"delta":{"content":"b"}}]}\n\n',
       'data: [DONE]\n\n',
     ];
     const bytes = Buffer.from(blocks.join(''));
-    const points = cuts === 'blocks' ? blocks.map((_, i) => Buffer.byteLength(blocks.slice(0, i + 1).join(''))) : cuts.filter((p) => p < bytes.length);
+    const points = cuts === 'blocks' ? blocks.map((_, i) => Buffer.byteLength(blocks.slice(0, i + 1).join(''))) : [...cuts];
     const upstream = await listen((req, res) => {
       req.resume();
       req.on('end', () => {
