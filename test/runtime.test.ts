@@ -27,15 +27,23 @@ describe('unsupportedNode', () => {
 });
 
 describe('routerNodeFlags', () => {
-  it('gives serve and demo the semi-space flag, other commands nothing', () => {
-    expect(routerNodeFlags('serve', [], undefined)).toEqual(['--max-semi-space-size=4']);
-    expect(routerNodeFlags('demo', [], '')).toEqual(['--max-semi-space-size=4']);
+  const ALL = ['--max-semi-space-size=4', '--no-parallel-scavenge', '--no-allocation-site-pretenuring'];
+
+  it('gives serve and demo the GC flags, other commands nothing', () => {
+    expect(routerNodeFlags('serve', [], undefined)).toEqual(ALL);
+    expect(routerNodeFlags('demo', [], '')).toEqual(ALL);
     for (const command of ['validate', 'sim', '--help', undefined]) expect(routerNodeFlags(command, [], undefined)).toEqual([]);
   });
 
   it('leaves a flag the user set, on the command line or in NODE_OPTIONS, with any value or spelling', () => {
-    expect(routerNodeFlags('serve', ['--max-semi-space-size=16'], undefined)).toEqual([]);
-    expect(routerNodeFlags('serve', [], '--enable-source-maps --max_semi_space_size=8')).toEqual([]);
-    expect(routerNodeFlags('serve', ['--enable-source-maps'], '--max-old-space-size=512')).toEqual(['--max-semi-space-size=4']);
+    expect(routerNodeFlags('serve', ['--max-semi-space-size=16'], undefined)).toEqual(ALL.slice(1));
+    expect(routerNodeFlags('serve', [], '--enable-source-maps --max_semi_space_size=8')).toEqual(ALL.slice(1));
+    expect(routerNodeFlags('serve', ['--enable-source-maps'], '--max-old-space-size=512')).toEqual(ALL);
+  });
+
+  it('leaves a boolean flag the user set either way: --x and --no-x are one flag', () => {
+    expect(routerNodeFlags('serve', ['--parallel-scavenge'], undefined)).toEqual(['--max-semi-space-size=4', '--no-allocation-site-pretenuring']);
+    expect(routerNodeFlags('serve', [], '--no_allocation_site_pretenuring')).toEqual(['--max-semi-space-size=4', '--no-parallel-scavenge']);
+    expect(routerNodeFlags('serve', ['--allocation-site-pretenuring', '--no-parallel-scavenge', '--max-semi-space-size=2'], undefined)).toEqual([]);
   });
 });
