@@ -35,7 +35,11 @@ describe('registerProcessMetrics', () => {
   it('registers exactly what collectDefaultMetrics would, less the series left out, each of the same type', async () => {
     const all = new Registry();
     collectDefaultMetrics({ register: all });
-    const types = (text: string): string[] => text.split('\n').filter((line) => line.startsWith('# TYPE ')).sort();
+    const types = (text: string): string[] =>
+      text
+        .split('\n')
+        .filter((line) => line.startsWith('# TYPE '))
+        .sort();
     const left = new Set([...PER_HANDLE_SERIES.filter((n) => n !== 'process_open_fds'), ...MISNAMED_SERIES, ...GC_SERIES]);
     const expected = types(await all.metrics()).filter((line) => !left.has(line.split(' ')[2] ?? ''));
     expect(types(await scrape())).toEqual(expected);
