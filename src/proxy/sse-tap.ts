@@ -3,7 +3,9 @@
  * they arrive, and the tap keeps only the incomplete tail of the current event. It reports whole
  * events (their `data` joined per the SSE rules, and their exact raw text), and whether the relayed
  * bytes end on an event boundary, so a final error event can be appended without corrupting a
- * half-sent one. Text is decoded with a StringDecoder, so a character split across chunks is whole.
+ * half-sent one. A character split across chunks is kept whole: a chunk that ends in ASCII (an event
+ * ends in a line feed) is decoded on its own, and from the first chunk that does not, a StringDecoder
+ * decodes the rest (made only then: it holds a buffer of its own, one more allocation a stream).
  */
 import { StringDecoder } from 'node:string_decoder';
 
@@ -12,6 +14,8 @@ export interface SseEvent {
   data: string;
   /** The `event:` name, if any. */
   event?: string;
+  /** Whether `data` holds a usage object: found once, by `carriesUsage` (usage.ts), for everyone who asks. */
+  usage?: boolean;
 }
 
 /** A stretch of the stream: one complete event block with its blank line, or a comment-only block. */
@@ -24,7 +28,7 @@ export interface SseSegment {
 const BOUNDARY = /\r\n\r\n|\n\n|\r\r/g;
 
 export class SseTap {
-  private readonly decoder = new StringDecoder('utf8');
+  private decoder: StringDecoder | undefined;
   /** Text fed and not yet read whole from `start` on (what is before `start` was read). */
   private pending = '';
   private start = 0;
@@ -52,11 +56,18 @@ export class SseTap {
 
   /** Feeds a chunk without reading it: {@link next} then takes its complete blocks one at a time. */
   feed(chunk: Buffer | string): void {
-    const text = typeof chunk === 'string' ? chunk : this.decoder.write(chunk);
+    const text = typeof chunk === 'string' ? chunk : this.decode(chunk);
     if (text.length === 0) return;
     this.pending = this.start === 0 ? this.pending + text : this.pending.slice(this.start) + text;
     this.start = 0;
     if (!this.cr && text.includes('\r')) this.cr = true;
+  }
+
+  private decode(chunk: Buffer): string {
+    // a last byte below 0x80 ends a whole character: nothing of this chunk waits for the next one
+    if (this.decoder === undefined && (chunk.length === 0 || (chunk[chunk.length - 1] as number) < 0x80)) return chunk.toString('utf8');
+    this.decoder ??= new StringDecoder('utf8');
+    return this.decoder.write(chunk);
   }
 
   /** The next complete block fed, or undefined when what is left is incomplete. */
@@ -92,7 +103,7 @@ export class SseTap {
 
   /** The incomplete tail (for a stream that ends without a final blank line). */
   rest(): string {
-    const tail = this.pending.slice(this.start) + this.decoder.end();
+    const tail = this.pending.slice(this.start) + (this.decoder?.end() ?? '');
     this.clear();
     return tail;
   }

@@ -80,9 +80,20 @@ function eventUsage(dialect: WireDialect, data: Record<string, unknown>): Partia
   return usage && { prompt: usage.promptTokens, completion: usage.completionTokens };
 }
 
+/** Whether an event's data holds a usage object; looked for once per event (the relay and the meter both ask). */
+export function carriesUsage(event: SseEvent): boolean {
+  return (event.usage ??= event.data.includes('"usage":{'));
+}
+
 /** Whether an event is the usage-only chunk (`"choices":[]` with a usage object). */
 export function isUsageChunk(event: SseEvent): boolean {
-  return event.data.includes('"choices":[]') && event.data.includes('"usage":{');
+  return carriesUsage(event) && event.data.includes('"choices":[]');
+}
+
+/** A chat or completions chunk with text: the usual one, `"content":"…"`, found without the regex. */
+function isOpenAiContent(data: string): boolean {
+  const at = data.indexOf('"content":"');
+  return (at >= 0 && data.charCodeAt(at + 11) !== 0x22) || CONTENT.test(data);
 }
 
 /** Who hears of a stream's content events as they pass. */
@@ -121,7 +132,7 @@ export class ResponseMeter implements ResponseObserver {
   }
 
   private isContent(event: SseEvent): boolean {
-    if (this.dialect === 'openai') return CONTENT.test(event.data);
+    if (this.dialect === 'openai') return isOpenAiContent(event.data);
     if (this.dialect === 'anthropic') return event.event === 'content_block_delta' || (event.event === undefined && event.data.includes('"type":"content_block_delta"'));
     return event.event !== undefined ? RESPONSES_DELTA.test(event.event) : RESPONSES_DELTA_DATA.test(event.data);
   }
@@ -145,7 +156,7 @@ export class ResponseMeter implements ResponseObserver {
       const sequence = SEQUENCE.exec(event.data);
       if (sequence) this.lastSequence = Number(sequence[1]);
     }
-    if (event.data.includes('"usage":{')) {
+    if (carriesUsage(event)) {
       const data = this.parse(event);
       const seen = data && eventUsage(this.dialect, data);
       if (seen) this.usage = { promptTokens: seen.prompt ?? this.usage?.promptTokens ?? 0, completionTokens: seen.completion ?? this.usage?.completionTokens ?? 0 };

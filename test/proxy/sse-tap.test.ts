@@ -44,6 +44,30 @@ describe('SseTap', () => {
     );
   });
 
+  it('decodes bytes cut anywhere, inside two-, three- and four-byte characters too, as the whole text (property)', () => {
+    const payload = fc.string({ unit: 'binary', maxLength: 12 }).map((v) => v.replace(/[\r\n]/g, ''));
+    fc.assert(
+      fc.property(fc.array(payload, { maxLength: 8 }), fc.string({ unit: 'binary', maxLength: 4 }), fc.array(fc.nat(), { maxLength: 24 }), (events, tail, cuts) => {
+        const text = events.map((data) => `data: ${data}\n\n`).join('') + tail;
+        const bytes = Buffer.from(text, 'utf8');
+        const points = [...new Set(cuts.map((c) => c % (bytes.length + 1)))].sort((a, b) => a - b);
+        const tap = new SseTap();
+        const raw: string[] = [];
+        let last = 0;
+        for (const p of [...points, bytes.length]) {
+          raw.push(...tap.segments(bytes.subarray(last, p)).map((s) => s.raw));
+          last = p;
+        }
+        const whole = new SseTap();
+        const expected = whole.segments(bytes).map((s) => s.raw);
+        expect(raw).toEqual(expected);
+        expect(raw).toEqual(events.map((data) => `data: ${data}\n\n`));
+        expect(tap.rest()).toBe(whole.rest());
+      }),
+      { numRuns: 500 },
+    );
+  });
+
   it('cuts the same raw blocks, tail and separator as the blank lines of the whole text, in any line ending, however it is chunked (property)', () => {
     // every ending SSE allows, mixed within a stream; comment lines; a carriage return arriving alone at a chunk's end
     const line = fc.oneof(

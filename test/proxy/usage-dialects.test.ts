@@ -3,7 +3,7 @@ import { describe, expect, it } from '@jest/globals';
 import { streamErrorEvent, RouterError } from '../../src/core/errors.js';
 import { type WireDialect } from '../../src/core/types.js';
 import { SseTap } from '../../src/proxy/sse-tap.js';
-import { ResponseMeter, usageFromJson } from '../../src/proxy/usage.js';
+import { carriesUsage, isUsageChunk, ResponseMeter, usageFromJson } from '../../src/proxy/usage.js';
 
 /** Feeds a raw SSE text through a tap into a meter, advancing the clock 10 ms per event. */
 function meterOver(dialect: WireDialect, stream: string): { meter: ResponseMeter; gaps: number[] } {
@@ -33,6 +33,36 @@ describe('ResponseMeter dialects', () => {
     expect(meter.ttftMs).toBe(10);
     expect(gaps).toEqual([10]);
     expect(meter.finalUsage()).toEqual({ promptTokens: 7, completionTokens: 2 });
+  });
+
+  it('openai: chat chunks with text, reasoning or a tool call are content; an empty role chunk and quoted look-alikes are not', () => {
+    const chunk = (delta: object): [undefined, object] => [undefined, { object: 'chat.completion.chunk', choices: [{ index: 0, delta, finish_reason: null }] }];
+    const stream = sse([
+      chunk({ role: 'assistant', content: '' }),
+      chunk({ reasoning_content: 'hm' }),
+      chunk({ content: 'a' }),
+      chunk({ content: null, tool_calls: [{ index: 0, function: { arguments: '{"content":"x"}' } }] }),
+      chunk({ content: '', tool_calls: [] }),
+      chunk({ content: 'he said "content":"' }),
+      [undefined, { object: 'chat.completion.chunk', choices: [], usage: { prompt_tokens: 3, completion_tokens: 4 } }],
+    ]);
+    const { meter, gaps } = meterOver('openai', stream);
+    expect(meter.ttftMs).toBe(20);
+    expect(gaps).toEqual([10, 10, 20]); // the empty chunk at 50 ms is no token
+    expect(meter.finalUsage()).toEqual({ promptTokens: 3, completionTokens: 4 });
+  });
+
+  it('looks for a usage object once per event, for the relay and the meter both', () => {
+    const [content, usage] = new SseTap().push(
+      sse([
+        [undefined, { choices: [{ delta: { content: 'a' } }] }],
+        [undefined, { choices: [], usage: { prompt_tokens: 1 } }],
+      ]),
+    );
+    expect([isUsageChunk(content!), isUsageChunk(usage!)]).toEqual([false, true]);
+    expect([content!.usage, usage!.usage]).toEqual([false, true]);
+    const tampered = { ...usage!, usage: false }; // a recorded answer is what is read
+    expect(carriesUsage(tampered)).toBe(false);
   });
 
   it('responses: *.delta events are content; usage comes from response.completed; the id from response.created; sequence numbers are followed', () => {
