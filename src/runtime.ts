@@ -18,8 +18,8 @@ export const MIN_NODE = '22.19.0';
  * - `--no-allocation-site-pretenuring`: V8 allocates straight into the old generation from a site
  *   whose objects mostly survived a scavenge, and keeps doing so. Under a burst (32 requests in flight)
  *   a request's objects outlive scavenges, so sites of the request path were pretenured; afterwards,
- *   at 500 streams/s, each request left its objects in the old generation: 35% of its growth
- *   (241 → 143 KB/s), so full collections, 5–9 ms pauses, came that much more often.
+ *   at 500 streams/s, each request left its objects in the old generation: 30–40% of its growth
+ *   (205–241 → 143 KB/s), so full collections, 5–9 ms pauses, came that much more often.
  */
 export const ROUTER_V8_FLAGS: readonly string[] = ['--max-semi-space-size=4', '--no-parallel-scavenge', '--no-allocation-site-pretenuring'];
 

@@ -13,8 +13,8 @@
  * - **`nodejs_gc_duration_seconds`.** prom-client times collections with a `gc` PerformanceObserver,
  *   and while one observes, Node builds an entry for every collection with two deprecated accessors
  *   (`kind`, `flags`, each a `util.deprecate` wrapper whose prototype is set): new hidden classes and
- *   objects that outlive the young generation, at every minor GC. At 500 streams/s that was 35% of the
- *   old generation's growth (241 → 149 KB/s, `--trace-gc-nvp`), so full collections — 5–9 ms pauses —
+ *   objects that outlive the young generation, at every minor GC. At 500 streams/s that was 30–40% of the
+ *   old generation's growth (205–241 → 142–149 KB/s, `--trace-gc-nvp`), so full collections — 5–9 ms pauses —
  *   came that much more often. A collection's pause still shows as event-loop lag
  *   (`nodejs_eventloop_lag_*`), and the heap's size in `nodejs_heap_*`.
  *
