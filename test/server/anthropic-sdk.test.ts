@@ -23,7 +23,7 @@ beforeAll(async () => {
       { name: 'chat-only', servedModelName: 'Qwen/Qwen3-8B', capabilities: ['chat'], endpoints: [sims[0]?.url] },
     ],
     deployments: [
-      { id: 'qwen-prod', model: 'claude-sonnet-4-5', aliases: ['qwen'], targets: [{ pool: 'qwen' }] },
+      { id: 'qwen-prod', model: 'claude-house', aliases: ['qwen'], targets: [{ pool: 'qwen' }] },
       { id: 'chat-prod', model: 'chat-only-model', targets: [{ pool: 'chat-only' }] },
     ],
     keysYaml: `- name: tester\n  key: ${KEY}\n- name: narrow\n  key: sk-narrow-0123456789\n  models: [chat-prod]\n`,
@@ -37,7 +37,7 @@ afterAll(async () => {
   await Promise.all(sims.map((s) => s.close()));
 });
 
-const ask = { model: 'claude-sonnet-4-5', max_tokens: 8, messages: [{ role: 'user' as const, content: 'Hello there' }] };
+const ask = { model: 'claude-house', max_tokens: 8, messages: [{ role: 'user' as const, content: 'Hello there' }] };
 
 describe('@anthropic-ai/sdk: messages', () => {
   it('messages.create with the key as x-api-key: a message with text and usage, counted by the router', async () => {
