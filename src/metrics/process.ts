@@ -64,7 +64,7 @@ export function registerProcessMetrics(registry: Registry): void {
   for (const name of DEFAULT_COLLECTORS) (require(`prom-client/lib/metrics/${name}.js`) as Collector)(defaults, { eventLoopMonitoringPrecision: 10 });
   for (const { name } of defaults.getMetricsAsArray()) {
     const metric = defaults.getSingleMetric(name);
-    if (metric && !PER_HANDLE_SERIES.includes(name) && !MISNAMED_SERIES.includes(name)) registry.registerMetric(metric);
+    if (metric && !MISNAMED_SERIES.includes(name)) registry.registerMetric(metric);
   }
   if (process.platform === 'linux') {
     new Gauge({
