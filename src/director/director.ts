@@ -64,7 +64,7 @@ export interface DirectorReport extends ExchangeReport {
 export interface ResponseMetrics {
   /** `traceId`: the request's trace when it is sampled (the bucket's exemplar). */
   recordTimeToFirstToken(labels: { deployment: string; pool: string }, seconds: number, traceId?: string): void;
-  recordInterToken(labels: { deployment: string; pool: string }, seconds: number): void;
+  recordInterToken(deployment: string, pool: string, seconds: number): void;
   recordTokens(labels: { deployment: string; pool: string }, prompt: number, completion: number): void;
   recordResponseEnd(labels: { deployment: string; pool: string }, end: string): void;
   recordFallback(fromDeployment: string, fromPool: string, toDeployment: string, toPool: string): void;
@@ -124,7 +124,6 @@ export class Director {
     const forms = request.form ? await encodedForms(planned, request) : undefined;
     const headers = request.headers;
     const promptText = api.promptText;
-    let itlLabels: { deployment: string; pool: string } | undefined;
     const report = await deps.exchange.run(req, res, {
       route: routeSteps(planned, request, usage, (pool) => this.allowedHeaders(pool), forms),
       request: {
@@ -148,11 +147,7 @@ export class Director {
       ...(request.onContent ? { onContent: request.onContent } : {}),
       ...(request.trace ? { trace: request.trace } : {}),
       ...(deployment.resumeStreams ? this.resumePlan(request) : {}),
-      onInterToken: (pool, ms) => {
-        // one labels object per pool the stream is on, not one per token
-        if (itlLabels?.pool !== pool) itlLabels = { deployment: deployment.id, pool };
-        deps.metrics.recordInterToken(itlLabels, ms / 1000);
-      },
+      onInterToken: (pool, ms) => deps.metrics.recordInterToken(deployment.id, pool, ms / 1000),
     });
     const labels = { deployment: deployment.id, pool: report.pool?.name ?? first.pool.name };
     if (report.end) deps.metrics.recordResponseEnd(labels, report.end);

@@ -198,8 +198,9 @@ export class RouterMetrics {
     observe(this.traffic.ttft, this.exemplars, labels, seconds, traceId);
   }
 
-  recordInterToken(labels: TrafficLabels, seconds: number): void {
-    this.traffic.itl.observe(labels.deployment, labels.pool, seconds);
+  /** One gap between content events (the label values as arguments: it runs once per token). */
+  recordInterToken(deployment: string, pool: string, seconds: number): void {
+    this.traffic.itl.observe(deployment, pool, seconds);
   }
 
   recordTokens(labels: TrafficLabels, prompt: number, completion: number): void {

@@ -177,7 +177,7 @@ describe('RouterMetrics', () => {
     );
     metrics.recordGoodput('llm-prod', 'within');
     metrics.recordTokens({ deployment: 'llm-prod', pool: 'llm' }, 10, 1);
-    metrics.recordInterToken({ deployment: 'llm-prod', pool: 'llm' }, 0.02);
+    metrics.recordInterToken('llm-prod', 'llm', 0.02);
     expect(await metrics.metrics()).toContain('modelgate_goodput_requests_total{deployment="llm-prod",result="within"} 1');
     expect(await metrics.metrics()).toContain('modelgate_inter_token_latency_seconds_count{deployment="llm-prod",pool="llm"} 1');
     metrics.recordGoodput('llm-prod', 'within'); // pending when the deployment leaves
@@ -186,7 +186,7 @@ describe('RouterMetrics', () => {
     deployments = ['llm-prod'];
     expect(await metrics.metrics()).toContain('modelgate_goodput_requests_total{deployment="llm-prod",result="within"} 0');
     metrics.recordGoodput('llm-prod', 'within');
-    metrics.recordInterToken({ deployment: 'llm-prod', pool: 'llm' }, 0.03);
+    metrics.recordInterToken('llm-prod', 'llm', 0.03);
     const text = await metrics.metrics();
     expect(text).toContain('modelgate_goodput_requests_total{deployment="llm-prod",result="within"} 1');
     expect(text).not.toContain('modelgate_prompt_tokens_total{deployment="llm-prod"');
