@@ -21,6 +21,7 @@ import { ExchangeRunner } from './director/exchange.js';
 import { DEFAULT_FORWARDED_HEADERS } from './proxy/headers.js';
 import { Limiter } from './limits/limiter.js';
 import { sharedLimits } from './wiring/limits.js';
+import { createEngineAgent } from './proxy/engine-agent.js';
 import { Forwarder } from './proxy/forwarder.js';
 import { AdmissionQueues } from './resilience/admission.js';
 import { BreakerRegistry } from './resilience/breaker.js';
@@ -108,7 +109,7 @@ export async function createRouter(config: Config, options: RouterOptions = {}):
     },
   });
   await keys.load();
-  const agent = new http.Agent({ keepAlive: true, maxSockets: Infinity, maxFreeSockets: 1024, scheduling: 'lifo' });
+  const agent = createEngineAgent();
   // A transition a request's outcome triggered is logged on that request's child logger (its id bound).
   const breakerLog = logger.child({ component: 'breaker' });
   const breakers = new BreakerRegistry((pool, endpoint, state, cause) => {
@@ -317,7 +318,7 @@ export async function createRouter(config: Config, options: RouterOptions = {}):
       kvEvents.stop();
       await discovery.stop();
       breakers.shutdown();
-      agent.destroy();
+      await agent.destroy();
       await limiter.stop();
       await shared?.close();
       await tracing?.shutdown();

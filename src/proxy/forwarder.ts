@@ -1,7 +1,7 @@
 /**
- * One attempt to forward a request to one endpoint: the request leg is one `http.request` on the
- * router's keep-alive agent with exactly the caller's path, headers and body; the response leg is
- * relay.ts. The attempt owns the engine's response from its first event:
+ * One attempt to forward a request to one endpoint: the request leg is one dispatch on the router's
+ * engine client (engine-agent.ts: undici's keep-alive pools) with exactly the caller's path, headers
+ * and body; the response leg is relay.ts. The attempt owns the engine's response from its first event:
  *
  * - nothing reaches the client until the engine sends the first byte of its response body: until then
  *   the attempt can still fail cleanly (connection error, reset, timeout, an error status) and the
@@ -9,20 +9,22 @@
  *   headers alone commit nothing;
  * - non-2xx answers are read (bounded) and returned normalised, for the caller to retry or pass on.
  *
- * Until issue 18 this leg went through http-proxy-middleware. With the response leg ours
- * (`selfHandleResponse`) and the request's headers, path and body all the caller's, the library only
+ * Until issue 18 this leg went through http-proxy-middleware, then through Node's `http.request`. With
+ * the response leg ours and the request's headers, path and body all the caller's, the library only
  * copied headers the forwarder then removed, parsed a URL per attempt and added listeners the attempt
- * had to take back off (the old http-proxy-gap.ts); in the profile that was ~5% of the router's CPU
- * per request (bench/results/profile.md), for nothing the router used.
+ * had to take back off; in the profile that was ~5% of the router's CPU per request
+ * (bench/results/profile.md), for nothing the router used. `http.request` then cost a ClientRequest
+ * and an IncomingMessage stream per attempt (engine-agent.ts has the measurement).
  */
-import http from '../core/node-http.js';
-import type { Agent, ClientRequest, IncomingMessage, OutgoingHttpHeaders, ServerResponse } from 'node:http';
+import type { IncomingHttpHeaders, IncomingMessage, OutgoingHttpHeaders, ServerResponse } from 'node:http';
+import type { Dispatcher } from 'undici';
 import { systemScheduler, type Clock, type Scheduler } from '../core/clock.js';
 import { type RouterError } from '../core/errors.js';
 import { passed } from '../core/phases.js';
 import { type Endpoint } from '../core/types.js';
 import { retryHeaders } from './headers.js';
-import { relayResponse, type AttemptControl } from './relay.js';
+import { type EngineAgent } from './engine-agent.js';
+import { relayResponse, type AttemptControl, type BodySink, type EngineResponse } from './relay.js';
 import { type SseEvent, type SseSegment } from './sse-tap.js';
 import { MAX_ERROR_BODY_BYTES, normaliseUpstreamError, type NormalisedError } from './upstream-errors.js';
 
@@ -79,27 +81,60 @@ export type AttemptResult =
   | { kind: 'failed'; reason: FailureReason; detail: string }
   | { kind: 'client_gone' };
 
+/** Headers a response has before its engine answered. */
+const NO_HEADERS: IncomingHttpHeaders = {};
+
+/** The reason an attempt gives undici when it cancels the engine's request. */
+const CANCELLED = new Error('the router cancelled the engine request');
+
+/** How a request that failed before its answer failed, from undici's or the socket's error code. */
+function failureOf(err: Error): { reason: FailureReason; detail: string } {
+  const code = (err as NodeJS.ErrnoException).code;
+  if (code === 'ECONNREFUSED' || code === 'EHOSTUNREACH' || code === 'ENOTFOUND') return { reason: 'connect', detail: code };
+  if (code === 'UND_ERR_CONNECT_TIMEOUT') return { reason: 'connect_timeout', detail: err.message };
+  // undici's 'other side closed' and the like: the code and what it says
+  return { reason: 'reset', detail: code === undefined ? err.message : `${code}: ${err.message}` };
+}
+
 /**
- * One attempt's state: its single timer and its settlement, which the relay borrows as its
- * {@link AttemptControl}. Its fields are set once, in the constructor, and never given another
- * function: with `resolve` replaced after construction by a closure over the client's response, every
- * request's attempt, response and buffers survived young-generation GCs into the old generation
- * (about 550 KB promoted per scavenge at 500 requests/s against 10 KB without, and scavenge pauses
- * of 1.5–3.5 against 0.6–1.1 ms; --trace-gc-nvp, the rest of the router unchanged).
+ * One attempt: its single timer and its settlement, which the relay borrows as its
+ * {@link AttemptControl}; the handler of its engine request (undici's dispatch calls it with the
+ * request's start, the answer's status and headers, each chunk, the end or an error); and the engine's
+ * response as the relay sees it ({@link EngineResponse}).
+ *
+ * Its function-valued fields are set once, in the constructor, and never given another function: with
+ * `resolve` replaced after construction by a closure over the client's response, every request's
+ * attempt, response and buffers survived young-generation GCs into the old generation (about 550 KB
+ * promoted per scavenge at 500 requests/s against 10 KB without, and scavenge pauses of 1.5–3.5
+ * against 0.6–1.1 ms; --trace-gc-nvp, the rest of the router unchanged).
  */
-class Attempt implements AttemptControl {
+class Attempt implements AttemptControl, Dispatcher.DispatchHandler, EngineResponse {
   settled = false;
-  proxyReq?: ClientRequest;
+  /** The request went out on a connection (undici's `onRequestStart`): the connect timeout is moot. */
+  private started = false;
+  /** The engine's answer ended, failed or was cancelled: there is no request left to cancel. */
+  private over = false;
+  private controller: Dispatcher.DispatchController | undefined = undefined;
+  headers: IncomingHttpHeaders = NO_HEADERS;
+  /** Where a 2xx body goes (relay.ts), from the answer's headers on. */
+  private sink: BodySink | undefined = undefined;
+  /** An error answer's body, read here (bounded), from its headers on. */
+  private errorBody: { status: number; chunks: Buffer[]; size: number } | undefined = undefined;
   private timer: unknown;
+  /** When the first byte is due: the attempt's start plus `firstByteMs`, or the deadline. */
+  private readonly firstByteDue: number;
 
   constructor(
     readonly spec: AttemptSpec,
     private readonly resolve: (result: AttemptResult) => void,
     private readonly scheduler: Scheduler,
+    private readonly clock: Clock,
     /** The client's response, and the 'close' listener this attempt keeps on it until it settles. */
     private readonly res: ServerResponse,
     private readonly onClientClose: () => void,
-  ) {}
+  ) {
+    this.firstByteDue = Math.min(clock.now() + spec.timeouts.firstByteMs, spec.deadline);
+  }
 
   arm(ms: number, onTimeout: () => void): void {
     this.disarm();
@@ -119,13 +154,155 @@ class Attempt implements AttemptControl {
     this.res.off('close', this.onClientClose);
     this.resolve(result);
   }
+
+  /** Settles the attempt (once) and cancels its engine request. */
+  fail(result: AttemptResult): void {
+    if (this.settled) return;
+    this.settle(result);
+    this.destroy();
+  }
+
+  /**
+   * One timer until the first byte: it fires at the connect timeout or when the first byte is due,
+   * whichever is sooner. At the connect timeout with the request out on a connection it is set again
+   * for the first byte: a request on a kept-alive connection, the usual case, costs one timer.
+   */
+  armStart(): void {
+    const now = this.clock.now();
+    const connectDue = now + this.spec.timeouts.connectMs;
+    if (connectDue < this.firstByteDue) this.arm(connectDue - now, this.connectTimeout);
+    else this.arm(this.firstByteDue - now, this.firstByteTimeout);
+  }
+
+  private readonly connectTimeout = (): void => {
+    if (!this.started) {
+      this.fail({ kind: 'failed', reason: 'connect_timeout', detail: `no connection within ${this.spec.timeouts.connectMs} ms` });
+      return;
+    }
+    this.arm(this.firstByteDue - this.clock.now(), this.firstByteTimeout);
+  };
+
+  private readonly firstByteTimeout = (): void => {
+    const deadline = this.clock.now() >= this.spec.deadline;
+    this.fail({ kind: 'failed', reason: deadline ? 'deadline' : 'first_byte_timeout', detail: deadline ? 'total timeout' : `no response within ${this.spec.timeouts.firstByteMs} ms` });
+  };
+
+  // EngineResponse: the engine's answer, as the relay holds it
+
+  get paused(): boolean {
+    return this.controller?.paused === true;
+  }
+
+  pause(): void {
+    this.controller?.pause();
+  }
+
+  resume(): void {
+    this.controller?.resume();
+  }
+
+  /** Cancels the engine's request: now if it started, else as soon as it does. */
+  destroy(): void {
+    if (this.over) return;
+    this.over = true;
+    this.controller?.abort(CANCELLED);
+  }
+
+  // undici's dispatch handler
+
+  onRequestStart(controller: Dispatcher.DispatchController): void {
+    this.controller = controller;
+    this.started = true;
+    if (this.over) controller.abort(CANCELLED); // settled while the connection was being made
+  }
+
+  onResponseStart(controller: Dispatcher.DispatchController, status: number, headers: IncomingHttpHeaders): void {
+    if (status < 200) return; // an informational answer (100 Continue): the real one follows
+    passed(this.res, 'responded');
+    if (this.settled) {
+      this.destroy();
+      return;
+    }
+    this.controller = controller;
+    this.headers = nodeHeaders(headers);
+    if (status >= 300) {
+      this.errorBody = { status, chunks: [], size: 0 };
+      this.arm(Math.min(this.spec.timeouts.idleMs, this.spec.deadline - this.clock.now()), () => this.fail({ kind: 'failed', reason: 'reset', detail: 'error body stalled' }));
+    } else {
+      this.sink = relayResponse(this.spec, this, this.res, status, this, this.clock);
+    }
+  }
+
+  onResponseData(_controller: Dispatcher.DispatchController, chunk: Buffer): void {
+    if (this.sink !== undefined) this.sink.data(chunk);
+    else if (this.errorBody !== undefined && this.errorBody.size < MAX_ERROR_BODY_BYTES) {
+      this.errorBody.chunks.push(chunk);
+      this.errorBody.size += chunk.length;
+    }
+  }
+
+  onResponseEnd(): void {
+    this.over = true;
+    if (this.sink !== undefined) this.sink.end();
+    else if (this.errorBody !== undefined) {
+      const { status, chunks } = this.errorBody;
+      this.settle({
+        kind: 'upstream_error',
+        status,
+        error: normaliseUpstreamError(status, Buffer.concat(chunks).subarray(0, MAX_ERROR_BODY_BYTES)),
+        headers: retryHeaders(this.headers),
+        retryAfterMs: retryAfterMs(this.headers),
+      });
+    }
+  }
+
+  onResponseError(_controller: Dispatcher.DispatchController, err: Error): void {
+    if (this.over) return; // cancelled by the router, which has dealt with the attempt already
+    this.over = true;
+    if (this.sink !== undefined) this.sink.broken();
+    else if (this.errorBody !== undefined) this.settle({ kind: 'failed', reason: 'reset', detail: 'the connection closed while the error body was read' });
+    else if (!this.settled) this.settle({ kind: 'failed', ...failureOf(err) });
+  }
 }
 
-/** 'close' decides what a response's error means. */
-const ignore = (): void => undefined;
+/**
+ * A response's headers as Node's client gives them, which is what the rest of the router reads: a
+ * name undici saw more than once comes as a list, which Node joins with ", " ("; " for `cookie`), keeping
+ * the first for the headers that may appear once and `set-cookie` as a list.
+ */
+function nodeHeaders(headers: IncomingHttpHeaders): IncomingHttpHeaders {
+  for (const name in headers) {
+    const value = headers[name];
+    if (!Array.isArray(value) || name === 'set-cookie') continue;
+    headers[name] = SINGLE_VALUED.has(name) ? value[0] : value.join(name === 'cookie' ? '; ' : ', ');
+  }
+  return headers;
+}
+
+/** Headers Node's client keeps the first of when an answer repeats them (`IncomingMessage.headers`). */
+const SINGLE_VALUED: ReadonlySet<string> = new Set([
+  'age',
+  'authorization',
+  'content-length',
+  'content-type',
+  'etag',
+  'expires',
+  'from',
+  'host',
+  'if-modified-since',
+  'if-unmodified-since',
+  'last-modified',
+  'location',
+  'max-forwards',
+  'proxy-authorization',
+  'referer',
+  'retry-after',
+  'server',
+  'user-agent',
+]);
 
 /** Retry-After (seconds or HTTP date) or retry-after-ms, in ms. */
-export function retryAfterMs(headers: IncomingMessage['headers'], now = Date.now()): number | undefined {
+export function retryAfterMs(headers: IncomingHttpHeaders, now = Date.now()): number | undefined {
   const ms = Number(headers['retry-after-ms']);
   if (headers['retry-after-ms'] !== undefined && Number.isFinite(ms) && ms >= 0) return ms;
   const raw = headers['retry-after'];
@@ -136,9 +313,19 @@ export function retryAfterMs(headers: IncomingMessage['headers'], now = Date.now
   return Number.isFinite(date) ? Math.max(0, date - now) : undefined;
 }
 
+/** Where an endpoint's requests go: its origin, and the base path its requests' paths go under. */
+interface Target {
+  origin: string;
+  base: string;
+  host: string;
+}
+
 export class Forwarder {
+  /** Per endpoint URL (an endpoint's URL is one object for its life). */
+  private readonly targets = new WeakMap<URL, Target>();
+
   constructor(
-    private readonly agent: Agent,
+    private readonly agent: EngineAgent,
     private readonly clock: Clock,
     private readonly scheduler: Scheduler = systemScheduler,
   ) {}
@@ -147,100 +334,34 @@ export class Forwarder {
   attempt(_req: IncomingMessage, res: ServerResponse, spec: AttemptSpec): Promise<AttemptResult> {
     if (res.destroyed || res.writableEnded) return Promise.resolve({ kind: 'client_gone' });
     return new Promise<AttemptResult>((resolve) => {
-      const onClose = (): void => this.fail(attempt, { kind: 'client_gone' });
-      const attempt = new Attempt(spec, resolve, this.scheduler, res, onClose);
+      const onClose = (): void => attempt.fail({ kind: 'client_gone' });
+      const attempt = new Attempt(spec, resolve, this.scheduler, this.clock, res, onClose);
       res.once('close', onClose);
-      attempt.arm(Math.min(spec.timeouts.firstByteMs, spec.deadline - this.clock.now()), () => this.firstByteTimeout(attempt));
+      attempt.armStart();
       this.send(attempt, res);
     });
   }
 
-  /** The request leg: the endpoint's address and base path, the spec's path, host, headers and body. */
+  /** The request leg: the endpoint's origin and base path, the spec's path, host, headers and body. */
   private send(attempt: Attempt, res: ServerResponse): void {
-    const { endpoint, path, headers, body, timeouts } = attempt.spec;
-    const url = endpoint.url;
-    const base = url.pathname === '/' ? '' : url.pathname.replace(/\/$/, '');
-    const proxyReq = http.request({
-      hostname: url.hostname.startsWith('[') ? url.hostname.slice(1, -1) : url.hostname,
-      port: url.port,
-      method: 'POST',
-      path: base + path,
-      headers: requestHeaders(url.host, headers, body.length),
-      agent: this.agent,
-    });
-    attempt.proxyReq = proxyReq;
-    proxyReq.on('response', (proxyRes: IncomingMessage) => this.responded(attempt, proxyRes, res));
-    proxyReq.on('error', (err: Error) => this.errored(attempt, err));
-    proxyReq.once('socket', (socket) => {
-      if (!socket.connecting) return;
-      const timer = this.scheduler.setTimeout(() => this.fail(attempt, { kind: 'failed', reason: 'connect_timeout', detail: `no connection within ${timeouts.connectMs} ms` }), timeouts.connectMs);
-      // Both listeners go once either fires: a 'close' listener left on a kept-alive socket held this
-      // attempt (its request, response and buffers) for as long as the connection lived.
-      const settled = (): void => {
-        this.scheduler.clearTimeout(timer);
-        socket.off('connect', settled);
-        socket.off('close', settled);
-      };
-      socket.on('connect', settled);
-      socket.on('close', settled);
-    });
-    proxyReq.end(body);
+    const { endpoint, path, headers, body } = attempt.spec;
+    const target = this.target(endpoint.url);
+    try {
+      this.agent.dispatch({ origin: target.origin, method: 'POST', path: target.base + path, headers: requestHeaders(target.host, headers, body.length), body }, attempt);
+    } catch (err) {
+      // undici refuses the request before it is queued (a header it will not send): nothing went out
+      attempt.settle({ kind: 'failed', reason: 'connect', detail: (err as Error).message });
+    }
     passed(res, 'sent');
   }
 
-  private firstByteTimeout(attempt: Attempt): void {
-    const deadline = this.clock.now() >= attempt.spec.deadline;
-    this.fail(attempt, { kind: 'failed', reason: deadline ? 'deadline' : 'first_byte_timeout', detail: deadline ? 'total timeout' : `no response within ${attempt.spec.timeouts.firstByteMs} ms` });
-  }
-
-  /** Settles the attempt (once) and tears its upstream request down. */
-  private fail(attempt: Attempt, result: AttemptResult): void {
-    if (attempt.settled) return;
-    attempt.proxyReq?.destroy();
-    attempt.settle(result);
-  }
-
-  private errored(attempt: Attempt, err: Error): void {
-    if (attempt.settled) return;
-    const code = (err as NodeJS.ErrnoException).code;
-    const reused = attempt.proxyReq?.reusedSocket === true;
-    const reason: FailureReason = code === 'ECONNREFUSED' || code === 'EHOSTUNREACH' || code === 'ENOTFOUND' ? 'connect' : 'reset';
-    attempt.settle({ kind: 'failed', reason, detail: `${code ?? err.message}${reused ? ' on a reused connection' : ''}` });
-  }
-
-  private responded(attempt: Attempt, proxyRes: IncomingMessage, res: ServerResponse): void {
-    passed(res, 'responded');
-    if (attempt.settled) {
-      proxyRes.destroy();
-      return;
+  private target(url: URL): Target {
+    let target = this.targets.get(url);
+    if (target === undefined) {
+      target = { origin: url.origin, base: url.pathname === '/' ? '' : url.pathname.replace(/\/$/, ''), host: url.host };
+      this.targets.set(url, target);
     }
-    proxyRes.on('error', ignore);
-    const status = proxyRes.statusCode ?? 502;
-    if (status < 200 || status >= 300) this.readError(attempt, proxyRes, status);
-    else relayResponse(attempt.spec, proxyRes, res, status, attempt, this.clock);
-  }
-
-  private readError(attempt: Attempt, proxyRes: IncomingMessage, status: number): void {
-    const chunks: Buffer[] = [];
-    let size = 0;
-    attempt.arm(Math.min(attempt.spec.timeouts.idleMs, attempt.spec.deadline - this.clock.now()), () => this.fail(attempt, { kind: 'failed', reason: 'reset', detail: 'error body stalled' }));
-    proxyRes.on('data', (chunk: Buffer) => {
-      if (size >= MAX_ERROR_BODY_BYTES) return;
-      chunks.push(chunk);
-      size += chunk.length;
-    });
-    proxyRes.on('end', () => {
-      attempt.settle({
-        kind: 'upstream_error',
-        status,
-        error: normaliseUpstreamError(status, Buffer.concat(chunks).subarray(0, MAX_ERROR_BODY_BYTES)),
-        headers: retryHeaders(proxyRes.headers),
-        retryAfterMs: retryAfterMs(proxyRes.headers),
-      });
-    });
-    proxyRes.on('close', () => {
-      if (!proxyRes.complete) attempt.settle({ kind: 'failed', reason: 'reset', detail: 'the connection closed while the error body was read' });
-    });
+    return target;
   }
 }
 

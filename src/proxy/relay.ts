@@ -13,7 +13,7 @@
  *   nothing is written then, and the client is on an event boundary. A `continues` attempt appends
  *   to a response an earlier attempt committed.
  */
-import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { IncomingHttpHeaders, ServerResponse } from 'node:http';
 import { RouterError, streamErrorEvent } from '../core/errors.js';
 import { type Clock } from '../core/clock.js';
 import { passed } from '../core/phases.js';
@@ -28,6 +28,25 @@ export interface AttemptControl {
   disarm(): void;
   /** Settles the attempt: committed at the first byte, or failed before it. */
   settle(result: AttemptResult): void;
+}
+
+/** The engine's 2xx answer as the relay holds it (the forwarder's attempt). */
+export interface EngineResponse {
+  readonly headers: IncomingHttpHeaders;
+  /** The engine's body is not being read (backpressure from the client). */
+  readonly paused: boolean;
+  pause(): void;
+  resume(): void;
+  /** Cancels the engine's request: nothing more of its body comes (and no `broken()` for it). */
+  destroy(): void;
+}
+
+/** What the forwarder hands the relay of the engine's body: each chunk, its end, or its break. */
+export interface BodySink {
+  data(chunk: Buffer): void;
+  end(): void;
+  /** The body stopped before its end: the connection broke. */
+  broken(): void;
 }
 
 export type BrokenEnd = Exclude<StreamEnd, 'complete' | 'client_gone' | 'client_stalled'>;
@@ -47,13 +66,13 @@ function isEventStream(contentType: string | undefined): boolean {
   return contentType?.toLowerCase().startsWith('text/event-stream') ?? false;
 }
 
-export function relayResponse(spec: AttemptSpec, proxyRes: IncomingMessage, res: ServerResponse, status: number, control: AttemptControl, clock: Clock): void {
+export function relayResponse(spec: AttemptSpec, proxyRes: EngineResponse, res: ServerResponse, status: number, control: AttemptControl, clock: Clock): BodySink {
   const tap = isEventStream(proxyRes.headers['content-type']) ? new SseTap() : undefined;
   if (spec.continues && !tap) {
     // the client is mid-stream: a body that is not an event stream cannot be appended to it
     proxyRes.destroy();
     control.settle({ kind: 'failed', reason: 'reset', detail: `the continuation answered ${proxyRes.headers['content-type'] ?? 'without a content type'}, not an event stream` });
-    return;
+    return IGNORED;
   }
   const wholeEvents = spec.stripUsageChunk === true || spec.rewrite !== undefined;
   let bytes = 0;
@@ -109,8 +128,8 @@ export function relayResponse(spec: AttemptSpec, proxyRes: IncomingMessage, res:
     control.settle({ kind: 'committed', status, done });
     res.once('close', () => {
       if (!res.writableFinished) {
-        proxyRes.destroy();
         finish('client_gone');
+        proxyRes.destroy();
       }
     });
   };
@@ -137,7 +156,7 @@ export function relayResponse(spec: AttemptSpec, proxyRes: IncomingMessage, res:
       res.socket?.uncork();
       passed(res, 'first_byte');
     }
-    if (flowing || proxyRes.isPaused()) return;
+    if (flowing || proxyRes.paused) return;
     proxyRes.pause();
     idleSet = false;
     control.arm(left(spec.timeouts.clientStallMs), stalled);
@@ -146,7 +165,7 @@ export function relayResponse(spec: AttemptSpec, proxyRes: IncomingMessage, res:
       proxyRes.resume();
     });
   };
-  proxyRes.on('data', (chunk: Buffer) => {
+  const data = (chunk: Buffer): void => {
     if (!committed) commit();
     bytes += chunk.length;
     idle();
@@ -182,8 +201,8 @@ export function relayResponse(spec: AttemptSpec, proxyRes: IncomingMessage, res:
       const at = clock.now(); // the chunk's events were read together: one reading of the clock for all
       for (const segment of segments) if (segment.event) observe.event(segment.event, at);
     }
-  });
-  proxyRes.on('end', () => {
+  };
+  const end = (): void => {
     if (!committed) commit(); // an empty 2xx body
     if (tap && spec.resumable?.cut()) {
       finish('upstream_broken'); // an error event the rewrite held back: the caller goes on elsewhere, or ends the stream
@@ -196,10 +215,13 @@ export function relayResponse(spec: AttemptSpec, proxyRes: IncomingMessage, res:
     if (!tap) spec.observe?.bodyEnd();
     if (!res.writableEnded) res.end();
     finish('complete');
-  });
-  proxyRes.on('close', () => {
-    if (proxyRes.complete) return;
+  };
+  const broken = (): void => {
     if (!committed) control.settle({ kind: 'failed', reason: 'reset', detail: 'the connection closed before the first byte' });
     else endBroken('upstream_broken');
-  });
+  };
+  return { data, end, broken };
 }
+
+/** The sink of an answer the relay turned down: its body is not wanted. */
+const IGNORED: BodySink = { data: () => undefined, end: () => undefined, broken: () => undefined };

@@ -6,9 +6,13 @@
 import { afterEach, describe, expect, it } from '@jest/globals';
 import http, { type IncomingMessage, type ServerResponse } from 'node:http';
 import { type AddressInfo, type Socket } from 'node:net';
+import { setFlagsFromString } from 'node:v8';
+import { runInNewContext } from 'node:vm';
 import { type Endpoint } from '../../src/core/types.js';
+import { createEngineAgent, type EngineAgent } from '../../src/proxy/engine-agent.js';
 import { Forwarder, type AttemptResult, type AttemptSpec } from '../../src/proxy/forwarder.js';
 import { type SseSegment } from '../../src/proxy/sse-tap.js';
+import type { Dispatcher } from 'undici';
 import { FakeTime } from '../helpers/fake-time.js';
 import { rawRequest, sseData, type RawResponse } from '../helpers/http.js';
 import { waitFor } from '../helpers/sim.js';
@@ -37,41 +41,36 @@ async function oneAttempt(
   spec: Partial<AttemptSpec> = {},
   /** Sees the client's response before the attempt starts. */
   onResponse?: (res: ServerResponse) => void,
-): Promise<{ url: string; results: AttemptResult[]; agent: http.Agent }> {
-  const agent = new http.Agent({ keepAlive: true });
-  closers.push(() => Promise.resolve(agent.destroy()));
+): Promise<{ url: string; results: AttemptResult[]; agent: EngineAgent; specs: Array<WeakRef<AttemptSpec>> }> {
+  const agent = createEngineAgent();
+  closers.push(() => agent.destroy());
   const forwarder = new Forwarder(agent, time, time);
   const results: AttemptResult[] = [];
+  const specs: Array<WeakRef<AttemptSpec>> = [];
   const endpoint: Endpoint = { id: 'e1', pool: 'p', url: new URL(upstream), weight: 1 };
   const url = await listen((req: IncomingMessage, res: ServerResponse) => {
     req.resume();
     onResponse?.(res);
     req.once('end', () => {
-      void forwarder
-        .attempt(req, res, {
-          endpoint,
-          body: Buffer.from('{"model":"m"}'),
-          path: '/v1/chat/completions',
-          headers: { 'content-type': 'application/json', 'x-request-id': 'r1' },
-          requestId: 'r1',
-          timeouts: TIMEOUTS,
-          deadline: time.now() + 60_000,
-          ...spec,
-        })
-        .then(async (result) => {
-          results.push(result);
-          if (result.kind === 'committed') await result.done;
-          else if (!res.headersSent) res.writeHead(599).end(result.kind); // the test router's own answer
-        });
+      const full: AttemptSpec = {
+        endpoint,
+        body: Buffer.from('{"model":"m"}'),
+        path: '/v1/chat/completions',
+        headers: { 'content-type': 'application/json', 'x-request-id': 'r1' },
+        requestId: 'r1',
+        timeouts: TIMEOUTS,
+        deadline: time.now() + 60_000,
+        ...spec,
+      };
+      specs.push(new WeakRef(full));
+      void forwarder.attempt(req, res, full).then(async (result) => {
+        results.push(result);
+        if (result.kind === 'committed') await result.done;
+        else if (!res.headersSent) res.writeHead(599).end(result.kind); // the test router's own answer
+      });
     });
   });
-  return { url, results, agent };
-}
-
-/** The kept-alive sockets of an agent, once the request that used one has let it go. */
-async function freeSockets(agent: http.Agent): Promise<Socket[]> {
-  await waitFor(() => Object.values(agent.freeSockets).flat().length > 0, 'a kept-alive socket');
-  return Object.values(agent.freeSockets).flat() as Socket[];
+  return { url, results, agent, specs };
 }
 
 /**
@@ -118,25 +117,89 @@ describe('Forwarder.attempt', () => {
     expect(results.map((r) => r.kind)).toEqual(['committed']);
   });
 
-  it('leaves no listener on the kept-alive connection it opened (it held the attempt, its request and response, while the connection lived)', async () => {
+  it('lets go of the attempt once it ended, while its kept-alive connection to the engine lives on', async () => {
+    const engineSockets = new Set<Socket>();
     const upstream = await listen((req, res) => {
+      engineSockets.add(req.socket);
       req.resume();
       req.on('end', () => res.writeHead(200, { 'content-type': 'application/json' }).end('{"ok":true}'));
     });
     const time = new FakeTime();
-    const { url, agent } = await oneAttempt(upstream, time);
-    expect((await send(url, time)).status).toBe(200);
-    const [ours] = await freeSockets(agent);
-    // the same exchange through Node's client alone, on an agent of its own
-    const plain = new http.Agent({ keepAlive: true });
-    closers.push(() => Promise.resolve(plain.destroy()));
-    await new Promise<void>((resolve, reject) => {
-      const req = http.request(`${upstream}/v1/chat/completions`, { method: 'POST', agent: plain }, (res) => res.resume().on('end', resolve));
-      req.on('error', reject);
-      req.end('{}');
+    const { url, specs } = await oneAttempt(upstream, time);
+    for (let i = 0; i < 3; i++) expect((await send(url, time)).status).toBe(200);
+    // one connection, kept alive and open
+    expect([...engineSockets].map((s) => s.destroyed)).toEqual([false]);
+    setFlagsFromString('--expose-gc');
+    const gc = runInNewContext('gc') as () => void;
+    // the attempt holds its spec (and the spec its body) for as long as anything holds the attempt
+    await waitFor(() => {
+      gc();
+      return specs.every((ref) => ref.deref() === undefined);
+    }, 'every ended attempt collected');
+    expect([...engineSockets].map((s) => s.destroyed)).toEqual([false]);
+  });
+
+  // The connect and first-byte timeouts share one timer: an engine client that never hands the request
+  // a connection, and one that does at once but never answers (a fake client: no real connection is slow on loopback).
+  it.each([
+    ['no connection comes', false, 'connect_timeout', TIMEOUTS.connectMs],
+    ['the request went out on a connection, and no answer comes', true, 'first_byte_timeout', TIMEOUTS.firstByteMs],
+  ] as const)('times an attempt out when %s, and cancels its request (once it starts, if it has not)', async (_name, startsAtOnce, reason, at) => {
+    const aborted: Error[] = [];
+    let handler: Dispatcher.DispatchHandler | undefined;
+    const controller = { aborted: false, paused: false, reason: null, abort: (err: Error) => void aborted.push(err), pause: () => undefined, resume: () => undefined };
+    const fake: EngineAgent = {
+      dispatch: (_opts, h) => {
+        handler = h;
+        if (startsAtOnce) h.onRequestStart?.(controller, {});
+        return true;
+      },
+      destroy: () => Promise.resolve(),
+    } as EngineAgent;
+    const time = new FakeTime();
+    const forwarder = new Forwarder(fake, time, time);
+    const url = await listen((req, res) => {
+      req.resume();
+      req.once('end', () => {
+        void forwarder
+          .attempt(req, res, {
+            endpoint: { id: 'e1', pool: 'p', url: new URL('http://127.0.0.1:9/'), weight: 1 },
+            body: Buffer.from('{}'),
+            path: '/v1/x',
+            headers: {},
+            requestId: 'r1',
+            timeouts: TIMEOUTS,
+            deadline: 60_000,
+          })
+          .then((result) => res.writeHead(599).end(JSON.stringify(result)));
+      });
     });
-    const [theirs] = await freeSockets(plain);
-    for (const event of ['close', 'connect', 'end', 'error', 'timeout']) expect([event, ours?.listenerCount(event)]).toEqual([event, theirs?.listenerCount(event)]);
+    const res = await send(url, time, () => handler !== undefined);
+    expect(JSON.parse(res.body)).toMatchObject({ kind: 'failed', reason });
+    expect(time.now()).toBe(at);
+    if (!startsAtOnce) {
+      expect(aborted).toEqual([]); // nothing to cancel yet
+      handler?.onRequestStart?.(controller, {}); // the connection comes after all
+    }
+    expect(aborted).toHaveLength(1);
+  });
+
+  it('reads an answer that repeats a header as Node does: the first content type, other names joined', async () => {
+    const upstream = await listen((req, res) => {
+      req.resume();
+      req.on('end', () => {
+        res.setHeader('content-type', ['text/event-stream', 'text/plain']);
+        res.setHeader('x-engine', ['a', 'b']);
+        res.writeHead(200).end('data: {"choices":[{"delta":{"content":"hi"}}]}\n\ndata: [DONE]\n\n');
+      });
+    });
+    const time = new FakeTime();
+    const { url } = await oneAttempt(upstream, time, { stripUsageChunk: true });
+    const res = await send(url, time);
+    expect(res.status).toBe(200);
+    expect(res.headers['content-type']).toBe('text/event-stream');
+    expect(res.headers['x-engine']).toBe('a, b');
+    expect(sseData(res.body)).toEqual(['{"choices":[{"delta":{"content":"hi"}}]}', '[DONE]']);
   });
 
   it('fails with first_byte_timeout when the engine says nothing, and cancels the engine’s request', async () => {

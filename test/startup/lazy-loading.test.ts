@@ -99,6 +99,7 @@ describe('a static-mode router, after answering requests', () => {
       '/dist/main.js',
       '/dist/wiring/static-discovery.js',
       '/dist/proxy/forwarder.js',
+      '/node_modules/undici/lib/dispatcher/agent.js',
       '/node_modules/prom-client/',
       '/dist/api/precompiled-validators-request.cjs',
       'node-internal:NativeModule http',
@@ -133,7 +134,11 @@ describe('a static-mode router, after answering requests', () => {
     ["ajv's schema compiler", '/node_modules/ajv/dist/ajv.js'],
     ["ajv's code generator", '/node_modules/ajv/dist/compile/'],
     // an ESM import of node:http reads its lazy WebSocket exports, which load Node's fetch (src/core/node-http.ts)
-    ["Node's fetch implementation (undici)", 'undici'],
+    ["Node's fetch implementation (its own undici)", 'internal/deps/undici'],
+    // the engine client is undici's dispatcher alone (src/proxy/engine-agent.ts): not the package's entry point, which loads all of it
+    ["undici's entry point", '/node_modules/undici/index.js'],
+    ["undici's fetch, WebSocket, cache and the rest of its web APIs", '/node_modules/undici/lib/web/'],
+    ["undici's mocks", '/node_modules/undici/lib/mock/'],
   ])('never loaded %s', (_what, path) => {
     expect(loaded.filter((url) => url.includes(path))).toEqual([]);
   });
