@@ -155,7 +155,7 @@ describe('Forwarder.attempt', () => {
         return true;
       },
       destroy: () => Promise.resolve(),
-    } as EngineAgent;
+    };
     const time = new FakeTime();
     const forwarder = new Forwarder(fake, time, time);
     const url = await listen((req, res) => {
