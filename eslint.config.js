@@ -24,6 +24,16 @@ export default tseslint.config(
       'no-restricted-syntax': [
         'error',
         { selector: "ImportDeclaration[source.value='node:http'][importKind!='type']", message: "Take http from src/core/node-http.ts; for types write `import type { … } from 'node:http'`." },
+        // prom-client's entry point loads its Pushgateway (node:https, node:tls) and cluster aggregator
+        {
+          selector: "ImportDeclaration[source.value='prom-client'][importKind!='type']",
+          message: "Take prom-client's classes from src/metrics/prom.ts; for types write `import type { … } from 'prom-client'`.",
+        },
+        // node:https loads node:tls (2 MiB): only an https engine URL should load it
+        {
+          selector: "ImportDeclaration[source.value='node:https'][importKind!='type']",
+          message: "Take https from src/core/node-https.ts (loaded on first use); for types write `import type { … } from 'node:https'`.",
+        },
       ],
     },
   },

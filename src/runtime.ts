@@ -20,8 +20,14 @@ export const MIN_NODE = '22.19.0';
  *   a request's objects outlive scavenges, so sites of the request path were pretenured; afterwards,
  *   at 500 streams/s, each request left its objects in the old generation: 30–40% of its growth
  *   (205–241 → 143 KB/s), so full collections, 5–9 ms pauses, came that much more often.
+ * - `--liftoff-only`: WebAssembly runs as V8's baseline (Liftoff) code, never recompiled by TurboFan.
+ *   The router's only WebAssembly is the engine client's HTTP response parser (undici's llhttp,
+ *   src/proxy/engine-agent.ts). Its optimising recompile, a few requests in, ran on a V8 helper thread
+ *   whose allocator kept the 9.4 MiB it used: idle RSS after 10 requests was 98–100 MiB with it and
+ *   89–90 without, and closed-loop CPU a request was no higher without it (139–173 against 148–174 µs,
+ *   four alternated rounds).
  */
-export const ROUTER_V8_FLAGS: readonly string[] = ['--max-semi-space-size=4', '--no-parallel-scavenge', '--no-allocation-site-pretenuring'];
+export const ROUTER_V8_FLAGS: readonly string[] = ['--max-semi-space-size=4', '--no-parallel-scavenge', '--no-allocation-site-pretenuring', '--liftoff-only'];
 
 /** Commands that run a router and so get {@link ROUTER_V8_FLAGS}. */
 const ROUTER_COMMANDS = new Set(['serve', 'demo']);

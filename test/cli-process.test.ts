@@ -91,7 +91,7 @@ describe('the Node version check', () => {
 describe('modelgate serve', () => {
   it('re-executes itself in place with the router’s V8 flags', async () => {
     const { pid, argv, api, stop } = await serve(await config('plain.json', {}), process.env);
-    expect(argv).toEqual(expect.arrayContaining(['--max-semi-space-size=4', '--no-parallel-scavenge', '--no-allocation-site-pretenuring']));
+    expect(argv).toEqual(expect.arrayContaining(['--max-semi-space-size=4', '--no-parallel-scavenge', '--no-allocation-site-pretenuring', '--liftoff-only']));
     expect(argv.slice(-3)).toEqual(['serve', '--config', join(dir, 'plain.json')]);
     expect(api).toMatch(/^http:\/\/127\.0\.0\.1:\d+$/);
     expect(pid).toBeGreaterThan(0); // the same process the signal goes to

@@ -27,7 +27,7 @@ describe('unsupportedNode', () => {
 });
 
 describe('routerNodeFlags', () => {
-  const ALL = ['--max-semi-space-size=4', '--no-parallel-scavenge', '--no-allocation-site-pretenuring'];
+  const ALL = ['--max-semi-space-size=4', '--no-parallel-scavenge', '--no-allocation-site-pretenuring', '--liftoff-only'];
 
   it('gives serve and demo the GC flags, other commands nothing', () => {
     expect(routerNodeFlags('serve', [], undefined)).toEqual(ALL);
@@ -42,8 +42,8 @@ describe('routerNodeFlags', () => {
   });
 
   it('leaves a boolean flag the user set either way: --x and --no-x are one flag', () => {
-    expect(routerNodeFlags('serve', ['--parallel-scavenge'], undefined)).toEqual(['--max-semi-space-size=4', '--no-allocation-site-pretenuring']);
-    expect(routerNodeFlags('serve', [], '--no_allocation_site_pretenuring')).toEqual(['--max-semi-space-size=4', '--no-parallel-scavenge']);
-    expect(routerNodeFlags('serve', ['--allocation-site-pretenuring', '--no-parallel-scavenge', '--max-semi-space-size=2'], undefined)).toEqual([]);
+    expect(routerNodeFlags('serve', ['--parallel-scavenge'], undefined)).toEqual(['--max-semi-space-size=4', '--no-allocation-site-pretenuring', '--liftoff-only']);
+    expect(routerNodeFlags('serve', [], '--no_allocation_site_pretenuring')).toEqual(['--max-semi-space-size=4', '--no-parallel-scavenge', '--liftoff-only']);
+    expect(routerNodeFlags('serve', ['--allocation-site-pretenuring', '--no-parallel-scavenge', '--max-semi-space-size=2', '--no-liftoff-only'], undefined)).toEqual([]);
   });
 });

@@ -5,7 +5,8 @@
  */
 import http from '../core/node-http.js';
 import type { Agent } from 'node:http';
-import https from 'node:https';
+import type https from 'node:https';
+import { nodeHttps } from '../core/node-https.js';
 
 /** GETs `url`; rejects on a connection error, after `timeoutMs`, or when `signal` aborts. */
 export type FetchText = (url: URL, timeoutMs: number, signal?: AbortSignal) => Promise<{ status: number; text: string }>;
@@ -34,15 +35,18 @@ export interface MetricsFetcher {
 export function createMetricsFetcher(maxBytes = MAX_METRICS_BYTES): MetricsFetcher {
   // Few sockets per replica: scrapes of one replica never overlap, the second is for a racing close.
   const options = { keepAlive: true, maxSockets: 2, maxFreeSockets: 1 };
-  const agents = { http: new http.Agent(options), https: new https.Agent(options) };
+  const plain = new http.Agent(options);
+  let tls: Agent | undefined; // node:https loads with the first https replica (src/core/node-https.ts)
   return {
     fetchText: (url, timeoutMs, signal) => {
-      const tls = url.protocol === 'https:';
-      return get(tls ? https : http, tls ? agents.https : agents.http, url, timeoutMs, maxBytes, signal);
+      if (url.protocol !== 'https:') return get(http, plain, url, timeoutMs, maxBytes, signal);
+      const client = nodeHttps();
+      tls ??= new client.Agent(options);
+      return get(client, tls, url, timeoutMs, maxBytes, signal);
     },
     close: () => {
-      agents.http.destroy();
-      agents.https.destroy();
+      plain.destroy();
+      tls?.destroy();
     },
   };
 }

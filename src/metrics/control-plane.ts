@@ -2,7 +2,8 @@
  * What the router learns off the request path: reloads of the API keys file and, in Kubernetes
  * mode, watch events, watch restarts and health, status writes and which replica holds the lease.
  */
-import { Counter, Gauge, type Registry } from 'prom-client';
+import { Counter, Gauge } from './prom.js';
+import type { Registry } from 'prom-client';
 import { DISCOVERY_EVENT_TYPES, STATUS_KINDS, WATCHED_KINDS, WRITE_RESULTS } from './labels.js';
 
 /** Live state the watch and lease gauges read at scrape time; absent outside Kubernetes mode. */

@@ -11,7 +11,8 @@
  * Besides `pool` (the pool's key: `namespace/name` in Kubernetes mode), the gauges carry `pool_namespace`
  * and `pool_name`: an HPA's label selector cannot match a value with a slash.
  */
-import { Counter, Gauge, type Registry } from 'prom-client';
+import { Counter, Gauge } from './prom.js';
+import type { Registry } from 'prom-client';
 import { type HoldEvent } from '../core/types.js';
 import { HOLD_EVENTS } from './labels.js';
 

@@ -16,7 +16,7 @@
  * exist at 0 before its first request (`RouterMetrics` seeds them before each scrape and removes a
  * deployment's when it leaves), so `rate()` sees the first event of each.
  */
-import { type Registry } from 'prom-client';
+import type { Registry } from 'prom-client';
 import { type Slo } from '../core/types.js';
 import { HotCounter } from './hot-counter.js';
 

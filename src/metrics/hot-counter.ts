@@ -22,7 +22,8 @@
  * Label values are the cells' keys, so a label takes its values as one type (the status code always
  * as a number, say); the label objects given to prom-client hold them as strings.
  */
-import { Counter, type Registry } from 'prom-client';
+import { Counter } from './prom.js';
+import type { Registry } from 'prom-client';
 
 type Value = string | number;
 /** One to four label values. */

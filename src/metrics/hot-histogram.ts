@@ -17,7 +17,8 @@
  * and `count`. A series leaves only through {@link HotHistogram.removeWhere}; nothing may reset the
  * histogram or remove a series behind this class's back (its record would no longer be read).
  */
-import { Histogram, type Registry } from 'prom-client';
+import { Histogram } from './prom.js';
+import type { Registry } from 'prom-client';
 
 /** prom-client's record of one series (lib/histogram.js `createBaseValues`). */
 interface SeriesRecord {

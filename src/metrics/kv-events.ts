@@ -6,7 +6,8 @@
  * to the engines' own (vLLM's `vllm:prefix_cache_hits_total / vllm:prefix_cache_queries_total`).
  * Labels are bounded: pool, event type, source, result.
  */
-import { Counter, Gauge, type Registry } from 'prom-client';
+import { Counter, Gauge } from './prom.js';
+import type { Registry } from 'prom-client';
 import { HotCounter } from './hot-counter.js';
 import { type PrefixSource } from './labels.js';
 

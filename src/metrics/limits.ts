@@ -4,7 +4,8 @@
  * Key names are the operator's (the keys file), so the set is bounded; still, a fleet with thousands
  * of keys leaves the per-key series off.
  */
-import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
+import { Counter, Gauge, Histogram } from './prom.js';
+import type { Registry } from 'prom-client';
 import { LIMIT_REASONS, REDIS_OPS, type LimitReason, type RedisOp } from './labels.js';
 
 /** What the limiter reports (limits/limiter.ts `LimiterEvents` is the same shape). */

@@ -6,7 +6,8 @@
  * see `RouterMetrics`. The labelled counters counted per request are `HotCounter`s (`hot-counter.ts`):
  * they count into cached cells and hand the sums to prom-client when it reads them.
  */
-import { type Counter, type Histogram, Registry } from 'prom-client';
+import { Registry } from './prom.js';
+import type { Counter, Histogram } from 'prom-client';
 import { type HotCounter } from './hot-counter.js';
 import { limitsMetrics, type LimitsRecorder } from './limits.js';
 import { demandMetrics, recordHold, seedHolds, type DemandMetrics, type PoolDemand } from './demand.js';

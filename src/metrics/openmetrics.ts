@@ -9,7 +9,7 @@
  * counter. So the one classic registry stays as it is, and this module renders the OpenMetrics text
  * from its documented `getMetricsAsJSON()`, which carries each histogram bucket's exemplar.
  */
-import { type Registry } from 'prom-client';
+import type { Registry } from 'prom-client';
 
 export const OPENMETRICS_CONTENT_TYPE = 'application/openmetrics-text; version=1.0.0; charset=utf-8';
 

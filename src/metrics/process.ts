@@ -25,7 +25,7 @@
  */
 import { readdir } from 'node:fs/promises';
 import { createRequire } from 'node:module';
-import { Gauge, Registry } from 'prom-client';
+import { Gauge, Registry } from './prom.js';
 
 /** Default series whose collection costs a walk over every open handle at each scrape. */
 export const PER_HANDLE_SERIES: readonly string[] = ['nodejs_active_handles', 'nodejs_active_handles_total', 'nodejs_active_resources', 'nodejs_active_resources_total', 'process_open_fds'];

@@ -3,7 +3,8 @@
  * its outcome, retries, fallbacks to the next pool, admission queue waits, limits and rejections,
  * and the state of each endpoint's circuit breaker.
  */
-import { Gauge, Histogram, type Registry } from 'prom-client';
+import { Gauge, Histogram } from './prom.js';
+import type { Registry } from 'prom-client';
 import { HotCounter } from './hot-counter.js';
 import { type AttemptOutcome, type RejectReason, type RetryReason } from './labels.js';
 

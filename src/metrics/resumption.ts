@@ -7,7 +7,7 @@
  * `RESUME_REASONS` (core). RouterMetrics seeds a deployment's series at 0 before each scrape while the
  * deployment has `resumeStreams`, and removes them when it leaves.
  */
-import { type Registry } from 'prom-client';
+import type { Registry } from 'prom-client';
 import { RESUME_REASONS, type ResumeReason, type ResumeResult } from '../core/types.js';
 import { HotCounter } from './hot-counter.js';
 

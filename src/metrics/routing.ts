@@ -3,7 +3,8 @@
  * in-flight count per endpoint (read at scrape time), the engines' own load samples and how their
  * scrapes went, and how often prefix affinity found a replica that likely had the prompt cached.
  */
-import { Gauge, type Registry } from 'prom-client';
+import { Gauge } from './prom.js';
+import type { Registry } from 'prom-client';
 import { type EngineLoad, type PreviousResponseOutcome } from '../core/types.js';
 import { HotCounter } from './hot-counter.js';
 import { PREVIOUS_RESPONSE_OUTCOMES, type LoraLoadResult, type LoraPlacement, type ScrapeResult } from './labels.js';

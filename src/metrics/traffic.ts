@@ -3,7 +3,8 @@
  * token, inter-token gaps, token counts and how each response ended. Buckets span an embedding's
  * few milliseconds to a long generation's minutes.
  */
-import { Histogram, type HistogramConfiguration, type Registry } from 'prom-client';
+import { Histogram } from './prom.js';
+import type { HistogramConfiguration, Registry } from 'prom-client';
 import { HotCounter } from './hot-counter.js';
 import { HotHistogram } from './hot-histogram.js';
 import { type ResponseEnd, type Route } from './labels.js';

@@ -14,11 +14,51 @@
  * loads all of undici (fetch, WebSocket, the cache, mocks) for 10 MiB more resident memory in a router
  * that uses none of it. This is the one place the router leans on undici's file layout;
  * `test/proxy/engine-agent.test.ts` pins that the file's class is the package's documented `Agent`.
+ *
+ * Why it keeps `node:http2` (and with it `node:tls`) from loading: undici's HTTP/2 client
+ * (`client-h2.js`) requires it as it loads, and uses it only on a connection that negotiated HTTP/2,
+ * which `allowH2: false` rules out (engines speak HTTP/1.1; an `https` engine is offered HTTP/1.1
+ * only). While undici loads, a module hook (Node's documented `module.registerHooks`) gives
+ * `client-h2.js` what undici itself falls back to when `node:http2` is missing, `{ constants: {} }`,
+ * and is removed at once. Where hooks cannot be registered (Jest's sandbox refuses them) undici loads
+ * as it is. `test/startup/lazy-loading.test.ts` pins that a router never loads `node:http2` or
+ * `node:tls` (with plain-HTTP engines); together they were 2–3 MiB of
+ * the static-mode router's idle RSS (target 90 MiB).
  */
-import { createRequire } from 'node:module';
+import { createRequire, registerHooks } from 'node:module';
 import type { Agent, Dispatcher } from 'undici';
 
-const AgentClass = createRequire(import.meta.url)('undici/lib/dispatcher/agent.js') as typeof Agent;
+/** The stand-in module's URL (never a file). */
+const NO_HTTP2 = 'modelgate:undici-without-http2';
+
+/** undici's Agent, loaded without `node:http2` where module hooks are available. */
+function loadAgent(): typeof Agent {
+  const load = (): typeof Agent => createRequire(import.meta.url)('undici/lib/dispatcher/agent.js') as typeof Agent;
+  let hooks: { deregister(): void };
+  try {
+    hooks = registerHooks({
+      resolve(specifier, context, next) {
+        if ((specifier === 'node:http2' || specifier === 'http2') && context.parentURL?.endsWith('/undici/lib/dispatcher/client-h2.js') === true) {
+          return { url: NO_HTTP2, format: 'commonjs', shortCircuit: true };
+        }
+        return next(specifier, context);
+      },
+      load(url, context, next) {
+        if (url === NO_HTTP2) return { format: 'commonjs', source: 'module.exports = { constants: {} };', shortCircuit: true };
+        return next(url, context);
+      },
+    });
+  } catch {
+    return load();
+  }
+  try {
+    return load();
+  } finally {
+    hooks.deregister();
+  }
+}
+
+const AgentClass = loadAgent();
 
 /** What the forwarder needs of its client: dispatch, and closing at shutdown. */
 export type EngineAgent = Pick<Dispatcher, 'dispatch' | 'destroy'>;
@@ -26,6 +66,7 @@ export type EngineAgent = Pick<Dispatcher, 'dispatch' | 'destroy'>;
 /**
  * The engine client's settings:
  *
+ * - HTTP/1.1 only (`allowH2: false`; see above);
  * - no per-origin connection limit (as Node's agent had none: admission and the scheduler bound what
  *   an engine gets) and no pipelining;
  * - no header or body timeout of undici's own: the forwarder's timers (connect, first byte, idle,
@@ -35,5 +76,5 @@ export type EngineAgent = Pick<Dispatcher, 'dispatch' | 'destroy'>;
  *   (uvicorn closes after 5 s) is closing.
  */
 export function createEngineAgent(): EngineAgent {
-  return new AgentClass({ connections: null, pipelining: 1, headersTimeout: 0, bodyTimeout: 0 });
+  return new AgentClass({ connections: null, pipelining: 1, headersTimeout: 0, bodyTimeout: 0, allowH2: false });
 }

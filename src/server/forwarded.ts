@@ -6,7 +6,7 @@
  */
 import type { IncomingMessage } from 'node:http';
 import { isIP } from 'node:net';
-import { type TLSSocket } from 'node:tls';
+import type { TLSSocket } from 'node:tls';
 import { type AddressRanges } from '../core/address-ranges.js';
 import { type ForwardedFor } from '../proxy/headers.js';
 

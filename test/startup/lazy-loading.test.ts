@@ -139,6 +139,14 @@ describe('a static-mode router, after answering requests', () => {
     ["undici's entry point", '/node_modules/undici/index.js'],
     ["undici's fetch, WebSocket, cache and the rest of its web APIs", '/node_modules/undici/lib/web/'],
     ["undici's mocks", '/node_modules/undici/lib/mock/'],
+    // undici's HTTP/2 client requires it as it loads; the engine client is HTTP/1.1 only and keeps it out (src/proxy/engine-agent.ts)
+    ["Node's HTTP/2", 'NativeModule http2'],
+    // prom-client's classes load from their own files (src/metrics/prom.ts), not its entry point
+    ["prom-client's entry point", '/node_modules/prom-client/index.js'],
+    ["prom-client's Pushgateway client", '/node_modules/prom-client/lib/pushgateway.js'],
+    ["prom-client's cluster aggregator", '/node_modules/prom-client/lib/cluster.js'],
+    // only an https engine URL loads node:https, and with it TLS (src/core/node-https.ts)
+    ["Node's TLS (every engine here speaks plain HTTP)", 'NativeModule tls'],
   ])('never loaded %s', (_what, path) => {
     expect(loaded.filter((url) => url.includes(path))).toEqual([]);
   });

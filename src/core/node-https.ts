@@ -1,0 +1,14 @@
+/**
+ * `node:https`, loaded on first use. It loads `node:tls` (about 2 MiB of resident memory), which a
+ * router whose engines all speak plain HTTP never needs: only an `https` engine URL (its `/metrics`, a
+ * LoRA adapter load) loads it. `test/startup/lazy-loading.test.ts` pins that a static-mode router with
+ * plain-HTTP engines never loads `node:tls`.
+ */
+import { createRequire } from 'node:module';
+import type * as NodeHttps from 'node:https';
+
+let https: typeof NodeHttps | undefined;
+
+export function nodeHttps(): typeof NodeHttps {
+  return (https ??= createRequire(import.meta.url)('node:https') as typeof NodeHttps);
+}
