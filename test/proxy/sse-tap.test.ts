@@ -45,9 +45,10 @@ describe('SseTap', () => {
   });
 
   it('decodes bytes cut anywhere, inside two-, three- and four-byte characters too, as the whole text (property)', () => {
-    const payload = fc.string({ unit: 'binary', maxLength: 12 }).map((v) => v.replace(/[\r\n]/g, ''));
+    // no line breaks in an event's data or in the unfinished tail: a blank line there ("\r\r") would end one more event
+    const noBreaks = (maxLength: number): fc.Arbitrary<string> => fc.string({ unit: 'binary', maxLength }).map((v) => v.replace(/[\r\n]/g, ''));
     fc.assert(
-      fc.property(fc.array(payload, { maxLength: 8 }), fc.string({ unit: 'binary', maxLength: 4 }), fc.array(fc.nat(), { maxLength: 24 }), (events, tail, cuts) => {
+      fc.property(fc.array(noBreaks(12), { maxLength: 8 }), noBreaks(4), fc.array(fc.nat(), { maxLength: 24 }), (events, tail, cuts) => {
         const text = events.map((data) => `data: ${data}\n\n`).join('') + tail;
         const bytes = Buffer.from(text, 'utf8');
         const points = [...new Set(cuts.map((c) => c % (bytes.length + 1)))].sort((a, b) => a - b);
