@@ -60,21 +60,44 @@ function loadAgent(): typeof Agent {
 
 const AgentClass = loadAgent();
 
-/** What the forwarder needs of its client: dispatch, and closing at shutdown. */
-export type EngineAgent = Pick<Dispatcher, 'dispatch' | 'destroy'>;
+/** What the forwarder needs of its client: dispatch (with the pool's connect timeout), and closing at shutdown. */
+export interface EngineAgent {
+  dispatch(options: Dispatcher.DispatchOptions, handler: Dispatcher.DispatchHandler, connectMs: number): void;
+  destroy(): Promise<void>;
+}
 
 /**
- * The engine client's settings:
+ * The engine client: one undici `Agent` per connect timeout the pools use (usually one), each set to
+ * give up a connection attempt at that timeout. The forwarder's own timer fails the attempt then (on
+ * the injected clock); undici's closes the socket still connecting, which nothing else could: a
+ * request has no handle undici documents until it is on a connection.
  *
- * - HTTP/1.1 only (`allowH2: false`; see above);
- * - no per-origin connection limit (as Node's agent had none: admission and the scheduler bound what
- *   an engine gets) and no pipelining;
- * - no header or body timeout of undici's own: the forwarder's timers (connect, first byte, idle,
- *   deadline, on the injected clock) own every timeout;
- * - idle keep-alive connections close after 4 s, or sooner when the engine's `Keep-Alive` header
- *   says it closes them sooner (undici's defaults), so a request rarely meets a connection the engine
+ * Each agent:
+ *
+ * - speaks HTTP/1.1 only (`allowH2: false`; see above);
+ * - has no per-origin connection limit (as Node's agent had none: admission and the scheduler bound
+ *   what an engine gets) and no pipelining;
+ * - has no header or body timeout of undici's own: the forwarder's timers (first byte, idle, deadline)
+ *   own them;
+ * - closes idle keep-alive connections after 4 s, or sooner when the engine's `Keep-Alive` header says
+ *   it closes them sooner (undici's defaults), so a request rarely meets a connection the engine
  *   (uvicorn closes after 5 s) is closing.
  */
 export function createEngineAgent(): EngineAgent {
-  return new AgentClass({ connections: null, pipelining: 1, headersTimeout: 0, bodyTimeout: 0, allowH2: false });
+  const agents = new Map<number, Agent>();
+  return {
+    dispatch(options, handler, connectMs) {
+      let agent = agents.get(connectMs);
+      if (agent === undefined) {
+        agent = new AgentClass({ connections: null, pipelining: 1, headersTimeout: 0, bodyTimeout: 0, allowH2: false, connect: { timeout: connectMs } });
+        agents.set(connectMs, agent);
+      }
+      agent.dispatch(options, handler);
+    },
+    async destroy() {
+      const all = [...agents.values()];
+      agents.clear();
+      await Promise.all(all.map((agent) => agent.destroy()));
+    },
+  };
 }

@@ -344,10 +344,10 @@ export class Forwarder {
 
   /** The request leg: the endpoint's origin and base path, the spec's path, host, headers and body. */
   private send(attempt: Attempt, res: ServerResponse): void {
-    const { endpoint, path, headers, body } = attempt.spec;
+    const { endpoint, path, headers, body, timeouts } = attempt.spec;
     const target = this.target(endpoint.url);
     try {
-      this.agent.dispatch({ origin: target.origin, method: 'POST', path: target.base + path, headers: requestHeaders(target.host, headers, body.length), body }, attempt);
+      this.agent.dispatch({ origin: target.origin, method: 'POST', path: target.base + path, headers: requestHeaders(target.host, headers, body.length), body }, attempt, timeouts.connectMs);
     } catch (err) {
       // undici refuses the request before it is queued (a header it will not send): nothing went out
       attempt.settle({ kind: 'failed', reason: 'connect', detail: (err as Error).message });
