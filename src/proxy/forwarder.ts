@@ -216,14 +216,13 @@ class Attempt implements AttemptControl, Dispatcher.DispatchHandler, EngineRespo
     if (this.over) controller.abort(CANCELLED); // settled while the connection was being made
   }
 
-  onResponseStart(controller: Dispatcher.DispatchController, status: number, headers: IncomingHttpHeaders): void {
+  onResponseStart(_controller: Dispatcher.DispatchController, status: number, headers: IncomingHttpHeaders): void {
     if (status < 200) return; // an informational answer (100 Continue): the real one follows
     passed(this.res, 'responded');
     if (this.settled) {
       this.destroy();
       return;
     }
-    this.controller = controller;
     this.headers = nodeHeaders(headers);
     if (status >= 300) {
       this.errorBody = { status, chunks: [], size: 0 };
@@ -346,12 +345,8 @@ export class Forwarder {
   private send(attempt: Attempt, res: ServerResponse): void {
     const { endpoint, path, headers, body, timeouts } = attempt.spec;
     const target = this.target(endpoint.url);
-    try {
-      this.agent.dispatch({ origin: target.origin, method: 'POST', path: target.base + path, headers: requestHeaders(target.host, headers, body.length), body }, attempt, timeouts.connectMs);
-    } catch (err) {
-      // undici refuses the request before it is queued (a header it will not send): nothing went out
-      attempt.settle({ kind: 'failed', reason: 'connect', detail: (err as Error).message });
-    }
+    // a request undici refuses (a header it will not send) comes back through the handler's onResponseError
+    this.agent.dispatch({ origin: target.origin, method: 'POST', path: target.base + path, headers: requestHeaders(target.host, headers, body.length), body }, attempt, timeouts.connectMs);
     passed(res, 'sent');
   }
 
