@@ -1,13 +1,15 @@
 /**
  * Forwarder.attempt on its own: a real client socket and a scripted upstream on 127.0.0.1, the
- * timeouts on FakeTime (nothing waits real time). What the attempt returns, what the client gets and
- * what the engine sees, for each way an attempt can end.
+ * timeouts on FakeTime (nothing waits real time but undici's own connect timeout, 200 ms, in the one
+ * test of it). What the attempt returns, what the client gets and what the engine sees, for each way
+ * an attempt can end.
  */
 import { afterEach, describe, expect, it } from '@jest/globals';
 import http, { type IncomingMessage, type ServerResponse } from 'node:http';
-import { type AddressInfo, type Socket } from 'node:net';
+import { connect, type AddressInfo, type Socket } from 'node:net';
 import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
+import { Worker } from 'node:worker_threads';
 import { type Endpoint } from '../../src/core/types.js';
 import { createEngineAgent, type EngineAgent } from '../../src/proxy/engine-agent.js';
 import { Forwarder, type AttemptResult, type AttemptSpec } from '../../src/proxy/forwarder.js';
@@ -30,6 +32,45 @@ async function listen(handler: http.RequestListener): Promise<string> {
     await new Promise((resolve) => server.close(resolve));
   });
   return `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+}
+
+/**
+ * A listener that never accepts: a worker thread listens with a backlog of 1 (Node takes 0 for its
+ * default, 511), posts its port and blocks until released, so its event loop cannot accept. Two
+ * connections fill the accept queue; the kernel drops the SYN of every connection after them, which
+ * so never completes.
+ */
+async function fullAcceptQueue(): Promise<number> {
+  const release = new Int32Array(new SharedArrayBuffer(4));
+  const worker = new Worker(
+    `const net = require('node:net');
+     const { parentPort, workerData } = require('node:worker_threads');
+     const server = net.createServer();
+     server.listen({ port: 0, host: '127.0.0.1', backlog: 1 }, () => {
+       parentPort.postMessage(server.address().port);
+       Atomics.wait(workerData, 0, 0);
+       server.close();
+     });`,
+    { eval: true, workerData: release },
+  );
+  const port = await new Promise<number>((resolve, reject) => {
+    worker.once('message', resolve);
+    worker.once('error', reject);
+  });
+  const fillers = [connect(port, '127.0.0.1'), connect(port, '127.0.0.1')];
+  for (const filler of fillers) {
+    await new Promise<void>((resolve, reject) => {
+      filler.once('connect', resolve);
+      filler.once('error', reject);
+    });
+  }
+  closers.push(async () => {
+    for (const filler of fillers) filler.destroy();
+    Atomics.store(release, 0, 1);
+    Atomics.notify(release, 0);
+    await worker.terminate();
+  });
+  return port;
 }
 
 const TIMEOUTS = { connectMs: 1_000, firstByteMs: 5_000, idleMs: 2_000, clientStallMs: 10_000 };
@@ -237,6 +278,21 @@ describe('Forwarder.attempt', () => {
     const { url, results } = await oneAttempt(gone, time);
     expect((await send(url, time)).status).toBe(599);
     expect(results[0]).toMatchObject({ kind: 'failed', reason: 'connect' });
+  });
+
+  // undici's side of the connect timeout: a connection that never completes (an engine whose accept queue
+  // is full drops the SYN) is given up by undici at the pool's connectMs, and the attempt fails
+  // connect_timeout. Fake time never moves here, so the forwarder's own timer cannot be the one that fires.
+  it('fails with connect_timeout when undici gives up a connection the engine never completes', async () => {
+    const port = await fullAcceptQueue();
+    const time = new FakeTime();
+    const { url, results } = await oneAttempt(`http://127.0.0.1:${port}`, time, { timeouts: { ...TIMEOUTS, connectMs: 200 } });
+    const sent = performance.now();
+    expect((await send(url, time)).status).toBe(599);
+    expect(results[0]).toMatchObject({ kind: 'failed', reason: 'connect_timeout' });
+    expect(time.now()).toBe(0);
+    // at the pool's 200 ms, not undici's own default of 10 s (a bound far above 200 ms, for a slow machine)
+    expect(performance.now() - sent).toBeLessThan(5_000);
   });
 
   it.each([
