@@ -36,9 +36,8 @@ const WHAT: Record<Exclude<Step, 'received'>, string> = {
   validated: 'JSON parse, size and depth checks, schema validation (ajv)',
   planned: 'model resolved, priority, per-key limits, route planned, engine headers built',
   picked: 'admission, the pool view, prompt blocks hashed, the scheduler',
-  sent: 'the attempt set up (one timer), the engine request built and handed to undici (the Node floor: built and written by Node http.request)',
-  responded:
-    'undici writes the request (on an idle connection after its check of the socket, later in the same loop turn), then the engine: both socket hops and its own work (the simulator answers at once)',
+  sent: 'the attempt set up (one timer), the engine request built and handed to undici, which starts writing it once the kept-alive connection is checked idle (a setImmediate: what else the loop turn runs comes first); the Node floor: handed to Node http.request, written when its agent gives it the socket (next tick)',
+  responded: 'the engine: both socket hops and its own work (the simulator answers at once)',
   first_byte: 'response head (headers filtered), the attempt settled, first chunk written to the socket',
   finished: 'the rest of the body (a stream: its other events), the end, the response finished (for the Node floor, its socket write)',
 };

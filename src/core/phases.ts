@@ -12,7 +12,8 @@
  * - `validated`: the body is parsed and validated;
  * - `planned`: its model is resolved, its limits passed and its route planned;
  * - `picked`: admission let it in and a replica was picked (again on a retry);
- * - `sent`: the request to the engine is written;
+ * - `sent`: the request to the engine is being written (with undici: as it starts writing it on a
+ *   connection, after any wait for one);
  * - `responded`: the engine's response head has come (again on a retry);
  * - `first_byte`: the first body chunk is written to the client.
  *

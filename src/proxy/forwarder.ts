@@ -210,10 +210,12 @@ class Attempt implements AttemptControl, Dispatcher.DispatchHandler, EngineRespo
 
   // undici's dispatch handler
 
+  /** undici is about to write the request on a connection (a new one once it connected; a kept-alive one after undici's check that it is still idle). */
   onRequestStart(controller: Dispatcher.DispatchController): void {
     this.controller = controller;
     this.started = true;
     if (this.over) controller.abort(CANCELLED); // settled while the connection was being made
+    else passed(this.res, 'sent');
   }
 
   onResponseStart(_controller: Dispatcher.DispatchController, status: number, headers: IncomingHttpHeaders): void {
@@ -337,17 +339,16 @@ export class Forwarder {
       const attempt = new Attempt(spec, resolve, this.scheduler, this.clock, res, onClose);
       res.once('close', onClose);
       attempt.armStart();
-      this.send(attempt, res);
+      this.send(attempt);
     });
   }
 
   /** The request leg: the endpoint's origin and base path, the spec's path, host, headers and body. */
-  private send(attempt: Attempt, res: ServerResponse): void {
+  private send(attempt: Attempt): void {
     const { endpoint, path, headers, body, timeouts } = attempt.spec;
     const target = this.target(endpoint.url);
     // a request undici refuses (a header it will not send) comes back through the handler's onResponseError
     this.agent.dispatch({ origin: target.origin, method: 'POST', path: target.base + path, headers: requestHeaders(target.host, headers, body.length), body }, attempt, timeouts.connectMs);
-    passed(res, 'sent');
   }
 
   private target(url: URL): Target {
