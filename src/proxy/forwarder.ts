@@ -214,7 +214,8 @@ class Attempt implements AttemptControl, Dispatcher.DispatchHandler, EngineRespo
   onRequestStart(controller: Dispatcher.DispatchController): void {
     this.controller = controller;
     this.started = true;
-    if (this.over) controller.abort(CANCELLED); // settled while the connection was being made
+    if (this.over)
+      controller.abort(CANCELLED); // settled while the connection was being made
     else passed(this.res, 'sent');
   }
 
