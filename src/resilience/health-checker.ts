@@ -5,16 +5,21 @@
  * that cannot serve (the breaker, passive, catches the ones failing real requests).
  */
 import http from '../core/node-http.js';
+import { nodeHttps } from '../core/node-https.js';
 import { type Scheduler } from '../core/clock.js';
 import { type EndpointSource, type PoolSpec } from '../core/types.js';
 import { HEALTH_PATHS } from './settings.js';
 
 export type Probe = (url: URL, timeoutMs: number) => Promise<boolean>;
 
-/** 2xx within the timeout is healthy; anything else, including no answer, is not. */
+/**
+ * 2xx within the timeout is healthy; anything else, including no answer, is not. An `https` engine is
+ * probed over TLS (`node:https` loads with the first one, src/core/node-https.ts).
+ */
 export const httpProbe: Probe = (url, timeoutMs) =>
   new Promise((resolve) => {
-    const req = http.get(url, { agent: false, timeout: timeoutMs }, (res) => {
+    const client = url.protocol === 'https:' ? nodeHttps() : http;
+    const req = client.get(url, { agent: false, timeout: timeoutMs }, (res) => {
       res.resume();
       resolve((res.statusCode ?? 0) >= 200 && (res.statusCode ?? 0) < 300);
     });
@@ -95,7 +100,17 @@ export class HealthChecker {
       const check = pool.resilience.healthCheck;
       const path = check.path ?? HEALTH_PATHS[pool.engine] ?? '/health';
       for (const ep of this.deps.endpoints.snapshot(pool.name)) {
-        jobs.push(async () => this.record(pool, ep.id, await (this.deps.probe ?? httpProbe)(new URL(path, ep.url), check.timeoutMs)));
+        // a probe that throws is a failed check of that endpoint alone, not the end of this round's others
+        const probe = this.deps.probe ?? httpProbe;
+        jobs.push(async () => {
+          let ok = false;
+          try {
+            ok = await probe(new URL(path, ep.url), check.timeoutMs);
+          } catch {
+            // ok stays false
+          }
+          this.record(pool, ep.id, ok);
+        });
       }
     }
     for (const [id, state] of this.states) {

@@ -18,9 +18,10 @@ export interface ServedRouter {
   stop(): Promise<void>;
 }
 
-export async function serveRouter(configFile: string): Promise<ServedRouter> {
+/** `env`: variables added to the router's environment (as an operator sets them on its Deployment). */
+export async function serveRouter(configFile: string, env: NodeJS.ProcessEnv = {}): Promise<ServedRouter> {
   if (!existsSync(CLI)) throw new Error('dist/cli.js is missing: run `npm run build` (npm test does it first)');
-  const child = spawn(process.execPath, [CLI, 'serve', '--config', configFile], { stdio: ['ignore', 'pipe', 'inherit'] });
+  const child = spawn(process.execPath, [CLI, 'serve', '--config', configFile], { stdio: ['ignore', 'pipe', 'inherit'], env: { ...process.env, ...env } });
   const logs: Array<Record<string, unknown>> = [];
   const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
   const listening = new Promise<{ api: string; admin: string }>((resolve, reject) => {

@@ -526,6 +526,35 @@ describe('EndpointPicker: what it keeps between picks, the very next pick sees c
     expect(await reachable(t)).toEqual(['a', 'b']);
   });
 
+  it('a probe that throws fails its own endpoint’s check, and the round still checks the others', async () => {
+    const checks = pool({ healthCheck: { enabled: true, intervalMs: 1_000, unhealthyThreshold: 1, healthyThreshold: 1 } });
+    let checker: HealthChecker | undefined;
+    let failing = true;
+    const t = setup(['a', 'b', 'c'], (time, snapshot) => {
+      checker = new HealthChecker({
+        endpoints: { snapshot },
+        pools: () => [checks],
+        scheduler: time,
+        now: () => time.now(),
+        // 'a' cannot be probed at all (as a URL the probe's client refuses), 'c' fails an ordinary check
+        probe: (url) => {
+          const host = url.hostname.split('.')[0];
+          if (host === 'a') throw new TypeError('Protocol "https:" not supported');
+          return Promise.resolve(!(failing && host === 'c'));
+        },
+      });
+      return checker;
+    });
+    await t.time.advance(1_000);
+    await checker?.runOnce();
+    expect(['a', 'b', 'c'].map((id) => checker?.isHealthy(id))).toEqual([false, true, false]);
+    expect(await reachable(t)).toEqual(['b']);
+    failing = false;
+    await t.time.advance(1_000);
+    await checker?.runOnce();
+    expect(await reachable(t)).toEqual(['b', 'c']);
+  });
+
   it('a health view without a version is asked on every pick', async () => {
     const t = setup(['a', 'b']);
     expect(await reachable(t)).toEqual(['a', 'b']);
