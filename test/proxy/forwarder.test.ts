@@ -158,6 +158,22 @@ describe('Forwarder.attempt', () => {
     expect(results.map((r) => r.kind)).toEqual(['committed']);
   });
 
+  it.each([
+    ['with a trailing slash', '/replica-1/'],
+    ['without one', '/replica-1'],
+  ])('puts the request under the path of an endpoint URL that has one (%s)', async (_name, base) => {
+    const paths: string[] = [];
+    const upstream = await listen((req, res) => {
+      paths.push(req.url ?? '');
+      req.resume();
+      req.on('end', () => res.writeHead(200, { 'content-type': 'application/json' }).end('{"ok":true}'));
+    });
+    const time = new FakeTime();
+    const { url } = await oneAttempt(`${upstream}${base}`, time);
+    expect((await send(url, time)).status).toBe(200);
+    expect(paths).toEqual(['/replica-1/v1/chat/completions']);
+  });
+
   it('lets go of the attempt once it ended, while its kept-alive connection to the engine lives on', async () => {
     const engineSockets = new Set<Socket>();
     const upstream = await listen((req, res) => {

@@ -555,6 +555,20 @@ describe('EndpointPicker: what it keeps between picks, the very next pick sees c
     expect(await reachable(t)).toEqual(['b', 'c']);
   });
 
+  it('a health check goes to the engine’s health path from the root, also for an endpoint URL with a path', async () => {
+    const checks = pool({ healthCheck: { enabled: true, intervalMs: 1_000 } });
+    const asked: string[] = [];
+    let checker: HealthChecker | undefined;
+    const prefixed: Endpoint = { id: 'b', pool: 'p', url: new URL('http://gateway.local:8000/replica-1/'), weight: 1 };
+    const t = setup(['a', prefixed], (time, snapshot) => {
+      checker = new HealthChecker({ endpoints: { snapshot }, pools: () => [checks], scheduler: time, now: () => time.now(), probe: (url) => (asked.push(url.href), Promise.resolve(true)) });
+      return checker;
+    });
+    await t.time.advance(1_000);
+    await checker?.runOnce();
+    expect(asked.sort()).toEqual(['http://a.local:8000/health', 'http://gateway.local:8000/health']);
+  });
+
   it('a health view without a version is asked on every pick', async () => {
     const t = setup(['a', 'b']);
     expect(await reachable(t)).toEqual(['a', 'b']);
