@@ -214,9 +214,11 @@ class Attempt implements AttemptControl, Dispatcher.DispatchHandler, EngineRespo
   onRequestStart(controller: Dispatcher.DispatchController): void {
     this.controller = controller;
     this.started = true;
-    if (this.over)
+    if (this.over) {
       controller.abort(CANCELLED); // settled while the connection was being made
-    else passed(this.res, 'sent');
+      return;
+    }
+    passed(this.res, 'sent');
   }
 
   onResponseStart(_controller: Dispatcher.DispatchController, status: number, headers: IncomingHttpHeaders): void {
