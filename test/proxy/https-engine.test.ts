@@ -173,7 +173,9 @@ describe('an engine behind TLS', () => {
   });
 
   it('is taken out of balancing when its health check over TLS fails', async () => {
-    await waitFor(() => sick.seen.some((s) => s.path === '/health'), 'a health check reached the sick engine');
+    // the router logs the ejection once it recorded the failed check (until then the endpoint counts as healthy)
+    await waitFor(() => router.logs.some((l) => l.msg === 'health check failing: endpoint ejected' && l.pool === 'sick'), 'the sick engine ejected');
+    expect(sick.seen.filter((s) => s.path === '/health')[0]).toMatchObject({ method: 'GET', encrypted: true });
     const err = await client.chat.completions.create({ model: 'sick', messages: [{ role: 'user', content: 'hi' }] }).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(OpenAI.APIError);
     expect((err as InstanceType<typeof OpenAI.APIError>).status).toBe(503);
