@@ -9,8 +9,7 @@
  * An engine that already has the adapter answers 400 "has already been loaded": that is a success.
  * Every other answer, a connection error or the deadline fails the request with ADAPTER_LOAD_FAILED.
  */
-import http from '../core/node-http.js';
-import { nodeHttps } from '../core/node-https.js';
+import { nodeClientFor } from '../core/node-https.js';
 import { type Scheduler } from '../core/clock.js';
 import { RouterError } from '../core/errors.js';
 import { type Endpoint, type PoolSpec } from '../core/types.js';
@@ -179,8 +178,7 @@ function untilAborted(work: Promise<void>, signal: AbortSignal | undefined): Pro
 /** The default {@link PostJson}: a fresh connection per load (loads are rare). */
 export const postJson: PostJson = (url, body, headers, signal) =>
   new Promise((resolve, reject) => {
-    const client = url.protocol === 'https:' ? nodeHttps() : http;
-    const req = client.request(url, { method: 'POST', agent: false, headers: { ...headers, 'content-length': String(Buffer.byteLength(body)) }, signal });
+    const req = nodeClientFor(url).request(url, { method: 'POST', agent: false, headers: { ...headers, 'content-length': String(Buffer.byteLength(body)) }, signal });
     req.on('error', reject);
     req.on('response', (res) => {
       const chunks: Buffer[] = [];

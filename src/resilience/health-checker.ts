@@ -4,8 +4,7 @@
  * `healthyThreshold` successes bring it back. This catches a replica that Kubernetes calls Ready but
  * that cannot serve (the breaker, passive, catches the ones failing real requests).
  */
-import http from '../core/node-http.js';
-import { nodeHttps } from '../core/node-https.js';
+import { nodeClientFor } from '../core/node-https.js';
 import { type Scheduler } from '../core/clock.js';
 import { type EndpointSource, type PoolSpec } from '../core/types.js';
 import { HEALTH_PATHS } from './settings.js';
@@ -18,8 +17,7 @@ export type Probe = (url: URL, timeoutMs: number) => Promise<boolean>;
  */
 export const httpProbe: Probe = (url, timeoutMs) =>
   new Promise((resolve) => {
-    const client = url.protocol === 'https:' ? nodeHttps() : http;
-    const req = client.get(url, { agent: false, timeout: timeoutMs }, (res) => {
+    const req = nodeClientFor(url).get(url, { agent: false, timeout: timeoutMs }, (res) => {
       res.resume();
       resolve((res.statusCode ?? 0) >= 200 && (res.statusCode ?? 0) < 300);
     });
