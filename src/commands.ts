@@ -17,6 +17,7 @@ Commands:
   demo [--port 8080] [--admin-port 9090] [--log-level info]
                            simulated replicas + the router on 127.0.0.1, with a demo key
   sim [flags]              a simulated vLLM-compatible engine (modelgate sim --help)
+  help                     this text (so does --help after a command)
 `;
 
 class UsageError extends Error {}
@@ -83,9 +84,15 @@ async function runServe(args: string[]): Promise<void> {
 export async function validateCommand(args: string[], env: NodeJS.ProcessEnv): Promise<string> {
   const { config: file } = flags(args, { config: { type: 'string' } });
   const config = loadConfig(file, env);
+  if (config.discovery.mode !== 'kubernetes') {
+    // what `serve` checks of each pool as it starts (its overrides merged, scale from zero's health checks)
+    const [{ poolResolver }, { staticPools }] = await Promise.all([import('./config/pool-settings.js'), import('./wiring/static-discovery.js')]);
+    staticPools(config, poolResolver({ resilience: config.resilience, routing: config.routing }));
+  }
   const keys = await readKeysFile(config.auth.keysFile);
   const endpoints = config.pools.reduce((n, p) => n + p.endpoints.length, 0);
-  return `config OK: ${config.pools.length} pools, ${endpoints} endpoints, ${config.deployments.length} deployments, ${keys.length} keys\n`;
+  const count = (n: number, noun: string): string => `${n} ${noun}${n === 1 ? '' : 's'}`;
+  return `config OK: ${count(config.pools.length, 'pool')}, ${count(endpoints, 'endpoint')}, ${count(config.deployments.length, 'deployment')}, ${count(keys.length, 'key')}\n`;
 }
 
 async function demoCommand(args: string[]): Promise<void> {
@@ -99,6 +106,11 @@ async function demoCommand(args: string[]): Promise<void> {
 
 async function main(argv: string[]): Promise<void> {
   const [command, ...rest] = argv;
+  // `modelgate help`, or --help after a command (sim prints its own flags)
+  if (command === 'help' || (command !== 'sim' && rest.some((a) => a === '--help' || a === '-h'))) {
+    process.stdout.write(USAGE);
+    return;
+  }
   switch (command) {
     case 'serve':
       return runServe(rest);

@@ -1,6 +1,7 @@
 /**
- * `modelgate demo` (what `npm start` runs): three simulated replicas — two vLLM chat, one TEI
- * embeddings — on free local ports, the router in front of them on 127.0.0.1, and a demo key. Prints
+ * `modelgate demo` (what `npm start` runs): six simulated replicas — two vLLM chat, one TEI
+ * embeddings, a vLLM reranker, a vLLM Whisper and a vLLM 70B chat replica that loads its model for a
+ * while after the start — on free local ports, the router in front of them on 127.0.0.1, and a demo key. Prints
  * how to call it, then the router's log: one access-log line per request at the default level `info`,
  * pretty-printed on a terminal and JSON lines (as `modelgate serve` writes them) otherwise.
  */
@@ -160,12 +161,14 @@ export async function startDemo(options: DemoOptions, deps: DemoDeps = {}): Prom
   }
 }
 
-export function demoInstructions(demo: RunningDemo): string {
+/** What the demo prints once it runs; `logLevel` says whether access-log lines follow (they are `info`). */
+export function demoInstructions(demo: RunningDemo, logLevel: LogLevel = DEMO_DEFAULTS.logLevel): string {
+  const accessLog = LOG_LEVELS.indexOf(logLevel) >= LOG_LEVELS.indexOf('info') && logLevel !== 'silent';
   const base = demo.router.apiUrl;
   return `
 modelgate demo is running.
   API:     ${base}/v1   (key: ${DEMO_KEY})
-  Admin:   ${demo.router.adminUrl}/metrics  /livez  /readyz
+  Admin:   ${demo.router.adminUrl}/metrics  /livez  /readyz  /status
   Models:  ${DEMO_CHAT_MODEL} (alias "default") on 2 simulated vLLM replicas: chat, completions,
              responses, messages (Anthropic), tokenize
            ${DEMO_EMBEDDING_MODEL} (alias "text-embedding-3-small") on 1 simulated TEI replica: embeddings
@@ -179,7 +182,7 @@ Try:
     -H 'Authorization: Bearer ${DEMO_KEY}' -H 'Content-Type: application/json' \\
     -d '{"model":"${DEMO_CHAT_MODEL}","messages":[{"role":"user","content":"Hello!"}]}'
 
-Each request logs an access-log line below (--log-level warn hides them). Press Ctrl+C to stop.
+${accessLog ? 'Each request logs an access-log line below (--log-level warn hides them). ' : ''}Press Ctrl+C to stop.
 `;
 }
 
@@ -190,6 +193,6 @@ Each request logs an access-log line below (--log-level warn hides them). Press 
 export async function runDemo(args: string[], out: NodeJS.WritableStream & { isTTY?: boolean } = process.stdout): Promise<RunningDemo> {
   const options = parseDemoArgs(args);
   const demo = await startDemo(options, { logger: await demoLogger(options.logLevel, out) });
-  out.write(demoInstructions(demo));
+  out.write(demoInstructions(demo, options.logLevel));
   return demo;
 }

@@ -136,6 +136,17 @@ describe('modelgate serve', () => {
     }
   });
 
+  it('prints the usage and exits 0 for help, and for --help or -h after a command', async () => {
+    for (const args of [['help'], ['serve', '--help'], ['validate', '--config', 'x.yaml', '-h'], ['demo', '--help']]) {
+      const result = await run(args);
+      expect({ args, code: result.code, stderr: result.stderr }).toEqual({ args, code: 0, stderr: '' });
+      expect(result.stdout).toContain('Usage: modelgate <command> [flags]');
+    }
+    const sim = await run(['sim', '--help']);
+    expect(sim.code).toBe(0);
+    expect(sim.stdout).toContain('--max-num-seqs');
+  });
+
   it('validate and serve refuse the same port for the API and the admin endpoints', async () => {
     const file = join(dir, 'same-port.json');
     await writeFile(file, JSON.stringify({ server: { port: 18123 }, admin: { port: 18123 }, auth: { keysFile: 'keys.yaml' } }));

@@ -30,7 +30,7 @@ deployments:
 describe('modelgate validate', () => {
   it('summarises a good config and its keys', async () => {
     await withFiles({ 'modelgate.yaml': config, 'keys.yaml': '- name: a\n  key: sk-aaaaaaaa\n' }, async (dir) => {
-      expect(await validateCommand(['--config', join(dir, 'modelgate.yaml')], {})).toBe('config OK: 1 pools, 2 endpoints, 1 deployments, 1 keys\n');
+      expect(await validateCommand(['--config', join(dir, 'modelgate.yaml')], {})).toBe('config OK: 1 pool, 2 endpoints, 1 deployment, 1 key\n');
       expect(await validateCommand([], { MODELGATE_CONFIG: join(dir, 'modelgate.yaml') })).toContain('config OK');
     });
   });
@@ -39,6 +39,20 @@ describe('modelgate validate', () => {
     await withFiles({ 'modelgate.yaml': config.replace('servedModelName', 'servedModel'), 'keys.yaml': '[]' }, async (dir) => {
       const err = await validateCommand(['--config', join(dir, 'modelgate.yaml')], {}).catch((e: unknown) => e);
       expect(exitFor(err)).toEqual({ code: 2, message: expect.stringContaining('pools[0].servedModel is not a known field') });
+    });
+  });
+
+  it('refuses a pool serve would refuse: scale from zero without health checks (static mode)', async () => {
+    const keys = '- name: a\n  key: sk-aaaaaaaa\n';
+    const scaleFromZero = config.replace('    endpoints:', '    resilience: { scaleFromZero: { enabled: true } }\n    endpoints:');
+    await withFiles({ 'modelgate.yaml': scaleFromZero, 'keys.yaml': keys }, async (dir) => {
+      const err = await validateCommand(['--config', join(dir, 'modelgate.yaml')], {}).catch((e: unknown) => e);
+      expect(exitFor(err)).toEqual({ code: 2, message: expect.stringContaining('scaleFromZero needs resilience.healthCheck.enabled in static mode') });
+    });
+    // with the health checks it needs, the same pool passes
+    const withChecks = config.replace('    endpoints:', '    resilience: { scaleFromZero: { enabled: true }, healthCheck: { enabled: true } }\n    endpoints:');
+    await withFiles({ 'modelgate.yaml': withChecks, 'keys.yaml': keys }, async (dir) => {
+      expect(await validateCommand(['--config', join(dir, 'modelgate.yaml')], {})).toBe('config OK: 1 pool, 2 endpoints, 1 deployment, 1 key\n');
     });
   });
 

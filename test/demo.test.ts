@@ -119,6 +119,16 @@ describe('modelgate demo', () => {
     expect(text).toContain(`${demo.router.apiUrl}/v1`);
     expect(text).toContain(DEMO_KEY);
     expect(text).toContain(`curl -s ${demo.router.apiUrl}/v1/chat/completions`);
+    expect(text).toContain('/status');
+  });
+
+  it('says access-log lines follow only at a level that writes them', () => {
+    for (const level of ['info', 'debug', 'trace'] as const) expect(demoInstructions(demo, level)).toContain('Each request logs an access-log line below');
+    for (const level of ['warn', 'error', 'fatal', 'silent'] as const) {
+      const text = demoInstructions(demo, level);
+      expect(text).not.toContain('access-log');
+      expect(text).toContain('Press Ctrl+C to stop.');
+    }
   });
 });
 

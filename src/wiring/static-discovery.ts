@@ -6,8 +6,11 @@ import { StaticEndpoints } from '../discovery/static.js';
 import { type DiscoveryWiring } from '../discovery/wiring.js';
 import { Registry } from '../registry/registry.js';
 
-/** The config's pools, resolved like any other pool declaration. */
-function poolsOf(config: Config, resolve: PoolResolver): PoolSpec[] {
+/**
+ * The config's pools, resolved like any other pool declaration; a pool the router could not serve is a
+ * ConfigError naming it (`modelgate validate` runs this too, so it passes only what `serve` starts with).
+ */
+export function staticPools(config: Config, resolve: PoolResolver): PoolSpec[] {
   return config.pools.map((p, i) => {
     const declared: PoolDeclaration = {
       name: p.name,
@@ -44,7 +47,7 @@ function deploymentsOf(config: Config, created: number): Deployment[] {
 
 export function staticDiscovery(config: Config, created: number, resolve: PoolResolver): DiscoveryWiring {
   const endpoints = new StaticEndpoints(config.pools);
-  const pools = poolsOf(config, resolve);
+  const pools = staticPools(config, resolve);
   const registry = new Registry(pools, deploymentsOf(config, created));
   return {
     endpoints,
