@@ -17,7 +17,7 @@ import { passed } from '../core/phases.js';
 import { errorBody, RouterError, streamErrorEvent, toErrorResponse, writeErrorAnswer } from '../core/errors.js';
 import { type PoolSpec, type RequestTrace, type ScheduleInfo, type WireDialect } from '../core/types.js';
 import { type AttemptResult, type Forwarder, type StreamEnd } from '../proxy/forwarder.js';
-import { brokenError } from '../proxy/relay.js';
+import { brokenError, endsStream } from '../proxy/relay.js';
 import { ResponseMeter, type TokenUsage } from '../proxy/usage.js';
 import { type EndpointPicker, type Picked, type PickRequest } from '../resilience/picker.js';
 import { MAX_RESUMPTIONS, RESUMING_ENGINES, type FailedReason, type ResumePlan, type StreamSplice } from './resume.js';
@@ -223,6 +223,7 @@ export class ExchangeRunner {
       observe: meter,
       stripUsageChunk: plan.stripUsageChunk ?? false,
       errorEvent: (err) => streamErrorEvent(err, dialect, meter.nextSequence()),
+      endOfStream: (event) => endsStream(dialect, event),
       ...(splice ? { rewrite: (segment) => splice.rewrite(segment), resumable: { cut: () => splice.errored } } : {}),
       ...(continuation ? { continues: true } : {}),
     });

@@ -49,6 +49,8 @@ export interface AttemptSpec {
   stripUsageChunk?: boolean;
   /** The event that ends a stream the router cuts short, in the API's dialect (default: OpenAI's error chunk and `[DONE]`). */
   errorEvent?: (err: RouterError) => string;
+  /** Whether an event is the stream's last in the API's dialect (relay.ts `endsStream`): a stream that ends without one ends as broken. */
+  endOfStream?: (event: SseEvent) => boolean;
   /** Rewrites each complete event of a stream on its way to the client ('' drops it). With it, only whole events are written. */
   rewrite?: (segment: SseSegment) => string;
   /**

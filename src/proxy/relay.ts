@@ -4,6 +4,10 @@
  *
  * - If the engine breaks, stalls past the idle timeout or the deadline passes, a stream ends with a
  *   final SSE error event and `data: [DONE]` (a JSON body is cut), so a cut answer never looks finished.
+ *   So does a stream the engine ends without its API's last event ({@link endsStream}): to the client
+ *   that is a stream cut short, however cleanly the engine's response ended.
+ * - A stream's head loses the engine's `content-length`: the router may drop, rewrite or add events,
+ *   so the client's response is framed by the router (chunked), never by the engine's byte count.
  * - While the router holds the engine's response paused because the client is not reading, the
  *   engine's silence is the router's doing: the idle clock stops and the client's stall clock runs
  *   instead. A client that accepts no bytes for `clientStallMs` is cut (`client_stalled`).
@@ -17,8 +21,9 @@ import type { IncomingHttpHeaders, ServerResponse } from 'node:http';
 import { RouterError, streamErrorEvent } from '../core/errors.js';
 import { type Clock } from '../core/clock.js';
 import { passed } from '../core/phases.js';
+import { type WireDialect } from '../core/types.js';
 import { clientResponseHeaders } from './headers.js';
-import { SseTap, type SseSegment } from './sse-tap.js';
+import { SseTap, type SseEvent, type SseSegment } from './sse-tap.js';
 import { isUsageChunk } from './usage.js';
 import { type AttemptResult, type AttemptSpec, type StreamEnd } from './forwarder.js';
 
@@ -62,6 +67,21 @@ export function brokenError(end: BrokenEnd): RouterError {
   return BROKEN[end]();
 }
 
+const RESPONSES_LAST = new Set(['response.completed', 'response.incomplete', 'response.failed', 'error']);
+const RESPONSES_LAST_DATA = /^\{"type":\s*"(?:response\.(?:completed|incomplete|failed)|error)"/;
+const ANTHROPIC_LAST_DATA = /^\{"type":\s*"(?:message_stop|error)"/;
+
+/**
+ * Whether `event` ends a stream of the API's dialect: OpenAI's `data: [DONE]` (or, from an engine that
+ * leaves it out, a chunk with a finish reason), the Responses API's `response.completed`,
+ * `response.incomplete`, `response.failed` or `error`, the Messages API's `message_stop` or `error`.
+ */
+export function endsStream(dialect: WireDialect, event: SseEvent): boolean {
+  if (dialect === 'anthropic') return event.event !== undefined ? event.event === 'message_stop' || event.event === 'error' : ANTHROPIC_LAST_DATA.test(event.data);
+  if (dialect === 'responses') return event.event !== undefined ? RESPONSES_LAST.has(event.event) : RESPONSES_LAST_DATA.test(event.data);
+  return event.data === '[DONE]' || event.data.includes('"finish_reason":"');
+}
+
 function isEventStream(contentType: string | undefined): boolean {
   return contentType?.toLowerCase().startsWith('text/event-stream') ?? false;
 }
@@ -75,6 +95,9 @@ export function relayResponse(spec: AttemptSpec, proxyRes: EngineResponse, res: 
     return IGNORED;
   }
   const wholeEvents = spec.stripUsageChunk === true || spec.rewrite !== undefined;
+  const { endOfStream } = spec;
+  /** The engine sent its stream's last event (or no one asked). */
+  let sawEnd = endOfStream === undefined;
   let bytes = 0;
   let committed = false;
   let finish: (end: StreamEnd) => void = () => undefined;
@@ -124,7 +147,11 @@ export function relayResponse(spec: AttemptSpec, proxyRes: EngineResponse, res: 
   };
   const commit = (): void => {
     committed = true;
-    if (!spec.continues) res.writeHead(status, clientResponseHeaders(proxyRes.headers, spec.requestId));
+    if (!spec.continues) {
+      const headers = clientResponseHeaders(proxyRes.headers, spec.requestId);
+      if (tap) delete headers['content-length'];
+      res.writeHead(status, headers);
+    }
     control.settle({ kind: 'committed', status, done });
     res.once('close', () => {
       if (!res.writableFinished) {
@@ -196,6 +223,7 @@ export function relayResponse(spec: AttemptSpec, proxyRes: EngineResponse, res: 
       }
       if (kept !== '') write(kept);
     }
+    if (!sawEnd) for (const segment of segments) if (segment.event && (endOfStream as (e: SseEvent) => boolean)(segment.event)) sawEnd = true;
     const { observe } = spec;
     if (observe && segments.length > 0) {
       const at = clock.now(); // the chunk's events were read together: one reading of the clock for all
@@ -207,6 +235,15 @@ export function relayResponse(spec: AttemptSpec, proxyRes: EngineResponse, res: 
     if (tap && spec.resumable?.cut()) {
       finish('upstream_broken'); // an error event the rewrite held back: the caller goes on elsewhere, or ends the stream
       return;
+    }
+    if (tap && !sawEnd) {
+      const last = tap.tailEvent(); // a last event without its blank line (some llama.cpp builds)
+      if (!(last && (endOfStream as (e: SseEvent) => boolean)(last))) {
+        // the engine ended its response mid-stream: the client's stream ends as a broken one (an
+        // incomplete last event is not written when only whole events are: the client is on a boundary)
+        endBroken('upstream_broken');
+        return;
+      }
     }
     if (tap && wholeEvents) {
       const rest = tap.rest(); // a last event without its blank line (some llama.cpp builds)

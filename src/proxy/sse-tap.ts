@@ -26,12 +26,23 @@ export interface SseSegment {
 
 /** A blank line in any of the line endings SSE allows; `lastIndex` says where to look from. */
 const BOUNDARY = /\r\n\r\n|\n\n|\r\r/g;
+const HAS_BOUNDARY = /\r\n\r\n|\n\n|\r\r/;
 
 export class SseTap {
   private decoder: StringDecoder | undefined;
   /** Text fed and not yet read whole from `start` on (what is before `start` was read). */
   private pending = '';
   private start = 0;
+  /**
+   * While the block at `start` is incomplete, the chunks fed after `pending`, joined only once one of
+   * them ends it: appending each chunk to `pending` and searching it again copied and read the whole
+   * block per chunk, quadratic in a large event (16 MB in 64 KiB chunks took seconds of the loop).
+   */
+  private parts: string[] = [];
+  /** The block at `start` has no blank line yet: only `tail` and a new chunk are searched for one. */
+  private incomplete = false;
+  /** The last characters (up to 3) of the incomplete block: a blank line may start there and end in the next chunk. */
+  private tail = '';
   /**
    * `pending` holds a carriage return, so a block may end in `\r\n\r\n` or `\r\r` and is found with
    * BOUNDARY. Without one (engines end lines with `\n`) a block ends at the next `\n\n`, found with
@@ -58,9 +69,22 @@ export class SseTap {
   feed(chunk: Buffer | string): void {
     const text = typeof chunk === 'string' ? chunk : this.decode(chunk);
     if (text.length === 0) return;
+    if (!this.cr && text.includes('\r')) this.cr = true;
+    if (this.incomplete) {
+      const probe = this.tail + text;
+      if (!(this.cr ? HAS_BOUNDARY.test(probe) : probe.includes('\n\n'))) {
+        this.parts.push(text);
+        this.tail = probe.slice(-3);
+        return;
+      }
+      this.pending = this.pending.slice(this.start) + this.parts.join('') + text;
+      this.parts = [];
+      this.incomplete = false;
+      this.start = 0;
+      return;
+    }
     this.pending = this.start === 0 ? this.pending + text : this.pending.slice(this.start) + text;
     this.start = 0;
-    if (!this.cr && text.includes('\r')) this.cr = true;
   }
 
   private decode(chunk: Buffer): string {
@@ -72,6 +96,10 @@ export class SseTap {
 
   /** The next complete block fed, or undefined when what is left is incomplete. */
   next(): SseSegment | undefined {
+    if (this.incomplete) {
+      this.atBoundary = false;
+      return undefined;
+    }
     const { pending, start } = this;
     let index: number;
     let end: number;
@@ -86,6 +114,10 @@ export class SseTap {
     }
     if (index < 0) {
       this.atBoundary = start === pending.length;
+      if (!this.atBoundary) {
+        this.incomplete = true;
+        this.tail = pending.slice(Math.max(start, pending.length - 3));
+      }
       return undefined;
     }
     const segment = { raw: pending.slice(start, end), event: parseBlock(pending.slice(start, index)) };
@@ -99,19 +131,34 @@ export class SseTap {
     this.pending = '';
     this.start = 0;
     this.cr = false;
+    this.parts = [];
+    this.incomplete = false;
+    this.tail = '';
+  }
+
+  /** What was fed and not read as a whole block. */
+  private unread(): string {
+    return this.pending.slice(this.start) + (this.parts.length > 0 ? this.parts.join('') : '');
   }
 
   /** The incomplete tail (for a stream that ends without a final blank line). */
   rest(): string {
-    const tail = this.pending.slice(this.start) + (this.decoder?.end() ?? '');
+    const tail = this.unread() + (this.decoder?.end() ?? '');
     this.clear();
     return tail;
+  }
+
+  /** The event of the incomplete tail, read as if its blank line had come (a stream's last event without one), left unread. */
+  tailEvent(): SseEvent | undefined {
+    const text = this.unread().replace(/[\r\n]+$/, '');
+    return text === '' ? undefined : parseBlock(text);
   }
 
   /** What to write before an extra event so that it starts on a boundary. */
   separator(): string {
     if (this.atBoundary) return '';
-    return this.pending.endsWith('\n') || this.pending.endsWith('\r') ? '\n' : '\n\n';
+    const last = this.parts.length > 0 ? (this.parts[this.parts.length - 1] as string) : this.pending;
+    return last.endsWith('\n') || last.endsWith('\r') ? '\n' : '\n\n';
   }
 }
 

@@ -53,9 +53,11 @@ function fromJson(status: number, data: unknown): { message?: string; type?: str
 }
 
 /**
- * The status and envelope the client gets for an upstream non-2xx answer. Two statuses change:
+ * The status and envelope the client gets for an upstream non-2xx answer. Three kinds change:
  * 401/403 mean the engine refused the router's own credentials, which the client cannot fix, so they
- * become 502; TGI's 424 (generation failed) becomes 502 so that clients treat it as a server failure.
+ * become 502; TGI's 424 (generation failed) becomes 502 so that clients treat it as a server failure;
+ * a redirect (3xx) is not followed (an engine URL that redirects is a misconfigured pool) and becomes
+ * 502 too: passed on, a 304 to a POST would reach the client with no body at all.
  */
 export function normaliseUpstreamError(status: number, body: Buffer): NormalisedError {
   const text = body.toString('utf8').trim();
@@ -65,6 +67,10 @@ export function normaliseUpstreamError(status: number, body: Buffer): Normalised
     parsed = fromJson(status, JSON.parse(text) as unknown);
   } catch {
     plain = str(text);
+  }
+  if (status >= 300 && status < 400) {
+    const redirect = new RouterError('UPSTREAM_REDIRECT', `The model server answered with a redirect (status ${status}), which the router does not follow; check the pool's endpoint URL.`);
+    return { status: redirect.status, envelope: envelopeOf(redirect) };
   }
   if (status === 401 || status === 403) {
     const refused = new RouterError('UPSTREAM_AUTH_FAILED', `The model server refused the router's credentials (status ${status}); check the pool's backend key.`);

@@ -117,6 +117,8 @@ function bodyReaderError(err: { type?: string; status?: number; message?: string
     return new RouterError('UNSUPPORTED_MEDIA_TYPE', err.message ?? 'Unsupported body encoding.');
   }
   if (err.code?.startsWith('Z_')) return new RouterError('INVALID_REQUEST', `The request body could not be decompressed (${err.message ?? err.code}).`);
+  // express's router decoding a path parameter such as `/v1/models/%zz`
+  if (err instanceof URIError) return new RouterError('INVALID_REQUEST', 'The request path has a malformed percent-encoding.');
   if (typeof err.status === 'number' && err.status >= 400 && err.status < 500) {
     return err.type === 'request.aborted' || err.type === 'request.size.invalid' ? bodyTruncated() : new RouterError('INVALID_REQUEST', 'The request body could not be read.');
   }
@@ -208,7 +210,8 @@ export function buildApp(deps: AppDeps): BuiltApp {
       started: deps.clock.now(),
       route: api ? api.name : otherRoute(path, origin),
       dialect: api ? api.dialect : 'openai',
-      path: origin ? path : (req.url?.slice(0, 200) ?? ''),
+      // an inference route's path is the one forwarded; any other is only shown, at most 200 characters of it
+      path: origin && api ? path : (origin ? path : (req.url ?? '')).slice(0, 200),
       forwarded: forwardedFor(req, trustedProxies),
       closed: false,
       abort: new AbortController(),
@@ -264,7 +267,8 @@ export function buildApp(deps: AppDeps): BuiltApp {
     });
   }
   app.use((req: Request) => {
-    throw new RouterError('ROUTE_NOT_FOUND', `Unknown route ${req.method} ${req.path}. modelgate serves ${ROUTE_LIST}.`);
+    const path = req.path.length > 200 ? `${req.path.slice(0, 200)}…` : req.path;
+    throw new RouterError('ROUTE_NOT_FOUND', `Unknown route ${req.method} ${path}. modelgate serves ${ROUTE_LIST}.`);
   });
   app.use((err: unknown, _req: Request, res: Response, _next: NextFunction) => handleError(err, res));
 

@@ -1,9 +1,11 @@
 /** The HTTP servers' lifecycle: listening (a failure is a config error naming the field) and closing. */
 import http from '../core/node-http.js';
-import type { RequestListener, Server } from 'node:http';
+import type { IncomingMessage, RequestListener, Server, ServerResponse } from 'node:http';
 import { systemSleep } from '../core/clock.js';
+import { RouterError, toErrorResponse, writeErrorAnswer } from '../core/errors.js';
 import { type ServerConfig } from '../config/schema.js';
 import { type AddressInfo } from 'node:net';
+import type { Duplex } from 'node:stream';
 import { ConfigError } from '../config/load.js';
 
 /** Why a listen failed, as a config error naming the field (`server` or `admin`). */
@@ -48,7 +50,7 @@ export function closeServer(server: Server): Promise<void> {
  * timeout.
  */
 export function createApiServer(server: ServerConfig, handler: RequestListener): Server {
-  return http.createServer(
+  const api = http.createServer(
     {
       noDelay: true,
       keepAlive: true,
@@ -59,6 +61,44 @@ export function createApiServer(server: ServerConfig, handler: RequestListener):
     },
     handler,
   );
+  api.on('clientError', answerClientError);
+  api.on('checkExpectation', (_req: IncomingMessage, res: ServerResponse) => {
+    writeErrorAnswer(res, toErrorResponse(new RouterError('EXPECTATION_FAILED', 'The router supports only "Expect: 100-continue".')), undefined);
+  });
+  return api;
+}
+
+/** A request Node's HTTP parser refused, or that ran out of time, as the router's error. */
+export function clientErrorOf(err: NodeJS.ErrnoException): RouterError {
+  switch (err.code) {
+    case 'HPE_HEADER_OVERFLOW':
+      return new RouterError('REQUEST_HEADER_TOO_LARGE', 'The request headers are larger than the router accepts (16 KiB).');
+    case 'ERR_HTTP_REQUEST_TIMEOUT':
+      return new RouterError('REQUEST_TIMEOUT', 'The request was not received in time (server.headersTimeoutMs for its headers, server.requestTimeoutMs for all of it).');
+    case 'HPE_CHUNK_EXTENSIONS_OVERFLOW':
+      return new RouterError('REQUEST_TOO_LARGE', 'The request body has chunk extensions larger than the router accepts.');
+    default:
+      return new RouterError('INVALID_REQUEST', `The request is not valid HTTP/1.1 (${err.code ?? 'unparsable'}); the connection is closed.`);
+  }
+}
+
+/**
+ * Node's `clientError` (a request it could not parse, or one that ran out of time): answered in
+ * OpenAI's envelope and the connection closed, as Node's default answers with an empty body. Nothing
+ * is written when the socket cannot take it, or when a response on that connection has already
+ * started (a pipelined request's error while an earlier answer streams): its bytes would corrupt that
+ * answer, so the connection is only closed, as Node's own handler does. That check reads the socket's
+ * current response (`_httpMessage`, what Node's handler reads itself): test/server/client-errors.test.ts pins it.
+ */
+function answerClientError(err: NodeJS.ErrnoException, socket: Duplex): void {
+  const current = (socket as Duplex & { _httpMessage?: ServerResponse | null })._httpMessage;
+  if (err.code === 'ECONNRESET' || !socket.writable || (current !== undefined && current !== null && current.headersSent)) {
+    socket.destroy();
+    return;
+  }
+  const answer = toErrorResponse(clientErrorOf(err));
+  const body = JSON.stringify(answer.body);
+  socket.end(`HTTP/1.1 ${answer.status} ${http.STATUS_CODES[answer.status] ?? ''}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`);
 }
 
 /**

@@ -21,6 +21,40 @@ describe('SseTap', () => {
     expect(collect(['data: {"a":1}\n\n']).tap.separator()).toBe('');
   });
 
+  it('reads an event far larger than its chunks whole, and knows the separator while it is incomplete', () => {
+    const tap = new SseTap();
+    const data = 'x'.repeat(1 << 20);
+    const text = `data: {"a":1}\n\ndata: ${data}\n\ndata: [DONE]\n\n`;
+    const events: SseEvent[] = [];
+    const separators: string[] = [];
+    for (let at = 0; at < text.length; at += 4096) {
+      events.push(...tap.push(text.slice(at, at + 4096)));
+      separators.push(tap.separator());
+    }
+    expect(events).toEqual([{ data: '{"a":1}' }, { data }, { data: '[DONE]' }]);
+    expect(separators.slice(1, -1).every((s) => s === '\n\n')).toBe(true); // inside the big event
+    expect(separators.at(-1)).toBe('');
+    // a blank line split over three chunks ("\r\n" | "\r" | "\n") still ends the event
+    const cr = new SseTap();
+    expect([...cr.push('data: a'), ...cr.push('bc\r\n'), ...cr.push('\r'), ...cr.push('\ndata: d\r\n\r\n')]).toEqual([{ data: 'abc' }, { data: 'd' }]);
+    const partial = new SseTap();
+    partial.push('data: {"a":1}\n\ndata: ');
+    partial.push('x'.repeat(10));
+    partial.push('yz\n');
+    expect(partial.separator()).toBe('\n');
+    expect(partial.rest()).toBe(`data: ${'x'.repeat(10)}yz\n`);
+  });
+
+  it('reads the incomplete tail as the last event without consuming it', () => {
+    const { tap } = collect(['data: {"a":1}\n\ndata: [DO', 'NE]\n']);
+    expect(tap.tailEvent()).toEqual({ data: '[DONE]' });
+    expect(tap.tailEvent()).toEqual({ data: '[DONE]' });
+    expect(tap.rest()).toBe('data: [DONE]\n');
+    expect(tap.tailEvent()).toBeUndefined();
+    expect(collect(['data: {"a":1}\n\n']).tap.tailEvent()).toBeUndefined();
+    expect(collect(['event: message_stop\ndata: {}']).tap.tailEvent()).toEqual({ event: 'message_stop', data: '{}' });
+  });
+
   it('yields the same events however the stream is cut into chunks (property)', () => {
     const payload = fc.stringMatching(/^[^\r\n]{0,20}$/);
     const event = fc.array(payload, { minLength: 1, maxLength: 3 });

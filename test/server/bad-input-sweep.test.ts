@@ -10,6 +10,7 @@ import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
 import { type RunningRouter } from '../../src/main.js';
 import { rawRequest } from '../helpers/http.js';
+import { waitFor } from '../helpers/sim.js';
 import { chatSetup, KEY, startTestRouter, type TestRouter } from '../helpers/router.js';
 import { startUpstream, type RecordingUpstream } from '../helpers/upstream.js';
 
@@ -82,9 +83,27 @@ describe('bad input sweep', () => {
     expect(upstream.requests.length).toBe(before);
   });
 
-  it('answers oversized headers with 431 and garbage request lines with 400, and keeps serving', async () => {
-    expect(await rawSocket(`GET /v1/models HTTP/1.1\r\nHost: x\r\nX-Big: ${'a'.repeat(20_000)}\r\n\r\n`)).toMatch(/^HTTP\/1\.1 431/);
-    expect(await rawSocket('\x00\x01\x02 garbage \r\n\r\n')).toMatch(/^HTTP\/1\.1 400/);
+  /** A raw answer's status line and its JSON body's error code (Node's own answers had an empty body). */
+  const answered = (raw: string): { status: string; code: unknown; closed: boolean } => {
+    const [head = '', body = ''] = raw.split('\r\n\r\n');
+    const parsed = JSON.parse(body) as { error: { code: unknown; type: unknown; message: unknown } };
+    expect(parsed.error).toEqual({ message: expect.any(String), type: 'invalid_request_error', param: null, code: parsed.error.code });
+    return { status: head.split('\r\n')[0] ?? '', code: parsed.error.code, closed: /\r\nconnection: close/i.test(head) };
+  };
+
+  it('answers oversized headers with 431 and garbage request lines with 400, in the envelope, and keeps serving', async () => {
+    expect(answered(await rawSocket(`GET /v1/models HTTP/1.1\r\nHost: x\r\nX-Big: ${'a'.repeat(20_000)}\r\n\r\n`))).toEqual({
+      status: 'HTTP/1.1 431 Request Header Fields Too Large',
+      code: 'request_header_too_large',
+      closed: true,
+    });
+    expect(answered(await rawSocket('\x00\x01\x02 garbage \r\n\r\n'))).toEqual({ status: 'HTTP/1.1 400 Bad Request', code: 'invalid_request', closed: true });
+    // framing a proxy in front could read otherwise (request smuggling): refused, the connection closed
+    const smuggle = `POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${KEY}\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n`;
+    expect(answered(await rawSocket(smuggle))).toEqual({ status: 'HTTP/1.1 400 Bad Request', code: 'invalid_request', closed: true });
+    // an expectation the router does not meet
+    const expect417 = await rawSocket(`POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${KEY}\r\nExpect: 200-ok\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}`);
+    expect(answered(expect417)).toMatchObject({ status: 'HTTP/1.1 417 Expectation Failed', code: 'expectation_failed' });
     expect(await rawSocket(`GET /v1/models HTTP/1.1\r\nHost: x\r\n${Array.from({ length: 3000 }, (_, i) => `X-H${i}: v`).join('\r\n')}\r\n\r\n`)).toMatch(/^HTTP\/1\.1 (200|401|431)/);
     expect((await rawRequest(`${g.router.apiUrl}/v1/models`, { headers: auth })).status).toBe(200);
   });
@@ -92,7 +111,21 @@ describe('bad input sweep', () => {
   it('closes a connection that sends its headers too slowly (slowloris)', async () => {
     // The client never finishes its headers and never closes: the answer arrives only if the router cuts it.
     const answer = await rawSocket('POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nX-Slow: ', { holdMs: 5000 });
-    expect(answer === '' || answer.startsWith('HTTP/1.1 408')).toBe(true);
+    expect(answered(answer)).toEqual({ status: 'HTTP/1.1 408 Request Timeout', code: 'request_timeout', closed: true });
+  });
+
+  it('answers a path it cannot decode, and an overlong unknown one, with a short message', async () => {
+    const bad = await rawRequest(`${g.router.apiUrl}/v1/models/%zz`, { headers: auth });
+    expect(bad.status).toBe(400);
+    expect(JSON.parse(bad.body)).toEqual({ error: { message: 'The request path has a malformed percent-encoding.', type: 'invalid_request_error', param: null, code: 'invalid_request' } });
+    const long = await rawRequest(`${g.router.apiUrl}/v1/${'a'.repeat(8000)}`, { headers: auth });
+    expect(long.status).toBe(404);
+    const { message } = (JSON.parse(long.body) as { error: { message: string } }).error;
+    expect(message).toMatch(/^Unknown route GET \/v1\/a{196}…\. modelgate serves /);
+    expect(message.length).toBeLessThan(1000);
+    let line: string | undefined;
+    await waitFor(() => (line = g.logs.find((l) => l.includes(long.headers['x-request-id'] as string))) !== undefined, 'the access-log line');
+    expect((JSON.parse(line!) as { path: string }).path).toBe(`/v1/${'a'.repeat(196)}`);
   });
 
   it('keeps its heap flat over repeated sweeps, and still serves', async () => {

@@ -1,0 +1,205 @@
+/**
+ * How an engine's stream ends, as the client sees it through the router: the framing of a stream the
+ * router changes (the engine's Content-Length is not the client's), a stream the engine ends without
+ * its API's last event (a cut answer never looks finished), and an engine that answers a redirect.
+ */
+import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import http from 'node:http';
+import { type RunningRouter } from '../../src/main.js';
+import { rawRequest, sseData } from '../helpers/http.js';
+import { KEY, startTestRouter, type TestRouter } from '../helpers/router.js';
+import { waitFor } from '../helpers/sim.js';
+import { startUpstream, type RecordingUpstream, type Reply } from '../helpers/upstream.js';
+
+const chunk = (content: string, finish: string | null = null): string =>
+  `data: ${JSON.stringify({ id: 'c1', object: 'chat.completion.chunk', created: 1, model: 'served/llm', choices: [{ index: 0, delta: { content }, finish_reason: finish }] })}\n\n`;
+const USAGE = `data: ${JSON.stringify({ id: 'c1', object: 'chat.completion.chunk', created: 1, model: 'served/llm', choices: [], usage: { prompt_tokens: 3, completion_tokens: 2, total_tokens: 5 } })}\n\n`;
+
+/** How the scripted engine ends its stream, chosen per request by the prompt's text. */
+const STREAMS: Record<string, string> = {
+  whole: chunk('Hel') + chunk('lo', 'stop') + USAGE + 'data: [DONE]\n\n',
+  // the engine stops after two tokens: no finish reason, no [DONE], but a clean end of its response
+  'no-end': chunk('Hel') + chunk('lo'),
+  // an engine that leaves [DONE] out but says the answer finished
+  'finish-no-done': chunk('Hel') + chunk('lo', 'stop') + USAGE,
+  // the last event without its blank line (some llama.cpp builds)
+  'done-no-blank-line': chunk('Hel') + chunk('lo', 'stop') + 'data: [DONE]',
+  'cut-no-blank-line': chunk('Hel') + 'data: {"id":"c1","choices":[{"index":0,"delta":{"content":"lo"}',
+  responses:
+    'event: response.created\ndata: {"type":"response.created","sequence_number":0,"response":{"id":"resp_1","status":"in_progress"}}\n\n' +
+    'event: response.output_text.delta\ndata: {"type":"response.output_text.delta","sequence_number":1,"delta":"Hel"}\n\n',
+  'responses-whole':
+    'event: response.output_text.delta\ndata: {"type":"response.output_text.delta","sequence_number":0,"delta":"Hel"}\n\n' +
+    'event: response.completed\ndata: {"type":"response.completed","sequence_number":1,"response":{"id":"resp_1","status":"completed","usage":{"input_tokens":3,"output_tokens":1}}}\n\n',
+  messages:
+    'event: message_start\ndata: {"type":"message_start","message":{"id":"msg_1","usage":{"input_tokens":3,"output_tokens":0}}}\n\n' +
+    'event: content_block_delta\ndata: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hel"}}\n\n',
+  'messages-whole':
+    'event: message_start\ndata: {"type":"message_start","message":{"id":"msg_1","usage":{"input_tokens":3,"output_tokens":0}}}\n\n' +
+    'event: content_block_delta\ndata: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hel"}}\n\n' +
+    'event: message_delta\ndata: {"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":1}}\n\n' +
+    'event: message_stop\ndata: {"type":"message_stop"}\n\n',
+};
+
+/** Answers each request with the stream its prompt names, framed with a Content-Length as a buffering engine might. */
+const scripted: Reply = (req, res) => {
+  const body = JSON.parse(req.body) as { messages?: Array<{ content: string }>; input?: string };
+  const name = body.input ?? body.messages?.[0]?.content ?? '';
+  if (name.startsWith('redirect-')) {
+    const status = Number(name.slice('redirect-'.length));
+    res.writeHead(status, { location: 'http://127.0.0.1:1/elsewhere', 'content-length': '0' });
+    res.end();
+    return;
+  }
+  const text = STREAMS[name] ?? STREAMS.whole!;
+  res.writeHead(200, { 'content-type': 'text/event-stream', 'content-length': Buffer.byteLength(text) });
+  res.end(text);
+};
+
+let engine: RecordingUpstream;
+let gateway: TestRouter<RunningRouter>;
+
+beforeAll(async () => {
+  engine = await startUpstream(scripted);
+  gateway = await startTestRouter({
+    pools: [{ name: 'llm', servedModelName: 'served/llm', capabilities: ['chat', 'responses', 'messages'], endpoints: [engine.url] }],
+    deployments: [{ id: 'llm-prod', model: 'llm', targets: [{ pool: 'llm' }] }],
+  });
+});
+afterAll(async () => {
+  await gateway.close();
+  await engine.close();
+});
+
+const post = (path: string, body: object, headers: Record<string, string> = {}) =>
+  rawRequest(`${gateway.router.apiUrl}${path}`, { headers: { authorization: `Bearer ${KEY}`, ...headers }, body: { model: 'llm', ...body } });
+const chat = (prompt: string, extra: object = {}) => post('/v1/chat/completions', { messages: [{ role: 'user', content: prompt }], stream: true, ...extra });
+const accessLine = async (requestId: string): Promise<Record<string, unknown>> => {
+  let line: string | undefined;
+  await waitFor(() => (line = gateway.logs.find((l) => l.includes(`"requestId":"${requestId}"`) && l.includes('"msg":"request"'))) !== undefined, 'the access-log line');
+  return JSON.parse(line!) as Record<string, unknown>;
+};
+
+describe('the framing of a stream the router changes', () => {
+  it('drops the engine’s Content-Length, so two requests on one kept-alive connection both arrive whole', async () => {
+    // the client did not ask for usage: the router asked the engine for it and strips the usage chunk,
+    // so the client gets fewer bytes than the engine's Content-Length counted
+    const agent = new http.Agent({ keepAlive: true, maxSockets: 1 });
+    const send = (prompt: string): Promise<{ status: number; headers: http.IncomingHttpHeaders; body: string; socket: unknown }> =>
+      new Promise((resolve, reject) => {
+        const payload = JSON.stringify({ model: 'llm', messages: [{ role: 'user', content: prompt }], stream: true });
+        const req = http.request(`${gateway.router.apiUrl}/v1/chat/completions`, { method: 'POST', agent, headers: { authorization: `Bearer ${KEY}`, 'content-type': 'application/json' } }, (res) => {
+          let body = '';
+          res.setEncoding('utf8');
+          res.on('data', (d: string) => (body += d));
+          res.on('end', () => resolve({ status: res.statusCode ?? 0, headers: res.headers, body, socket: req.socket }));
+          res.on('error', reject);
+        });
+        req.on('error', reject);
+        req.end(payload);
+      });
+    try {
+      const first = await send('whole');
+      expect(first.status).toBe(200);
+      expect(first.headers['content-length']).toBeUndefined();
+      expect(first.headers['transfer-encoding']).toBe('chunked');
+      expect(sseData(first.body)).toEqual([expect.stringContaining('"Hel"'), expect.stringContaining('"lo"'), '[DONE]']);
+      const second = await send('whole');
+      expect(second.socket).toBe(first.socket); // the same connection, still in step
+      expect(sseData(second.body).at(-1)).toBe('[DONE]');
+      // and a stream the router ends with its error event is framed by the router too
+      const cut = await send('no-end');
+      expect(cut.headers['content-length']).toBeUndefined();
+      expect(sseData(cut.body).at(-2)).toContain('upstream_stream_broken');
+      const after = await send('whole');
+      expect(after.socket).toBe(first.socket);
+      expect(sseData(after.body).at(-1)).toBe('[DONE]');
+    } finally {
+      agent.destroy();
+    }
+  });
+
+  it('keeps the engine’s Content-Length on a JSON answer (relayed byte for byte)', async () => {
+    const saved = engine.reply;
+    engine.reply = (_req, res) => {
+      const body = JSON.stringify({ id: 'x', object: 'chat.completion', choices: [{ index: 0, message: { role: 'assistant', content: 'ok' }, finish_reason: 'stop' }] });
+      res.writeHead(200, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) });
+      res.end(body);
+    };
+    try {
+      const res = await post('/v1/chat/completions', { messages: [{ role: 'user', content: 'hi' }] });
+      expect(res.status).toBe(200);
+      expect(res.headers['content-length']).toBe(String(Buffer.byteLength(res.body)));
+    } finally {
+      engine.reply = saved;
+    }
+  });
+});
+
+describe('a stream the engine ends without its last event', () => {
+  it('ends, on chat, with the error event and [DONE]; the access log counts it as broken', async () => {
+    const res = await chat('no-end', { stream_options: { include_usage: true } });
+    expect(res.status).toBe(200);
+    const events = sseData(res.body);
+    expect(events.slice(0, 2)).toEqual([expect.stringContaining('"Hel"'), expect.stringContaining('"lo"')]);
+    expect(JSON.parse(events[2]!)).toEqual({ error: expect.objectContaining({ code: 'upstream_stream_broken', type: 'server_error' }) });
+    expect(events.slice(3)).toEqual(['[DONE]']);
+    const line = await accessLine(res.headers['x-request-id'] as string);
+    expect(line).toMatchObject({ status: 200, failure: 'upstream_stream_broken' });
+  });
+
+  it('ends an incomplete last event on a boundary before the error event', async () => {
+    const res = await chat('cut-no-blank-line', { stream_options: { include_usage: true } });
+    expect(res.body).toMatch(/"content":"lo"\}\n\ndata: \{"error":\{[^\n]*"upstream_stream_broken"[^\n]*\}\}\n\ndata: \[DONE\]\n\n$/);
+  });
+
+  it.each([
+    ['finish-no-done', 'a finish reason, from an engine that leaves [DONE] out'],
+    ['done-no-blank-line', '[DONE] without its blank line'],
+  ])('counts %s as finished (%s)', async (prompt) => {
+    for (const extra of [{}, { stream_options: { include_usage: true } }]) {
+      const res = await chat(prompt, extra);
+      expect(res.body).not.toContain('upstream_stream_broken');
+      expect(res.body).toContain('"lo"');
+      const line = await accessLine(res.headers['x-request-id'] as string);
+      expect(line.failure).toBeUndefined();
+    }
+  });
+
+  it('ends a Responses API stream without response.completed with its error event', async () => {
+    const cut = await post('/v1/responses', { input: 'responses', stream: true });
+    const events = cut.body.split('\n\n').filter(Boolean);
+    expect(events.at(-1)).toMatch(/^event: error\ndata: \{"type":"error","code":"upstream_stream_broken",.*"sequence_number":2\}$/);
+    const whole = await post('/v1/responses', { input: 'responses-whole', stream: true });
+    expect(whole.body).not.toContain('event: error');
+    expect(whole.body.trimEnd().endsWith('"status":"completed","usage":{"input_tokens":3,"output_tokens":1}}}')).toBe(true);
+  });
+
+  it('ends a Messages API stream without message_stop with Anthropic’s error event', async () => {
+    const cut = await post('/v1/messages', { max_tokens: 8, messages: [{ role: 'user', content: 'messages' }], stream: true }, { 'x-api-key': KEY });
+    expect(cut.body.split('\n\n').filter(Boolean).at(-1)).toMatch(
+      /^event: error\ndata: \{"type":"error","error":\{"type":"api_error","message":"The model server closed the stream before it finished\."\}\}$/,
+    );
+    const whole = await post('/v1/messages', { max_tokens: 8, messages: [{ role: 'user', content: 'messages-whole' }], stream: true }, { 'x-api-key': KEY });
+    expect(whole.body).not.toContain('event: error');
+    expect(whole.body.trimEnd().endsWith('event: message_stop\ndata: {"type":"message_stop"}')).toBe(true);
+  });
+});
+
+describe('an engine that answers with a redirect', () => {
+  it.each([302, 307, 304])('answers %i as 502 upstream_redirect, with a body, not followed', async (status) => {
+    const before = engine.requests.length;
+    const res = await post('/v1/chat/completions', { messages: [{ role: 'user', content: `redirect-${status}` }] });
+    expect(res.status).toBe(502);
+    expect(res.headers.location).toBeUndefined();
+    expect(JSON.parse(res.body)).toEqual({
+      error: {
+        message: `The model server answered with a redirect (status ${status}), which the router does not follow; check the pool's endpoint URL.`,
+        type: 'server_error',
+        param: null,
+        code: 'upstream_redirect',
+      },
+    });
+    expect(engine.requests.length).toBe(before + 1); // neither retried nor followed
+  });
+});

@@ -1,0 +1,97 @@
+/**
+ * The API server's answer to a request Node's parser refuses (wiring/servers.ts `answerClientError`),
+ * and the one Node internal it reads: a socket's current response, `_httpMessage`.
+ */
+import { afterEach, describe, expect, it } from '@jest/globals';
+import http, { type Server, type ServerResponse } from 'node:http';
+import net, { type AddressInfo } from 'node:net';
+import { buildConfig } from '../../src/config/load.js';
+import { createApiServer } from '../../src/wiring/servers.js';
+
+const servers: Server[] = [];
+afterEach(async () => {
+  await Promise.all(servers.splice(0).map((s) => new Promise((resolve) => s.close(resolve))));
+});
+
+async function listening(server: Server): Promise<number> {
+  servers.push(server);
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  return (server.address() as AddressInfo).port;
+}
+
+/** Writes `payload` on a fresh connection; resolves with everything received once the server closes it. */
+function exchange(port: number, payload: string, onData?: (soFar: string, socket: net.Socket) => void): Promise<string> {
+  return new Promise((resolve) => {
+    const socket = net.connect(port, '127.0.0.1');
+    let received = '';
+    socket.on('data', (d: Buffer) => {
+      received += d.toString('latin1');
+      onData?.(received, socket);
+    });
+    socket.on('close', () => resolve(received));
+    socket.on('error', () => undefined);
+    socket.write(payload);
+  });
+}
+
+describe('Node internals the client-error answer reads', () => {
+  it('a socket’s `_httpMessage` is the response being written, and says whether its head went out', async () => {
+    const seen: Array<[boolean, boolean]> = [];
+    const port = await listening(
+      http.createServer((req, res) => {
+        const current = (): ServerResponse | null | undefined => (req.socket as net.Socket & { _httpMessage?: ServerResponse | null })._httpMessage;
+        seen.push([current() === res, res.headersSent]);
+        res.writeHead(200, { 'content-type': 'text/plain' });
+        res.write('x');
+        seen.push([current() === res, res.headersSent]);
+        res.end();
+      }),
+    );
+    const answer = await exchange(port, 'GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n');
+    expect(answer).toMatch(/^HTTP\/1\.1 200 OK/);
+    expect(seen).toEqual([
+      [true, false],
+      [true, true],
+    ]);
+  });
+});
+
+describe('the API server’s answer to a request Node cannot parse', () => {
+  const server = (handler: http.RequestListener): Server => createApiServer(buildConfig({ auth: { keysFile: 'unused.yaml' } }, '/').server, handler);
+
+  it('never writes into a response already under way: a pipelined request’s parse error closes the connection', async () => {
+    // the first request's answer has started (its head and a first chunk are out) when the second, garbage, arrives
+    let first: ServerResponse | undefined;
+    const port = await listening(
+      server((_req, res) => {
+        first = res;
+        res.writeHead(200, { 'content-type': 'text/event-stream' });
+        res.write('data: one\n\n');
+      }),
+    );
+    const received = await exchange(port, 'POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n', (soFar, socket) => {
+      if (soFar.includes('data: one')) socket.write('\x00\x01 garbage\r\n\r\n');
+    });
+    expect(first).toBeDefined();
+    expect(received).toMatch(/^HTTP\/1\.1 200 OK\r\n/);
+    expect(received).toContain('data: one\n\n');
+    expect(received).not.toContain('HTTP/1.1 400');
+  });
+
+  it('answers a parse error on an idle connection in the envelope and closes it', async () => {
+    const port = await listening(server((_req, res) => res.end('ok')));
+    // the first answer is whole before the garbage comes: the connection is idle, kept alive
+    let sent = false;
+    const received = await exchange(port, 'GET / HTTP/1.1\r\nHost: x\r\n\r\n', (soFar, socket) => {
+      if (!sent && soFar.endsWith('ok')) {
+        sent = true;
+        socket.write('not http at all\r\n\r\n');
+      }
+    });
+    const second = received.slice(received.indexOf('HTTP/1.1', 1));
+    expect(received).toMatch(/^HTTP\/1\.1 200 OK/);
+    expect(second).toMatch(
+      /^HTTP\/1\.1 400 Bad Request\r\ncontent-type: application\/json\r\ncontent-length: \d+\r\nconnection: close\r\n\r\n\{"error":\{"message":"The request is not valid HTTP\/1\.1 \(HPE_[A-Z_]+\); the connection is closed\.","type":"invalid_request_error","param":null,"code":"invalid_request"\}\}$/,
+    );
+  });
+});
