@@ -11,8 +11,10 @@
  * - While the router holds the engine's response paused because the client is not reading, the
  *   engine's silence is the router's doing: the idle clock stops and the client's stall clock runs
  *   instead. A client that accepts no bytes for `clientStallMs` is cut (`client_stalled`).
- * - With `stripUsageChunk`, the usage chunk the router asked for is removed, whole events at a time;
- *   with `rewrite`, each whole event is written as it says.
+ * - A stream reaches the client whole events at a time: an event the engine has not finished is held
+ *   until it is, so a stream cut mid-event ends with the error event, never half an event.
+ * - With `stripUsageChunk`, the usage chunk the router asked for is removed, each event read and
+ *   written by itself; with `rewrite`, each whole event is written as it says.
  * - A `resumable` stream that breaks, stalls or was cut is left open for the caller (director/resume.ts):
  *   nothing is written then, and the client is on an event boundary. A `continues` attempt appends
  *   to a response an earlier attempt committed.
@@ -139,8 +141,8 @@ export function relayResponse(spec: AttemptSpec, proxyRes: EngineResponse, res: 
       return;
     }
     if (!res.writableEnded && !res.destroyed) {
-      // when stripping, only whole events were written: the client is on a boundary
-      if (tap) res.end((wholeEvents ? '' : tap.separator()) + (spec.errorEvent ?? streamErrorEvent)(BROKEN[end]()));
+      // only whole events were written: the client is on a boundary
+      if (tap) res.end((spec.errorEvent ?? streamErrorEvent)(BROKEN[end]()));
       else res.destroy(); // a JSON body cut short must not look complete
     }
     finish(end);
@@ -205,8 +207,19 @@ export function relayResponse(spec: AttemptSpec, proxyRes: EngineResponse, res: 
     }
     let segments: SseSegment[];
     if (!wholeEvents) {
-      write(chunk); // byte for byte, as it came
+      // Whole events only: an event the engine has not finished is held until its blank line comes,
+      // so a stream cut mid-event never hands the client half an event (the SDKs raise a JSON error
+      // on it, not the router's error event, which follows on a boundary). A chunk that ends on a
+      // boundary with nothing held before it, nearly every chunk, is written byte for byte as it came.
+      const held = !tap.atBoundary;
       segments = tap.segments(chunk);
+      const last = chunk[chunk.length - 1];
+      if (!held && tap.atBoundary && (last === 0x0a || last === 0x0d)) write(chunk);
+      else {
+        let text = '';
+        for (const segment of segments) text += segment.raw;
+        if (text !== '') write(text);
+      }
     } else {
       // Whole events, read one at a time: the response's first one is written as soon as it is read,
       // not after the rest of a burst (a zero-latency engine's whole stream comes in one chunk).
@@ -245,8 +258,8 @@ export function relayResponse(spec: AttemptSpec, proxyRes: EngineResponse, res: 
         return;
       }
     }
-    if (tap && wholeEvents) {
-      const rest = tap.rest(); // a last event without its blank line (some llama.cpp builds)
+    if (tap) {
+      const rest = tap.rest(); // a last event without its blank line (some llama.cpp builds), held until now
       if (rest !== '') write(rest);
     }
     if (!tap) spec.observe?.bodyEnd();

@@ -1,9 +1,9 @@
 /**
  * Reads a Server-Sent Events stream as it passes, without holding it up: the caller relays bytes as
  * they arrive, and the tap keeps only the incomplete tail of the current event. It reports whole
- * events (their `data` joined per the SSE rules, and their exact raw text), and whether the relayed
- * bytes end on an event boundary, so a final error event can be appended without corrupting a
- * half-sent one. A character split across chunks is kept whole: a chunk that ends in ASCII (an event
+ * events (their `data` joined per the SSE rules, and their exact raw text), and whether what was
+ * fed ends on an event boundary (the relay writes whole events only, so that a final error event never
+ * follows half of one). A character split across chunks is kept whole: a chunk that ends in ASCII (an event
  * ends in a line feed) is decoded on its own, and from the first chunk that does not, a StringDecoder
  * decodes the rest (made only then: it holds a buffer of its own, one more allocation a stream).
  */
@@ -49,7 +49,7 @@ export class SseTap {
    * `indexOf`, which allocates nothing: a stream is read block by block, one per token.
    */
   private cr = false;
-  /** The relayed bytes end exactly after a blank line (or nothing was relayed). */
+  /** What was fed ends exactly after a blank line (or nothing was fed): nothing of an event is held. */
   atBoundary = true;
 
   /** Feeds a chunk of the stream; returns the events it completed. */
@@ -152,13 +152,6 @@ export class SseTap {
   tailEvent(): SseEvent | undefined {
     const text = this.unread().replace(/[\r\n]+$/, '');
     return text === '' ? undefined : parseBlock(text);
-  }
-
-  /** What to write before an extra event so that it starts on a boundary. */
-  separator(): string {
-    if (this.atBoundary) return '';
-    const last = this.parts.length > 0 ? (this.parts[this.parts.length - 1] as string) : this.pending;
-    return last.endsWith('\n') || last.endsWith('\r') ? '\n' : '\n\n';
   }
 }
 

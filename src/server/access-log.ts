@@ -20,6 +20,16 @@ export interface RequestMetrics {
 }
 
 const tenths = (ms: number): number => Math.round(ms * 10) / 10;
+
+/**
+ * The answer did not reach its end: the response was cut, or the router ended a stream the engine
+ * broke, went silent in or ran past the deadline with its error event (a response that finished, but
+ * an answer cut short).
+ */
+function incomplete(res: ServerResponse, ctx: RequestContext): boolean {
+  const end = ctx.report?.end;
+  return !res.writableFinished || end === 'upstream_broken' || end === 'idle_timeout' || end === 'deadline';
+}
 const str = (name: string, value: string | undefined): string => (value === undefined ? '' : `,"${name}":${JSON.stringify(value)}`);
 const num = (name: string, value: number | undefined): string => (value === undefined ? '' : `,"${name}":${Number.isFinite(value) ? value : 'null'}`);
 
@@ -48,7 +58,7 @@ function members(req: IncomingMessage, res: ServerResponse, ctx: RequestContext,
     (usage?.estimated === undefined ? '' : `,"tokensEstimated":${usage.estimated}`) +
     num('bytes', report?.bytes) +
     str('failure', ctx.failure ?? report?.failure) +
-    (res.writableFinished ? '' : ',"incomplete":true')
+    (incomplete(res, ctx) ? ',"incomplete":true' : '')
   );
 }
 
@@ -99,7 +109,7 @@ export class AccessLog {
       const report = ctx.report;
       const done = {
         status,
-        incomplete: !res.writableFinished,
+        incomplete: incomplete(res, ctx),
         durationMs: ms,
         ...(report?.ttftMs === undefined ? {} : { ttftMs: report.ttftMs }),
         ...(report?.usage ? { completionTokens: report.usage.completionTokens } : {}),

@@ -15,25 +15,25 @@ describe('SseTap', () => {
     expect(tap.atBoundary).toBe(true);
   });
 
-  it('knows when the relayed bytes stop inside an event, and what separator an extra event needs', () => {
-    expect(collect(['data: {"a"']).tap.separator()).toBe('\n\n');
-    expect(collect(['data: {"a":1}\n']).tap.separator()).toBe('\n');
-    expect(collect(['data: {"a":1}\n\n']).tap.separator()).toBe('');
+  it('knows when what was fed stops inside an event', () => {
+    expect(collect(['data: {"a"']).tap.atBoundary).toBe(false);
+    expect(collect(['data: {"a":1}\n']).tap.atBoundary).toBe(false);
+    expect(collect(['data: {"a":1}\n\n']).tap.atBoundary).toBe(true);
   });
 
-  it('reads an event far larger than its chunks whole, and knows the separator while it is incomplete', () => {
+  it('reads an event far larger than its chunks whole, and knows it is inside it until it ends', () => {
     const tap = new SseTap();
     const data = 'x'.repeat(1 << 20);
     const text = `data: {"a":1}\n\ndata: ${data}\n\ndata: [DONE]\n\n`;
     const events: SseEvent[] = [];
-    const separators: string[] = [];
+    const boundaries: boolean[] = [];
     for (let at = 0; at < text.length; at += 4096) {
       events.push(...tap.push(text.slice(at, at + 4096)));
-      separators.push(tap.separator());
+      boundaries.push(tap.atBoundary);
     }
     expect(events).toEqual([{ data: '{"a":1}' }, { data }, { data: '[DONE]' }]);
-    expect(separators.slice(1, -1).every((s) => s === '\n\n')).toBe(true); // inside the big event
-    expect(separators.at(-1)).toBe('');
+    expect(boundaries.slice(1, -1).every((b) => !b)).toBe(true); // inside the big event
+    expect(boundaries.at(-1)).toBe(true);
     // a blank line split over three chunks ("\r\n" | "\r" | "\n") still ends the event
     const cr = new SseTap();
     expect([...cr.push('data: a'), ...cr.push('bc\r\n'), ...cr.push('\r'), ...cr.push('\ndata: d\r\n\r\n')]).toEqual([{ data: 'abc' }, { data: 'd' }]);
@@ -41,7 +41,7 @@ describe('SseTap', () => {
     partial.push('data: {"a":1}\n\ndata: ');
     partial.push('x'.repeat(10));
     partial.push('yz\n');
-    expect(partial.separator()).toBe('\n');
+    expect(partial.atBoundary).toBe(false);
     expect(partial.rest()).toBe(`data: ${'x'.repeat(10)}yz\n`);
   });
 
@@ -136,7 +136,7 @@ describe('SseTap', () => {
         expect(tap.atBoundary).toBe(from === text.length);
         const whole = new SseTap();
         whole.segments(text);
-        expect(tap.separator()).toBe(whole.separator());
+        expect(tap.atBoundary).toBe(whole.atBoundary);
         expect(tap.rest()).toBe(text.slice(from));
         expect(tap.rest()).toBe('');
       }),

@@ -5,9 +5,10 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import http from 'node:http';
+import OpenAI from 'openai';
 import { type RunningRouter } from '../../src/main.js';
 import { rawRequest, sseData } from '../helpers/http.js';
-import { KEY, startTestRouter, type TestRouter } from '../helpers/router.js';
+import { KEY, scrapedMetric, startTestRouter, type TestRouter } from '../helpers/router.js';
 import { waitFor } from '../helpers/sim.js';
 import { startUpstream, type RecordingUpstream, type Reply } from '../helpers/upstream.js';
 
@@ -49,6 +50,17 @@ const scripted: Reply = (req, res) => {
     const status = Number(name.slice('redirect-'.length));
     res.writeHead(status, { location: 'http://127.0.0.1:1/elsewhere', 'content-length': '0' });
     res.end();
+    return;
+  }
+  if (name === 'split-then-die' || name === 'split-slow') {
+    // an event cut across two writes; then the engine dies, or finishes it a moment later
+    const second = chunk('lo', 'stop');
+    res.writeHead(200, { 'content-type': 'text/event-stream' });
+    res.write(chunk('Hel') + second.slice(0, 30));
+    setImmediate(() => {
+      if (name === 'split-then-die') res.socket?.destroy();
+      else res.end(second.slice(30) + 'data: [DONE]\n\n');
+    });
     return;
   }
   const text = STREAMS[name] ?? STREAMS.whole!;
@@ -137,7 +149,9 @@ describe('the framing of a stream the router changes', () => {
 });
 
 describe('a stream the engine ends without its last event', () => {
-  it('ends, on chat, with the error event and [DONE]; the access log counts it as broken', async () => {
+  it('ends, on chat, with the error event and [DONE]; the access log and goodput count it as cut short', async () => {
+    const failed = (): Promise<number> => scrapedMetric(gateway.router.adminUrl, 'modelgate_goodput_requests_total', { deployment: 'llm-prod', result: 'failed' });
+    const before = await failed();
     const res = await chat('no-end', { stream_options: { include_usage: true } });
     expect(res.status).toBe(200);
     const events = sseData(res.body);
@@ -145,12 +159,40 @@ describe('a stream the engine ends without its last event', () => {
     expect(JSON.parse(events[2]!)).toEqual({ error: expect.objectContaining({ code: 'upstream_stream_broken', type: 'server_error' }) });
     expect(events.slice(3)).toEqual(['[DONE]']);
     const line = await accessLine(res.headers['x-request-id'] as string);
-    expect(line).toMatchObject({ status: 200, failure: 'upstream_stream_broken' });
+    expect(line).toMatchObject({ status: 200, failure: 'upstream_stream_broken', incomplete: true });
+    await waitFor(async () => (await failed()) === before + 1, 'goodput to count the stream as failed');
   });
 
-  it('ends an incomplete last event on a boundary before the error event', async () => {
-    const res = await chat('cut-no-blank-line', { stream_options: { include_usage: true } });
-    expect(res.body).toMatch(/"content":"lo"\}\n\ndata: \{"error":\{[^\n]*"upstream_stream_broken"[^\n]*\}\}\n\ndata: \[DONE\]\n\n$/);
+  it('never hands the client half an event: a stream cut inside one ends after the last whole event', async () => {
+    for (const extra of [{}, { stream_options: { include_usage: true } }]) {
+      const res = await chat('cut-no-blank-line', extra);
+      expect(res.body).not.toContain('"content":"lo"');
+      const events = sseData(res.body);
+      expect(events).toHaveLength(3);
+      expect(events[0]).toContain('"Hel"');
+      expect(JSON.parse(events[1]!)).toEqual({ error: expect.objectContaining({ code: 'upstream_stream_broken' }) });
+      expect(events[2]).toBe('[DONE]');
+    }
+  });
+
+  it('holds an event cut across the engine’s writes until it is whole, and drops it when the engine dies inside it', async () => {
+    // with the usage the client asked for, events are relayed as they come; without, the router strips its own
+    for (const extra of [{ stream_options: { include_usage: true } }, {}]) {
+      const slow = await chat('split-slow', extra);
+      expect(sseData(slow.body)).toEqual([expect.stringContaining('"Hel"'), expect.stringContaining('"lo"'), '[DONE]']);
+      const died = await chat('split-then-die', extra);
+      expect(sseData(died.body)).toEqual([expect.stringContaining('"Hel"'), expect.stringContaining('upstream_stream_broken'), '[DONE]']);
+    }
+    // what the official client makes of it: the router's error, not a JSON parse error on half an event
+    const client = new OpenAI({ apiKey: KEY, baseURL: `${gateway.router.apiUrl}/v1`, maxRetries: 0 });
+    const stream = await client.chat.completions.create({ model: 'llm', messages: [{ role: 'user', content: 'split-then-die' }], stream: true, stream_options: { include_usage: true } });
+    const seen: string[] = [];
+    const failure = await (async () => {
+      for await (const part of stream) seen.push(part.choices[0]?.delta.content ?? '');
+    })().catch((err: unknown) => err);
+    expect(seen).toEqual(['Hel']);
+    expect(failure).toBeInstanceOf(OpenAI.APIError);
+    expect((failure as InstanceType<typeof OpenAI.APIError>).code).toBe('upstream_stream_broken');
   });
 
   it.each([
@@ -163,6 +205,7 @@ describe('a stream the engine ends without its last event', () => {
       expect(res.body).toContain('"lo"');
       const line = await accessLine(res.headers['x-request-id'] as string);
       expect(line.failure).toBeUndefined();
+      expect(line.incomplete).toBeUndefined();
     }
   });
 
