@@ -129,6 +129,24 @@ export function periods(wallMs: number): { day: { period: string; endsInMs: numb
   };
 }
 
+/** A deployment as the keys file may name it: its ID, its model name or one of its aliases. */
+export interface DeploymentNames {
+  id: string;
+  model: string;
+  aliases: readonly string[];
+}
+
+/**
+ * The name under which the key's per-deployment limits hold the deployment: its ID, else its model
+ * name, else an alias (a key's `models` takes any of them, and so do its limits); the ID when none has limits.
+ */
+export function scopeOf(limits: KeyLimits, named: string | DeploymentNames): string {
+  if (typeof named === 'string') return named;
+  if (limits.deployments.size === 0 || limits.deployments.has(named.id)) return named.id;
+  if (limits.deployments.has(named.model)) return named.model;
+  return named.aliases.find((alias) => limits.deployments.has(alias)) ?? named.id;
+}
+
 /** The checks of a key's request on `deployment` (all deployments when undefined: what GET /v1/limits shows). */
 export function checksFor(key: string, limits: KeyLimits, deployment: string | undefined, wallMs: number): Checks {
   const rates: RateSpec[] = [];
@@ -322,9 +340,10 @@ export class Limiter {
    * for `kind`, when given). Resolves with its lease (undefined for a key without limits); rejects with
    * a 429 RouterError when a limit refuses it.
    */
-  async admit(key: LimitedKey, deployment: string, given: number, kind?: string): Promise<Lease | undefined> {
+  async admit(key: LimitedKey, named: string | DeploymentNames, given: number, kind?: string): Promise<Lease | undefined> {
     const limits = this.limitsOf(key);
     if (!limits) return undefined;
+    const deployment = scopeOf(limits, named);
     const estimate = kind === undefined ? given : Math.max(0, Math.round(given + (this.overhead.get(kind) ?? 0)));
     const { clock, events } = this.options;
     const checks = checksFor(key.name, limits, deployment, this.options.wallNow());
@@ -436,7 +455,11 @@ export class Limiter {
     if (usage && !usage.estimated && lease.learn) this.learn(lease.learn.kind, usage.promptTokens - lease.learn.estimate);
     const used = usage ? Math.round((usage.estimated ? lease.estimate : usage.promptTokens) + usage.completionTokens) : 0;
     if (usage) this.options.events?.onTokens?.(lease.checks.key, usage.estimated ? lease.estimate : usage.promptTokens, usage.completionTokens);
-    this.queue(lease.store, lease, used - lease.charged);
+    const local = lease.store !== this.options.shared?.store;
+    // A count only this router keeps is settled at once: batched, a key's next request (sent as soon
+    // as this one's answer came) was admitted on counts up to a flush interval old, past its budget.
+    if (local) this.settleNow(lease.store, lease, used - lease.charged);
+    else this.queue(lease.store, lease, used - lease.charged);
     lease.charged = used;
     lease.unsent = 0;
     if (lease.checks.concurrency.length > 0) {
@@ -456,6 +479,13 @@ export class Limiter {
     const before = this.overhead.get(kind);
     if (before === undefined && this.overhead.size >= MAX_KINDS) return;
     this.overhead.set(kind, before === undefined ? excess : before + OVERHEAD_WEIGHT * (excess - before));
+  }
+
+  /** Settles `tokens` in a store that is this router's own (in memory: applied before this returns). */
+  private settleNow(store: LimitStore, lease: Pick<Lease, 'checks'>, tokens: number): void {
+    const { checks } = lease;
+    if (tokens === 0 || (checks.budgets.length === 0 && !checks.rates.some((r) => r.kind === 'tokens'))) return;
+    void store.settle([{ key: checks.key, rates: checks.rates.filter((r) => r.kind === 'tokens'), budgets: checks.budgets, tokens }]);
   }
 
   private queue(store: LimitStore, lease: Pick<Lease, 'checks'>, tokens: number): void {

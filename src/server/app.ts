@@ -87,7 +87,9 @@ const ROUTE_LIST = `${API_ROUTES.flatMap((r) => r.paths.map((path) => `POST ${pa
 
 /** The metrics label of a route that is not an inference API's (an unknown path speaks OpenAI's errors). */
 function otherRoute(path: string, origin: boolean): Route {
-  return !origin ? 'other' : path === '/v1/models' ? 'models' : path === '/v1/limits' ? 'limits' : 'other';
+  if (!origin) return 'other';
+  // `/v1/models/{model}` (a model's ID may hold slashes) is the same route as the list
+  return path === '/v1/models' || (path.startsWith('/v1/models/') && path.length > '/v1/models/'.length) ? 'models' : path === '/v1/limits' ? 'limits' : 'other';
 }
 
 /** A request as the handler chains see it: Node's, with the body once it has been read. */
@@ -224,6 +226,9 @@ export function buildApp(deps: AppDeps): BuiltApp {
     // and sendError's answers): a header set ahead makes Node's writeHead set every header of the
     // head one at a time, validated and stored, instead of writing them as given.
     if (!api) res.setHeader('x-request-id', ctx.requestId);
+    // Anthropic's clients read the id from `request-id` (the Messages API's own header): set ahead, so
+    // every answer on the route has it, the engine's, the relay's and the errors' alike
+    else if (api.dialect === 'anthropic') res.setHeader('request-id', ctx.requestId);
     if (draining) res.setHeader('connection', 'close');
     active += 1;
     res.once('close', () => {

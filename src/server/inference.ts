@@ -13,7 +13,7 @@ import { modelNotFound, RouterError } from '../core/errors.js';
 import { passed } from '../core/phases.js';
 import { PRIORITIES, type Priority, type RequestTrace } from '../core/types.js';
 import { type RequestDirector } from '../director/director.js';
-import { type Lease } from '../limits/limiter.js';
+import { type DeploymentNames, type Lease } from '../limits/limiter.js';
 import { type ModelCatalog } from '../registry/registry.js';
 import { type ChainRequest } from './app.js';
 import { contextOf } from './context.js';
@@ -23,7 +23,8 @@ export interface RequestLimits {
   /** The key's limits, or undefined for a key without them (such a key is not admitted at all: no lease, no wait). */
   limitsOf(key: Principal): object | undefined;
   /** `kind`: requests whose prompt estimates are corrected together (limits/limiter.ts). */
-  admit(key: Principal, deployment: string, estimate: number, kind?: string): Promise<Pick<Lease, 'headers' | 'streamed' | 'finish'> | undefined>;
+  /** `deployment`: its ID, model name and aliases, any of which the key's per-deployment limits may name. */
+  admit(key: Principal, deployment: DeploymentNames, estimate: number, kind?: string): Promise<Pick<Lease, 'headers' | 'streamed' | 'finish'> | undefined>;
 }
 
 export interface InferenceDeps {
@@ -110,7 +111,7 @@ export function inferenceHandler(deps: InferenceDeps, api: ApiRoute) {
     let lease: Pick<Lease, 'headers' | 'streamed' | 'finish'> | undefined;
     if (limits) {
       const admission = trace?.child('modelgate.admission');
-      lease = await limits.admit(principal, deployment.id, estimatePromptTokens(api, body, text), `${deployment.id} ${api.name}`);
+      lease = await limits.admit(principal, deployment, estimatePromptTokens(api, body, text), `${deployment.id} ${api.name}`);
       admission?.end();
       if (lease) for (const [name, value] of Object.entries(lease.headers)) res.setHeader(name, value);
       if (ctx.closed) {

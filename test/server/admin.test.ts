@@ -32,10 +32,26 @@ describe('admin port', () => {
       .send('{"model":"llm","messages":[{"role":"user","content":"secret prompt"}]}')
       .expect(200);
     await request(gateway.router.api).get('/v1/models').expect(401);
+    await request(gateway.router.api)
+      .get('/v1/models/llm')
+      .set({ Authorization: `Bearer ${KEY}` })
+      .expect(200);
+    await request(gateway.router.api)
+      .get('/v1/models/org/no-such-model')
+      .set({ Authorization: `Bearer ${KEY}` })
+      .expect(404);
+    await request(gateway.router.api)
+      .get('/v1/models/')
+      .set({ Authorization: `Bearer ${KEY}` })
+      .expect(404);
     const res = await request(gateway.router.admin).get('/metrics').expect(200);
     expect(res.headers['content-type']).toMatch(/^text\/plain/);
     expect(res.text).toContain('modelgate_requests_total{route="chat",deployment="llm-prod",pool="llm",code="200"} 1');
     expect(res.text).toContain('modelgate_requests_total{route="models",deployment="",pool="",code="401"} 1');
+    // a model retrieved is the models route too, found or not; `/v1/models/` is no route
+    expect(res.text).toContain('modelgate_requests_total{route="models",deployment="",pool="",code="200"} 1');
+    expect(res.text).toContain('modelgate_requests_total{route="models",deployment="",pool="",code="404"} 1');
+    expect(res.text).toContain('modelgate_requests_total{route="other",deployment="",pool="",code="404"} 1');
     expect(res.text).toContain('modelgate_pool_ready_endpoints{pool="llm"} 1');
     expect(res.text).toMatch(/modelgate_request_duration_seconds_count\{route="chat",deployment="llm-prod",pool="llm"\} 1/);
     expect(res.text).not.toContain(KEY);

@@ -50,6 +50,15 @@ describe('@anthropic-ai/sdk: messages', () => {
     expect(metricSum(metrics, 'modelgate_prompt_tokens_total', { deployment: 'qwen-prod' })).toBeGreaterThanOrEqual(message.usage.input_tokens);
   });
 
+  it('the SDK gets the router’s request id (Anthropic’s `request-id` header) on answers and errors alike', async () => {
+    const message = await client.messages.create(ask);
+    expect(message._request_id).toMatch(/^[0-9a-f-]{36}$/);
+    const { response } = await client.messages.create(ask).withResponse();
+    expect(response.headers.get('request-id')).toBe(response.headers.get('x-request-id'));
+    const err = await client.messages.create({ ...ask, model: 'claude-nope' }).catch((e: unknown) => e);
+    expect((err as InstanceType<typeof Anthropic.APIError>).requestID).toMatch(/^[0-9a-f-]{36}$/);
+  });
+
   it('a Bearer token (authToken) works as well', async () => {
     const bearer = new Anthropic({ apiKey: null, authToken: KEY, baseURL: gateway.router.apiUrl, maxRetries: 0 });
     const message = await bearer.messages.create({ ...ask, model: 'qwen' });
