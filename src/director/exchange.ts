@@ -18,6 +18,7 @@ import { errorBody, RouterError, streamErrorEvent, toErrorResponse, writeErrorAn
 import { type PoolSpec, type RequestTrace, type ScheduleInfo, type WireDialect } from '../core/types.js';
 import { type AttemptResult, type Forwarder, type StreamEnd } from '../proxy/forwarder.js';
 import { brokenError, endsStream } from '../proxy/relay.js';
+import { streamError } from '../proxy/upstream-errors.js';
 import { ResponseMeter, type TokenUsage } from '../proxy/usage.js';
 import { type EndpointPicker, type Picked, type PickRequest } from '../resilience/picker.js';
 import { MAX_RESUMPTIONS, RESUMING_ENGINES, type FailedReason, type ResumePlan, type StreamSplice } from './resume.js';
@@ -44,6 +45,8 @@ export interface ExchangeReport {
   failure?: string;
   /** How a committed response ended. */
   end?: StreamEnd;
+  /** The engine ended a committed stream with its own error event (relayed re-wrapped): its code. */
+  engineError?: string;
   /** Token counts: the engine's usage, or an estimate from a stream that ended without it. */
   usage?: TokenUsage;
   /** ms from the committed attempt's request to its first content event (streams). */
@@ -224,6 +227,7 @@ export class ExchangeRunner {
       stripUsageChunk: plan.stripUsageChunk ?? false,
       errorEvent: (err) => streamErrorEvent(err, dialect, meter.nextSequence()),
       endOfStream: (event) => endsStream(dialect, event),
+      engineError: (event) => streamError(dialect, event),
       ...(splice ? { rewrite: (segment) => splice.rewrite(segment), resumable: { cut: () => splice.errored } } : {}),
       ...(continuation ? { continues: true } : {}),
     });
@@ -252,7 +256,7 @@ export class ExchangeRunner {
     splice?: StreamSplice,
   ): Promise<ExchangeReport> {
     report.upstreamStatus = result.status;
-    const { end, bytes } = await result.done;
+    const { end, bytes, engineError } = await result.done;
     picked.release();
     report.end = end;
     report.bytes = (report.bytes ?? 0) + bytes;
@@ -266,7 +270,14 @@ export class ExchangeRunner {
       this.deps.picker.recordStreamFailure(step.pool, picked.endpoint.id, requestId);
       report.failure = end === 'upstream_broken' ? 'upstream_stream_broken' : 'upstream_timeout';
     } else if (end === 'deadline') report.failure = 'upstream_timeout';
-    else if (end === 'client_gone' || end === 'client_stalled') report.failure = end; // the client's doing: no breaker failure
+    else if (end === 'client_gone' || end === 'client_stalled')
+      report.failure = end; // the client's doing: no breaker failure
+    else if (engineError) {
+      // the engine ended the stream with its own error: a server error counts against its breaker
+      report.failure = engineError.code;
+      report.engineError = engineError.code;
+      if (engineError.status >= 500) this.deps.picker.recordStreamFailure(step.pool, picked.endpoint.id, requestId);
+    }
     return report;
   }
 

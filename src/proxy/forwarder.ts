@@ -26,7 +26,7 @@ import { retryHeaders } from './headers.js';
 import { type EngineAgent } from './engine-agent.js';
 import { relayResponse, type AttemptControl, type BodySink, type EngineResponse } from './relay.js';
 import { type SseEvent, type SseSegment } from './sse-tap.js';
-import { MAX_ERROR_BODY_BYTES, normaliseUpstreamError, type NormalisedError } from './upstream-errors.js';
+import { MAX_ERROR_BODY_BYTES, normaliseUpstreamError, type NormalisedError, type StreamError } from './upstream-errors.js';
 
 export interface AttemptSpec {
   endpoint: Endpoint;
@@ -49,6 +49,8 @@ export interface AttemptSpec {
   stripUsageChunk?: boolean;
   /** The event that ends a stream the router cuts short, in the API's dialect (default: OpenAI's error chunk and `[DONE]`). */
   errorEvent?: (err: RouterError) => string;
+  /** The engine's own error event, re-wrapped for the client (upstream-errors.ts `streamError`); undefined for any other event. */
+  engineError?: (event: SseEvent) => StreamError | undefined;
   /** Whether an event is the stream's last in the API's dialect (relay.ts `endsStream`): a stream that ends without one ends as broken. */
   endOfStream?: (event: SseEvent) => boolean;
   /** Rewrites each complete event of a stream on its way to the client ('' drops it). With it, only whole events are written. */
@@ -74,9 +76,17 @@ export interface ResponseObserver {
 export type FailureReason = 'connect' | 'connect_timeout' | 'reset' | 'first_byte_timeout' | 'deadline';
 export type StreamEnd = 'complete' | 'client_gone' | 'client_stalled' | 'upstream_broken' | 'idle_timeout' | 'deadline';
 
+/** How a committed response ended, and how many body bytes the engine sent. */
+export interface StreamDone {
+  end: StreamEnd;
+  bytes: number;
+  /** The engine's own error event ended the stream (relayed in the router's envelope): its status and code. */
+  engineError?: { status: number; code: string };
+}
+
 export type AttemptResult =
   /** The first byte went to the client; `done` settles when the response has ended. */
-  | { kind: 'committed'; status: number; done: Promise<{ end: StreamEnd; bytes: number }> }
+  | { kind: 'committed'; status: number; done: Promise<StreamDone> }
   /** The engine answered with an error status (body read, nothing sent yet). */
   | { kind: 'upstream_error'; status: number; error: NormalisedError; headers: Record<string, string>; retryAfterMs: number | undefined }
   /** No usable answer (nothing sent yet). */

@@ -27,7 +27,7 @@ import { type WireDialect } from '../core/types.js';
 import { clientResponseHeaders } from './headers.js';
 import { SseTap, type SseEvent, type SseSegment } from './sse-tap.js';
 import { isUsageChunk } from './usage.js';
-import { type AttemptResult, type AttemptSpec, type StreamEnd } from './forwarder.js';
+import { type AttemptResult, type AttemptSpec, type StreamDone, type StreamEnd } from './forwarder.js';
 
 /** The attempt's single timer and its settlement, as the forwarder lends them to the relay. */
 export interface AttemptControl {
@@ -75,13 +75,13 @@ const ANTHROPIC_LAST_DATA = /^\{"type":\s*"(?:message_stop|error)"/;
 
 /**
  * Whether `event` ends a stream of the API's dialect: OpenAI's `data: [DONE]` (or, from an engine that
- * leaves it out, a chunk with a finish reason), the Responses API's `response.completed`,
+ * leaves it out, a chunk with a finish reason, or its error event), the Responses API's `response.completed`,
  * `response.incomplete`, `response.failed` or `error`, the Messages API's `message_stop` or `error`.
  */
 export function endsStream(dialect: WireDialect, event: SseEvent): boolean {
   if (dialect === 'anthropic') return event.event !== undefined ? event.event === 'message_stop' || event.event === 'error' : ANTHROPIC_LAST_DATA.test(event.data);
   if (dialect === 'responses') return event.event !== undefined ? RESPONSES_LAST.has(event.event) : RESPONSES_LAST_DATA.test(event.data);
-  return event.data === '[DONE]' || event.data.includes('"finish_reason":"');
+  return event.data === '[DONE]' || event.data.includes('"finish_reason":"') || event.data.startsWith('{"error"');
 }
 
 function isEventStream(contentType: string | undefined): boolean {
@@ -103,15 +103,24 @@ export function relayResponse(spec: AttemptSpec, proxyRes: EngineResponse, res: 
   let bytes = 0;
   let committed = false;
   let finish: (end: StreamEnd) => void = () => undefined;
-  const done = new Promise<{ end: StreamEnd; bytes: number }>((resolve) => {
+  /** The engine's own error event, when it sent one (relayed re-wrapped). */
+  let engineError: StreamDone['engineError'];
+  const done = new Promise<StreamDone>((resolve) => {
     let ended = false;
     finish = (end) => {
       if (ended) return;
       ended = true;
       control.disarm();
-      resolve({ end, bytes });
+      resolve(engineError ? { end, bytes, engineError } : { end, bytes });
     };
   });
+  /** The text to relay for a whole event: the engine's error event re-wrapped, anything else as it came. */
+  const rewrapped = (segment: SseSegment): string | undefined => {
+    const found = segment.event && spec.engineError ? spec.engineError(segment.event) : undefined;
+    if (!found) return undefined;
+    engineError ??= { status: found.status, code: found.code };
+    return found.text;
+  };
   const left = (ms: number): number => Math.min(ms, spec.deadline - clock.now());
   // The idle clock is one timer per quiet stretch, not one per chunk (a stream is hundreds of chunks):
   // a chunk only notes when it came, and a timer that fires with a chunk come since is set again for
@@ -214,12 +223,15 @@ export function relayResponse(spec: AttemptSpec, proxyRes: EngineResponse, res: 
       const held = !tap.atBoundary;
       segments = tap.segments(chunk);
       const last = chunk[chunk.length - 1];
-      if (!held && tap.atBoundary && (last === 0x0a || last === 0x0d)) write(chunk);
-      else {
-        let text = '';
-        for (const segment of segments) text += segment.raw;
-        if (text !== '') write(text);
+      let text = '';
+      let changed = false;
+      for (const segment of segments) {
+        const own = rewrapped(segment);
+        if (own !== undefined) changed = true;
+        text += own ?? segment.raw;
       }
+      if (!held && !changed && tap.atBoundary && (last === 0x0a || last === 0x0d)) write(chunk);
+      else if (text !== '') write(text);
     } else {
       // Whole events, read one at a time: the response's first one is written as soon as it is read,
       // not after the rest of a burst (a zero-latency engine's whole stream comes in one chunk).
@@ -229,7 +241,7 @@ export function relayResponse(spec: AttemptSpec, proxyRes: EngineResponse, res: 
       for (let seg = tap.next(); seg !== undefined; seg = tap.next()) {
         segments.push(seg);
         if (spec.stripUsageChunk && seg.event && isUsageChunk(seg.event)) continue;
-        const text = spec.rewrite ? spec.rewrite(seg) : seg.raw;
+        const text = spec.rewrite ? spec.rewrite(seg) : (rewrapped(seg) ?? seg.raw);
         if (text === '') continue;
         if (sent) kept += text;
         else write(text);

@@ -3,7 +3,8 @@
  * status: vLLM `{"error":{…,"code":404}}` (integer code), old vLLM and TEI flat `{"message",…}`,
  * TGI `{"error":"…","error_type":"…"}`, FastAPI `{"detail":…}`, plain text, or nothing at all.
  */
-import { envelope, envelopeOf, RouterError, type ErrorEnvelope } from '../core/errors.js';
+import { envelope, envelopeOf, errorBody, RouterError, type ErrorEnvelope } from '../core/errors.js';
+import { type WireDialect } from '../core/types.js';
 
 export interface NormalisedError {
   status: number;
@@ -82,4 +83,56 @@ export function normaliseUpstreamError(status: number, body: Buffer): Normalised
     status: outStatus,
     envelope: envelope(message, parsed.type !== undefined && OPENAI_TYPES.has(parsed.type) ? parsed.type : openAiType(outStatus), parsed.param, codeFor(status, message, parsed.param, parsed.code)),
   };
+}
+
+/** Anthropic's error types, as statuses (an engine serving the Messages API names its errors so). */
+const ANTHROPIC_STATUS: Record<string, number> = {
+  invalid_request_error: 400,
+  not_found_error: 404,
+  request_too_large: 413,
+  rate_limit_error: 429,
+  api_error: 500,
+  overloaded_error: 503,
+};
+
+/** An error event an engine sent inside a stream, in the router's envelope for the stream's dialect. */
+export interface StreamError {
+  /** The status the error would have had as an answer (what its type is made from). */
+  status: number;
+  /** The envelope's code (its type, without one): the access log's `failure`. */
+  code: string;
+  /** The event to relay instead of the engine's (on chat and completions without a `[DONE]`: the engine's own follows it). */
+  text: string;
+}
+
+const OPENAI_ERROR = /^\{\s*"error"\s*:/;
+
+/**
+ * The engine's own error event in a stream (vLLM's `data: {"error": {…, "code": 500}}`, an `event: error`
+ * on the Responses or Messages API), re-wrapped as the router wraps an error answer: OpenAI's types
+ * and codes, Anthropic's envelope on the Messages API. Undefined for any other event.
+ */
+export function streamError(dialect: WireDialect, event: { data: string; event?: string }): StreamError | undefined {
+  if (dialect === 'openai' ? !OPENAI_ERROR.test(event.data) : event.event !== 'error' && !event.data.startsWith('{"type":"error"')) return undefined;
+  let inner: Record<string, unknown> = {};
+  try {
+    const body = JSON.parse(event.data) as unknown;
+    if (typeof body === 'object' && body !== null) {
+      const nested = (body as Record<string, unknown>).error;
+      inner = (typeof nested === 'object' && nested !== null ? nested : body) as Record<string, unknown>;
+    }
+  } catch {
+    // not JSON: its text is the message
+  }
+  // vLLM puts the status in `code`; Anthropic's dialect names it by type; otherwise a server error
+  const status = typeof inner.code === 'number' && inner.code >= 400 && inner.code < 600 ? inner.code : ((typeof inner.type === 'string' ? ANTHROPIC_STATUS[inner.type] : undefined) ?? 500);
+  const { envelope: wrapped } = normaliseUpstreamError(status === 401 || status === 403 ? 500 : status, Buffer.from(event.data));
+  const { error } = wrapped;
+  const code = error.code ?? error.type;
+  if (dialect === 'anthropic') return { status, code, text: `event: error\ndata: ${JSON.stringify(errorBody(wrapped, status, 'anthropic'))}\n\n` };
+  if (dialect === 'responses') {
+    const sequence = typeof inner.sequence_number === 'number' ? { sequence_number: inner.sequence_number } : {};
+    return { status, code, text: `event: error\ndata: ${JSON.stringify({ type: 'error', code: error.code, message: error.message, param: error.param, ...sequence })}\n\n` };
+  }
+  return { status, code, text: `data: ${JSON.stringify(wrapped)}\n\n` };
 }

@@ -22,13 +22,13 @@ export interface RequestMetrics {
 const tenths = (ms: number): number => Math.round(ms * 10) / 10;
 
 /**
- * The answer did not reach its end: the response was cut, or the router ended a stream the engine
- * broke, went silent in or ran past the deadline with its error event (a response that finished, but
- * an answer cut short).
+ * The answer did not reach its end: the response was cut, the router ended a stream the engine broke,
+ * went silent in or ran past the deadline with its error event, or the engine ended it with its own
+ * (a response that finished, but an answer cut short).
  */
 function incomplete(res: ServerResponse, ctx: RequestContext): boolean {
   const end = ctx.report?.end;
-  return !res.writableFinished || end === 'upstream_broken' || end === 'idle_timeout' || end === 'deadline';
+  return !res.writableFinished || end === 'upstream_broken' || end === 'idle_timeout' || end === 'deadline' || ctx.report?.engineError !== undefined;
 }
 const str = (name: string, value: string | undefined): string => (value === undefined ? '' : `,"${name}":${JSON.stringify(value)}`);
 const num = (name: string, value: number | undefined): string => (value === undefined ? '' : `,"${name}":${Number.isFinite(value) ? value : 'null'}`);

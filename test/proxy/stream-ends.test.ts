@@ -26,6 +26,15 @@ const STREAMS: Record<string, string> = {
   // the last event without its blank line (some llama.cpp builds)
   'done-no-blank-line': chunk('Hel') + chunk('lo', 'stop') + 'data: [DONE]',
   'cut-no-blank-line': chunk('Hel') + 'data: {"id":"c1","choices":[{"index":0,"delta":{"content":"lo"}',
+  // vLLM's error event mid-stream: its own type and the status as a numeric code
+  'error-event': chunk('Hel') + 'data: {"error": {"object": "error", "message": "CUDA error: out of memory", "type": "InternalServerError", "param": null, "code": 500}}\n\ndata: [DONE]\n\n',
+  'error-event-400': chunk('Hel') + 'data: {"error": {"message": "tool call could not be parsed", "type": "BadRequestError", "param": null, "code": 400}}\n\ndata: [DONE]\n\n',
+  'responses-error':
+    'event: response.output_text.delta\ndata: {"type":"response.output_text.delta","sequence_number":0,"delta":"Hel"}\n\n' +
+    'event: error\ndata: {"type":"error","code":"InternalServerError","message":"boom","param":null,"sequence_number":1}\n\n',
+  'messages-error':
+    'event: message_start\ndata: {"type":"message_start","message":{"id":"msg_1","usage":{"input_tokens":3,"output_tokens":0}}}\n\n' +
+    'event: error\ndata: {"type":"error","error":{"type":"internal_error","message":"boom"}}\n\n',
   responses:
     'event: response.created\ndata: {"type":"response.created","sequence_number":0,"response":{"id":"resp_1","status":"in_progress"}}\n\n' +
     'event: response.output_text.delta\ndata: {"type":"response.output_text.delta","sequence_number":1,"delta":"Hel"}\n\n',
@@ -226,6 +235,32 @@ describe('a stream the engine ends without its last event', () => {
     const whole = await post('/v1/messages', { max_tokens: 8, messages: [{ role: 'user', content: 'messages-whole' }], stream: true }, { 'x-api-key': KEY });
     expect(whole.body).not.toContain('event: error');
     expect(whole.body.trimEnd().endsWith('event: message_stop\ndata: {"type":"message_stop"}')).toBe(true);
+  });
+});
+
+describe('the engine’s own error event in a stream', () => {
+  it('is relayed in the router’s envelope, and the log, goodput and the breaker see a failed answer', async () => {
+    const failed = (): Promise<number> => scrapedMetric(gateway.router.adminUrl, 'modelgate_goodput_requests_total', { deployment: 'llm-prod', result: 'failed' });
+    for (const extra of [{ stream_options: { include_usage: true } }, {}]) {
+      const before = await failed();
+      const res = await chat('error-event', extra);
+      expect(sseData(res.body)).toEqual([expect.stringContaining('"Hel"'), '{"error":{"message":"CUDA error: out of memory","type":"server_error","param":null,"code":null}}', '[DONE]']);
+      const line = await accessLine(res.headers['x-request-id'] as string);
+      expect(line).toMatchObject({ status: 200, failure: 'server_error', incomplete: true });
+      await waitFor(async () => (await failed()) === before + 1, 'goodput to count the stream as failed');
+    }
+    const bad = await chat('error-event-400', { stream_options: { include_usage: true } });
+    expect(JSON.parse(sseData(bad.body)[1]!)).toEqual({ error: { message: 'tool call could not be parsed', type: 'invalid_request_error', param: null, code: null } });
+    expect(await accessLine(bad.headers['x-request-id'] as string)).toMatchObject({ failure: 'invalid_request_error' });
+  });
+
+  it('keeps the dialect: the Responses API’s error event with its sequence number, Anthropic’s envelope on the Messages API', async () => {
+    const responses = await post('/v1/responses', { input: 'responses-error', stream: true });
+    expect(responses.body.split('\n\n').filter(Boolean).at(-1)).toBe('event: error\ndata: {"type":"error","code":"InternalServerError","message":"boom","param":null,"sequence_number":1}');
+    expect((await accessLine(responses.headers['x-request-id'] as string)).failure).toBe('InternalServerError');
+    const messages = await post('/v1/messages', { max_tokens: 8, messages: [{ role: 'user', content: 'messages-error' }], stream: true }, { 'x-api-key': KEY });
+    expect(messages.body.split('\n\n').filter(Boolean).at(-1)).toBe('event: error\ndata: {"type":"error","error":{"type":"api_error","message":"boom"}}');
+    expect(messages.body).not.toContain('upstream_stream_broken');
   });
 });
 
