@@ -223,15 +223,17 @@ export function relayResponse(spec: AttemptSpec, proxyRes: EngineResponse, res: 
       const held = !tap.atBoundary;
       segments = tap.segments(chunk);
       const last = chunk[chunk.length - 1];
-      let text = '';
-      let changed = false;
-      for (const segment of segments) {
-        const own = rewrapped(segment);
-        if (own !== undefined) changed = true;
-        text += own ?? segment.raw;
+      let own: Array<string | undefined> | undefined; // the engine's error events, re-wrapped
+      for (let i = 0; i < segments.length; i++) {
+        const text = rewrapped(segments[i] as SseSegment);
+        if (text !== undefined) (own ??= [])[i] = text;
       }
-      if (!held && !changed && tap.atBoundary && (last === 0x0a || last === 0x0d)) write(chunk);
-      else if (text !== '') write(text);
+      if (!held && own === undefined && tap.atBoundary && (last === 0x0a || last === 0x0d)) write(chunk);
+      else {
+        let text = '';
+        for (let i = 0; i < segments.length; i++) text += own?.[i] ?? (segments[i] as SseSegment).raw;
+        if (text !== '') write(text);
+      }
     } else {
       // Whole events, read one at a time: the response's first one is written as soon as it is read,
       // not after the rest of a burst (a zero-latency engine's whole stream comes in one chunk).
