@@ -10,6 +10,8 @@ set -euo pipefail
 declare -A package=([redis-server]=redis-server [prometheus]=prometheus [promtool]=prometheus [chromium]=chromium [openssl]=openssl)
 missing=()
 for cmd in redis-server prometheus promtool chromium openssl; do
+  # Ubuntu names the browser chromium-browser (test/helpers/chromium.ts takes either)
+  [ "$cmd" = chromium ] && command -v chromium-browser >/dev/null && continue
   command -v "$cmd" >/dev/null || missing+=("${package[$cmd]}")
 done
 if [ ${#missing[@]} -gt 0 ]; then
@@ -29,6 +31,6 @@ fi
 if [ "${1:-}" = --versions ]; then
   redis-server --version
   prometheus --version 2>&1 | head -1
-  chromium --version 2>/dev/null
+  chromium --version 2>/dev/null || chromium-browser --version 2>/dev/null
   openssl version
 fi

@@ -21,6 +21,9 @@ import { planRoute, type PlannedPool } from './route-plan.js';
 import { asksStream, requestRefusal, StreamSplice, type ResumePlan } from './resume.js';
 import { encodedForms, routeSteps, streamUsageOverride } from './upstream-request.js';
 
+/** The APIs whose streams end with a last event every engine sends (relay.ts `endsStream`). */
+const KNOWN_STREAM_END = new Set(['chat', 'completions', 'responses', 'messages']);
+
 /** A validated, authorised request, as the server hands it over. */
 export interface DirectedRequest {
   api: ApiRoute;
@@ -144,6 +147,7 @@ export class Director {
       signal: request.signal,
       stripUsageChunk: usage !== undefined,
       dialect: api.dialect,
+      knownStreamEnd: KNOWN_STREAM_END.has(api.name),
       ...(request.onContent ? { onContent: request.onContent } : {}),
       ...(request.trace ? { trace: request.trace } : {}),
       ...(deployment.resumeStreams ? this.resumePlan(request) : {}),

@@ -18,6 +18,7 @@ import { errorBody, RouterError, streamErrorEvent, toErrorResponse, writeErrorAn
 import { type PoolSpec, type RequestTrace, type ScheduleInfo, type WireDialect } from '../core/types.js';
 import { type AttemptResult, type Forwarder, type StreamEnd } from '../proxy/forwarder.js';
 import { brokenError, endsStream } from '../proxy/relay.js';
+import { type SseEvent } from '../proxy/sse-tap.js';
 import { streamError } from '../proxy/upstream-errors.js';
 import { ResponseMeter, type TokenUsage } from '../proxy/usage.js';
 import { type EndpointPicker, type Picked, type PickRequest } from '../resilience/picker.js';
@@ -100,6 +101,11 @@ export interface ExchangePlan {
   stripUsageChunk?: boolean;
   /** How the API speaks: its error envelope, how a cut stream ends, how its stream reports tokens (default `openai`). */
   dialect?: WireDialect;
+  /**
+   * The API's streams have a known last event (chat, completions, responses, messages): one that ends
+   * without it ends as broken. The audio APIs' streams have none the engines agree on.
+   */
+  knownStreamEnd?: boolean;
   /** Each inter-token gap of a committed stream, in ms, with the pool that streams it. */
   onInterToken?: (pool: string, ms: number) => void;
   /** Each content event of a stream (a token on its way to the client). */
@@ -226,7 +232,7 @@ export class ExchangeRunner {
       observe: meter,
       stripUsageChunk: plan.stripUsageChunk ?? false,
       errorEvent: (err) => streamErrorEvent(err, dialect, meter.nextSequence()),
-      endOfStream: (event) => endsStream(dialect, event),
+      ...(plan.knownStreamEnd ? { endOfStream: (event: SseEvent) => endsStream(dialect, event) } : {}),
       engineError: (event) => streamError(dialect, event),
       ...(splice ? { rewrite: (segment) => splice.rewrite(segment), resumable: { cut: () => splice.errored } } : {}),
       ...(continuation ? { continues: true } : {}),

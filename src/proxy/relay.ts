@@ -69,9 +69,15 @@ export function brokenError(end: BrokenEnd): RouterError {
   return BROKEN[end]();
 }
 
+/** The longest event the relay holds while it waits for its blank line (characters). */
+export const MAX_EVENT_CHARS = 32 * 1024 * 1024;
+
 const RESPONSES_LAST = new Set(['response.completed', 'response.incomplete', 'response.failed', 'error']);
 const RESPONSES_LAST_DATA = /^\{"type":\s*"(?:response\.(?:completed|incomplete|failed)|error)"/;
 const ANTHROPIC_LAST_DATA = /^\{"type":\s*"(?:message_stop|error)"/;
+/** A choice's finish reason: a non-empty string (Ollama and old TGI send `""` on every chunk). */
+const FINISHED = /"finish_reason"\s*:\s*"[^"]/;
+const OPENAI_ERROR = /^\{\s*"error"\s*:/;
 
 /**
  * Whether `event` ends a stream of the API's dialect: OpenAI's `data: [DONE]` (or, from an engine that
@@ -81,7 +87,7 @@ const ANTHROPIC_LAST_DATA = /^\{"type":\s*"(?:message_stop|error)"/;
 export function endsStream(dialect: WireDialect, event: SseEvent): boolean {
   if (dialect === 'anthropic') return event.event !== undefined ? event.event === 'message_stop' || event.event === 'error' : ANTHROPIC_LAST_DATA.test(event.data);
   if (dialect === 'responses') return event.event !== undefined ? RESPONSES_LAST.has(event.event) : RESPONSES_LAST_DATA.test(event.data);
-  return event.data === '[DONE]' || event.data.includes('"finish_reason":"') || event.data.startsWith('{"error"');
+  return event.data === '[DONE]' || FINISHED.test(event.data) || OPENAI_ERROR.test(event.data);
 }
 
 function isEventStream(contentType: string | undefined): boolean {
@@ -96,6 +102,7 @@ export function relayResponse(spec: AttemptSpec, proxyRes: EngineResponse, res: 
     control.settle({ kind: 'failed', reason: 'reset', detail: `the continuation answered ${proxyRes.headers['content-type'] ?? 'without a content type'}, not an event stream` });
     return IGNORED;
   }
+  /** Events may be dropped or rewritten: each is written by itself, never the engine's chunk as it came. */
   const wholeEvents = spec.stripUsageChunk === true || spec.rewrite !== undefined;
   const { endOfStream } = spec;
   /** The engine sent its stream's last event (or no one asked). */
@@ -114,13 +121,21 @@ export function relayResponse(spec: AttemptSpec, proxyRes: EngineResponse, res: 
       resolve(engineError ? { end, bytes, engineError } : { end, bytes });
     };
   });
-  /** The text to relay for a whole event: the engine's error event re-wrapped, anything else as it came. */
-  const rewrapped = (segment: SseSegment): string | undefined => {
-    const found = segment.event && spec.engineError ? spec.engineError(segment.event) : undefined;
-    if (!found) return undefined;
+  /**
+   * The text to relay for a whole event: '' for the usage chunk the router asked for, the `rewrite`'s
+   * text, the engine's error event re-wrapped, anything else as it came.
+   */
+  const textOf = (segment: SseSegment): string => {
+    const { event } = segment;
+    if (spec.stripUsageChunk && event && isUsageChunk(event)) return '';
+    if (spec.rewrite) return spec.rewrite(segment);
+    const found = event && spec.engineError ? spec.engineError(event) : undefined;
+    if (!found) return segment.raw;
     engineError ??= { status: found.status, code: found.code };
     return found.text;
   };
+  /** The chunk before ended in a line ending: the decoder holds no bytes of a character it cut. */
+  let cleanEnd = true;
   const left = (ms: number): number => Math.min(ms, spec.deadline - clock.now());
   // The idle clock is one timer per quiet stretch, not one per chunk (a stream is hundreds of chunks):
   // a chunk only notes when it came, and a timer that fires with a chunk come since is set again for
@@ -161,6 +176,8 @@ export function relayResponse(spec: AttemptSpec, proxyRes: EngineResponse, res: 
     if (!spec.continues) {
       const headers = clientResponseHeaders(proxyRes.headers, spec.requestId);
       if (tap) delete headers['content-length'];
+      // a header the router set ahead (Anthropic's `request-id`) is the router's, not the engine's
+      if (headers['request-id'] !== undefined && res.hasHeader('request-id')) delete headers['request-id'];
       res.writeHead(status, headers);
     }
     control.settle({ kind: 'committed', status, done });
@@ -214,41 +231,36 @@ export function relayResponse(spec: AttemptSpec, proxyRes: EngineResponse, res: 
       spec.observe?.body(chunk);
       return;
     }
-    let segments: SseSegment[];
-    if (!wholeEvents) {
-      // Whole events only: an event the engine has not finished is held until its blank line comes,
-      // so a stream cut mid-event never hands the client half an event (the SDKs raise a JSON error
-      // on it, not the router's error event, which follows on a boundary). A chunk that ends on a
-      // boundary with nothing held before it, nearly every chunk, is written byte for byte as it came.
-      const held = !tap.atBoundary;
-      segments = tap.segments(chunk);
-      const last = chunk[chunk.length - 1];
-      let own: Array<string | undefined> | undefined; // the engine's error events, re-wrapped
-      for (let i = 0; i < segments.length; i++) {
-        const text = rewrapped(segments[i] as SseSegment);
-        if (text !== undefined) (own ??= [])[i] = text;
-      }
-      if (!held && own === undefined && tap.atBoundary && (last === 0x0a || last === 0x0d)) write(chunk);
-      else {
-        let text = '';
-        for (let i = 0; i < segments.length; i++) text += own?.[i] ?? (segments[i] as SseSegment).raw;
-        if (text !== '') write(text);
-      }
-    } else {
-      // Whole events, read one at a time: the response's first one is written as soon as it is read,
-      // not after the rest of a burst (a zero-latency engine's whole stream comes in one chunk).
-      tap.feed(chunk);
-      segments = [];
-      let kept = '';
-      for (let seg = tap.next(); seg !== undefined; seg = tap.next()) {
-        segments.push(seg);
-        if (spec.stripUsageChunk && seg.event && isUsageChunk(seg.event)) continue;
-        const text = spec.rewrite ? spec.rewrite(seg) : (rewrapped(seg) ?? seg.raw);
-        if (text === '') continue;
-        if (sent) kept += text;
-        else write(text);
-      }
-      if (kept !== '') write(kept);
+    const held = !tap.atBoundary;
+    tap.feed(chunk);
+    const last = chunk[chunk.length - 1];
+    const lineEnd = last === 0x0a || last === 0x0d;
+    // Only whole events reach the client: an event the engine has not finished is held until its blank
+    // line comes, so a stream cut mid-event never hands the client half an event (the SDKs raise a
+    // JSON error on it, not the router's error event, which follows on a boundary).
+    // A chunk that ends on a boundary, with nothing held before it or in the decoder, is nearly every
+    // chunk: written as it came, byte for byte, when no event of it is to be changed.
+    const asItCame = !wholeEvents && !held && cleanEnd && lineEnd;
+    cleanEnd = lineEnd;
+    const segments: SseSegment[] = [];
+    let text = '';
+    let changed = false;
+    for (let seg = tap.next(); seg !== undefined; seg = tap.next()) {
+      segments.push(seg);
+      const own = textOf(seg);
+      if (own !== seg.raw) changed = true;
+      if (own === '') continue;
+      // the response's first event is written as soon as it is read, not after the rest of a burst (a
+      // zero-latency engine's whole stream comes in one chunk)
+      if (!sent && !asItCame) write(own);
+      else text += own;
+    }
+    if (asItCame && !changed && tap.atBoundary) write(chunk);
+    else if (text !== '') write(text);
+    if (tap.heldChars > MAX_EVENT_CHARS) {
+      // an event without end (or a body that is no event stream after all): not held without bound
+      tooLong();
+      return;
     }
     if (!sawEnd) for (const segment of segments) if (segment.event && (endOfStream as (e: SseEvent) => boolean)(segment.event)) sawEnd = true;
     const { observe } = spec;
@@ -259,22 +271,25 @@ export function relayResponse(spec: AttemptSpec, proxyRes: EngineResponse, res: 
   };
   const end = (): void => {
     if (!committed) commit(); // an empty 2xx body
+    // a last event without its blank line (some llama.cpp builds): read as a whole one, its blank line added
+    const last = tap?.closeTail();
+    if (last) {
+      if (!sawEnd && last.event && (endOfStream as (e: SseEvent) => boolean)(last.event)) sawEnd = true;
+      if (sawEnd) {
+        const text = textOf(last);
+        if (text !== '') write(text);
+        if (last.event) spec.observe?.event(last.event, clock.now());
+      }
+    }
     if (tap && spec.resumable?.cut()) {
       finish('upstream_broken'); // an error event the rewrite held back: the caller goes on elsewhere, or ends the stream
       return;
     }
     if (tap && !sawEnd) {
-      const last = tap.tailEvent(); // a last event without its blank line (some llama.cpp builds)
-      if (!(last && (endOfStream as (e: SseEvent) => boolean)(last))) {
-        // the engine ended its response mid-stream: the client's stream ends as a broken one (an
-        // incomplete last event is not written when only whole events are: the client is on a boundary)
-        endBroken('upstream_broken');
-        return;
-      }
-    }
-    if (tap) {
-      const rest = tap.rest(); // a last event without its blank line (some llama.cpp builds), held until now
-      if (rest !== '') write(rest);
+      // the engine ended its response mid-stream: the client's stream ends as a broken one (an
+      // incomplete last event is not written: the client is on a boundary)
+      endBroken('upstream_broken');
+      return;
     }
     if (!tap) spec.observe?.bodyEnd();
     if (!res.writableEnded) res.end();
@@ -282,7 +297,13 @@ export function relayResponse(spec: AttemptSpec, proxyRes: EngineResponse, res: 
   };
   const broken = (): void => {
     if (!committed) control.settle({ kind: 'failed', reason: 'reset', detail: 'the connection closed before the first byte' });
+    else if (tap && endOfStream && sawEnd && !spec.resumable?.cut())
+      end(); // its last event came: the answer is whole
     else endBroken('upstream_broken');
+  };
+  const tooLong = (): void => {
+    endBroken('upstream_broken');
+    proxyRes.destroy();
   };
   return { data, end, broken };
 }

@@ -24,9 +24,14 @@ export interface SseSegment {
   event: SseEvent | undefined;
 }
 
-/** A blank line in any of the line endings SSE allows; `lastIndex` says where to look from. */
-const BOUNDARY = /\r\n\r\n|\n\n|\r\r/g;
-const HAS_BOUNDARY = /\r\n\r\n|\n\n|\r\r/;
+/**
+ * A blank line: two line endings in a row, each of the three SSE allows (`\r\n`, `\n`, `\r`), mixed
+ * too. A `\r` followed by `\n` is one ending, never two, so a `\r` that ends what has come so far
+ * is not taken as the second ending until the next character says it is not the start of `\r\n`.
+ * `lastIndex` says where to look from.
+ */
+const BOUNDARY = /(?:\r\n|\n|\r(?!\n))(?:\r\n|\n|\r(?=[^\n]))/g;
+const HAS_BOUNDARY = /(?:\r\n|\n|\r(?!\n))(?:\r\n|\n|\r(?=[^\n]))/;
 
 export class SseTap {
   private decoder: StringDecoder | undefined;
@@ -43,6 +48,8 @@ export class SseTap {
   private incomplete = false;
   /** The last characters (up to 3) of the incomplete block: a blank line may start there and end in the next chunk. */
   private tail = '';
+  /** Characters in `parts`. */
+  private partsChars = 0;
   /**
    * `pending` holds a carriage return, so a block may end in `\r\n\r\n` or `\r\r` and is found with
    * BOUNDARY. Without one (engines end lines with `\n`) a block ends at the next `\n\n`, found with
@@ -74,11 +81,13 @@ export class SseTap {
       const probe = this.tail + text;
       if (!(this.cr ? HAS_BOUNDARY.test(probe) : probe.includes('\n\n'))) {
         this.parts.push(text);
+        this.partsChars += text.length;
         this.tail = probe.slice(-3);
         return;
       }
       this.pending = this.pending.slice(this.start) + this.parts.join('') + text;
       this.parts = [];
+      this.partsChars = 0;
       this.incomplete = false;
       this.start = 0;
       return;
@@ -132,8 +141,14 @@ export class SseTap {
     this.start = 0;
     this.cr = false;
     this.parts = [];
+    this.partsChars = 0;
     this.incomplete = false;
     this.tail = '';
+  }
+
+  /** Characters fed and not yet read as whole blocks (an incomplete event's, while it is held). */
+  get heldChars(): number {
+    return this.pending.length - this.start + this.partsChars;
   }
 
   /** What was fed and not read as a whole block. */
@@ -145,13 +160,17 @@ export class SseTap {
   rest(): string {
     const tail = this.unread() + (this.decoder?.end() ?? '');
     this.clear();
+    this.atBoundary = true;
     return tail;
   }
 
-  /** The event of the incomplete tail, read as if its blank line had come (a stream's last event without one), left unread. */
-  tailEvent(): SseEvent | undefined {
-    const text = this.unread().replace(/[\r\n]+$/, '');
-    return text === '' ? undefined : parseBlock(text);
+  /**
+   * The incomplete tail as a whole block, its blank line added (a stream's last event without one,
+   * as some llama.cpp builds end), or undefined when nothing but line endings is left. Reads it.
+   */
+  closeTail(): SseSegment | undefined {
+    const text = this.rest().replace(/[\r\n]+$/, '');
+    return text === '' ? undefined : { raw: `${text}\n\n`, event: parseBlock(text) };
   }
 }
 

@@ -98,6 +98,8 @@ function answerClientError(err: NodeJS.ErrnoException, socket: Duplex): void {
   }
   const answer = toErrorResponse(clientErrorOf(err));
   const body = JSON.stringify(answer.body);
+  // closed once written, as Node's own handler does: a client that keeps its side open holds nothing
+  socket.once('finish', () => socket.destroy());
   socket.end(`HTTP/1.1 ${answer.status} ${http.STATUS_CODES[answer.status] ?? ''}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`);
 }
 

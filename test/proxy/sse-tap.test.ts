@@ -45,14 +45,32 @@ describe('SseTap', () => {
     expect(partial.rest()).toBe(`data: ${'x'.repeat(10)}yz\n`);
   });
 
-  it('reads the incomplete tail as the last event without consuming it', () => {
+  it('closes the incomplete tail into a last whole event, its blank line added', () => {
     const { tap } = collect(['data: {"a":1}\n\ndata: [DO', 'NE]\n']);
-    expect(tap.tailEvent()).toEqual({ data: '[DONE]' });
-    expect(tap.tailEvent()).toEqual({ data: '[DONE]' });
-    expect(tap.rest()).toBe('data: [DONE]\n');
-    expect(tap.tailEvent()).toBeUndefined();
-    expect(collect(['data: {"a":1}\n\n']).tap.tailEvent()).toBeUndefined();
-    expect(collect(['event: message_stop\ndata: {}']).tap.tailEvent()).toEqual({ event: 'message_stop', data: '{}' });
+    expect(tap.closeTail()).toEqual({ raw: 'data: [DONE]\n\n', event: { data: '[DONE]' } });
+    expect(tap.closeTail()).toBeUndefined();
+    expect(tap.atBoundary).toBe(true);
+    expect(collect(['data: {"a":1}\n\n']).tap.closeTail()).toBeUndefined();
+    expect(collect(['event: message_stop\r\ndata: {}\r\n']).tap.closeTail()).toEqual({ raw: 'event: message_stop\r\ndata: {}\n\n', event: { event: 'message_stop', data: '{}' } });
+  });
+
+  it('ends an event at a blank line of mixed endings, and never at a `\r\n` taken for two', () => {
+    expect(collect(['data: a\n\r\ndata: b\r\n\ndata: c\r\r\ndata: d\r\n\r\n']).events).toEqual([{ data: 'a' }, { data: 'b' }, { data: 'c' }, { data: 'd' }]);
+    // a `\r` at a chunk's end waits for the next character: `\r\n` is one ending
+    const tap = new SseTap();
+    expect(tap.push('data: a\r\n\r')).toEqual([]);
+    expect(tap.atBoundary).toBe(false);
+    expect(tap.push('\ndata: b\r\n\r\n')).toEqual([{ data: 'a' }, { data: 'b' }]);
+    expect(collect(['data: a\r\ndata: b\r\n']).events).toEqual([]);
+  });
+
+  it('counts what it holds of an unfinished event', () => {
+    const tap = new SseTap();
+    tap.push('data: {"a":1}\n\ndata: 12');
+    tap.push('345');
+    expect(tap.heldChars).toBe('data: 12345'.length);
+    tap.push('\n\n');
+    expect(tap.heldChars).toBe(0);
   });
 
   it('yields the same events however the stream is cut into chunks (property)', () => {
@@ -115,9 +133,10 @@ describe('SseTap', () => {
     fc.assert(
       fc.property(fc.array(block, { maxLength: 6 }), fc.string({ maxLength: 8 }), fc.array(fc.nat(), { maxLength: 12 }), (blocks, tail, cuts) => {
         const text = blocks.join('') + tail;
-        // the reference: the whole text cut at each leftmost blank line
+        // the reference: the whole text cut at each leftmost blank line (two line endings, `\r\n` one of
+        // them, never two; a `\r` at the very end may yet be the start of one)
         const expected: string[] = [];
-        const boundary = /\r\n\r\n|\n\n|\r\r/g;
+        const boundary = /(?:\r\n|\n|\r(?!\n))(?:\r\n|\n|\r(?=[^\n]))/g;
         let from = 0;
         for (let m = boundary.exec(text); m; m = boundary.exec(text)) {
           expected.push(text.slice(from, m.index + m[0].length));

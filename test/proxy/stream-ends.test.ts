@@ -23,6 +23,12 @@ const STREAMS: Record<string, string> = {
   'no-end': chunk('Hel') + chunk('lo'),
   // an engine that leaves [DONE] out but says the answer finished
   'finish-no-done': chunk('Hel') + chunk('lo', 'stop') + USAGE,
+  // Python's json.dumps spacing, no [DONE] (old Xinference)
+  'spaced-finish': chunk('Hel') + 'data: {"choices": [{"index": 0, "delta": {"content": "lo"}, "finish_reason": "stop"}]}\n\n',
+  // Ollama and old TGI put "" on every chunk: not a finish; the engine then dies
+  'empty-finish': 'data: {"choices":[{"index":0,"delta":{"content":"Hel"},"finish_reason":""}]}\n\n',
+  // [DONE] came, then the connection broke: the answer is whole
+  'done-then-reset': chunk('Hel') + chunk('lo', 'stop') + 'data: [DONE]\n\n',
   // the last event without its blank line (some llama.cpp builds)
   'done-no-blank-line': chunk('Hel') + chunk('lo', 'stop') + 'data: [DONE]',
   'cut-no-blank-line': chunk('Hel') + 'data: {"id":"c1","choices":[{"index":0,"delta":{"content":"lo"}',
@@ -53,12 +59,40 @@ const STREAMS: Record<string, string> = {
 
 /** Answers each request with the stream its prompt names, framed with a Content-Length as a buffering engine might. */
 const scripted: Reply = (req, res) => {
+  if (req.url.startsWith('/v1/audio/')) {
+    // OpenAI's transcription stream: no [DONE], no finish reason
+    const text = 'data: {"type":"transcript.text.delta","delta":"Hel"}\n\ndata: {"type":"transcript.text.done","text":"Hel"}\n\n';
+    res.writeHead(200, { 'content-type': 'text/event-stream' });
+    res.end(text);
+    return;
+  }
   const body = JSON.parse(req.body) as { messages?: Array<{ content: string }>; input?: string };
   const name = body.input ?? body.messages?.[0]?.content ?? '';
   if (name.startsWith('redirect-')) {
     const status = Number(name.slice('redirect-'.length));
     res.writeHead(status, { location: 'http://127.0.0.1:1/elsewhere', 'content-length': '0' });
     res.end();
+    return;
+  }
+  if (name === 'endless-event') {
+    // one event that never ends, past what the router holds (32 Mi characters)
+    res.writeHead(200, { 'content-type': 'text/event-stream' });
+    res.write(chunk('Hel') + 'data: {"x":"');
+    const piece = 'x'.repeat(1 << 20);
+    let sent = 0;
+    const more = (): void => {
+      while (sent < 40 && !res.destroyed) {
+        sent++;
+        if (!res.write(piece)) return void res.once('drain', more);
+      }
+    };
+    more();
+    return;
+  }
+  if (name === 'done-then-reset') {
+    res.writeHead(200, { 'content-type': 'text/event-stream' });
+    res.write(STREAMS[name]!);
+    setImmediate(() => res.socket?.destroy());
     return;
   }
   if (name === 'split-then-die' || name === 'split-slow') {
@@ -73,7 +107,8 @@ const scripted: Reply = (req, res) => {
     return;
   }
   const text = STREAMS[name] ?? STREAMS.whole!;
-  res.writeHead(200, { 'content-type': 'text/event-stream', 'content-length': Buffer.byteLength(text) });
+  // an engine (or a proxy in front of one) with its own Anthropic-style request id
+  res.writeHead(200, { 'content-type': 'text/event-stream', 'content-length': Buffer.byteLength(text), 'request-id': 'req_engine' });
   res.end(text);
 };
 
@@ -83,7 +118,7 @@ let gateway: TestRouter<RunningRouter>;
 beforeAll(async () => {
   engine = await startUpstream(scripted);
   gateway = await startTestRouter({
-    pools: [{ name: 'llm', servedModelName: 'served/llm', capabilities: ['chat', 'responses', 'messages'], endpoints: [engine.url] }],
+    pools: [{ name: 'llm', servedModelName: 'served/llm', capabilities: ['chat', 'responses', 'messages', 'audio'], endpoints: [engine.url] }],
     deployments: [{ id: 'llm-prod', model: 'llm', targets: [{ pool: 'llm' }] }],
   });
 });
@@ -172,6 +207,17 @@ describe('a stream the engine ends without its last event', () => {
     await waitFor(async () => (await failed()) === before + 1, 'goodput to count the stream as failed');
   });
 
+  it('does not hold an event without end past 32 Mi characters: the stream ends broken, the engine’s request is cut', async () => {
+    const res = await chat('endless-event', { stream_options: { include_usage: true } });
+    expect(sseData(res.body)).toEqual([expect.stringContaining('"Hel"'), expect.stringContaining('upstream_stream_broken'), '[DONE]']);
+    expect(res.body.length).toBeLessThan(10_000);
+  });
+
+  it('takes an empty finish reason for none', async () => {
+    const res = await chat('empty-finish', { stream_options: { include_usage: true } });
+    expect(sseData(res.body).at(-2)).toContain('upstream_stream_broken');
+  });
+
   it('never hands the client half an event: a stream cut inside one ends after the last whole event', async () => {
     for (const extra of [{}, { stream_options: { include_usage: true } }]) {
       const res = await chat('cut-no-blank-line', extra);
@@ -204,9 +250,25 @@ describe('a stream the engine ends without its last event', () => {
     expect((failure as InstanceType<typeof OpenAI.APIError>).code).toBe('upstream_stream_broken');
   });
 
+  it('leaves the audio APIs’ streams alone: engines agree on no last event there', async () => {
+    const boundary = 'b0undary';
+    const part = (name: string, value: string, file = false): string =>
+      `--${boundary}\r\nContent-Disposition: form-data; name="${name}"${file ? '; filename="a.wav"\r\nContent-Type: audio/wav' : ''}\r\n\r\n${value}\r\n`;
+    const body = part('file', 'RIFF....WAVE', true) + part('model', 'llm') + part('stream', 'true') + `--${boundary}--\r\n`;
+    const res = await rawRequest(`${gateway.router.apiUrl}/v1/audio/transcriptions`, {
+      headers: { authorization: `Bearer ${KEY}`, 'content-type': `multipart/form-data; boundary=${boundary}` },
+      body,
+    });
+    expect(res.status).toBe(200);
+    expect(sseData(res.body)).toEqual(['{"type":"transcript.text.delta","delta":"Hel"}', '{"type":"transcript.text.done","text":"Hel"}']);
+    expect((await accessLine(res.headers['x-request-id'] as string)).failure).toBeUndefined();
+  });
+
   it.each([
     ['finish-no-done', 'a finish reason, from an engine that leaves [DONE] out'],
     ['done-no-blank-line', '[DONE] without its blank line'],
+    ['spaced-finish', 'a finish reason in spaced JSON, without [DONE]'],
+    ['done-then-reset', '[DONE], then a broken connection'],
   ])('counts %s as finished (%s)', async (prompt) => {
     for (const extra of [{}, { stream_options: { include_usage: true } }]) {
       const res = await chat(prompt, extra);
@@ -235,6 +297,8 @@ describe('a stream the engine ends without its last event', () => {
     const whole = await post('/v1/messages', { max_tokens: 8, messages: [{ role: 'user', content: 'messages-whole' }], stream: true }, { 'x-api-key': KEY });
     expect(whole.body).not.toContain('event: error');
     expect(whole.body.trimEnd().endsWith('event: message_stop\ndata: {"type":"message_stop"}')).toBe(true);
+    // the id Anthropic's clients read is the router's, whatever the engine sent
+    expect(whole.headers['request-id']).toBe(whole.headers['x-request-id']);
   });
 });
 

@@ -10,7 +10,15 @@ import { createApiServer } from '../../src/wiring/servers.js';
 
 const servers: Server[] = [];
 afterEach(async () => {
-  await Promise.all(servers.splice(0).map((s) => new Promise((resolve) => s.close(resolve))));
+  await Promise.all(
+    servers.splice(0).map(
+      (s) =>
+        new Promise((resolve) => {
+          s.close(resolve);
+          s.closeAllConnections(); // a connection a failed test left open must not hold the run
+        }),
+    ),
+  );
 });
 
 async function listening(server: Server): Promise<number> {
@@ -76,6 +84,22 @@ describe('the API server’s answer to a request Node cannot parse', () => {
     expect(received).toMatch(/^HTTP\/1\.1 200 OK\r\n/);
     expect(received).toContain('data: one\n\n');
     expect(received).not.toContain('HTTP/1.1 400');
+  });
+
+  it('lets go of the connection of a client that keeps its side open', async () => {
+    // headers may take a minute here: only the answer's own close ends the connection within the test's time
+    const api = createApiServer(buildConfig({ auth: { keysFile: 'unused.yaml' }, server: { headersTimeoutMs: 60_000, requestTimeoutMs: 120_000 } }, '/').server, (_req, res) => res.end('ok'));
+    const closed = new Promise<void>((resolve) => api.once('connection', (socket: net.Socket) => socket.once('close', () => resolve())));
+    const port = await listening(api);
+    const client = net.connect({ port, host: '127.0.0.1', allowHalfOpen: true });
+    let received = '';
+    client.on('data', (d: Buffer) => (received += d.toString('latin1')));
+    const ended = new Promise<void>((resolve) => client.once('end', () => resolve()));
+    client.write('\x00 garbage\r\n\r\n');
+    await ended;
+    expect(received).toMatch(/^HTTP\/1\.1 400 Bad Request\r\n/);
+    await closed; // the router's side is closed, not left half open until its headers-timeout check
+    client.destroy();
   });
 
   it('answers a parse error on an idle connection in the envelope and closes it', async () => {
