@@ -89,6 +89,14 @@ const scripted: Reply = (req, res) => {
     more();
     return;
   }
+  if (name === 'char-across-writes') {
+    // a write that ends just after a blank line, inside a character that starts the next line
+    const euro = Buffer.from('€');
+    res.writeHead(200, { 'content-type': 'text/event-stream' });
+    res.write(Buffer.concat([Buffer.from(chunk('Hel')), euro.subarray(0, 1)]));
+    setImmediate(() => res.end(Buffer.concat([euro.subarray(1), Buffer.from(': a comment\n\n' + chunk('lo', 'stop') + 'data: [DONE]\n\n')])));
+    return;
+  }
   if (name === 'done-then-reset') {
     res.writeHead(200, { 'content-type': 'text/event-stream' });
     res.write(STREAMS[name]!);
@@ -211,6 +219,14 @@ describe('a stream the engine ends without its last event', () => {
     const res = await chat('endless-event', { stream_options: { include_usage: true } });
     expect(sseData(res.body)).toEqual([expect.stringContaining('"Hel"'), expect.stringContaining('upstream_stream_broken'), '[DONE]']);
     expect(res.body.length).toBeLessThan(10_000);
+  });
+
+  it('loses no byte of a character the engine’s writes cut just after a blank line', async () => {
+    for (const extra of [{ stream_options: { include_usage: true } }, {}]) {
+      const res = await chat('char-across-writes', extra);
+      expect(res.body).toContain('\n\n€: a comment\n\n');
+      expect(sseData(res.body).at(-1)).toBe('[DONE]');
+    }
   });
 
   it('takes an empty finish reason for none', async () => {
