@@ -1,7 +1,11 @@
 /**
- * The model registry: what a client's `model` means. Resolution order is deployment ID, then alias,
- * then model name; exact and case-sensitive. The same code serves the static config and the
- * Kubernetes CRDs: it is rebuilt from scratch whenever its inputs change and replaced as a whole.
+ * The model registry: what a client's `model` means: the deployment whose ID, alias or model name it
+ * is, exact and case-sensitive. A name is one namespace across the three kinds: the oldest deployment
+ * (then the smaller ID) that claims it, as any kind, keeps it, and a younger one loses just that name.
+ * (A younger deployment's ID or alias must never take an older one's model name or alias: that
+ * would let any namespace's new object capture another's traffic.) Static mode's config refuses
+ * any such overlap up front. The same code serves the static config and the Kubernetes CRDs: it is
+ * rebuilt from scratch whenever its inputs change and replaced as a whole.
  */
 import { type Deployment, type DeploymentTarget, type PoolSpec } from '../core/types.js';
 
@@ -28,9 +32,8 @@ export interface Conflict {
 }
 
 export class Registry implements ModelCatalog {
-  private readonly byId = new Map<string, Deployment>();
-  private readonly byAlias = new Map<string, Deployment>();
-  private readonly byModel = new Map<string, Deployment>();
+  /** Every client-facing name (ID, alias, model name) and the deployment that holds it. */
+  private readonly byName = new Map<string, Deployment>();
   private readonly pools: ReadonlyMap<string, PoolSpec>;
   /** Each pool's views for the LoRA adapters deployed on it, by pool, then adapter name. */
   private readonly adapterPools = new Map<string, Map<string, PoolSpec>>();
@@ -41,21 +44,21 @@ export class Registry implements ModelCatalog {
     this.pools = new Map(pools.map((p) => [p.name, p]));
     this.ordered = [...deployments].sort((a, b) => a.created - b.created || (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
     const conflicts: Conflict[] = [];
-    const claim = (map: Map<string, Deployment>, kind: Conflict['kind'], name: string, dep: Deployment): void => {
-      const holder = map.get(name);
-      if (holder === undefined) map.set(name, dep);
+    const claim = (kind: Conflict['kind'], name: string, dep: Deployment): void => {
+      const holder = this.byName.get(name);
+      if (holder === undefined) this.byName.set(name, dep);
       else if (holder !== dep) conflicts.push({ kind, name, winner: holder.id, loser: dep.id });
     };
     for (const dep of this.ordered) {
-      claim(this.byId, 'id', dep.id, dep);
-      for (const alias of dep.aliases) claim(this.byAlias, 'alias', alias, dep);
-      claim(this.byModel, 'model', dep.model, dep);
+      claim('id', dep.id, dep);
+      for (const alias of dep.aliases) claim('alias', alias, dep);
+      claim('model', dep.model, dep);
     }
     this.conflicts = conflicts;
   }
 
   resolve(model: string): Deployment | undefined {
-    return this.byId.get(model) ?? this.byAlias.get(model) ?? this.byModel.get(model);
+    return this.byName.get(model);
   }
 
   pool(name: string): PoolSpec | undefined {

@@ -8,16 +8,39 @@ const pool: PoolSpec = { name: 'p', engine: 'vllm', servedModelName: 'm', capabi
 const dep = (id: string, model: string, aliases: string[] = [], created = 0): Deployment => ({ id, model, aliases, targets: [{ pool: 'p', weight: 1 }], fallbacks: [], created });
 
 describe('Registry', () => {
-  it('resolves a deployment ID before an alias before a model name', () => {
-    const byId = dep('shared', 'm1');
-    const byAlias = dep('a', 'm2', ['shared', 'x']);
-    const byModel = dep('b', 'shared');
-    const registry = new Registry([pool], [byModel, byAlias, byId]);
-    expect(registry.resolve('shared')).toBe(byId);
-    expect(registry.resolve('x')).toBe(byAlias);
-    expect(registry.resolve('m2')).toBe(byAlias);
+  it('resolves a deployment ID, an alias or a model name, exactly', () => {
+    const a = dep('a', 'm1', ['x']);
+    const registry = new Registry([pool], [a]);
+    expect(registry.resolve('a')).toBe(a);
+    expect(registry.resolve('x')).toBe(a);
+    expect(registry.resolve('m1')).toBe(a);
+    expect(registry.resolve('A')).toBeUndefined();
     expect(registry.resolve('nothing')).toBeUndefined();
     expect(registry.pool('p')).toBe(pool);
+  });
+
+  it('keeps a name with the oldest deployment whatever kind each claims it as: a newer ID or alias never takes an older model name or alias', () => {
+    // the older deployment's model name and alias, claimed by newer objects (another namespace's, in Kubernetes) as an ID and an alias
+    const older = dep('llama-prod', 'llama-3', ['default'], 100);
+    const aliasThief = dep('evil-dep', 'evil-model', ['llama-3'], 200);
+    const idThief = dep('default', 'other-model', [], 300);
+    const registry = new Registry([pool], [idThief, aliasThief, older]);
+    expect(registry.resolve('llama-3')).toBe(older);
+    expect(registry.resolve('default')).toBe(older);
+    expect(registry.resolve('evil-model')).toBe(aliasThief);
+    expect(registry.resolve('other-model')).toBe(idThief);
+    expect(registry.conflicts).toEqual([
+      { kind: 'alias', name: 'llama-3', winner: 'llama-prod', loser: 'evil-dep' },
+      { kind: 'id', name: 'default', winner: 'llama-prod', loser: 'default' },
+    ]);
+    expect(registry.namesOf(older)).toEqual(['llama-prod', 'default', 'llama-3']);
+    expect(registry.namesOf(idThief)).toEqual(['other-model']);
+    // and the other way round: an older deployment's ID is kept from a newer one's alias and model name
+    const first = dep('shared', 'm1', [], 1);
+    const second = dep('b', 'shared', ['shared'], 2);
+    const both = new Registry([pool], [second, first]);
+    expect(both.resolve('shared')).toBe(first);
+    expect(both.namesOf(second)).toEqual(['b']);
   });
 
   it('gives a contested alias or model name to the oldest deployment and reports the conflict', () => {
