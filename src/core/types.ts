@@ -244,8 +244,10 @@ export interface Deployment {
   model: string;
   aliases: readonly string[];
   targets: readonly DeploymentTarget[];
-  /** Deployment IDs tried in order when none of this deployment's pools can take the request (before its first byte). */
+  /** Deployment IDs tried in order when none of this deployment's pools can take the request (before its first byte): in its own namespace. */
   fallbacks: readonly string[];
+  /** A ModelDeployment's namespace (Kubernetes mode): its fallbacks are the deployments of this namespace. */
+  namespace?: string;
   /** Unix seconds, shown as `created` in /v1/models. */
   created: number;
   /** Its own latency objective, over the config's `slo` (the goodput counters). */

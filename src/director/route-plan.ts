@@ -55,8 +55,9 @@ export function planRoute(input: RoutePlanInput, deployment: Deployment, kind: C
   }
   const route: PlannedPool[] = own.ready.map((pool) => ({ pool, deployment: deployment.id }));
   for (const id of deployment.fallbacks) {
-    const fallback = input.catalog.resolve(id);
-    if (!fallback || fallback.id !== id || fallback === deployment) continue;
+    // a ModelDeployment's fallbacks are in its own namespace, never another's deployment of that name
+    const fallback = input.catalog.fallbackOf(deployment, id);
+    if (!fallback || fallback === deployment) continue;
     for (const pool of poolsOf(input, fallback, kind).ready) if (!route.some((r) => r.pool === pool)) route.push({ pool, deployment: fallback.id });
   }
   // No target pool exists (yet, or any more), or none has a ready replica: both are "try later".

@@ -21,6 +21,8 @@ export interface ModelCatalog {
   deployments(): readonly Deployment[];
   /** The client-facing names a deployment holds (ID, aliases, model name), without names it lost to a conflict. */
   namesOf(deployment: Deployment): string[];
+  /** The fallback `id` of `deployment`: the deployment of that ID in the same namespace (in Kubernetes mode; the config has one). */
+  fallbackOf(deployment: Deployment, id: string): Deployment | undefined;
 }
 
 /** A name two deployments claim; the older one (then the smaller ID) keeps it. */
@@ -34,6 +36,8 @@ export interface Conflict {
 export class Registry implements ModelCatalog {
   /** Every client-facing name (ID, alias, model name) and the deployment that holds it. */
   private readonly byName = new Map<string, Deployment>();
+  /** Each deployment by its namespace and ID (unique there), for fallbacks. */
+  private readonly byKey = new Map<string, Deployment>();
   private readonly pools: ReadonlyMap<string, PoolSpec>;
   /** Each pool's views for the LoRA adapters deployed on it, by pool, then adapter name. */
   private readonly adapterPools = new Map<string, Map<string, PoolSpec>>();
@@ -50,6 +54,8 @@ export class Registry implements ModelCatalog {
       else if (holder !== dep) conflicts.push({ kind, name, winner: holder.id, loser: dep.id });
     };
     for (const dep of this.ordered) {
+      const key = `${dep.namespace ?? ''}/${dep.id}`;
+      if (!this.byKey.has(key)) this.byKey.set(key, dep);
       claim('id', dep.id, dep);
       for (const alias of dep.aliases) claim('alias', alias, dep);
       claim('model', dep.model, dep);
@@ -82,6 +88,10 @@ export class Registry implements ModelCatalog {
   /** Oldest first. */
   deployments(): readonly Deployment[] {
     return this.ordered;
+  }
+
+  fallbackOf(deployment: Deployment, id: string): Deployment | undefined {
+    return this.byKey.get(`${deployment.namespace ?? ''}/${id}`);
   }
 
   namesOf(dep: Deployment): string[] {

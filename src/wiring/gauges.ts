@@ -101,8 +101,8 @@ export function fallbackHops(catalog: ModelCatalog): FallbackHop[] {
   for (const deployment of catalog.deployments()) {
     const steps = poolsOf(deployment).map((pool) => ({ deployment: deployment.id, pool }));
     for (const id of deployment.fallbacks) {
-      const fallback = catalog.resolve(id);
-      if (!fallback || fallback.id !== id || fallback === deployment) continue;
+      const fallback = catalog.fallbackOf(deployment, id); // as the route plan finds it
+      if (!fallback || fallback === deployment) continue;
       for (const pool of poolsOf(fallback)) if (!steps.some((s) => s.pool === pool)) steps.push({ deployment: fallback.id, pool });
     }
     steps.forEach((from, i) => {

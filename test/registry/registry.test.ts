@@ -43,6 +43,21 @@ describe('Registry', () => {
     expect(both.namesOf(second)).toEqual(['b']);
   });
 
+  it('finds a fallback in the deployment’s own namespace, never another’s deployment of that name', () => {
+    const own = { ...dep('llama-prod', 'llama', [], 10), namespace: 'models', fallbacks: ['backup'] };
+    const theirs = { ...dep('backup', 'theirs', [], 1), namespace: 'team-b' };
+    const registry = new Registry([pool], [own, theirs]);
+    expect(registry.fallbackOf(own, 'backup')).toBeUndefined(); // team-b's `backup` holds the bare name, and is not models'
+    const ours = { ...dep('backup', 'ours', [], 20), namespace: 'models' };
+    const both = new Registry([pool], [own, theirs, ours]);
+    expect(both.resolve('backup')).toBe(theirs); // the older keeps the name for clients
+    expect(both.fallbackOf(own, 'backup')).toBe(ours); // the fallback is the namespace's own
+    // static mode: no namespaces, the config's IDs
+    const a = { ...dep('a', 'ma'), fallbacks: ['b'] };
+    const b = dep('b', 'mb');
+    expect(new Registry([pool], [a, b]).fallbackOf(a, 'b')).toBe(b);
+  });
+
   it('gives a contested alias or model name to the oldest deployment and reports the conflict', () => {
     const older = dep('older', 'llama', ['default'], 100);
     const newer = dep('newer', 'llama', ['default', 'fresh'], 200);

@@ -16,6 +16,7 @@ function catalog(deployments: Deployment[], pools: string[]): ModelCatalog {
     targetPool: (_d, t) => known.get(t.pool),
     deployments: () => deployments,
     namesOf: (d) => [d.id],
+    fallbackOf: (_d, id) => deployments.find((d) => d.id === id),
   };
 }
 const deployment = (id: string, pools: Array<[string, number]>, fallbacks: string[] = []): Deployment => ({

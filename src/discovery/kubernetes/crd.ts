@@ -124,6 +124,7 @@ export function parseModelDeployment(obj: CustomObject): ParsedDeployment {
     ...id,
     deployment: {
       id: id.name,
+      namespace: id.namespace,
       model: spec.model,
       aliases: [...new Set(aliases)],
       targets: parsed,

@@ -121,6 +121,7 @@ describe('parseModelDeployment', () => {
     const parsed = parseModelDeployment({ metadata: meta, spec: { model: 'llama-3', aliases: ['default', 'default'], targets: [{ pool: 'a' }, { pool: 'b', weight: 5 }] } });
     expect(parsed.deployment).toEqual({
       id: 'llama',
+      namespace: 'models',
       model: 'llama-3',
       aliases: ['default'],
       targets: [
