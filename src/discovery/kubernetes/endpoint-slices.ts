@@ -60,14 +60,21 @@ export function poolEndpoints(pool: string, port: string | number | undefined, s
     const number = portOf(slice, port);
     if (number === undefined) continue;
     for (const ep of slice.endpoints ?? []) {
-      const address = ep.addresses[0];
-      if (!address) continue;
+      // an API server validates slices; one that did not (or a proxy in between) must not take the router down
+      const address = Array.isArray(ep.addresses) ? ep.addresses[0] : undefined;
+      if (typeof address !== 'string' || address === '') continue;
+      let url: URL;
+      try {
+        url = new URL(`http://${hostOf(address, slice.addressType)}:${number}`);
+      } catch {
+        continue; // not an address a URL can hold
+      }
       const ref = ep.targetRef;
       const id = ref?.name ? `${ref.namespace ?? slice.metadata?.namespace ?? ''}/${ref.name}` : `${address}:${number}`;
       const ready = ep.conditions?.ready !== false && ep.conditions?.terminating !== true;
       const known = byId.get(id);
       if (known && (known.ready || !ready)) continue;
-      byId.set(id, { endpoint: { id, pool, url: new URL(`http://${hostOf(address, slice.addressType)}:${number}`), weight: 1 }, ready });
+      byId.set(id, { endpoint: { id, pool, url, weight: 1 }, ready });
     }
   }
   const ready = [...byId.values()].filter((e) => e.ready).map((e) => e.endpoint);

@@ -33,6 +33,12 @@ describe('poolEndpoints', () => {
     expect(result.total).toBe(1);
   });
 
+  it('skips an endpoint no API server would have let through (no addresses, not an address), and keeps the rest', () => {
+    const malformed = [{ conditions: { ready: true } } as unknown as SliceEndpoint, { ...pod('x', 'not an address at all'), addresses: ['bad host name'] }, pod('ok', '10.0.0.9')];
+    const result = poolEndpoints('p', 'http', [slice(malformed)]);
+    expect(urls(result)).toEqual(['models/ok=10.0.0.9:8000']);
+  });
+
   it('resolves the port by name, by number, or the only port when none is named', () => {
     const ports = [
       { name: 'http', port: 8000 },
