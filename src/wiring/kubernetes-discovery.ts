@@ -52,7 +52,9 @@ export function kubernetesDiscovery(config: Config, resolve: PoolResolver, logge
   let demand: ((pool: string) => PoolWaiting) | undefined;
   const controller = new KubernetesController(discovery, api, {
     logger,
-    mayWriteStatus: () => elector?.isLeader() ?? true,
+    // Status is written from the whole picture only: before every watch has listed, a pool would read
+    // as having no endpoints and a deployment's pools as missing (a new leader's watches may sync late)
+    mayWriteStatus: () => discovery.hasSynced() && (elector?.isLeader() ?? true),
     onStatusWrite: (kind, ok) => metrics().recordStatusWrite(kind, ok),
     demand: (pool) => demand?.(pool) ?? { waiting: 0, held: 0 },
   });

@@ -404,4 +404,34 @@ describe('Kubernetes mode: leader election', () => {
     );
     expect(fake.statusWrites.at(-1)?.token).toBe('router-1');
   });
+
+  it.each(['endpointslices', 'modelpools'] as const)('writes no status before every watch has listed (a new leader whose %s LIST is slow)', async (slow) => {
+    // a rolling update: the old leader wrote the true status and hands over; its replacement's LIST of one kind fails a few times
+    const { fake, pods, gateway } = await cluster(['pod-a', 'pod-b'], { token: 'router-0', identity: 'router-0' });
+    await eventually(
+      () =>
+        fake.statusWrites.filter((w) => w.resource === 'modeldeployments').length > 0 && (fake.get('modelpools', 'models', 'llama')?.status as { readyReplicas?: number } | undefined)?.readyReplicas,
+      (n) => n === 2,
+      'the first router’s status',
+      BOUND_MS,
+    );
+    fake.failNext(4, 503, { resource: slow, watch: false });
+    const second = await startKubeRouter(fake, { token: 'router-1', identity: 'router-1' });
+    cleanups.splice(2, 0, () => second.close());
+    await gateway.close();
+    const writes = (resource: string): Array<{ status: { readyReplicas?: number; conditions: Array<{ type: string; reason: string }> } }> =>
+      fake.statusWrites.filter((w) => w.token === 'router-1' && w.resource === resource) as unknown as Array<{
+        status: { readyReplicas?: number; conditions: Array<{ type: string; reason: string }> };
+      }>;
+    // the new leader writes once everything has listed (a pod goes NotReady meanwhile, so there is something to write)
+    fake.apply('endpointslices', endpointSlice('llama-abc', 'llama', [{ pod: pods[0]!, ready: false }, { pod: pods[1]! }]));
+    await eventually(
+      () => writes('modelpools').at(-1)?.status.readyReplicas,
+      (n) => n === 1,
+      'the new leader’s pool status',
+      BOUND_MS,
+    );
+    expect(writes('modelpools').map((w) => w.status.readyReplicas)).not.toContain(0);
+    expect(writes('modeldeployments').flatMap((w) => w.status.conditions.map((c) => c.reason))).not.toContain('PoolNotFound');
+  });
 });
