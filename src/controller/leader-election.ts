@@ -35,7 +35,12 @@ export class LeaderElector {
     private readonly options: LeaderElectionOptions,
   ) {}
 
+  /**
+   * Whether this replica holds the lease: renewed within the lease duration. A renewal that hangs does
+   * not keep it leader (another replica takes the lease once it expires, whatever this one is waiting on).
+   */
   isLeader(): boolean {
+    if (this.leader && this.options.clock.now() - this.lastRenew > this.options.leaseDurationMs) this.setLeader(false);
     return this.leader;
   }
 

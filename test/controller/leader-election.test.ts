@@ -9,7 +9,10 @@ class Leases {
   record: LeaseRecord | undefined;
   private version = 0;
   failing = false;
+  /** Every call waits for an answer that never comes (an API server, or a proxy before it, gone silent). */
+  hanging = false;
   readLease(): Promise<LeaseRecord | undefined> {
+    if (this.hanging) return new Promise(() => undefined);
     if (this.failing) return Promise.reject(new Error('connect ECONNREFUSED'));
     return Promise.resolve(this.record && { ...this.record });
   }
@@ -101,6 +104,31 @@ describe('LeaderElector', () => {
     expect(leases.record?.holderIdentity).toBe('');
     await ticker.advance(1000);
     expect(b.isLeader()).toBe(true);
+  });
+
+  it('is no longer leader once the lease duration passes without a renewal, even while its renewal hangs', async () => {
+    const leases = new Leases();
+    const ticker = new Ticker();
+    const changes: boolean[] = [];
+    const a = new LeaderElector(leases, {
+      namespace: 'n',
+      name: 'l',
+      identity: 'a',
+      leaseDurationMs: 3000,
+      renewIntervalMs: 1000,
+      clock: { now: () => ticker.now },
+      scheduler: ticker,
+      onChange: (l) => changes.push(l),
+    });
+    a.start();
+    await ticker.advance(0);
+    expect(a.isLeader()).toBe(true);
+    leases.hanging = true;
+    await ticker.advance(2999); // the renewal at 1000 never answers
+    expect(a.isLeader()).toBe(true);
+    await ticker.advance(2);
+    expect(a.isLeader()).toBe(false);
+    expect(changes).toEqual([true, false]);
   });
 
   it('steps down when it cannot renew within the lease duration', async () => {

@@ -9,13 +9,16 @@ import {
   CustomObjectsApi,
   DiscoveryV1Api,
   ListWatch,
+  Observable,
   PatchStrategy,
   setHeaderOptions,
   Watch,
   type Informer,
+  type ConfigurationOptions,
   type KubernetesListObject,
   type KubernetesObject,
   type ObjectCache,
+  type ObservableMiddleware,
   type V1Lease,
 } from '@kubernetes/client-node';
 import { resolveKubeCredentials, type KubeCredentialsInput, type KubeCredentialsSource } from './kube-credentials.js';
@@ -85,28 +88,58 @@ function toLease(namespace: string, name: string, record: LeaseRecord): V1Lease 
   };
 }
 
+/** How long a call may wait for the API server: a LIST (an informer's, of every object of a kind), anything else (status, Lease). */
+export interface KubeTimeouts {
+  listMs: number;
+  requestMs: number;
+}
+
+/**
+ * Without a bound, a call the API server (or a proxy before it) never answers hung its caller for good:
+ * a watch that never restarted, a leader that never learned it had lost its lease, a shutdown that
+ * waited on a status write. Watches themselves are long-lived and get none.
+ */
+export const KUBE_TIMEOUTS: KubeTimeouts = { listMs: 60_000, requestMs: 10_000 };
+
+/**
+ * Per-call options that abort a request unanswered after `ms`, through the signal client-node's
+ * generated client hands to fetch (`RequestContext.setSignal`; test/discovery/kubernetes/kube-credentials.test.ts pins it).
+ */
+function timeoutOptions(ms: number, opt: ConfigurationOptions<ObservableMiddleware> = {}): ConfigurationOptions<ObservableMiddleware> {
+  const bounded: ObservableMiddleware = {
+    pre: (context) => {
+      context.setSignal(AbortSignal.timeout(ms));
+      return new Observable(Promise.resolve(context));
+    },
+    post: (response) => new Observable(Promise.resolve(response)),
+  };
+  return { ...opt, middleware: [...(opt.middleware ?? []), bounded], middlewareMergeStrategy: 'append' };
+}
+
 /**
  * The API with the credentials {@link resolveKubeCredentials} finds (discovery.kubeconfig, $KUBECONFIG,
  * the service account, ~/.kube/config); `credentials` says which, for the log. Throws
  * {@link KubeCredentialsError} (one line) when none is usable.
  */
-export function createKubeApi(input: KubeCredentialsInput): KubeApi & { readonly credentials: KubeCredentialsSource } {
+export function createKubeApi(input: KubeCredentialsInput, timeouts: KubeTimeouts = KUBE_TIMEOUTS): KubeApi & { readonly credentials: KubeCredentialsSource } {
   const { kubeConfig: kc, source } = resolveKubeCredentials(input);
   const discovery = kc.makeApiClient(DiscoveryV1Api);
   const custom = kc.makeApiClient(CustomObjectsApi);
   const coordination = kc.makeApiClient(CoordinationV1Api);
-  const mergePatch = setHeaderOptions('Content-Type', PatchStrategy.MergePatch);
+  const bounded = timeoutOptions(timeouts.requestMs);
+  const listing = timeoutOptions(timeouts.listMs);
+  const mergePatch = setHeaderOptions('Content-Type', PatchStrategy.MergePatch, bounded);
 
   const list = (kind: WatchedKind, namespace: string | undefined): (() => Promise<KubernetesListObject<KubernetesObject>>) => {
     if (kind === 'endpointslices') {
       return namespace
-        ? () => discovery.listNamespacedEndpointSlice({ namespace, labelSelector: SERVICE_NAME_LABEL })
-        : () => discovery.listEndpointSliceForAllNamespaces({ labelSelector: SERVICE_NAME_LABEL });
+        ? () => discovery.listNamespacedEndpointSlice({ namespace, labelSelector: SERVICE_NAME_LABEL }, listing)
+        : () => discovery.listEndpointSliceForAllNamespaces({ labelSelector: SERVICE_NAME_LABEL }, listing);
     }
     const plural = kind;
     return namespace
-      ? () => custom.listNamespacedCustomObject({ group: CRD_GROUP, version: CRD_VERSION, namespace, plural }) as Promise<KubernetesListObject<KubernetesObject>>
-      : () => custom.listClusterCustomObject({ group: CRD_GROUP, version: CRD_VERSION, plural }) as Promise<KubernetesListObject<KubernetesObject>>;
+      ? () => custom.listNamespacedCustomObject({ group: CRD_GROUP, version: CRD_VERSION, namespace, plural }, listing) as Promise<KubernetesListObject<KubernetesObject>>
+      : () => custom.listClusterCustomObject({ group: CRD_GROUP, version: CRD_VERSION, plural }, listing) as Promise<KubernetesListObject<KubernetesObject>>;
   };
 
   const path = (kind: WatchedKind, namespace: string | undefined): string => {
@@ -128,7 +161,7 @@ export function createKubeApi(input: KubeCredentialsInput): KubeApi & { readonly
     },
     async readLease(namespace, name) {
       try {
-        return toRecord(await coordination.readNamespacedLease({ namespace, name }));
+        return toRecord(await coordination.readNamespacedLease({ namespace, name }, bounded));
       } catch (err) {
         if (statusOf(err) === 404) return undefined;
         throw err;
@@ -136,7 +169,7 @@ export function createKubeApi(input: KubeCredentialsInput): KubeApi & { readonly
     },
     async createLease(namespace, name, lease) {
       try {
-        await coordination.createNamespacedLease({ namespace, body: toLease(namespace, name, lease) });
+        await coordination.createNamespacedLease({ namespace, body: toLease(namespace, name, lease) }, bounded);
         return true;
       } catch (err) {
         if (statusOf(err) === 409) return false;
@@ -145,7 +178,7 @@ export function createKubeApi(input: KubeCredentialsInput): KubeApi & { readonly
     },
     async replaceLease(namespace, name, lease) {
       try {
-        await coordination.replaceNamespacedLease({ namespace, name, body: toLease(namespace, name, lease) });
+        await coordination.replaceNamespacedLease({ namespace, name, body: toLease(namespace, name, lease) }, bounded);
         return true;
       } catch (err) {
         if (statusOf(err) === 409) return false;

@@ -5,6 +5,8 @@
  */
 import { afterEach, beforeEach, describe, expect, it } from '@jest/globals';
 import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
+import http from 'node:http';
+import { type AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { delimiter, join } from 'node:path';
 import { stringify } from 'yaml';
@@ -263,6 +265,38 @@ describe('createKubeApi', () => {
     fake = await FakeKubeApi.start();
   });
   afterEach(() => fake.close());
+
+  it('gives up on a call the API server never answers, after its timeout (a LIST, a Lease, a status write)', async () => {
+    // an API server that takes every request and answers none
+    const silent = http.createServer(() => undefined);
+    await new Promise<void>((resolve) => silent.listen(0, '127.0.0.1', resolve));
+    const url = `http://127.0.0.1:${(silent.address() as AddressInfo).port}`;
+    try {
+      const config = await file('silent/config', fake.kubeconfig('t').replaceAll(fake.url, url));
+      const api = createKubeApi({ env: { KUBECONFIG: config, HOME: join(dir, 'home') } }, { listMs: 150, requestMs: 100 });
+      const failed = (call: Promise<unknown>): Promise<unknown> =>
+        call.then(
+          () => 'answered',
+          (err: unknown) => err,
+        );
+      for (const call of [
+        api.readLease('n', 'l'),
+        api.replaceLease('n', 'l', { holderIdentity: 'a', leaseDurationSeconds: 1, leaseTransitions: 0, resourceVersion: '1' }),
+        api.patchStatus('modelpools', 'n', 'p', {}),
+      ]) {
+        expect(String(await failed(call))).toMatch(/abort|timeout/i);
+      }
+      // an informer's LIST too (its watch, long-lived, never starts)
+      const informer = api.informer('modelpools', 'n');
+      const listFailed = new Promise<unknown>((resolve) => informer.on('error', resolve));
+      void informer.start();
+      expect(String(await listFailed)).toMatch(/abort|timeout/i);
+      await informer.stop();
+    } finally {
+      silent.closeAllConnections();
+      await new Promise((resolve) => silent.close(resolve));
+    }
+  });
 
   it('talks to the API server of the KUBECONFIG file with its token, and says where the credentials came from', async () => {
     const config = await file('laptop/config', fake.kubeconfig('laptop-token'));
