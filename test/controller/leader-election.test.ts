@@ -56,6 +56,25 @@ class Ticker implements Scheduler {
   }
 }
 
+/** One elector, `a` (lease 3 s, renewed every 1 s), whose changes of leadership are recorded. */
+function watched(): { leases: Leases; ticker: Ticker; changes: boolean[]; a: LeaderElector } {
+  const leases = new Leases();
+  const ticker = new Ticker();
+  const changes: boolean[] = [];
+  const a = new LeaderElector(leases, {
+    namespace: 'n',
+    name: 'l',
+    identity: 'a',
+    leaseDurationMs: 3000,
+    renewIntervalMs: 1000,
+    clock: { now: () => ticker.now },
+    scheduler: ticker,
+    onChange: (l) => changes.push(l),
+    onError: () => undefined,
+  });
+  return { leases, ticker, changes, a };
+}
+
 function elector(leases: Leases, ticker: Ticker, identity: string): LeaderElector {
   return new LeaderElector(leases, { namespace: 'modelgate', name: 'modelgate', identity, leaseDurationMs: 3000, renewIntervalMs: 1000, clock: { now: () => ticker.now }, scheduler: ticker });
 }
@@ -107,19 +126,7 @@ describe('LeaderElector', () => {
   });
 
   it('is no longer leader once the lease duration passes without a renewal, even while its renewal hangs', async () => {
-    const leases = new Leases();
-    const ticker = new Ticker();
-    const changes: boolean[] = [];
-    const a = new LeaderElector(leases, {
-      namespace: 'n',
-      name: 'l',
-      identity: 'a',
-      leaseDurationMs: 3000,
-      renewIntervalMs: 1000,
-      clock: { now: () => ticker.now },
-      scheduler: ticker,
-      onChange: (l) => changes.push(l),
-    });
+    const { leases, ticker, changes, a } = watched();
     a.start();
     await ticker.advance(0);
     expect(a.isLeader()).toBe(true);
@@ -132,20 +139,7 @@ describe('LeaderElector', () => {
   });
 
   it('steps down when it cannot renew within the lease duration', async () => {
-    const leases = new Leases();
-    const ticker = new Ticker();
-    const changes: boolean[] = [];
-    const a = new LeaderElector(leases, {
-      namespace: 'n',
-      name: 'l',
-      identity: 'a',
-      leaseDurationMs: 3000,
-      renewIntervalMs: 1000,
-      clock: { now: () => ticker.now },
-      scheduler: ticker,
-      onChange: (l) => changes.push(l),
-      onError: () => undefined,
-    });
+    const { leases, ticker, changes, a } = watched();
     a.start();
     await ticker.advance(0);
     leases.failing = true;
