@@ -485,7 +485,7 @@ export class Limiter {
   private settleNow(store: LimitStore, lease: Pick<Lease, 'checks'>, tokens: number): void {
     const { checks } = lease;
     if (tokens === 0 || (checks.budgets.length === 0 && !checks.rates.some((r) => r.kind === 'tokens'))) return;
-    void store.settle([{ key: checks.key, rates: checks.rates.filter((r) => r.kind === 'tokens'), budgets: checks.budgets, tokens }]);
+    store.settle([{ key: checks.key, rates: checks.rates.filter((r) => r.kind === 'tokens'), budgets: checks.budgets, tokens }]).catch(() => undefined); // in memory: it does not fail
   }
 
   private queue(store: LimitStore, lease: Pick<Lease, 'checks'>, tokens: number): void {

@@ -69,7 +69,7 @@ export function createApiServer(server: ServerConfig, handler: RequestListener):
 }
 
 /** A request Node's HTTP parser refused, or that ran out of time, as the router's error. */
-export function clientErrorOf(err: NodeJS.ErrnoException): RouterError {
+function clientErrorOf(err: NodeJS.ErrnoException): RouterError {
   switch (err.code) {
     case 'HPE_HEADER_OVERFLOW':
       return new RouterError('REQUEST_HEADER_TOO_LARGE', 'The request headers are larger than the router accepts (16 KiB).');
@@ -88,7 +88,7 @@ export function clientErrorOf(err: NodeJS.ErrnoException): RouterError {
  * is written when the socket cannot take it, or when a response on that connection has already
  * started (a pipelined request's error while an earlier answer streams): its bytes would corrupt that
  * answer, so the connection is only closed, as Node's own handler does. That check reads the socket's
- * current response (`_httpMessage`, what Node's handler reads itself): test/server/client-errors.test.ts pins it.
+ * current response (`_httpMessage`, what Node's handler reads itself): test/wiring/client-errors.test.ts pins it.
  */
 function answerClientError(err: NodeJS.ErrnoException, socket: Duplex): void {
   const current = (socket as Duplex & { _httpMessage?: ServerResponse | null })._httpMessage;
