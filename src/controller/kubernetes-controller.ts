@@ -88,6 +88,7 @@ export class KubernetesController {
     const state = this.discovery.state();
     const views = new Map<Deployment, DeploymentView>();
     for (const view of state.deployments) if (view.deployment) views.set(view.deployment, view);
+    const invalidPools = new Set(state.pools.filter((p) => !p.spec).map((p) => p.key));
     return [
       ...state.pools.map((p): Desired => ({
         kind: 'modelpools',
@@ -103,7 +104,7 @@ export class KubernetesController {
         namespace: d.namespace,
         name: d.name,
         key: `modeldeployments/${d.key}`,
-        status: deploymentStatus(d, this.registry, views, now),
+        status: deploymentStatus(d, this.registry, views, now, invalidPools),
         current: d.object.status,
         resourceVersion: d.object.metadata?.resourceVersion,
       })),

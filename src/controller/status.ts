@@ -74,7 +74,17 @@ export function poolStatus(pool: PoolView, now: Date, demand: PoolWaiting = { wa
   return { replicas: pool.replicas, readyReplicas: pool.readyReplicas, requestsWaiting: demand.waiting, requestsHeld: demand.held, observedGeneration: g, conditions: [accepted, ready, held] };
 }
 
-export function deploymentStatus(view: DeploymentView, catalog: ModelCatalog, views: ReadonlyMap<Deployment, DeploymentView>, now: Date): DeploymentStatus {
+/**
+ * `invalidPools`: the ModelPools (`namespace/name`) that exist with a spec the router cannot use, so a
+ * target naming one is reported as invalid (`PoolInvalid`), not as missing.
+ */
+export function deploymentStatus(
+  view: DeploymentView,
+  catalog: ModelCatalog,
+  views: ReadonlyMap<Deployment, DeploymentView>,
+  now: Date,
+  invalidPools: ReadonlySet<string> = new Set(),
+): DeploymentStatus {
   const previous = previousConditions(view.object.status);
   const at = timestamp(now);
   const g = view.generation;
@@ -88,11 +98,16 @@ export function deploymentStatus(view: DeploymentView, catalog: ModelCatalog, vi
       ],
     };
   }
-  const missing = dep.targets.filter((t) => !catalog.pool(t.pool)).map((t) => t.pool.slice(view.namespace.length + 1));
+  const unusable = dep.targets.filter((t) => !catalog.pool(t.pool));
+  const name = (pool: string): string => `"${pool.slice(view.namespace.length + 1)}"`;
+  const invalid = unusable.filter((t) => invalidPools.has(t.pool)).map((t) => name(t.pool));
+  const missing = unusable.filter((t) => !invalidPools.has(t.pool)).map((t) => name(t.pool));
   const accepted =
-    missing.length === 0
-      ? condition(previous, at, g, 'Accepted', true, 'Accepted', 'Every target pool exists.')
-      : condition(previous, at, g, 'Accepted', false, 'PoolNotFound', `No ModelPool named ${missing.map((m) => `"${m}"`).join(', ')} in namespace ${view.namespace}.`);
+    missing.length > 0
+      ? condition(previous, at, g, 'Accepted', false, 'PoolNotFound', `No ModelPool named ${missing.join(', ')} in namespace ${view.namespace}.`)
+      : invalid.length > 0
+        ? condition(previous, at, g, 'Accepted', false, 'PoolInvalid', `ModelPool ${invalid.join(', ')} in namespace ${view.namespace} has a spec the router cannot use (see its Accepted condition).`)
+        : condition(previous, at, g, 'Accepted', true, 'Accepted', 'Every target pool exists.');
   const held = new Set(catalog.namesOf(dep));
   const lost = [...new Set([dep.id, ...dep.aliases, dep.model])].filter((n) => !held.has(n));
   const holders = lost.map((name) => {

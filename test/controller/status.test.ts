@@ -97,6 +97,19 @@ describe('deploymentStatus', () => {
     expect(accepted).toMatchObject({ status: 'False', reason: 'PoolNotFound', message: 'No ModelPool named "gone" in namespace models.' });
   });
 
+  it('tells a target pool that exists with an invalid spec from one that does not exist', () => {
+    const view = deployment('llama-prod', 100, 'llama', [], ['llama', 'broken']);
+    const registry = new Registry(pools, [view.deployment!]);
+    const accepted = deploymentStatus(view, registry, new Map(), t0, new Set(['models/broken'])).conditions[0];
+    expect(accepted).toMatchObject({ status: 'False', reason: 'PoolInvalid', message: 'ModelPool "broken" in namespace models has a spec the router cannot use (see its Accepted condition).' });
+    // a missing pool is named first: it is the one to create
+    const both = deployment('llama-prod', 100, 'llama', [], ['gone', 'broken']);
+    expect(deploymentStatus(both, new Registry(pools, [both.deployment!]), new Map(), t0, new Set(['models/broken'])).conditions[0]).toMatchObject({
+      reason: 'PoolNotFound',
+      message: 'No ModelPool named "gone" in namespace models.',
+    });
+  });
+
   it('marks the younger of two deployments claiming an alias as Conflicted, naming the holder', () => {
     const older = deployment('older', 100, 'llama-a', ['default'], ['llama']);
     const younger = deployment('younger', 200, 'llama-b', ['default'], ['llama']);

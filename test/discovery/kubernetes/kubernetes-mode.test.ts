@@ -366,6 +366,22 @@ describe('Kubernetes mode: status and conflicts', () => {
     expect(only(await served(gateway.router, 'cross-model'), 'status 503')).toBe(true);
     expect(only(await served(gateway.router, 'default'), 'pod-a')).toBe(true);
   });
+
+  it('reports a target pool whose spec is invalid as PoolInvalid, not as missing', async () => {
+    const { fake } = await cluster(['pod-a']);
+    fake.apply('modelpools', { ...modelPool('broken', 'llama'), spec: { engine: 'vllm', servedModelName: 'served/llama' } }); // no service
+    fake.apply('modeldeployments', modelDeployment('on-broken', 'broken-model', [], [{ pool: 'broken' }]));
+    const accepted = await eventually(
+      () =>
+        (fake.get('modeldeployments', 'models', 'on-broken')?.status as { conditions?: Array<{ type: string; reason: string; message: string }> } | undefined)?.conditions?.find(
+          (c) => c.type === 'Accepted',
+        ),
+      (c) => c?.reason === 'PoolInvalid',
+      'Accepted=False, PoolInvalid',
+      BOUND_MS,
+    );
+    expect(accepted?.message).toBe('ModelPool "broken" in namespace models has a spec the router cannot use (see its Accepted condition).');
+  });
 });
 
 describe('Kubernetes mode: leader election', () => {
