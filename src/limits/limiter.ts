@@ -147,6 +147,12 @@ export function scopeOf(limits: KeyLimits, named: string | DeploymentNames): str
   return named.aliases.find((alias) => limits.deployments.has(alias)) ?? named.id;
 }
 
+/** What `tokens` more (or fewer) of a request settle: its token buckets and budgets; undefined when it has none, or nothing to settle. */
+function settlementOf(checks: Checks, tokens: number): Settlement | undefined {
+  if (tokens === 0 || (checks.budgets.length === 0 && !checks.rates.some((r) => r.kind === 'tokens'))) return undefined;
+  return { key: checks.key, rates: checks.rates.filter((r) => r.kind === 'tokens'), budgets: checks.budgets, tokens };
+}
+
 /** The checks of a key's request on `deployment` (all deployments when undefined: what GET /v1/limits shows). */
 export function checksFor(key: string, limits: KeyLimits, deployment: string | undefined, wallMs: number): Checks {
   const rates: RateSpec[] = [];
@@ -483,19 +489,18 @@ export class Limiter {
 
   /** Settles `tokens` in a store that is this router's own (in memory: applied before this returns). */
   private settleNow(store: LimitStore, lease: Pick<Lease, 'checks'>, tokens: number): void {
-    const { checks } = lease;
-    if (tokens === 0 || (checks.budgets.length === 0 && !checks.rates.some((r) => r.kind === 'tokens'))) return;
-    store.settle([{ key: checks.key, rates: checks.rates.filter((r) => r.kind === 'tokens'), budgets: checks.budgets, tokens }]).catch(() => undefined); // in memory: it does not fail
+    const settlement = settlementOf(lease.checks, tokens);
+    if (settlement) store.settle([settlement]).catch(() => undefined); // in memory: it does not fail
   }
 
   private queue(store: LimitStore, lease: Pick<Lease, 'checks'>, tokens: number): void {
-    if (tokens === 0) return;
     const { checks } = lease;
-    if (checks.budgets.length === 0 && !checks.rates.some((r) => r.kind === 'tokens')) return;
+    const settlement = settlementOf(checks, tokens);
+    if (!settlement) return;
     const id = `${store === this.local ? 'l' : store === this.fallback ? 'f' : 's'}\0${checks.key}\0${checks.rates.map((r) => `${r.id}=${r.perMinute}`).join(',')}\0${checks.budgets.map((b) => `${b.period}=${b.limit}`).join(',')}`;
     const entry = this.pending.get(id);
     if (entry) entry.settlement.tokens += tokens;
-    else if (this.pending.size < MAX_PENDING) this.pending.set(id, { store, settlement: { key: checks.key, rates: checks.rates.filter((r) => r.kind === 'tokens'), budgets: checks.budgets, tokens } });
+    else if (this.pending.size < MAX_PENDING) this.pending.set(id, { store, settlement });
   }
 
   /** Sends the tokens streamed since the last flush and those of finished requests. */

@@ -26,6 +26,7 @@ import { passed } from '../core/phases.js';
 import { type WireDialect } from '../core/types.js';
 import { clientResponseHeaders } from './headers.js';
 import { SseTap, type SseEvent, type SseSegment } from './sse-tap.js';
+import { OPENAI_ERROR } from './upstream-errors.js';
 import { isUsageChunk } from './usage.js';
 import { type AttemptResult, type AttemptSpec, type StreamDone, type StreamEnd } from './forwarder.js';
 
@@ -77,7 +78,6 @@ const RESPONSES_LAST_DATA = /^\{"type":\s*"(?:response\.(?:completed|incomplete|
 const ANTHROPIC_LAST_DATA = /^\{"type":\s*"(?:message_stop|error)"/;
 /** A choice's finish reason: a non-empty string (Ollama and old TGI send `""` on every chunk). */
 const FINISHED = /"finish_reason"\s*:\s*"[^"]/;
-const OPENAI_ERROR = /^\{\s*"error"\s*:/;
 
 /**
  * Whether `event` ends a stream of the API's dialect: OpenAI's `data: [DONE]` (or, from an engine that
@@ -107,6 +107,9 @@ export function relayResponse(spec: AttemptSpec, proxyRes: EngineResponse, res: 
   const { endOfStream } = spec;
   /** The engine sent its stream's last event (or no one asked). */
   let sawEnd = endOfStream === undefined;
+  const notes = (event: SseEvent | undefined): void => {
+    if (!sawEnd && event && (endOfStream as (e: SseEvent) => boolean)(event)) sawEnd = true;
+  };
   let bytes = 0;
   let committed = false;
   let finish: (end: StreamEnd) => void = () => undefined;
@@ -247,6 +250,7 @@ export function relayResponse(spec: AttemptSpec, proxyRes: EngineResponse, res: 
     let changed = false;
     for (let seg = tap.next(); seg !== undefined; seg = tap.next()) {
       segments.push(seg);
+      notes(seg.event);
       const own = textOf(seg);
       if (own !== seg.raw) changed = true;
       if (own === '') continue;
@@ -262,7 +266,6 @@ export function relayResponse(spec: AttemptSpec, proxyRes: EngineResponse, res: 
       tooLong();
       return;
     }
-    if (!sawEnd) for (const segment of segments) if (segment.event && (endOfStream as (e: SseEvent) => boolean)(segment.event)) sawEnd = true;
     const { observe } = spec;
     if (observe && segments.length > 0) {
       const at = clock.now(); // the chunk's events were read together: one reading of the clock for all
@@ -274,7 +277,7 @@ export function relayResponse(spec: AttemptSpec, proxyRes: EngineResponse, res: 
     // a last event without its blank line (some llama.cpp builds): read as a whole one, its blank line added
     const last = tap?.closeTail();
     if (last) {
-      if (!sawEnd && last.event && (endOfStream as (e: SseEvent) => boolean)(last.event)) sawEnd = true;
+      notes(last.event);
       if (sawEnd) {
         const text = textOf(last);
         if (text !== '') write(text);

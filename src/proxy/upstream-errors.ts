@@ -105,7 +105,8 @@ export interface StreamError {
   text: string;
 }
 
-const OPENAI_ERROR = /^\{\s*"error"\s*:/;
+/** An OpenAI-dialect event that is an error (`{"error": …}`), in any JSON spacing. */
+export const OPENAI_ERROR = /^\{\s*"error"\s*:/;
 
 /**
  * The engine's own error event in a stream (vLLM's `data: {"error": {…, "code": 500}}`, an `event: error`

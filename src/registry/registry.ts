@@ -1,10 +1,10 @@
 /**
  * The model registry: what a client's `model` means: the deployment whose ID, alias or model name it
  * is, exact and case-sensitive. A name is one namespace across the three kinds: the oldest deployment
- * (then the smaller ID) that claims it, as any kind, keeps it, and a younger one loses just that name.
- * (A younger deployment's ID or alias must never take an older one's model name or alias: that
- * would let any namespace's new object capture another's traffic.) Static mode's config refuses
- * any such overlap up front. The same code serves the static config and the Kubernetes CRDs: it is
+ * (then the smaller ID) that claims it, whichever kind of name it is there, keeps it, and a younger one
+ * loses just that name. (A younger deployment's ID or alias must never take an older one's model name
+ * or alias: a new object in one namespace would capture another's traffic.) Static mode's config
+ * refuses every such overlap up front. The same code serves the static config and the Kubernetes CRDs: it is
  * rebuilt from scratch whenever its inputs change and replaced as a whole.
  */
 import { type Deployment, type DeploymentTarget, type PoolSpec } from '../core/types.js';

@@ -611,6 +611,20 @@ describe('ExchangeRunner: a committed response', () => {
     expect(t.res.writes).toBe(0);
   });
 
+  it.each([
+    [500, 'server_error', true],
+    [400, 'invalid_request_error', false],
+  ])('a stream the engine ended with its own error event (status %i): failure %s, a breaker failure only for a server error: %s', async (status, code, breakerFailure) => {
+    const A = pool('A');
+    const errored: AttemptResult = { kind: 'committed', status: 200, done: Promise.resolve({ end: 'complete', bytes: 7, engineError: { status, code } }) };
+    const t = setup({ route: [step(A)], endpoints: { A: ['a1'] }, script: { a1: [errored] } });
+    const report = await t.run();
+    expect(report.end).toBe('complete');
+    expect(report.failure).toBe(code);
+    expect(report.engineError).toBe(code);
+    expect(t.picker.streamFailures).toEqual(breakerFailure ? ['A/a1'] : []);
+  });
+
   it('keeps the replica’s slot until the response has ended', async () => {
     const A = pool('A');
     const ended = deferred<{ end: StreamEnd; bytes: number }>();
