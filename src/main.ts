@@ -190,6 +190,26 @@ export async function createRouter(config: Config, options: RouterOptions = {}):
       onHold: (pool, event) => holds.record(pool, event),
     },
   });
+  // Breakers, prefix memory and adapter placements of endpoints that are gone (pods replaced) are dropped.
+  const prune = (): void => {
+    const live = new Set(discovery.pools().flatMap((p) => discovery.endpoints.snapshot(p.name).map((e) => e.id)));
+    breakers.retain(live);
+    prefixIndex.retain(live);
+    adapterPlacements.retain(live);
+  };
+  // A pool that leaves discovery takes its waiting requests with it: they are answered (or move on to
+  // the route's next pool) at once, not when their wait runs out; its endpoints' breakers go too.
+  let poolNames = new Set(discovery.pools().map((p) => p.name));
+  discovery.onPoolsChanged(() => {
+    const now = new Set(discovery.pools().map((p) => p.name));
+    const removed = [...poolNames].filter((name) => !now.has(name));
+    poolNames = now;
+    for (const name of removed) {
+      const waiting = picker.poolRemoved(name);
+      if (waiting > 0) logger.warn({ pool: name, requests: waiting }, 'pool removed: the requests waiting for it were answered 503 no_ready_replica (or went on to a fallback)');
+    }
+    if (removed.length > 0) prune();
+  });
   const holds = new HoldReporter({ logger, metrics, held: (pool) => picker.heldRequests(pool), demandChanged: () => discovery.demandChanged(), scheduler: systemScheduler });
   discovery.observeDemand((pool) => ({ waiting: admission.depth(pool), held: picker.heldRequests(pool) }));
   metrics.observeDemand(() => poolDemand(discovery, { inFlight, admission, picker, engine: engineMetrics }));
@@ -288,13 +308,7 @@ export async function createRouter(config: Config, options: RouterOptions = {}):
   engineMetrics.start();
   kvEvents.start();
   keys.watch(config.auth.reloadIntervalMs);
-  // Breakers, prefix memory and adapter placements of endpoints that are gone (pods replaced) are dropped.
-  const pruner = setInterval(() => {
-    const live = new Set(discovery.pools().flatMap((p) => discovery.endpoints.snapshot(p.name).map((e) => e.id)));
-    breakers.retain(live);
-    prefixIndex.retain(live);
-    adapterPlacements.retain(live);
-  }, 60_000);
+  const pruner = setInterval(prune, 60_000);
   pruner.unref();
   return {
     api: app.api,

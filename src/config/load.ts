@@ -11,6 +11,7 @@ import { kvEventsProblem, mergeRouting, normalizeScorers, ROUTING_DEFAULTS, type
 import { mergeResilience, RESILIENCE_DEFAULTS, type ResilienceOverrides } from '../resilience/settings.js';
 import { AddressRanges } from '../core/address-ranges.js';
 import { ROUTER_OWNED_HEADERS } from '../proxy/headers.js';
+import { adapterProblem } from '../core/types.js';
 import { configSchema, type Config, type EndpointConfig } from './schema.js';
 import { validatorFor } from '../api/schema-validator.js';
 
@@ -79,10 +80,8 @@ function crossCheck(config: Config): void {
     const adapter = dep.adapter;
     dep.targets.forEach((t, j) => {
       const base = config.pools.find((p) => p.name === t.pool);
-      if (adapter && base?.servedModelName === adapter.name) {
-        throw new ConfigError(`the adapter is named like pool "${t.pool}"'s base model; give the adapter the name its engines serve it under`, `deployments[${i}].adapter.name`);
-      }
-      if (adapter && base && base.engine !== 'vllm') throw new ConfigError(`LoRA adapters are served by vLLM pools only; pool "${t.pool}" runs ${base.engine}`, `deployments[${i}].targets[${j}].pool`);
+      const problem = adapter && base ? adapterProblem(adapter, base) : undefined;
+      if (problem !== undefined) throw new ConfigError(problem, base?.servedModelName === adapter?.name ? `deployments[${i}].adapter.name` : `deployments[${i}].targets[${j}].pool`);
     });
   });
   const ids = new Set(config.deployments.map((d) => d.id));

@@ -5,10 +5,12 @@
  * ModelPool: `replicas`, `readyReplicas`, `requestsWaiting` and `requestsHeld` (in the writing router),
  * `observedGeneration`, conditions `Accepted` (the spec is usable), `Ready` (at least one routable
  * endpoint) and `RequestsHeld` (requests wait for a first replica of a pool at zero). ModelDeployment: `observedGeneration`,
- * conditions `Accepted` (spec usable and every target pool exists in its namespace) and `Conflicted`
- * (an older deployment holds one of its names, so that name does not reach it).
+ * conditions `Accepted` (the spec is usable, every target pool exists in its namespace with a usable
+ * spec and, for a LoRA adapter, can serve it, and every fallback exists there: what static mode's
+ * config check asks of a deployment) and `Conflicted` (an older deployment holds one of its names, so
+ * that name does not reach it).
  */
-import { type Deployment } from '../core/types.js';
+import { adapterProblem, type Deployment } from '../core/types.js';
 import { type DeploymentView, type PoolView } from '../discovery/kubernetes/kubernetes-discovery.js';
 import { type ModelCatalog } from '../registry/registry.js';
 
@@ -64,9 +66,10 @@ export function poolStatus(pool: PoolView, now: Date, demand: PoolWaiting = { wa
   const at = timestamp(now);
   const g = pool.generation;
   const accepted = condition(previous, at, g, 'Accepted', !pool.problem, pool.problem ? 'InvalidSpec' : 'Accepted', pool.problem ?? 'The pool spec is valid.');
-  const service = pool.service?.name ?? '(none)';
-  const readyReason = pool.readyReplicas > 0 ? 'EndpointsReady' : pool.replicas > 0 ? 'NoReadyEndpoints' : 'NoEndpoints';
-  const ready = condition(previous, at, g, 'Ready', pool.readyReplicas > 0, readyReason, `${pool.readyReplicas} of ${pool.replicas} endpoints of Service ${service} are routable.`);
+  const readyReason = pool.problem ? 'InvalidSpec' : pool.readyReplicas > 0 ? 'EndpointsReady' : pool.replicas > 0 ? 'NoReadyEndpoints' : 'NoEndpoints';
+  const ready = pool.problem
+    ? condition(previous, at, g, 'Ready', false, readyReason, 'Not routed: the spec is invalid (see the Accepted condition).')
+    : condition(previous, at, g, 'Ready', pool.readyReplicas > 0, readyReason, `${pool.readyReplicas} of ${pool.replicas} endpoints of Service ${pool.service?.name ?? '(none)'} are routable.`);
   const held =
     demand.held > 0
       ? condition(previous, at, g, 'RequestsHeld', true, 'WaitingForReplica', `${demand.held} requests wait for a first ready replica (the pool scales from zero).`)
@@ -102,12 +105,26 @@ export function deploymentStatus(
   const name = (pool: string): string => `"${pool.slice(view.namespace.length + 1)}"`;
   const invalid = unusable.filter((t) => invalidPools.has(t.pool)).map((t) => name(t.pool));
   const missing = unusable.filter((t) => !invalidPools.has(t.pool)).map((t) => name(t.pool));
+  // the target pools that exist and cannot serve the deployment's LoRA adapter (left out of its routes)
+  const adapter = dep.adapter;
+  const adapterProblems = adapter
+    ? dep.targets.flatMap((t) => {
+        const pool = catalog.pool(t.pool);
+        const problem = pool ? adapterProblem(adapter, { ...pool, name: t.pool.slice(view.namespace.length + 1) }) : undefined;
+        return problem === undefined ? [] : [problem];
+      })
+    : [];
+  const noFallback = dep.fallbacks.filter((id) => !catalog.fallbackOf(dep, id)).map((id) => `"${id}"`);
   const accepted =
     missing.length > 0
       ? condition(previous, at, g, 'Accepted', false, 'PoolNotFound', `No ModelPool named ${missing.join(', ')} in namespace ${view.namespace}.`)
       : invalid.length > 0
         ? condition(previous, at, g, 'Accepted', false, 'PoolInvalid', `ModelPool ${invalid.join(', ')} in namespace ${view.namespace} has a spec the router cannot use (see its Accepted condition).`)
-        : condition(previous, at, g, 'Accepted', true, 'Accepted', 'Every target pool exists.');
+        : adapterProblems.length > 0
+          ? condition(previous, at, g, 'Accepted', false, 'AdapterUnsupported', `${adapterProblems.join('; ')} (such a target gets no requests).`)
+          : noFallback.length > 0
+            ? condition(previous, at, g, 'Accepted', false, 'FallbackNotFound', `No ModelDeployment named ${noFallback.join(', ')} in namespace ${view.namespace}: requests do not fall back there.`)
+            : condition(previous, at, g, 'Accepted', true, 'Accepted', 'Every target pool and fallback exists.');
   const held = new Set(catalog.namesOf(dep));
   const lost = [...new Set([dep.id, ...dep.aliases, dep.model])].filter((n) => !held.has(n));
   const holders = lost.map((name) => {

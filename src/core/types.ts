@@ -336,7 +336,7 @@ export interface Syncable {
 /**
  * What happened to a request held for a pool at zero: `held` (began to wait), `served` (a replica
  * turned ready and took it), `timeout` (none within `scaleFromZero.maxWaitMs`), `abandoned` (the
- * client left), `rejected` (the queue was full).
+ * client left), `rejected` (the queue was full, or the pool is gone).
  */
 export type HoldEvent = 'held' | 'served' | 'timeout' | 'abandoned' | 'rejected';
 
@@ -397,6 +397,16 @@ export interface Tracing {
   start(name: string, headers: Readonly<Record<string, string | string[] | undefined>>, agoMs: number): RequestTrace;
   /** Sends what is buffered and stops. */
   shutdown(): Promise<void>;
+}
+
+/**
+ * Why `pool` cannot serve a deployment's LoRA adapter (none: it can). Static mode refuses such a
+ * config; in Kubernetes mode the target is left out of the deployment's routes and its status says why.
+ */
+export function adapterProblem(adapter: { name: string }, pool: Pick<PoolSpec, 'name' | 'engine' | 'servedModelName'>): string | undefined {
+  if (pool.servedModelName === adapter.name) return `the adapter is named like pool "${pool.name}"'s base model; give the adapter the name its engines serve it under`;
+  if (pool.engine !== 'vllm') return `LoRA adapters are served by vLLM pools only; pool "${pool.name}" runs ${pool.engine}`;
+  return undefined;
 }
 
 /**

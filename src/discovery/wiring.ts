@@ -15,6 +15,8 @@ export interface DiscoveryWiring {
   isLeader(): boolean;
   /** What waits for each pool's replicas, for the ModelPool status (Kubernetes mode; ignored otherwise). */
   observeDemand(source: (pool: string) => { waiting: number; held: number }): void;
+  /** `listener` runs after the pools may have changed (Kubernetes mode; the config's pools never change). */
+  onPoolsChanged(listener: () => void): void;
   /** Requests began or stopped being held for some pool: the status may need writing. */
   demandChanged(): void;
   start(): void;

@@ -70,7 +70,7 @@ export function demandMetrics(registers: Registry[], demand: () => Iterable<Pool
   gauge('modelgate_pool_kv_cache_usage_ratio', "Mean KV-cache use (0..1) of the pool's replicas with a fresh metrics sample.", (d) => d.kvCacheUsage);
   const held = new Counter({
     name: 'modelgate_pool_held_requests_total',
-    help: 'Requests held for a pool at zero, by event: held (began to wait), served (a replica turned ready and took it), timeout (none in scaleFromZero.maxWaitMs), abandoned (the client left), rejected (queue full).',
+    help: 'Requests held for a pool at zero, by event: held (began to wait), served (a replica turned ready and took it), timeout (none in scaleFromZero.maxWaitMs), abandoned (the client left), rejected (queue full, or the pool is gone).',
     labelNames: [...LABELS, 'event'],
     registers,
   });

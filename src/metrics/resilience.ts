@@ -54,14 +54,14 @@ export function resilienceMetrics(registers: Registry[], sources: AdmissionSourc
     }),
     queueWait: new Histogram({
       name: 'modelgate_queue_wait_seconds',
-      help: "Time requests waited in a pool's admission queue, by how the wait ended (admitted, timeout, abandoned).",
+      help: "Time requests waited in a pool's admission queue, by how the wait ended (admitted, timeout, abandoned, displaced, pool_removed).",
       labelNames: ['pool', 'result'],
       buckets: [0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60],
       registers,
     }),
     rejected: new HotCounter({
       name: 'modelgate_rejected_requests_total',
-      help: 'Requests turned away by admission control, by reason (queue_full, queue_timeout, shed, no_replica_timeout: held for a pool at zero past scaleFromZero.maxWaitMs).',
+      help: 'Requests turned away by admission control, by reason (queue_full, queue_timeout, shed, no_replica_timeout: held for a pool at zero past scaleFromZero.maxWaitMs, pool_removed: the pool it waited for is gone).',
       labelNames: ['pool', 'reason'],
       registers,
     }),

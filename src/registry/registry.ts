@@ -7,7 +7,7 @@
  * refuses every such overlap up front. The same code serves the static config and the Kubernetes CRDs: it is
  * rebuilt from scratch whenever its inputs change and replaced as a whole.
  */
-import { type Deployment, type DeploymentTarget, type PoolSpec } from '../core/types.js';
+import { adapterProblem, type Deployment, type DeploymentTarget, type PoolSpec } from '../core/types.js';
 
 /** Read side used by the request path. */
 export interface ModelCatalog {
@@ -15,7 +15,8 @@ export interface ModelCatalog {
   pool(name: string): PoolSpec | undefined;
   /**
    * The pool a deployment's target sends requests to: the pool itself, or — for a deployment of a LoRA
-   * adapter — the pool's view with the adapter as its served model (the same object every time).
+   * adapter — the pool's view with the adapter as its served model (the same object every time); none
+   * for a pool that does not exist or cannot serve the adapter (core/types.ts `adapterProblem`).
    */
   targetPool(deployment: Deployment, target: DeploymentTarget): PoolSpec | undefined;
   deployments(): readonly Deployment[];
@@ -75,6 +76,7 @@ export class Registry implements ModelCatalog {
     const pool = this.pools.get(target.pool);
     const adapter = deployment.adapter;
     if (!pool || !adapter) return pool;
+    if (adapterProblem(adapter, pool) !== undefined) return undefined;
     let views = this.adapterPools.get(pool.name);
     if (!views) this.adapterPools.set(pool.name, (views = new Map<string, PoolSpec>()));
     let view = views.get(adapter.name);

@@ -48,7 +48,7 @@ interface PoolQueue {
   standard: FairQueue<Waiter<unknown>>;
 }
 
-type DequeueResult = 'admitted' | 'timeout' | 'abandoned' | 'displaced';
+type DequeueResult = 'admitted' | 'timeout' | 'abandoned' | 'displaced' | 'pool_removed';
 
 export interface AdmissionEvents {
   onQueued?: (pool: string) => void;
@@ -57,8 +57,11 @@ export interface AdmissionEvents {
   onRejected?: (pool: string, reason: RejectReason) => void;
 }
 
-/** Why admission turned a request away (`no_replica_timeout`: a request held for a pool at zero waited its whole `scaleFromZero.maxWaitMs`). */
-export type RejectReason = 'queue_full' | 'queue_timeout' | 'shed' | 'no_replica_timeout';
+/**
+ * Why admission turned a request away (`no_replica_timeout`: a request held for a pool at zero waited
+ * its whole `scaleFromZero.maxWaitMs`; `pool_removed`: the pool it waited for is gone).
+ */
+export type RejectReason = 'queue_full' | 'queue_timeout' | 'shed' | 'no_replica_timeout' | 'pool_removed';
 
 /** Who is asking, for the order among waiters. */
 export interface AdmitOptions {
@@ -190,6 +193,24 @@ export class AdmissionQueues {
       if (value === undefined) return;
       this.remove(pool, waiter, 'admitted');
       waiter.resolve(value);
+    }
+  }
+
+  /**
+   * `pool` is gone (its ModelPool deleted, or its spec no longer one the router can use): every waiter,
+   * queued or held, is turned away at once with `error()` (event `pool_removed`) rather than left to
+   * wait out its timeout for a replica that will not come. Returns how many waited.
+   */
+  close(pool: string, error: () => Error): number {
+    const queue = this.queues.get(pool);
+    let closed = 0;
+    for (;;) {
+      const waiter = (queue?.critical.head() ?? queue?.standard.head())?.value;
+      if (!waiter) return closed;
+      this.remove(pool, waiter, 'pool_removed');
+      this.events.onRejected?.(pool, 'pool_removed');
+      waiter.reject(error());
+      closed += 1;
     }
   }
 

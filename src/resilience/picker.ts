@@ -139,6 +139,13 @@ export interface PickerDeps {
 
 const NO_ENGINE: EngineLoadSource = { load: () => undefined };
 
+/** The answer of a request that waited for a pool that is gone. */
+function poolRemovedError(): RouterError {
+  return new RouterError('NO_READY_REPLICA', 'The pool serving this model was removed while the request waited for a replica; retry shortly.', {
+    retryAfterSeconds: NO_REPLICA_RETRY_AFTER_SECONDS,
+  });
+}
+
 /**
  * Endpoints that can take traffic (healthy, breaker allows), with their in-flight counters and, when
  * held, their places in the prefix index (none: looked up by id).
@@ -303,18 +310,38 @@ export class EndpointPicker {
   private hold(pool: PoolSpec, tried: ReadonlySet<string>, signal: AbortSignal | undefined, request: PickRequest, maxWaitMs: number): Promise<Picked> {
     const { scaleFromZero, queue } = pool.resilience;
     const waitMs = Math.max(0, Math.min(scaleFromZero.maxWaitMs, maxWaitMs));
+    let timedOut: RouterError | undefined;
     const expired = (): RouterError =>
-      new RouterError('NO_READY_REPLICA', `No replica of this model became ready within ${Math.round(waitMs / 1000)} s (it is scaling up from zero); retry later.`, {
+      (timedOut = new RouterError('NO_READY_REPLICA', `No replica of this model became ready within ${Math.round(waitMs / 1000)} s (it is scaling up from zero); retry later.`, {
         retryAfterSeconds: Math.max(NO_REPLICA_RETRY_AFTER_SECONDS, Math.min(60, Math.ceil(scaleFromZero.maxWaitMs / 10_000))),
-      });
+      }));
     const { priority, tenant, weight } = request;
     this.changeHeld(pool.name, 1, 'held');
     const picked = this.deps.admission.admit(pool.name, () => this.take(pool, tried, request), { maxSize: queue.maxSize, timeoutMs: waitMs }, { signal, priority, tenant, weight, held: { expired } });
     picked.then(
       () => this.changeHeld(pool.name, -1, 'served'),
-      (err: unknown) => this.changeHeld(pool.name, -1, isAbortError(err) ? 'abandoned' : err instanceof RouterError && err.code === 'NO_READY_REPLICA' ? 'timeout' : 'rejected'),
+      (err: unknown) => this.changeHeld(pool.name, -1, isAbortError(err) ? 'abandoned' : err === timedOut ? 'timeout' : 'rejected'),
     );
     return picked;
+  }
+
+  /**
+   * `pool` is gone from discovery (its ModelPool deleted, or its spec no longer usable): the requests
+   * queued or held for it are answered at once, NO_READY_REPLICA, so that a route with another pool
+   * moves on to it (exchange.ts) and the rest get a 503 with Retry-After instead of waiting out
+   * `queue.timeoutMs` or `scaleFromZero.maxWaitMs`; and its view gives back its endpoints' counters.
+   * Returns how many requests were waiting.
+   */
+  poolRemoved(pool: string): number {
+    const view = this.views.get(pool);
+    if (view) {
+      this.views.delete(pool);
+      for (const ep of view.snapshot) {
+        this.deps.inFlight.drop(ep.id);
+        this.prefixIndex.drop(ep.id);
+      }
+    }
+    return this.deps.admission.close(pool, poolRemovedError);
   }
 
   private changeHeld(pool: string, by: 1 | -1, event: HoldEvent): void {

@@ -89,6 +89,7 @@ export function kubernetesDiscovery(config: Config, resolve: PoolResolver, logge
       demand = source;
     },
     demandChanged: () => controller.syncStatus(),
+    onPoolsChanged: (listener) => discovery.onChange(listener),
     start() {
       discovery.start();
       elector?.start();

@@ -58,6 +58,7 @@ export function staticDiscovery(config: Config, created: number, resolve: PoolRe
     isLeader: () => false,
     observeDemand: () => undefined,
     demandChanged: () => undefined,
+    onPoolsChanged: () => undefined,
     start: () => undefined,
     stop: () => Promise.resolve(),
   };

@@ -59,11 +59,14 @@ describe('poolStatus', () => {
   it('says why a pool is not ready, and why it is not accepted', () => {
     expect(poolStatus(pool(0, 2), t0).conditions[1]).toMatchObject({ status: 'False', reason: 'NoReadyEndpoints' });
     expect(poolStatus(pool(0, 0), t0).conditions[1]).toMatchObject({ status: 'False', reason: 'NoEndpoints' });
-    expect(poolStatus(pool(0, 0, undefined, 'spec.servedModelName is required'), t0).conditions[0]).toMatchObject({
+    const invalid = poolStatus(pool(0, 0, undefined, 'spec.servedModelName is required'), t0);
+    expect(invalid.conditions[0]).toMatchObject({
       status: 'False',
       reason: 'InvalidSpec',
       message: 'spec.servedModelName is required',
     });
+    // not ready because it is not routed at all, not for want of endpoints of a Service it may name
+    expect(invalid.conditions[1]).toMatchObject({ status: 'False', reason: 'InvalidSpec', message: 'Not routed: the spec is invalid (see the Accepted condition).' });
   });
 
   it('keeps lastTransitionTime while a condition keeps its status, and moves it when the status flips', () => {
@@ -107,6 +110,41 @@ describe('deploymentStatus', () => {
     expect(deploymentStatus(both, new Registry(pools, [both.deployment!]), new Map(), t0, new Set(['models/broken'])).conditions[0]).toMatchObject({
       reason: 'PoolNotFound',
       message: 'No ModelPool named "gone" in namespace models.',
+    });
+  });
+
+  it('does not accept a LoRA adapter on a pool that cannot serve it (what static mode refuses), and the target gets no route', () => {
+    const sglang = { ...pools[0]!, name: 'models/sg', engine: 'sglang' as const };
+    const base = deployment('lora', 100, 'sql-lora', [], ['sg']);
+    const view = { ...base, deployment: { ...base.deployment!, adapter: { name: 'sql-lora' } } };
+    const registry = new Registry([...pools, sglang], [view.deployment]);
+    expect(deploymentStatus(view, registry, new Map(), t0).conditions[0]).toMatchObject({
+      status: 'False',
+      reason: 'AdapterUnsupported',
+      message: 'LoRA adapters are served by vLLM pools only; pool "sg" runs sglang (such a target gets no requests).',
+    });
+    expect(registry.targetPool(view.deployment, view.deployment.targets[0]!)).toBeUndefined();
+    // named like the base model its vLLM pool serves: the engine would answer for the base model
+    const named = { ...view, deployment: { ...view.deployment, targets: [{ pool: 'models/llama', weight: 100 }], adapter: { name: 'm' } } };
+    const namedRegistry = new Registry(pools, [named.deployment]);
+    expect(deploymentStatus(named, namedRegistry, new Map(), t0).conditions[0]).toMatchObject({ status: 'False', reason: 'AdapterUnsupported' });
+    expect(namedRegistry.targetPool(named.deployment, named.deployment.targets[0]!)).toBeUndefined();
+    // on a vLLM pool under its own name it is accepted and routed
+    const fine = { ...view, deployment: { ...view.deployment, targets: [{ pool: 'models/llama', weight: 100 }] } };
+    const fineRegistry = new Registry(pools, [fine.deployment]);
+    expect(deploymentStatus(fine, fineRegistry, new Map(), t0).conditions[0]).toMatchObject({ status: 'True', reason: 'Accepted' });
+    expect(fineRegistry.targetPool(fine.deployment, fine.deployment.targets[0]!)).toMatchObject({ servedModelName: 'sql-lora' });
+  });
+
+  it('does not accept a deployment whose fallback names no ModelDeployment in its namespace', () => {
+    const view = deployment('llama-prod', 100, 'llama', [], ['llama']);
+    const withFallbacks = { ...view, deployment: { ...view.deployment!, fallbacks: ['backup', 'elsewhere'] } };
+    const backup = deployment('backup', 50, 'llama-small', [], ['llama']);
+    const registry = new Registry(pools, [withFallbacks.deployment, backup.deployment!]);
+    expect(deploymentStatus(withFallbacks, registry, new Map(), t0).conditions[0]).toMatchObject({
+      status: 'False',
+      reason: 'FallbackNotFound',
+      message: 'No ModelDeployment named "elsewhere" in namespace models: requests do not fall back there.',
     });
   });
 

@@ -96,6 +96,30 @@ describe('AdmissionQueues', () => {
     expect(events).toEqual(['p:abandoned:0', 'p:admitted:0']);
   });
 
+  it('turns every waiter of a closed pool away at once, critical and standard, and leaves the other pools waiting', async () => {
+    const { queues, take, setFree, events, timers } = setup();
+    const wide = { maxSize: 10, timeoutMs: 1000 };
+    const gone = [
+      queues.admit('p', take, wide, { priority: 'critical', tenant: 'a' }).catch((e: unknown) => e),
+      queues.admit('p', take, wide, { tenant: 'b' }).catch((e: unknown) => e),
+      queues.admit('p', take, wide, { tenant: 'a', held: { expired: () => new RouterError('NO_READY_REPLICA', 'expired') } }).catch((e: unknown) => e),
+    ];
+    const other = queues.admit('q', take, wide);
+    timers.advance(10);
+    expect(queues.close('p', () => new RouterError('NO_READY_REPLICA', 'gone'))).toBe(3);
+    for (const err of await Promise.all(gone)) expect(err).toMatchObject({ code: 'NO_READY_REPLICA', message: 'gone' });
+    expect(queues.depth('p')).toBe(0);
+    expect([...queues.depths()].map((d) => d.pool)).toEqual(['q']);
+    expect(events).toEqual(['p:pool_removed:10', 'p:pool_removed', 'p:pool_removed:10', 'p:pool_removed', 'p:pool_removed:10', 'p:pool_removed']);
+    // their timers went with them: nothing more happens to them at their timeout
+    timers.advance(2000);
+    expect(events.filter((e) => e.startsWith('p:'))).toHaveLength(6);
+    // the other pool's waiter waited on (and timed out) as before
+    await expect(other).rejects.toMatchObject({ code: 'QUEUE_TIMEOUT' });
+    setFree(1);
+    expect(queues.close('p', () => new Error('none'))).toBe(0);
+  });
+
   describe('priorities', () => {
     it('turns a sheddable request away at once, with 429 request_shed, when no slot is free', async () => {
       const { queues, take, setFree, events } = setup();

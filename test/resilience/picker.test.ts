@@ -299,6 +299,32 @@ describe('EndpointPicker: concurrency limit and admission', () => {
     first.release();
   });
 
+  it('a queued request whose pool is removed is answered at once (NO_READY_REPLICA: the route moves on), and the pool’s view lets go of its endpoints', async () => {
+    const t = setup(['a']);
+    const first = await t.picker.pick(limited, new Set());
+    const second = track(t.picker.pick(limited, new Set()));
+    await flush();
+    expect(t.admission.depth('p')).toBe(1);
+    t.setSnapshot([]);
+    const dropped: string[] = [];
+    const drop = t.inFlight.drop.bind(t.inFlight);
+    t.inFlight.drop = (id: string): void => {
+      dropped.push(id);
+      drop(id);
+    };
+    t.picker.poolRemoved('p');
+    expect(dropped).toEqual(['a']);
+    await flush();
+    expect(second.state()).toBe('rejected');
+    expect(second.error()).toMatchObject({ code: 'NO_READY_REPLICA' });
+    expect(t.events).toEqual(['queued:p', 'dequeued:p:pool_removed:0', 'rejected:p:pool_removed']);
+    // the request already under way finishes as before; with it released, nothing of the pool is kept
+    expect(t.inFlight.count('a')).toBe(1);
+    first.release();
+    expect([...t.inFlight.entries()]).toEqual([]);
+    expect(t.time.pendingTimers).toBe(0);
+  });
+
   it('a queued request whose client leaves is taken out with an AbortError', async () => {
     const t = setup(['a']);
     const first = await t.picker.pick(limited, new Set());
@@ -680,6 +706,23 @@ describe('EndpointPicker: scale from zero', () => {
     expect(events).toContain('hold:p:rejected');
     expect(first.state()).toBe('pending');
     expect(picker.heldRequests('p')).toBe(1);
+  });
+
+  it('answers a held request at once when its pool is removed: NO_READY_REPLICA, counted as rejected (not a timeout), no more looks', async () => {
+    const { picker, time, events } = setup([]);
+    const pending = routerError(picker.pick(cold(600_000), new Set(), undefined, { priority: 'standard' }, Infinity, true));
+    await flush();
+    expect(picker.heldRequests('p')).toBe(1);
+    picker.poolRemoved('p');
+    const err = await pending;
+    expect(err.code).toBe('NO_READY_REPLICA');
+    expect(err.message).toContain('was removed while the request waited');
+    expect(err.retryAfterSeconds).toBeGreaterThan(0);
+    expect(events).toContain('rejected:p:pool_removed');
+    expect(events).toContain('hold:p:rejected');
+    expect(events).not.toContain('hold:p:timeout');
+    expect(picker.heldRequests('p')).toBe(0);
+    expect(time.pendingTimers).toBe(0);
   });
 
   it('does not hold when not asked to (a pool before the end of the route), a sheddable request, or a pool that does not opt in', async () => {

@@ -107,6 +107,7 @@ export function parseModelDeployment(obj: CustomObject): ParsedDeployment {
     if (typeof weight !== 'number' || !Number.isFinite(weight) || weight < 0) return { ...id, problem: `spec.targets[${i}].weight must be a number ≥ 0` };
     parsed.push({ pool: `${id.namespace}/${t.pool}`, weight });
   }
+  if (parsed.every((t) => t.weight === 0)) return { ...id, problem: 'spec.targets needs a weight above 0 on at least one pool' };
   const fallbacks = spec.fallbacks ?? [];
   if (!Array.isArray(fallbacks) || !fallbacks.every(nonEmpty)) return { ...id, problem: 'spec.fallbacks must be a list of ModelDeployment names' };
   if (fallbacks.includes(id.name)) return { ...id, problem: 'spec.fallbacks must not name the deployment itself' };

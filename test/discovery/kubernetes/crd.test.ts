@@ -139,6 +139,19 @@ describe('parseModelDeployment', () => {
     [{ spec: { model: 'm', targets: [{ weight: 1 }] } }, 'spec.targets[0].pool is required'],
     [{ spec: { model: 'm', targets: [{ pool: 'a', weight: -1 }] } }, 'spec.targets[0].weight'],
     [{ spec: { model: 'm', aliases: [3], targets: [{ pool: 'a' }] } }, 'spec.aliases'],
+    // static mode's config refuses the same: no pool would ever get a request
+    [
+      {
+        spec: {
+          model: 'm',
+          targets: [
+            { pool: 'a', weight: 0 },
+            { pool: 'b', weight: 0 },
+          ],
+        },
+      },
+      'spec.targets needs a weight above 0 on at least one pool',
+    ],
   ])('reports %j as unusable: %s', (obj, problem) => {
     expect(parseModelDeployment({ metadata: meta, ...obj }).problem).toContain(problem);
   });

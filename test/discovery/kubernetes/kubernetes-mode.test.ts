@@ -275,6 +275,9 @@ describe('Kubernetes mode: live CRD edits', () => {
       'the weight moved to the canary pool',
       BOUND_MS,
     );
+    const breakerSeries = async (pool: string): Promise<string[]> =>
+      (await rawRequest(`${gateway.router.adminUrl}/metrics`)).body.split('\n').filter((l) => l.startsWith(`modelgate_breaker_state{pool="${pool}"`));
+    expect(await breakerSeries('models/canary')).toHaveLength(1);
     fake.remove('modelpools', 'models', 'canary');
     await eventually(
       () => served(gateway.router, 'fresh'),
@@ -282,6 +285,9 @@ describe('Kubernetes mode: live CRD edits', () => {
       '503 once the only weighted pool is gone',
       BOUND_MS,
     );
+    // the operator's view: the removed pool's breakers went with it, not at the next minute's prune
+    expect(await breakerSeries('models/canary')).toEqual([]);
+    expect(await breakerSeries('models/llama')).toHaveLength(1);
     fake.remove('modeldeployments', 'models', 'llama-prod');
     await eventually(
       () => served(gateway.router, 'fresh'),

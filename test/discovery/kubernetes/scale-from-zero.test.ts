@@ -103,6 +103,53 @@ describe('Kubernetes mode: scale from zero', () => {
     );
   });
 
+  it('answers the requests held for a pool at once when its ModelPool is deleted, not when their wait runs out', async () => {
+    const fake = await FakeKubeApi.start();
+    cleanups.push(() => fake.close());
+    const pool = modelPool('llama', 'llama');
+    // a wait far beyond the test's bound: only the deletion can answer the requests in time
+    fake.apply('modelpools', { ...pool, spec: { ...(pool.spec as object), resilience: { scaleFromZero: { enabled: true, maxWaitMs: 600_000 } } } });
+    fake.apply('modeldeployments', modelDeployment('llama-prod', 'llama-3', ['default'], [{ pool: 'llama' }]));
+    const gateway = await startKubeRouter(fake);
+    cleanups.push(() => gateway.close());
+    const { apiUrl, adminUrl } = gateway.router;
+    await eventually(
+      () => rawRequest(`${adminUrl}/readyz`).then((r) => r.status),
+      (s) => s === 200,
+      'the router to become ready',
+      BOUND_MS,
+    );
+    const answers = Array.from({ length: 5 }, () => chat(apiUrl));
+    await eventually(
+      () => held(adminUrl),
+      (n) => n === 5,
+      '5 requests to be held',
+      BOUND_MS,
+    );
+
+    fake.remove('modelpools', 'models', 'llama');
+    // The client: a 503 it may retry, saying why, in OpenAI's envelope.
+    const responses = await Promise.all(answers);
+    expect(responses.map((r) => r.status)).toEqual([503, 503, 503, 503, 503]);
+    for (const r of responses) {
+      expect(Number(r.headers.get('retry-after'))).toBeGreaterThan(0);
+      const { error } = (await r.json()) as { error: { code: string; type: string; message: string } };
+      expect(error).toMatchObject({ code: 'no_ready_replica', type: 'server_error' });
+      expect(error.message).toContain('pool serving this model was removed');
+    }
+    // The operator: a warning names the pool and how many requests it answered, and the held episode's
+    // line closes it (the removed pool's series leave /metrics with it, as every gone pool's do).
+    const warning = gateway.logs.find((l) => l.includes('pool removed: the requests waiting for it were answered'));
+    expect(JSON.parse(warning!)).toMatchObject({ level: 40, pool: 'models/llama', requests: 5 });
+    expect(JSON.parse(gateway.logs.find((l) => l.includes('no request held now'))!)).toMatchObject({ pool: 'models/llama', served: 0, rejected: 5 });
+    await eventually(
+      () => rawRequest(`${adminUrl}/metrics`).then((r) => r.body.split('\n').filter((l) => l.includes('pool="models/llama"'))),
+      (lines) => lines.length === 0,
+      'the removed pool to leave the metrics',
+      BOUND_MS,
+    );
+  });
+
   it('answers 503 at once for a pool at zero that does not opt in', async () => {
     const fake = await FakeKubeApi.start();
     cleanups.push(() => fake.close());
