@@ -148,6 +148,7 @@ export class Director {
       stripUsageChunk: usage !== undefined,
       dialect: api.dialect,
       knownStreamEnd: KNOWN_STREAM_END.has(api.name),
+      ...((api.name === 'chat' || api.name === 'completions') && typeof body.n === 'number' && body.n > 1 ? { streamChoices: body.n } : {}),
       ...(request.onContent ? { onContent: request.onContent } : {}),
       ...(request.trace ? { trace: request.trace } : {}),
       ...(deployment.resumeStreams ? this.resumePlan(request) : {}),

@@ -17,8 +17,7 @@ import { passed } from '../core/phases.js';
 import { errorBody, RouterError, streamErrorEvent, toErrorResponse, writeErrorAnswer } from '../core/errors.js';
 import { type PoolSpec, type RequestTrace, type ScheduleInfo, type WireDialect } from '../core/types.js';
 import { type AttemptResult, type Forwarder, type StreamEnd } from '../proxy/forwarder.js';
-import { brokenError, endsStream } from '../proxy/relay.js';
-import { type SseEvent } from '../proxy/sse-tap.js';
+import { brokenError, streamEnd } from '../proxy/relay.js';
 import { streamError } from '../proxy/upstream-errors.js';
 import { ResponseMeter, type TokenUsage } from '../proxy/usage.js';
 import { type EndpointPicker, type Picked, type PickRequest } from '../resilience/picker.js';
@@ -106,6 +105,8 @@ export interface ExchangePlan {
    * without it ends as broken. The audio APIs' streams have none the engines agree on.
    */
   knownStreamEnd?: boolean;
+  /** The choices a chat or completions stream carries (the request's `n`, when over 1): each must finish before the stream has. */
+  streamChoices?: number;
   /** Each inter-token gap of a committed stream, in ms, with the pool that streams it. */
   onInterToken?: (pool: string, ms: number) => void;
   /** Each content event of a stream (a token on its way to the client). */
@@ -232,7 +233,7 @@ export class ExchangeRunner {
       observe: meter,
       stripUsageChunk: plan.stripUsageChunk ?? false,
       errorEvent: (err) => streamErrorEvent(err, dialect, meter.nextSequence()),
-      ...(plan.knownStreamEnd ? { endOfStream: (event: SseEvent) => endsStream(dialect, event) } : {}),
+      ...(plan.knownStreamEnd ? { endOfStream: streamEnd(dialect, plan.streamChoices) } : {}),
       engineError: (event) => streamError(dialect, event),
       ...(splice ? { rewrite: (segment) => splice.rewrite(segment), resumable: { cut: () => splice.errored } } : {}),
       ...(continuation ? { continues: true } : {}),

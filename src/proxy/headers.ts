@@ -75,6 +75,13 @@ export function upstreamHeaders(client: IncomingHttpHeaders, allowed: ReadonlySe
   return out;
 }
 
+/**
+ * Engine response headers that describe the router's own connection to the engine, not the client's
+ * exchange: a cookie the engine (or a proxy in front of it) sets is for the router, and would reach
+ * every tenant the router sends there; `server` names the engine's stack, which is not the client's server.
+ */
+const ENGINE_ONLY: ReadonlySet<string> = new Set(['set-cookie', 'server']);
+
 /** The upstream response headers a client may see: hop-by-hop ones removed, the request id set. */
 export function clientResponseHeaders(upstream: IncomingHttpHeaders, requestId: string): OutgoingHttpHeaders {
   const listed = connectionTokens(upstream);
@@ -83,7 +90,8 @@ export function clientResponseHeaders(upstream: IncomingHttpHeaders, requestId: 
   // client gets the router's, for its own key (set before the response starts), never the engine's.
   for (const name in upstream) {
     const value = upstream[name];
-    if (value !== undefined && !HOP_BY_HOP_SET.has(name) && !name.startsWith('x-ratelimit-') && (listed.length === 0 || !listed.includes(name))) out[name] = value;
+    if (value === undefined || HOP_BY_HOP_SET.has(name) || ENGINE_ONLY.has(name) || name.startsWith('x-ratelimit-')) continue;
+    if (listed.length === 0 || !listed.includes(name)) out[name] = value;
   }
   out['x-request-id'] = requestId;
   return out;

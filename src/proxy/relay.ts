@@ -90,6 +90,36 @@ export function endsStream(dialect: WireDialect, event: SseEvent): boolean {
   return event.data === '[DONE]' || FINISHED.test(event.data) || OPENAI_ERROR.test(event.data);
 }
 
+/** The indexes of the choices an OpenAI chunk finishes (none for a chunk that is not JSON). */
+function finishedChoices(data: string): number[] {
+  try {
+    const chunk = JSON.parse(data) as { choices?: unknown };
+    if (!Array.isArray(chunk.choices)) return [];
+    return (chunk.choices as Array<{ index?: unknown; finish_reason?: unknown } | null>).flatMap((c) =>
+      typeof c?.finish_reason === 'string' && c.finish_reason !== '' ? [typeof c.index === 'number' ? c.index : 0] : [],
+    );
+  } catch {
+    return [];
+  }
+}
+
+/**
+ * {@link endsStream} for one stream, whose request asked for `choices` choices (OpenAI's `n`): with more
+ * than one, a finish reason ends the stream (from an engine that leaves `[DONE]` out) only once every
+ * choice has had one — a chunk that finishes choice 0 while choice 1 still streams is not the end.
+ * Stateful: one per attempt.
+ */
+export function streamEnd(dialect: WireDialect, choices = 1): (event: SseEvent) => boolean {
+  if (dialect !== 'openai' || choices <= 1) return (event) => endsStream(dialect, event);
+  const finished = new Set<number>();
+  return (event) => {
+    if (event.data === '[DONE]' || OPENAI_ERROR.test(event.data)) return true;
+    if (!FINISHED.test(event.data)) return false;
+    for (const index of finishedChoices(event.data)) finished.add(index);
+    return finished.size >= choices;
+  };
+}
+
 function isEventStream(contentType: string | undefined): boolean {
   return contentType?.toLowerCase().startsWith('text/event-stream') ?? false;
 }

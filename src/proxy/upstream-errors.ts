@@ -1,7 +1,8 @@
 /**
  * Upstream error bodies in every engine's dialect, turned into the OpenAI envelope with the same
  * status: vLLM `{"error":{…,"code":404}}` (integer code), old vLLM and TEI flat `{"message",…}`,
- * TGI `{"error":"…","error_type":"…"}`, FastAPI `{"detail":…}`, plain text, or nothing at all.
+ * TGI `{"error":"…","error_type":"…"}`, FastAPI `{"detail":…}`, plain text (a 4xx's only, and no HTML),
+ * or nothing at all.
  */
 import { envelope, envelopeOf, errorBody, RouterError, type ErrorEnvelope } from '../core/errors.js';
 import { type WireDialect } from '../core/types.js';
@@ -28,6 +29,15 @@ const str = (value: unknown): string | undefined => (typeof value === 'string' &
 
 function clip(message: string): string {
   return message.length > MAX_MESSAGE_CHARS ? `${message.slice(0, MAX_MESSAGE_CHARS)}…` : message;
+}
+
+/**
+ * A body that is not JSON, as far as the client sees it: an engine's plain-text refusal of a request
+ * (a 4xx) is passed on; a page of HTML, or the text of a server error (a Python traceback, a proxy's
+ * error page), describes the engine's insides, not the request, and is left out (the message names the status).
+ */
+function shownText(status: number, text: string): string | undefined {
+  return status >= 500 || text.startsWith('<') ? undefined : str(text);
 }
 
 /** OpenAI's string codes where an engine's error means the same thing. */
@@ -67,7 +77,7 @@ export function normaliseUpstreamError(status: number, body: Buffer): Normalised
   try {
     parsed = fromJson(status, JSON.parse(text) as unknown);
   } catch {
-    plain = str(text);
+    plain = shownText(status, text);
   }
   if (status >= 300 && status < 400) {
     const redirect = new RouterError('UPSTREAM_REDIRECT', `The model server answered with a redirect (status ${status}), which the router does not follow; check the pool's endpoint URL.`);

@@ -14,6 +14,8 @@ import { startUpstream, type RecordingUpstream, type Reply } from '../helpers/up
 
 const chunk = (content: string, finish: string | null = null): string =>
   `data: ${JSON.stringify({ id: 'c1', object: 'chat.completion.chunk', created: 1, model: 'served/llm', choices: [{ index: 0, delta: { content }, finish_reason: finish }] })}\n\n`;
+const chunkOf = (index: number, content: string, finish: string | null = null): string =>
+  `data: ${JSON.stringify({ id: 'c1', object: 'chat.completion.chunk', created: 1, model: 'served/llm', choices: [{ index, delta: { content }, finish_reason: finish }] })}\n\n`;
 const USAGE = `data: ${JSON.stringify({ id: 'c1', object: 'chat.completion.chunk', created: 1, model: 'served/llm', choices: [], usage: { prompt_tokens: 3, completion_tokens: 2, total_tokens: 5 } })}\n\n`;
 
 /** How the scripted engine ends its stream, chosen per request by the prompt's text. */
@@ -23,6 +25,10 @@ const STREAMS: Record<string, string> = {
   'no-end': chunk('Hel') + chunk('lo'),
   // an engine that leaves [DONE] out but says the answer finished
   'finish-no-done': chunk('Hel') + chunk('lo', 'stop') + USAGE,
+  // n = 2 without [DONE]: choice 0 finishes, then the engine stops while choice 1 is still under way
+  'two-one-finished': chunkOf(0, 'Hel') + chunkOf(1, 'Wor') + chunkOf(0, 'lo', 'stop') + chunkOf(1, 'ld'),
+  // n = 2 without [DONE], both finished
+  'two-both-finished': chunkOf(0, 'Hel') + chunkOf(1, 'Wor') + chunkOf(0, 'lo', 'stop') + chunkOf(1, 'ld', 'length'),
   // Python's json.dumps spacing, no [DONE] (old Xinference)
   'spaced-finish': chunk('Hel') + 'data: {"choices": [{"index": 0, "delta": {"content": "lo"}, "finish_reason": "stop"}]}\n\n',
   // Ollama and old TGI put "" on every chunk: not a finish; the engine then dies
@@ -213,6 +219,19 @@ describe('a stream the engine ends without its last event', () => {
     const line = await accessLine(res.headers['x-request-id'] as string);
     expect(line).toMatchObject({ status: 200, failure: 'upstream_stream_broken', incomplete: true });
     await waitFor(async () => (await failed()) === before + 1, 'goodput to count the stream as failed');
+  });
+
+  it('with n = 2 and no [DONE], ends broken while one choice has not finished, and whole once both have', async () => {
+    const cut = await chat('two-one-finished', { n: 2 });
+    const events = sseData(cut.body);
+    expect(events.slice(0, 4).map((e) => (JSON.parse(e) as { choices: Array<{ index: number }> }).choices[0]?.index)).toEqual([0, 1, 0, 1]);
+    expect(JSON.parse(events[4]!)).toEqual({ error: expect.objectContaining({ code: 'upstream_stream_broken' }) });
+    expect((await accessLine(cut.headers['x-request-id'] as string)).incomplete).toBe(true);
+    const whole = await chat('two-both-finished', { n: 2 });
+    expect(whole.body).not.toContain('upstream_stream_broken');
+    const line = await accessLine(whole.headers['x-request-id'] as string);
+    expect(line.failure).toBeUndefined();
+    expect(line.incomplete).toBeUndefined();
   });
 
   it('does not hold an event without end past 32 Mi characters: the stream ends broken, the engine’s request is cut', async () => {

@@ -96,6 +96,25 @@ describe('headers', () => {
     }
   });
 
+  it('keeps the engine’s cookie and server name from the client, and passes its other headers on', async () => {
+    const body = JSON.stringify({ id: 'c1', object: 'chat.completion', created: 1, model: 'served/llm', choices: [] });
+    upstream.reply = (_req, res) => {
+      res.writeHead(200, {
+        'content-type': 'application/json',
+        'content-length': Buffer.byteLength(body),
+        'set-cookie': ['route=replica-3; Path=/', 'session=abc'],
+        server: 'uvicorn',
+        'x-engine-note': 'kept',
+      });
+      res.end(body);
+    };
+    const res = await post({ model: 'llm', messages: [{ role: 'user', content: 'x' }] }).expect(200);
+    expect(res.headers['set-cookie']).toBeUndefined();
+    expect(res.headers.server).toBeUndefined();
+    expect(res.headers['x-engine-note']).toBe('kept');
+    expect(res.body).toEqual(JSON.parse(body));
+  });
+
   it('accepts a client x-request-id, passes it upstream and returns it', async () => {
     const res = await post({ model: 'llm', messages: [{ role: 'user', content: 'x' }] }, { 'x-request-id': 'client-req-42' }).expect(200);
     expect(res.headers['x-request-id']).toBe('client-req-42');
@@ -166,6 +185,17 @@ describe('upstream errors', () => {
       422,
       { message: 'Failed to deserialize the JSON body', type: 'invalid_request_error', param: null, code: null },
     ],
+    // a server error's text is the engine's insides (file paths, versions): the client is told the status only
+    [
+      'Python traceback',
+      500,
+      'Traceback (most recent call last):\n  File "/usr/lib/python3/dist-packages/vllm/entrypoints/api_server.py", line 1, in <module>\nRuntimeError: boom',
+      { 'content-type': 'text/plain' },
+      500,
+      { message: 'The model server answered with status 500.', type: 'server_error', param: null },
+    ],
+    ['HTML error page', 502, '<html><body><h1>502 Bad Gateway</h1><hr>nginx/1.22.1</body></html>', { 'content-type': 'text/html' }, 502, { message: 'The model server answered with status 502.' }],
+    ['HTML page on a 4xx', 404, '<!DOCTYPE html><title>Not Found</title>', { 'content-type': 'text/html' }, 404, { message: 'The model server answered with status 404.' }],
     ['empty body', 503, '', {}, 503, { message: 'The model server answered with status 503.', type: 'server_error' }],
     ['engine refusing the router credentials', 401, '{"error":"Unauthorized"}', {}, 502, { type: 'server_error', code: 'upstream_auth_failed' }],
   ];
