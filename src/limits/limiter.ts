@@ -3,10 +3,12 @@
  * configured) that checks every limit of the key and takes the request and its estimated prompt
  * tokens; the answer gives the rate-limit headers, or a 429. With Redis, a request far from every
  * limit does not wait for that round trip: it is let through on what the router last heard from Redis
- * about the key, and counted there in the background (view.ts). The prompt estimate learns: requests of
- * one kind (a deployment's API) add the amount by which the engine's reported prompt tokens have
- * lately exceeded the estimate (a chat template's tokens, a tokenizer denser than four characters a
- * token), so settlement corrects little and a busy key's bucket does not swing into debt.
+ * about the key, and counted there in the background (view.ts). The prompt estimate learns: a key's
+ * requests of one kind (a deployment's API) add the amount by which the engine's reported prompt tokens
+ * have lately exceeded the estimate for that key (a chat template's tokens, a tokenizer denser than four
+ * characters a token), so settlement corrects little and a busy key's bucket does not swing into debt.
+ * What one key's requests teach is charged to that key alone: a prompt the router cannot measure (token
+ * ids) or one made to look small would otherwise raise every other key's charge.
  * The lease it returns follows the response:
  * each streamed content event is one more token, and the engine's usage corrects the estimate at the
  * end. Tokens reach the store in batches every `flushIntervalMs`, off the request path, so a long
@@ -57,8 +59,8 @@ export interface LimitedKey {
 const OVERHEAD_WEIGHT = 0.25;
 /** Most bucket levels remembered for an outage (keys × rates; the least recently seen go first). */
 const MAX_LEVELS_SEEN = 100_000;
-/** Most kinds of request whose overhead is learned (deployments × APIs; beyond it, new kinds learn nothing). */
-const MAX_KINDS = 1_000;
+/** Most kinds of request whose overhead is learned (keys × deployments × APIs; beyond it, new kinds learn nothing). */
+const MAX_KINDS = 20_000;
 
 /** The shared store (Redis), with the routers' heartbeat. */
 export interface SharedLimitStore extends LimitStore {
@@ -285,7 +287,7 @@ export class Limiter {
   private readonly view = new SharedView();
   /** Redis's timeouts in a row (see TIMEOUTS_BEFORE_DOWN). */
   private timeouts = 0;
-  /** Per kind of request: how many prompt tokens the engines report beyond the caller's estimate, lately. */
+  /** Per key and kind of request: how many prompt tokens the engines report beyond the caller's estimate, lately. */
   private readonly overhead = new Map<string, number>();
 
   constructor(private readonly options: LimiterOptions) {
@@ -343,14 +345,15 @@ export class Limiter {
 
   /**
    * Takes a request of `key` on `deployment` with `estimate` prompt tokens (plus the overhead learned
-   * for `kind`, when given). Resolves with its lease (undefined for a key without limits); rejects with
+   * from the key's requests of `kind`, when given). Resolves with its lease (undefined for a key without limits); rejects with
    * a 429 RouterError when a limit refuses it.
    */
   async admit(key: LimitedKey, named: string | DeploymentNames, given: number, kind?: string): Promise<Lease | undefined> {
     const limits = this.limitsOf(key);
     if (!limits) return undefined;
     const deployment = scopeOf(limits, named);
-    const estimate = kind === undefined ? given : Math.max(0, Math.round(given + (this.overhead.get(kind) ?? 0)));
+    const learns = kind === undefined ? undefined : `${key.name}\0${kind}`;
+    const estimate = learns === undefined ? given : Math.max(0, Math.round(given + (this.overhead.get(learns) ?? 0)));
     const { clock, events } = this.options;
     const checks = checksFor(key.name, limits, deployment, this.options.wallNow());
     const request: AdmitRequest = { ...checks, tokens: estimate, lease: `${this.router}:${++this.sequence}`, leaseMs: LEASE_MS };
@@ -396,7 +399,7 @@ export class Limiter {
       throw refusal(verdict, limits);
     }
     events?.onAdmitted?.(key.name);
-    const lease = new Lease(this, store, request, request.lease, estimate, kind === undefined ? undefined : { estimate: given, kind }, rateLimitHeaders(verdict), clock.now());
+    const lease = new Lease(this, store, request, request.lease, estimate, learns === undefined ? undefined : { estimate: given, kind: learns }, rateLimitHeaders(verdict), clock.now());
     this.active.add(lease);
     return lease;
   }

@@ -20,7 +20,7 @@ export interface RequestContext {
   forwarded: ForwardedFor & { client: string };
   closed: boolean;
   principal?: Principal;
-  /** The model the client asked for, as it named it. */
+  /** The model the client asked for, as it named it: at most {@link MAX_SHOWN_MODEL} characters of it (set with {@link shownModel}). */
   model?: string;
   deployment?: string;
   priority?: Priority;
@@ -53,4 +53,12 @@ export function contextOf(res: ServerResponse): RequestContext {
 
 export function setContext(res: ServerResponse, ctx: RequestContext): void {
   (res as ServerResponse & { [CONTEXT]: RequestContext })[CONTEXT] = ctx;
+}
+
+/** The longest model name the access log and a trace show; a longer one is cut (with `…`), as the error message cuts it. */
+export const MAX_SHOWN_MODEL = 200;
+
+/** The model name as the access log and traces show it: one request cannot write a line of megabytes. */
+export function shownModel(model: string): string {
+  return model.length > MAX_SHOWN_MODEL ? `${model.slice(0, MAX_SHOWN_MODEL)}…` : model;
 }

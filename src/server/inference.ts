@@ -16,7 +16,7 @@ import { type RequestDirector } from '../director/director.js';
 import { type DeploymentNames, type Lease } from '../limits/limiter.js';
 import { type ModelCatalog } from '../registry/registry.js';
 import { type ChainRequest } from './app.js';
-import { contextOf } from './context.js';
+import { contextOf, shownModel } from './context.js';
 
 /** The per-key limits as the handler uses them (limits/limiter.ts). */
 export interface RequestLimits {
@@ -57,10 +57,24 @@ function parseBody(text: string, maxDepth: number): unknown {
   }
 }
 
-/** A JSON body, validated. */
+/** A JSON body, validated, as the engine will get it ({@link effectiveRequest}). */
 function readJson(api: ApiRoute, raw: Buffer, maxJsonDepth: number): { body: ValidRequest; text: string; form?: FormPart[] } {
   const text = raw.toString('utf8');
-  return { body: validateRequest(api, parseBody(text, maxJsonDepth)), text };
+  return { body: effectiveRequest(api, validateRequest(api, parseBody(text, maxJsonDepth))), text };
+}
+
+/**
+ * The request as the engine will get it, for every check and decision the router makes: the members
+ * of `extra_body` in place of the top level's (body-patch.ts `upstreamBody` merges them so, its keys
+ * winning), validated again. Without it a field sent in `extra_body` — `previous_response_id`, `store`,
+ * `stream`, `n`, a prompt — would reach the engine unseen by the ownership check, the stream rules
+ * and the prompt the limits charge. `model` stays the top level's (the router sets the engine's), and
+ * `extra_body` stays, so the upstream body is still patched from the client's text.
+ */
+function effectiveRequest(api: ApiRoute, body: ValidRequest): ValidRequest {
+  const extra = body.extra_body;
+  if (extra === undefined || extra === null) return body;
+  return validateRequest(api, { ...body, ...extra, model: body.model, extra_body: extra });
 }
 
 /** A multipart body's fields, validated, with its parts kept for forwarding. */
@@ -96,7 +110,7 @@ export function inferenceHandler(deps: InferenceDeps, api: ApiRoute) {
     const raw = req.body as Buffer;
     const { body, text, form } = api.body === 'multipart' ? await readForm(api, raw, req.headers['content-type'] ?? '') : readJson(api, raw, deps.maxJsonDepth);
     passed(res, 'validated');
-    ctx.model = body.model;
+    ctx.model = shownModel(body.model);
     const deployment = deps.catalog().resolve(body.model);
     if (!deployment) throw modelNotFound(body.model);
     ctx.deployment = deployment.id;

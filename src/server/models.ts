@@ -8,7 +8,7 @@ import { mayUse, type Principal } from '../auth/key-store.js';
 import { modelNotFound } from '../core/errors.js';
 import { type Deployment } from '../core/types.js';
 import { type ModelCatalog } from '../registry/registry.js';
-import { contextOf } from './context.js';
+import { contextOf, shownModel } from './context.js';
 
 export interface ModelObject {
   id: string;
@@ -55,7 +55,7 @@ export function retrieveModel(catalog: () => ModelCatalog) {
   return (req: Request, res: Response): void => {
     const id = ([] as string[]).concat(req.params.id ?? []).join('/');
     const ctx = contextOf(res);
-    ctx.model = id;
+    ctx.model = shownModel(id);
     const model = modelsFor(catalog(), ctx.principal as Principal).find((m) => m.id === id);
     if (!model) throw modelNotFound(id, catalog().resolve(id) !== undefined);
     res.json(model);

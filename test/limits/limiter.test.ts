@@ -195,6 +195,26 @@ describe('Limiter', () => {
     await limiter.stop();
   });
 
+  it('learns per key: one key’s unmeasured prompts (token ids counted as nothing) never raise another key’s charge', async () => {
+    const { limiter, time } = setup();
+    const attacker: LimitedKey = { name: 'attacker', limits: { tokensPerMinute: 1_000_000 } };
+    const victim: LimitedKey = { name: 'victim', limits: { tokensPerMinute: 3_000 } };
+    const remaining = (lease: { headers: Readonly<Record<string, string>> } | undefined): number => Number(lease?.headers['x-ratelimit-remaining-tokens']);
+    // the attacker's prompts look empty to the router (token ids) and the engine counts 7,000 tokens each
+    for (let i = 0; i < 12; i++) {
+      const lease = await limiter.admit(attacker, 'llama', 0, 'llama completions');
+      lease?.finish({ promptTokens: 7_000, completionTokens: 1 });
+    }
+    await time.advance(250);
+    // the victim's small request is charged its own estimate, not the attacker's 7,000
+    const victimLease = await limiter.admit(victim, 'llama', 5, 'llama completions');
+    expect(remaining(victimLease)).toBe(2_995);
+    // the attacker pays for what it taught
+    const before = remaining(await limiter.admit(attacker, 'llama', 0));
+    expect(before - remaining(await limiter.admit(attacker, 'llama', 0, 'llama completions'))).toBeGreaterThan(6_000);
+    await limiter.stop();
+  });
+
   it('refuses a tokens-per-minute key in debt until the refill, as a tokens rate limit', async () => {
     const { limiter, time } = setup();
     const key: LimitedKey = { name: 'team', limits: { tokensPerMinute: 600 } };

@@ -233,6 +233,20 @@ describe('client credentials', () => {
   });
 });
 
+describe('a model name of megabytes', () => {
+  it('is cut to 200 characters in the access log line, as in the error message', async () => {
+    const g = await gateway();
+    const model = `m${'x'.repeat(2 * 1024 * 1024)}`;
+    const res = await rawRequest(`${g.router.apiUrl}/v1/chat/completions`, { headers: { authorization: `Bearer ${KEY}` }, body: { ...chatBody, model } });
+    expect(res.status).toBe(404);
+    expect(res.body.length).toBeLessThan(1000);
+    await waitFor(() => logLines(g).some((l) => l.msg === 'request'), 'the access log line');
+    const line = logLines(g).find((l) => l.msg === 'request');
+    expect(line?.model).toBe(`${model.slice(0, 200)}…`);
+    expect(JSON.stringify(line).length).toBeLessThan(2000);
+  });
+});
+
 describe('hidden models', () => {
   it('answer exactly like missing ones, on chat and on GET /v1/models/{id}', async () => {
     const g = await gateway();

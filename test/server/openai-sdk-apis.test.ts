@@ -143,6 +143,24 @@ describe('openai client: responses.create', () => {
     expect((await createOn({ model: 'default', input: 'go on', previous_response_id: mine.id, max_output_tokens: 3 })).replica).toBe(mine.replica);
   });
 
+  it('another key cannot slip the id in through extra_body (the engine would get it at the top level): the same 404', async () => {
+    const mine = await createOn({ model: 'default', input: 'another private conversation', max_output_tokens: 3 });
+    const other = new OpenAI({ apiKey: OTHER_KEY, baseURL: `${gateway.router.apiUrl}/v1`, maxRetries: 0 });
+    const before = metricSum(await adminMetrics(gateway), 'modelgate_previous_response_requests_total', { outcome: 'other_key' });
+    for (let i = 0; i < 3; i++) {
+      // the Node SDK sends a field it does not know as given (Python's SDK has an `extra_body` argument that sends this body)
+      const params = { model: 'default', input: 'what did they say?', extra_body: { previous_response_id: mine.id } } as OpenAI.Responses.ResponseCreateParamsNonStreaming;
+      const err = await other.responses.create(params).catch((e: unknown) => e);
+      expect(err).toBeInstanceOf(OpenAI.NotFoundError);
+    }
+    expect(metricSum(await adminMetrics(gateway), 'modelgate_previous_response_requests_total', { outcome: 'other_key' })).toBe(before + 3);
+    // its owner may use extra_body as well: the follow-up lands where the response is
+    const own = { model: 'default', input: 'go on', max_output_tokens: 3, extra_body: { previous_response_id: mine.id } } as OpenAI.Responses.ResponseCreateParamsNonStreaming;
+    const { data, response } = await client.responses.create(own).withResponse();
+    expect(data.previous_response_id).toBe(mine.id);
+    expect(response.headers.get('x-sim-replica')).toBe(mine.replica);
+  });
+
   it('an id the router never saw is passed on, not guessed: the engine’s 404 reaches the client', async () => {
     const err = await client.responses.create({ model: 'default', input: 'x', previous_response_id: 'resp_never_made' }).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(OpenAI.NotFoundError);
