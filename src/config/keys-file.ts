@@ -1,6 +1,7 @@
 /** The API keys file: a YAML list of `{name, key | keySha256, models?, priority?, weight?, limits?}`. */
 import { keyLimitsSchema, type KeyLimitFields } from '../limits/settings.js';
 import { PRIORITIES, type Priority } from '../core/types.js';
+import { createHash } from 'node:crypto';
 import { readFile } from 'node:fs/promises';
 import { describeSchemaErrors, type SchemaError } from '../core/schema-errors.js';
 import { ConfigError, parseYaml } from './load.js';
@@ -59,10 +60,22 @@ export function parseKeysFile(text: string, source: string): KeyEntry[] {
   }
   const entries = data as KeyEntry[];
   const names = new Set<string>();
+  // each key's digest and the entry that has it: one key under two names would authenticate as the
+  // first only, and the second's name and limits would silently never apply
+  const digests = new Map<string, string>();
   entries.forEach((entry, i) => {
     if ((entry.key === undefined) === (entry.keySha256 === undefined)) throw new ConfigError(`${source}: entry ${i} ("${entry.name}") needs exactly one of key or keySha256`);
     if (names.has(entry.name)) throw new ConfigError(`${source}: key name "${entry.name}" is used twice`);
     names.add(entry.name);
+    const digest =
+      entry.keySha256 !== undefined
+        ? entry.keySha256.toLowerCase()
+        : createHash('sha256')
+            .update(entry.key ?? '')
+            .digest('hex');
+    const first = digests.get(digest);
+    if (first !== undefined) throw new ConfigError(`${source}: "${entry.name}" has the same key as "${first}"; give each name its own key`);
+    digests.set(digest, entry.name);
   });
   return entries;
 }

@@ -53,6 +53,13 @@ function checkUrl(raw: string, field: string): void {
   }
   if (url.protocol !== 'http:' && url.protocol !== 'https:') throw new ConfigError(`"${raw}" must use http or https`, field);
   if (url.search || url.hash) throw new ConfigError(`"${raw}" must not have a query or fragment`, field);
+  // the router never sends a URL's credentials, and the URL is the endpoint's id: in metric labels, logs and the status page
+  if (url.username || url.password) {
+    throw new ConfigError(
+      `"${url.protocol}//…@${url.host}${url.pathname === '/' ? '' : url.pathname}" must not hold credentials (the router does not send them, and the URL is shown in metrics and logs); put the engine's key in the pool's backendKeyFile`,
+      field,
+    );
+  }
 }
 
 /** Checks that span fields: unique names, existing target pools, one deployment per client-facing name. */
@@ -61,7 +68,12 @@ function crossCheck(config: Config): void {
   config.pools.forEach((pool, i) => {
     if (pools.has(pool.name)) throw new ConfigError(`pool "${pool.name}" is defined twice`, `pools[${i}].name`);
     pools.add(pool.name);
-    pool.endpoints.forEach((ep, j) => checkUrl(ep.url, `pools[${i}].endpoints[${j}]`));
+    const urls = new Set<string>();
+    pool.endpoints.forEach((ep, j) => {
+      checkUrl(ep.url, `pools[${i}].endpoints[${j}]`);
+      if (urls.has(ep.url)) throw new ConfigError(`"${ep.url}" is listed twice in the pool; list it once, with a weight if it should get more`, `pools[${i}].endpoints[${j}]`);
+      urls.add(ep.url);
+    });
   });
   const owners = new Map<string, string>();
   config.deployments.forEach((dep, i) => {
@@ -173,7 +185,10 @@ export function buildConfig(data: unknown, baseDir: string, env: NodeJS.ProcessE
   }
   config.server.forwardHeaders = config.server.forwardHeaders.map((h) => h.toLowerCase());
   config.server.forwardHeaders.forEach((header, i) => {
-    if (ROUTER_OWNED_HEADERS.includes(header)) throw new ConfigError(`"${header}" is set by the router itself and cannot be forwarded from clients`, `server.forwardHeaders[${i}]`);
+    if (ROUTER_OWNED_HEADERS.includes(header)) {
+      const why = header === 'x-api-key' ? 'is a client credential (the key on /v1/messages)' : 'is set by the router itself';
+      throw new ConfigError(`"${header}" ${why} and cannot be forwarded from clients`, `server.forwardHeaders[${i}]`);
+    }
   });
   if (config.server.port !== 0 && config.server.port === config.admin.port) {
     throw new ConfigError(`must differ from server.port (both are ${config.server.port})`, 'admin.port');

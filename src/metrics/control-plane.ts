@@ -1,5 +1,6 @@
 /**
- * What the router learns off the request path: reloads of the API keys file and, in Kubernetes
+ * What the router learns off the request path: reloads of the API keys file (and whether the file in
+ * force is the one on disk) and, in Kubernetes
  * mode, watch events, watch restarts and health, status writes and which replica holds the lease.
  */
 import { Counter, Gauge } from './prom.js';
@@ -16,6 +17,8 @@ export interface ControlPlaneSources {
 
 export interface ControlPlaneMetrics {
   keyReloads: Counter<'result'>;
+  /** 1 while the keys in force are the file's content, 0 while the file is rejected (the keys before it stay). */
+  keysFileValid: Gauge<string>;
   discoveryEvents: Counter<'kind' | 'type'>;
   watchRestarts: Counter<'kind' | 'namespace'>;
   statusWrites: Counter<'kind' | 'result'>;
@@ -63,6 +66,11 @@ export function controlPlaneMetrics(registers: Registry[], sources: ControlPlane
       labelNames: ['result'],
       registers,
     }),
+    keysFileValid: new Gauge({
+      name: 'modelgate_keys_file_valid',
+      help: '1 while the API keys in force are what the keys file holds; 0 while the file is rejected (the keys before it stay in force: a key removed from the file still works).',
+      registers,
+    }),
     discoveryEvents: new Counter({
       name: 'modelgate_discovery_events_total',
       help: 'Watch events applied, by kind (endpointslices, modelpools, modeldeployments) and type (add, update, delete).',
@@ -84,6 +92,7 @@ export function controlPlaneMetrics(registers: Registry[], sources: ControlPlane
   };
   // the label sets known in advance, at 0: Kubernetes-only ones in Kubernetes mode only
   for (const result of WRITE_RESULTS) metrics.keyReloads.inc({ result }, 0);
+  metrics.keysFileValid.set(1); // the router starts only with a keys file it accepted
   if (sources.watches) for (const kind of WATCHED_KINDS) for (const type of DISCOVERY_EVENT_TYPES) metrics.discoveryEvents.inc({ kind, type }, 0);
   if (sources.leader) for (const kind of STATUS_KINDS) for (const result of WRITE_RESULTS) metrics.statusWrites.inc({ kind, result }, 0);
   return metrics;

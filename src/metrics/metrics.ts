@@ -220,6 +220,7 @@ export class RouterMetrics {
 
   recordKeysReload(ok: boolean): void {
     this.controlPlane.keyReloads.inc({ result: ok ? 'success' : 'failure' });
+    this.controlPlane.keysFileValid.set(ok ? 1 : 0);
   }
 
   recordDiscoveryEvent(kind: WatchedKind, type: DiscoveryEventType): void {

@@ -33,6 +33,8 @@ export const DEFAULT_FORWARDED_HEADERS: readonly string[] = ['content-type', 'ac
 export const ROUTER_OWNED_HEADERS: readonly string[] = [
   ...HOP_BY_HOP,
   'authorization',
+  // the client's key on /v1/messages, as authorization is elsewhere: it stays at the router
+  'x-api-key',
   'host',
   'content-length',
   'content-encoding',

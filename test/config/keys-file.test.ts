@@ -52,6 +52,9 @@ describe('parseKeysFile', () => {
     ['- name: a\n  key: short\n', 'must be at least 8 characters'],
     ['- name: a\n  keySha256: xyz\n', 'keySha256'],
     ['- name: a\n  key: sk-aaaaaaaa\n- name: a\n  key: sk-bbbbbbbb\n', 'key name "a" is used twice'],
+    // one key under two names: the second's name and limits would never apply
+    ['- name: a\n  key: sk-aaaaaaaa\n- name: b\n  key: sk-aaaaaaaa\n  limits: {requestsPerMinute: 2}\n', '"b" has the same key as "a"'],
+    ['- name: a\n  key: sk-aaaaaaaa\n- name: b\n  keySha256: 961B15A4201D10537E9D7A75D46AB24CD864790031A467FC8389A51B9E79BE00\n', '"b" has the same key as "a"'],
     ['- name: a\n  key: sk-aaaaaaaa\n  role: admin\n', 'entry 0.role is not a known field'],
     ['name: a\n', 'must be array'],
     ['', 'keys.yaml: has no keys'],

@@ -79,6 +79,12 @@ describe('buildConfig', () => {
     [{ ...minimal, pools: [{ name: 'p', servedModelName: 'm', endpoints: ['ftp://10.0.0.1:21'] }] }, 'pools[0].endpoints[0]: "ftp://10.0.0.1:21" must use http or https'],
     [{ ...minimal, pools: [{ name: 'p', servedModelName: 'm', endpoints: ['not a url'] }] }, 'pools[0].endpoints[0]: "not a url" is not a URL'],
     [{ ...minimal, pools: [...pools, ...pools] }, 'pools[1].name: pool "p" is defined twice'],
+    // credentials in a URL are never sent, and the URL is the endpoint's label, log field and status id: the message does not repeat them
+    [{ ...minimal, pools: [{ name: 'p', servedModelName: 'm', endpoints: ['http://admin:hunter2@10.0.0.1:8000'] }] }, 'pools[0].endpoints[0]: "http://…@10.0.0.1:8000" must not hold credentials'],
+    [
+      { ...minimal, pools: [{ name: 'p', servedModelName: 'm', endpoints: ['http://10.0.0.1:8000', { url: 'http://10.0.0.1:8000', weight: 2 }] }] },
+      'pools[0].endpoints[1]: "http://10.0.0.1:8000" is listed twice in the pool',
+    ],
     [{ ...minimal, pools, deployments: [{ id: 'd', model: 'm', targets: [{ pool: 'q' }] }] }, 'deployments[0].targets[0].pool: pool "q" is not defined'],
     [{ ...minimal, pools, deployments: [{ id: 'd', model: 'm', targets: [] }] }, 'deployments[0].targets must have at least 1 item'],
     [{ ...minimal, pools, deployments: [{ id: 'd', model: 'm', targets: [{ pool: 'p', weight: 0 }] }] }, 'deployments[0].targets: at least one target needs a weight above 0'],
@@ -96,6 +102,10 @@ describe('buildConfig', () => {
     [{ ...minimal, pools: [{ name: 'p', servedModelName: 'm', backendKeyFile: '/nonexistent/key' }] }, 'pools[0].backendKeyFile: cannot read /nonexistent/key: ENOENT'],
   ])('rejects %j: %s', (data, message) => {
     expect(error(data)).toContain(message);
+  });
+
+  it('does not repeat the password of an endpoint URL it refuses', () => {
+    expect(error({ ...minimal, pools: [{ name: 'p', servedModelName: 'm', endpoints: ['https://user:s3cret-token@gw.example/replica-1'] }] })).not.toMatch(/s3cret|user:/);
   });
 });
 

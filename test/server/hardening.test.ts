@@ -100,6 +100,11 @@ describe('a keys file with no keys', () => {
     const rejected = logLines(g).find((l) => l.msg === 'API keys file rejected; keeping the previous keys');
     expect(rejected?.level).toBe(50);
     expect(rejected?.error).toContain('has no keys');
+    // the lasting signal the alert reads: 0 for as long as the file is rejected, 1 once it is accepted again
+    expect(metricSum(await adminMetrics(g), 'modelgate_keys_file_valid', {})).toBe(0);
+    await writeFile(g.keysFile, `- name: tester\n  key: ${KEY}\n`);
+    await waitFor(async () => metricSum(await adminMetrics(g), 'modelgate_keys_reloads_total', { result: 'success' }) >= 1, 'the reload to succeed');
+    expect(metricSum(await adminMetrics(g), 'modelgate_keys_file_valid', {})).toBe(1);
   });
 
   it('fails `modelgate validate` with exit code 2', async () => {
@@ -230,6 +235,8 @@ describe('client credentials', () => {
 
   it('a router-owned header cannot be added to the allow-list', async () => {
     await expect(gateway({ server: { forwardHeaders: ['Authorization'] } })).rejects.toThrow('server.forwardHeaders[0]: "authorization" is set by the router itself');
+    // the Messages API's key header is the same credential
+    await expect(gateway({ server: { forwardHeaders: ['content-language', 'X-Api-Key'] } })).rejects.toThrow('server.forwardHeaders[1]: "x-api-key" is a client credential');
   });
 });
 
