@@ -33,21 +33,41 @@ beforeAll(async () => {
       deployments: [{ id: 'llm', model: 'llm', targets: [{ pool: 'llm' }] }],
     }),
   );
+  // a grace period shorter than the stream below
+  await writeFile(
+    join(dir, 'modelgate-short-grace.yaml'),
+    JSON.stringify({
+      server: { host: '127.0.0.1', port: 0, shutdownDelayMs: 0, gracePeriodMs: 300 },
+      admin: { host: '127.0.0.1', port: 0 },
+      auth: { keysFile: 'keys.yaml' },
+      pools: [{ name: 'llm', servedModelName: 'served/llm', endpoints: sims.map((s) => s.url) }],
+      deployments: [{ id: 'llm', model: 'llm', targets: [{ pool: 'llm' }] }],
+    }),
+  );
 });
 afterAll(async () => {
   await Promise.all(sims.map((s) => s.close()));
   await rm(dir, { recursive: true, force: true });
 });
 
-function start(): Promise<{ child: ChildProcess; api: string; admin: string; exit: Promise<number | null>; logged: Array<{ status?: number }>; outputEnded: Promise<void> }> {
-  const child = spawn(process.execPath, [cli, 'serve', '--config', join(dir, 'modelgate.yaml')], { stdio: ['ignore', 'pipe', 'inherit'] });
+interface Logged {
+  status?: number;
+  requestId?: string;
+  incomplete?: boolean;
+  failure?: string;
+  endpoint?: string;
+  model?: string;
+}
+
+function start(config = 'modelgate.yaml'): Promise<{ child: ChildProcess; api: string; admin: string; exit: Promise<number | null>; logged: Logged[]; outputEnded: Promise<void> }> {
+  const child = spawn(process.execPath, [cli, 'serve', '--config', join(dir, config)], { stdio: ['ignore', 'pipe', 'inherit'] });
   const exit = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
   return new Promise((resolve, reject) => {
     const lines = createInterface(child.stdout);
-    const logged: Array<{ status?: number }> = []; // the access log's lines
+    const logged: Logged[] = []; // the access log's lines
     const outputEnded = new Promise<void>((done) => lines.once('close', done));
     lines.on('line', (line) => {
-      const entry = JSON.parse(line) as { msg?: string; api?: string; admin?: string; status?: number };
+      const entry = JSON.parse(line) as Logged & { msg?: string; api?: string; admin?: string };
       if (entry.msg === 'request') logged.push(entry);
       if (entry.msg === 'modelgate listening') resolve({ child, api: entry.api!, admin: entry.admin!, exit, logged, outputEnded });
     });
@@ -87,5 +107,23 @@ describe('SIGTERM', () => {
     // every stream's access-log line was written before the process ended
     await outputEnded;
     expect(logged.filter((entry) => entry.status === 200)).toHaveLength(50);
+  });
+
+  it('writes the access-log line of a stream the grace period cuts: the operator sees whose, where, and that it was cut short', async () => {
+    const { child, api, exit, logged, outputEnded } = await start('modelgate-short-grace.yaml');
+    let started = false;
+    const stream = rawRequest(`${api}/v1/chat/completions`, {
+      headers: { authorization: 'Bearer sk-shutdown-test', 'x-request-id': 'cut-me-1' },
+      body: { model: 'llm', messages: [{ role: 'user', content: 'hi' }], stream: true, max_tokens: 2000, ignore_eos: true },
+      onChunk: (_d, all) => void (all.includes('"content":" ') && (started = true)),
+    }).catch((err: unknown) => err);
+    await waitFor(() => started, 'the stream to be under way');
+    child.kill('SIGTERM');
+    await stream; // cut by the router once the grace period is over
+    expect(await exit).toBe(0);
+    await outputEnded;
+    const line = logged.find((entry) => entry.requestId === 'cut-me-1');
+    expect(line).toMatchObject({ status: 200, incomplete: true, model: 'llm' });
+    expect(line?.endpoint).toMatch(/^http:\/\/127\.0\.0\.1:\d+$/);
   });
 });

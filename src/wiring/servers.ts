@@ -103,9 +103,13 @@ function answerClientError(err: NodeJS.ErrnoException, socket: Duplex): void {
   socket.end(`HTTP/1.1 ${answer.status} ${http.STATUS_CODES[answer.status] ?? ''}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`);
 }
 
+/** Longest wait, after the grace period, for the requests it cut to write their access-log lines. */
+const CUT_SETTLE_MS = 2_000;
+
 /**
  * Stops taking connections (idle keep-alive ones close now), gives the requests still open up to
- * `gracePeriodMs` to finish, then cuts what is left. Resolves with how many were cut.
+ * `gracePeriodMs` to finish, then cuts what is left (and waits for their access-log lines). Resolves
+ * with how many were cut.
  */
 export async function drain(server: Server, active: () => number, gracePeriodMs: number): Promise<number> {
   const closed = closeServer(server);
@@ -113,6 +117,10 @@ export async function drain(server: Server, active: () => number, gracePeriodMs:
   while (active() > 0 && Date.now() < deadline) await systemSleep(20);
   const cut = active();
   server.closeAllConnections();
+  // the requests just cut end now: each is counted out once its exchange has settled and its
+  // access-log line is written (a moment), before the caller flushes the log and exits
+  const written = Date.now() + CUT_SETTLE_MS;
+  while (active() > 0 && Date.now() < written) await systemSleep(20);
   await closed;
   return cut;
 }
