@@ -65,6 +65,12 @@ describe('charts/modelgate values.schema.json', () => {
     expect(withoutDescriptions(schemaNode(valuesSchema, 'config', 'routing'))).toEqual(withoutDescriptions(routingOverridesSchema));
   });
 
+  it("accepts in config.slo and config.tracing exactly what the router's slo and tracing blocks accept, without their defaults", () => {
+    for (const block of ['slo', 'tracing']) {
+      expect(withoutKeywords(schemaNode(valuesSchema, 'config', block), ['description'])).toEqual(withoutKeywords(schemaNode(configSchema, block), ['description', 'default']));
+    }
+  });
+
   it("accepts in config.priority the router's priority block, without its default (values.yaml holds it)", () => {
     const { default: _default, ...header } = schemaNode(configSchema, 'priority', 'header');
     expect(withoutDescriptions(schemaNode(valuesSchema, 'config', 'priority'))).toEqual({ type: 'object', additionalProperties: false, properties: { header } });

@@ -32,6 +32,8 @@ interface RouterConfig {
   resilience?: unknown;
   routing?: unknown;
   priority?: { header: string };
+  slo?: unknown;
+  tracing?: unknown;
 }
 
 const deploymentOf = (objects: K8sObject[]): IDeployment => only(objects, 'Deployment') as unknown as IDeployment;
@@ -73,6 +75,7 @@ beforeAll(async () => {
     ports: { service: { port: 80, adminPort: 9100 } },
     longName: { nameOverride: 'n'.repeat(60) },
     routing: { 'config.routing': ROUTING, 'config.priority.header': 'x-llm-priority' },
+    observed: { 'config.slo': { ttftMs: 800, itlMs: 40 }, 'config.tracing': { enabled: true, endpoint: 'http://otel-collector.observability:4318', sampleRatio: 0.25 } },
     priorityKeys: {
       'auth.keys': [
         { ...A_KEY, priority: 'critical' },
@@ -234,6 +237,21 @@ describe('chart router config: routing and priority', () => {
       lora: ROUTING_DEFAULTS.lora,
     });
     expect(config.priority).toEqual({ header: 'x-llm-priority' });
+  });
+});
+
+describe('chart router config: goodput objective and traces', () => {
+  it('has neither by default (the router keeps 2000 / 100 ms and tracing off)', () => {
+    const config = configOf(get('base'));
+    expect(config.slo).toBeUndefined();
+    expect(config.tracing).toBeUndefined();
+  });
+
+  it('renders config.slo and config.tracing into the config the router loads', () => {
+    const config = buildConfig(parse(routerConfigText(get('observed'))) as unknown, '/etc/modelgate/config', { POD_NAME: 'x', POD_NAMESPACE: 'ns' });
+    expect(config.slo).toEqual({ ttftMs: 800, itlMs: 40 });
+    expect(config.tracing).toEqual({ enabled: true, endpoint: 'http://otel-collector.observability:4318', sampleRatio: 0.25, serviceName: 'modelgate' });
+    expect(checksumOf(get('observed'))).not.toBe(checksumOf(get('base')));
   });
 });
 

@@ -247,6 +247,12 @@ router's defaults).
 {{- with $c.priority }}
 {{- $_ := set $config "priority" . }}
 {{- end }}
+{{- with $c.slo }}
+{{- $_ := set $config "slo" . }}
+{{- end }}
+{{- with $c.tracing }}
+{{- $_ := set $config "tracing" . }}
+{{- end }}
 {{- $_ := set $config "limits" (include "modelgate.limitsConfig" . | fromYaml) }}
 {{- toYaml $config }}
 {{- end }}
