@@ -46,6 +46,8 @@ export interface DirectedRequest {
   /** Hears each streamed content event (the key's token limits count them as they flow). */
   onContent?: () => void;
   requestId: string;
+  /** The `x-request-id` the engine gets (server/context.ts `engineRequestIdOf`). */
+  engineRequestId: string;
   /** The client's request headers (only the allow-listed ones go on). */
   headers: IncomingHttpHeaders;
   forwarded: ForwardedFor;

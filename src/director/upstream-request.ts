@@ -76,7 +76,7 @@ class LazyStep implements RouteStep {
   get headers(): OutgoingHttpHeaders {
     if (!this.ownHeaders) {
       const { request, pool } = this;
-      this.ownHeaders = upstreamHeaders(request.headers, this.allowed(pool), { requestId: request.requestId, forwarded: request.forwarded, backendKey: pool.backendKey });
+      this.ownHeaders = upstreamHeaders(request.headers, this.allowed(pool), { requestId: request.engineRequestId, forwarded: request.forwarded, backendKey: pool.backendKey });
       if (this.form) this.ownHeaders['content-type'] = this.form.contentType;
     }
     return this.ownHeaders;

@@ -44,6 +44,16 @@ export function requestIdOf(req: IncomingMessage): string {
   return typeof given === 'string' && SAFE_REQUEST_ID.test(given) ? given : randomUUID();
 }
 
+/**
+ * The `x-request-id` the engine gets: the router's own id as it is, a client's with a random suffix
+ * (`client-id.1a2b3c4d`, so the engine's log still finds it). vLLM takes the header as its request's
+ * id — it aborts by it, and makes the answer's id (a stored response's too) from it —, so two clients
+ * sending the same id, or one guessing another's, must not meet in one engine.
+ */
+export function engineRequestIdOf(req: IncomingMessage, requestId: string): string {
+  return req.headers['x-request-id'] === requestId ? `${requestId}.${randomUUID().slice(0, 8)}` : requestId;
+}
+
 /** Where a response carries its request's context: a symbol, as the inference routes never pass through express (no `res.locals` there). */
 const CONTEXT = Symbol('modelgate.context');
 

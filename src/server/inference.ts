@@ -16,7 +16,7 @@ import { type RequestDirector } from '../director/director.js';
 import { type DeploymentNames, type Lease } from '../limits/limiter.js';
 import { type ModelCatalog } from '../registry/registry.js';
 import { type ChainRequest } from './app.js';
-import { contextOf, shownModel } from './context.js';
+import { contextOf, engineRequestIdOf, shownModel } from './context.js';
 
 /** The per-key limits as the handler uses them (limits/limiter.ts). */
 export interface RequestLimits {
@@ -148,6 +148,7 @@ export function inferenceHandler(deps: InferenceDeps, api: ApiRoute) {
       ...(lease || trace ? { onContent: contentHook(lease, trace) } : {}),
       ...(trace ? { trace } : {}),
       requestId: ctx.requestId,
+      engineRequestId: engineRequestIdOf(req, ctx.requestId),
       headers: req.headers,
       forwarded: ctx.forwarded,
       signal: ctx.abort.signal,

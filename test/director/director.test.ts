@@ -82,6 +82,7 @@ function request(kind: ApiName, deployment: Deployment, body: ValidRequest, head
     tenant: 'team-a',
     weight: 1,
     requestId: 'rid-7',
+    engineRequestId: 'rid-7.0a1b2c3d',
     headers: { 'content-type': 'application/json', cookie: 'secret', ...headers },
     forwarded: { for: '10.1.2.3', proto: 'http', host: 'router.local', port: '8080' },
     signal: new AbortController().signal,
@@ -104,7 +105,7 @@ describe('Director.direct: the plan', () => {
       'content-type': 'application/json',
       'x-priority': 'critical',
       'x-session-id': 's1', // the pool's session header always crosses
-      'x-request-id': 'rid-7',
+      'x-request-id': 'rid-7.0a1b2c3d', // the engine's id (a client's with a suffix), not the router's
       'x-forwarded-for': '10.1.2.3',
       'x-forwarded-proto': 'http',
       'x-forwarded-host': 'router.local',

@@ -29,6 +29,7 @@ function request(text: string): DirectedRequest {
     tenant: 't',
     weight: 1,
     requestId: 'rid',
+    engineRequestId: 'rid',
     headers: {},
     forwarded: { for: '10.0.0.1', proto: 'http', host: 'h', port: '80' },
     signal: new AbortController().signal,

@@ -115,10 +115,15 @@ describe('headers', () => {
     expect(res.body).toEqual(JSON.parse(body));
   });
 
-  it('accepts a client x-request-id, passes it upstream and returns it', async () => {
+  it('accepts a client x-request-id and returns it; the engine gets it with a suffix of its own, so two clients’ ids never meet there', async () => {
     const res = await post({ model: 'llm', messages: [{ role: 'user', content: 'x' }] }, { 'x-request-id': 'client-req-42' }).expect(200);
     expect(res.headers['x-request-id']).toBe('client-req-42');
-    expect(upstream.requests[0]!.headers['x-request-id']).toBe('client-req-42');
+    // vLLM takes the header as its request id (aborts by it, makes the answer's id from it)
+    const again = await post({ model: 'llm', messages: [{ role: 'user', content: 'x' }] }, { 'x-request-id': 'client-req-42' }).expect(200);
+    expect(again.headers['x-request-id']).toBe('client-req-42');
+    const engineIds = upstream.requests.map((r) => r.headers['x-request-id']);
+    expect(engineIds).toEqual([expect.stringMatching(/^client-req-42\.[0-9a-f]{8}$/), expect.stringMatching(/^client-req-42\.[0-9a-f]{8}$/)]);
+    expect(engineIds[0]).not.toBe(engineIds[1]);
   });
 
   it('generates a request id when none (or a malformed one) is given, also on errors', async () => {
