@@ -88,6 +88,9 @@ export async function validateCommand(args: string[], env: NodeJS.ProcessEnv): P
     // what `serve` checks of each pool as it starts (its overrides merged, scale from zero's health checks)
     const [{ poolResolver }, { staticPools }] = await Promise.all([import('./config/pool-settings.js'), import('./wiring/static-discovery.js')]);
     staticPools(config, poolResolver({ resilience: config.resilience, routing: config.routing }));
+  } else {
+    // the kubeconfig file the config names, as `serve` reads it
+    (await import('./wiring/kubernetes-discovery.js')).checkKubeconfig(config, env);
   }
   const keys = await readKeysFile(config.auth.keysFile);
   const endpoints = config.pools.reduce((n, p) => n + p.endpoints.length, 0);

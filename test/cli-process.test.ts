@@ -136,6 +136,15 @@ describe('modelgate serve', () => {
     }
   });
 
+  it('names server.host, not server.port, for an address that is not this machine’s; a host that is no address at all is refused by the config check', async () => {
+    // TEST-NET-1 (RFC 5737): never an address of this machine; binding to it sends nothing
+    const elsewhere = await run(['serve', '--config', await config('elsewhere.json', { host: '192.0.2.1' })]);
+    expect({ code: elsewhere.code, stderr: elsewhere.stderr }).toEqual({ code: 2, stderr: 'modelgate: server.host: 192.0.2.1 is not an address of this machine\n' });
+    const nonsense = await run(['validate', '--config', await config('nonsense.json', { host: 'not a host!!' })]);
+    expect(nonsense.code).toBe(2);
+    expect(nonsense.stderr).toMatch(/^modelgate: server\.host must match/);
+  });
+
   it('prints the usage and exits 0 for help, and for --help or -h after a command', async () => {
     for (const args of [['help'], ['serve', '--help'], ['validate', '--config', 'x.yaml', '-h'], ['demo', '--help']]) {
       const result = await run(args);

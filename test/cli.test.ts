@@ -64,4 +64,32 @@ describe('modelgate validate', () => {
     const flagErr = await validateCommand(['--conf', 'x'], {}).catch((e: unknown) => e);
     expect(exitFor(flagErr).code).toBe(2);
   });
+
+  it('in Kubernetes mode reads the kubeconfig file the config names, as serve does (the environment’s credentials are not its to check)', async () => {
+    const keys = '- name: a\n  key: sk-aaaaaaaa\n';
+    const kube = (file?: string): string => `auth: { keysFile: keys.yaml }\ndiscovery: { mode: kubernetes${file ? `, kubeconfig: ${file}` : ''} }\n`;
+    const good = [
+      'apiVersion: v1',
+      'kind: Config',
+      'clusters: [{ name: c, cluster: { server: "https://127.0.0.1:6443" } }]',
+      'users: [{ name: u, user: { token: t } }]',
+      'contexts: [{ name: x, context: { cluster: c, user: u } }]',
+      'current-context: x',
+      '',
+    ].join('\n');
+    await withFiles({ 'modelgate.yaml': kube('missing.yaml'), 'keys.yaml': keys }, async (dir) => {
+      const err = await validateCommand(['--config', join(dir, 'modelgate.yaml')], {}).catch((e: unknown) => e);
+      expect(exitFor(err)).toEqual({ code: 2, message: expect.stringMatching(/kubeconfig .*missing\.yaml from discovery\.kubeconfig: file not found/) });
+    });
+    await withFiles({ 'modelgate.yaml': kube('broken.yaml'), 'broken.yaml': 'clusters: [: :\n', 'keys.yaml': keys }, async (dir) => {
+      const err = await validateCommand(['--config', join(dir, 'modelgate.yaml')], {}).catch((e: unknown) => e);
+      expect(exitFor(err)).toEqual({ code: 2, message: expect.stringContaining('broken.yaml') });
+    });
+    await withFiles({ 'modelgate.yaml': kube('kube.yaml'), 'kube.yaml': good, 'keys.yaml': keys }, async (dir) => {
+      expect(await validateCommand(['--config', join(dir, 'modelgate.yaml')], {})).toBe('config OK: 0 pools, 0 endpoints, 0 deployments, 1 key\n');
+    });
+    await withFiles({ 'modelgate.yaml': kube(), 'keys.yaml': keys }, async (dir) => {
+      expect(await validateCommand(['--config', join(dir, 'modelgate.yaml')], {})).toContain('config OK');
+    });
+  });
 });

@@ -146,6 +146,9 @@ export interface Config {
 const name = { type: 'string', minLength: 1, maxLength: 253, pattern: '^\\S+$' } as const;
 const port = { type: 'integer', minimum: 0, maximum: 65535 } as const;
 
+/** An address to listen on: an IPv4 or IPv6 address, or a host name (what is not an address of this machine is found when the router listens). */
+const HOST_PATTERN = '^[A-Za-z0-9._:%-]+$';
+
 /** A latency objective (ms): time to first token and the mean gap between tokens. */
 const sloSchema = {
   type: 'object',
@@ -163,7 +166,7 @@ export const configSchema = {
       additionalProperties: false,
       default: {},
       properties: {
-        host: { type: 'string', default: '0.0.0.0' },
+        host: { type: 'string', pattern: HOST_PATTERN, default: '0.0.0.0' },
         port: { ...port, default: 8080 },
         maxBodyBytes: { type: 'integer', minimum: 1024, default: 10 * 1024 * 1024 },
         maxUploadBytes: { type: 'integer', minimum: 1024, default: 25 * 1024 * 1024 },
@@ -184,7 +187,7 @@ export const configSchema = {
       additionalProperties: false,
       default: {},
       properties: {
-        host: { type: 'string', default: '0.0.0.0' },
+        host: { type: 'string', pattern: HOST_PATTERN, default: '0.0.0.0' },
         port: { ...port, default: 9090 },
       },
     },

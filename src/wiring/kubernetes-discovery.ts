@@ -12,9 +12,24 @@ import { KubernetesController } from '../controller/kubernetes-controller.js';
 import { type PoolWaiting } from '../controller/status.js';
 import { LeaderElector } from '../controller/leader-election.js';
 import { createKubeApi } from '../discovery/kubernetes/kube-api.js';
+import { resolveKubeCredentials } from '../discovery/kubernetes/kube-credentials.js';
 import { KubernetesDiscovery } from '../discovery/kubernetes/kubernetes-discovery.js';
 import { type DiscoveryWiring } from '../discovery/wiring.js';
 import { type RouterMetrics } from '../metrics/metrics.js';
+
+/**
+ * What `modelgate validate` checks of Kubernetes mode: the kubeconfig file the config names, read as
+ * `serve` reads it (a ConfigError naming it when it is missing or unusable). Credentials from the
+ * environment (KUBECONFIG, the service account) belong to where `serve` runs, so they are not checked.
+ */
+export function checkKubeconfig(config: Config, env: NodeJS.ProcessEnv): void {
+  if (config.discovery.kubeconfig === undefined) return;
+  try {
+    resolveKubeCredentials({ file: config.discovery.kubeconfig, env });
+  } catch (err) {
+    throw new ConfigError((err as Error).message);
+  }
+}
 
 export function kubernetesDiscovery(config: Config, resolve: PoolResolver, logger: Logger, metrics: () => RouterMetrics, random: () => number, clock: Clock): DiscoveryWiring {
   const d = config.discovery;

@@ -9,6 +9,7 @@ import type { Duplex } from 'node:stream';
 import { ConfigError } from '../config/load.js';
 
 /** Why a listen failed, as a config error naming the field (`server` or `admin`). */
+/** `field`: the port's field (`server.port`); an address that is not this machine's is its host's (`server.host`). */
 function listenError(err: NodeJS.ErrnoException, field: string, host: string, port: number): ConfigError {
   const where = `${host}:${port}`;
   const why =
@@ -19,7 +20,7 @@ function listenError(err: NodeJS.ErrnoException, field: string, host: string, po
         : err.code === 'EADDRNOTAVAIL' || err.code === 'ENOTFOUND'
           ? `${host} is not an address of this machine`
           : `cannot listen on ${where} (${err.code ?? err.message})`;
-  return new ConfigError(why, field);
+  return new ConfigError(why, err.code === 'EADDRNOTAVAIL' || err.code === 'ENOTFOUND' ? field.replace(/\.port$/, '.host') : field);
 }
 
 export function listen(server: Server, port: number, host: string, field: string): Promise<string> {

@@ -122,14 +122,16 @@ describe('chart Deployment: the pod', () => {
     expect(container.startupProbe?.httpGet).toEqual({ path: '/livez', port: 'admin' });
   });
 
-  it('listens where the config says: the service ports are the config ports', () => {
-    const container = containerOf(get('ports'));
-    expect(container.ports?.map((p) => [p.name, p.containerPort])).toEqual([
-      ['http', 80],
-      ['admin', 9100],
-    ]);
-    expect(configOf(get('ports')).server).toMatchObject({ host: '0.0.0.0', port: 80 });
-    expect(configOf(get('ports')).admin.port).toBe(9100);
+  it('listens where the config says, on 8080 and 9090 whatever the Service ports (a non-root pod may not bind port 80)', () => {
+    for (const variant of ['base', 'ports']) {
+      const container = containerOf(get(variant));
+      expect(container.ports?.map((p) => [p.name, p.containerPort])).toEqual([
+        ['http', 8080],
+        ['admin', 9090],
+      ]);
+      expect(configOf(get(variant)).server).toMatchObject({ host: '0.0.0.0', port: 8080 });
+      expect(configOf(get(variant)).admin.port).toBe(9090);
+    }
     const service = only(get('ports'), 'Service') as K8sObject & { spec: { ports: Array<{ name: string; port: number; targetPort: string }> } };
     expect(service.spec.ports.map((p) => [p.name, p.port, p.targetPort])).toEqual([
       ['http', 80, 'http'],

@@ -227,9 +227,17 @@ from `service`, server.shutdownDelayMs/gracePeriodMs from `drain`, `limits` from
 everything else from `config` (resilience and routing only when set, so an empty block keeps the
 router's defaults).
 */}}
+{{/*
+The ports the router listens on in its container: fixed, above 1024 (a non-root pod without
+capabilities may not bind below it on every runtime). The Service maps service.port and
+service.adminPort onto them by name.
+*/}}
+{{- define "modelgate.containerPort" -}}8080{{- end }}
+{{- define "modelgate.containerAdminPort" -}}9090{{- end }}
+
 {{- define "modelgate.config" -}}
 {{- $c := .Values.config }}
-{{- $server := dict "host" "0.0.0.0" "port" .Values.service.port "shutdownDelayMs" (mul .Values.drain.shutdownDelaySeconds 1000) "gracePeriodMs" (mul .Values.drain.gracePeriodSeconds 1000) }}
+{{- $server := dict "host" "0.0.0.0" "port" (include "modelgate.containerPort" . | int) "shutdownDelayMs" (mul .Values.drain.shutdownDelaySeconds 1000) "gracePeriodMs" (mul .Values.drain.gracePeriodSeconds 1000) }}
 {{- $server = merge $server (deepCopy $c.server) }}
 {{- $namespaces := list }}
 {{- range (include "modelgate.watchedNamespaces" . | splitList "\n") }}
@@ -237,7 +245,7 @@ router's defaults).
 {{- end }}
 {{- $leader := dict "enabled" $c.leaderElection.enabled "leaseName" ($c.leaderElection.leaseName | default (include "modelgate.fullname" .)) "leaseDurationMs" $c.leaderElection.leaseDurationMs "renewIntervalMs" $c.leaderElection.renewIntervalMs }}
 {{- $discovery := dict "mode" "kubernetes" "namespaces" $namespaces "resyncIntervalMs" $c.discovery.resyncIntervalMs "restartBackoffMs" $c.discovery.restartBackoffMs "leaderElection" $leader }}
-{{- $config := dict "server" $server "admin" (dict "host" "0.0.0.0" "port" .Values.service.adminPort) "log" (dict "level" $c.logLevel) "auth" (dict "keysFile" "/etc/modelgate/keys/keys.yaml" "reloadIntervalMs" .Values.auth.reloadIntervalMs) "discovery" $discovery }}
+{{- $config := dict "server" $server "admin" (dict "host" "0.0.0.0" "port" (include "modelgate.containerAdminPort" . | int)) "log" (dict "level" $c.logLevel) "auth" (dict "keysFile" "/etc/modelgate/keys/keys.yaml" "reloadIntervalMs" .Values.auth.reloadIntervalMs) "discovery" $discovery }}
 {{- with $c.resilience }}
 {{- $_ := set $config "resilience" . }}
 {{- end }}
