@@ -7,11 +7,15 @@
  */
 import { hash53 } from '../core/hash.js';
 
-/** Chained hashes of the prompt's full blocks, at most `maxBlocks` (a trailing partial block is not cached by engines either). */
-export function promptBlocks(text: string, blockChars: number, maxBlocks: number): number[] {
+/**
+ * Chained hashes of the prompt's full blocks, at most `maxBlocks` (a trailing partial block is not
+ * cached by engines either). `scope` (an API key's name, for a pool that isolates keys) seeds the
+ * chain: the same text in another scope shares no block.
+ */
+export function promptBlocks(text: string, blockChars: number, maxBlocks: number, scope?: string): number[] {
   const count = Math.min(maxBlocks, Math.floor(text.length / blockChars));
   const hashes = new Array<number>(count);
-  let previous = 0;
+  let previous = scope === undefined ? 0 : hash53(scope);
   for (let i = 0; i < count; i++) {
     previous = hash53(text, previous % 4294967296, i * blockChars, (i + 1) * blockChars);
     hashes[i] = previous;

@@ -27,7 +27,7 @@ export const ROUTING_DEFAULTS: RoutingSettings = {
     { name: 'lora', weight: 10 },
   ],
   engineMetrics: { enabled: true, intervalMs: 1_000, timeoutMs: 500, staleAfterMs: 3_000 },
-  prefix: { blockChars: 64, maxBlocks: 256, capacityPerEndpoint: 16_384, maxLoadGap: 4 },
+  prefix: { blockChars: 64, maxBlocks: 256, capacityPerEndpoint: 16_384, maxLoadGap: 4, isolateKeys: false },
   session: { header: 'x-session-id', loadFactor: 1.25 },
   saturation: { queueDepth: 5, kvCacheUsage: 0.8 },
   kvEvents: { enabled: false, endpoint: 'tcp://{host}:5557', staleAfterMs: 10_000, tokenizer: 'opaque', maxBlocksPerReplica: 65_536 },
@@ -98,6 +98,7 @@ export const routingOverridesSchema = {
         maxBlocks: { type: 'integer', minimum: 1, maximum: 4096 },
         capacityPerEndpoint: { type: 'integer', minimum: 16, maximum: 10_000_000 },
         maxLoadGap: { type: 'number', minimum: 0 },
+        isolateKeys: { type: 'boolean' },
       },
     },
     session: {

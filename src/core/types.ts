@@ -123,6 +123,11 @@ export interface RoutingSettings {
     capacityPerEndpoint: number;
     /** A prefix match stops counting on a replica with more than this many outstanding requests (per unit of weight) above the least-loaded candidate. */
     maxLoadGap: number;
+    /**
+     * Per-key isolation: prefix affinity matches only the same key's blocks, and a vLLM pool's chat and
+     * completions requests get the key's `cache_salt`, so one key cannot probe another's cached prompts.
+     */
+    isolateKeys: boolean;
   };
   session: {
     /** Request header whose value pins a conversation to a replica. */

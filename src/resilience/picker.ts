@@ -467,27 +467,31 @@ export class EndpointPicker {
   private promptBlocksFor(pool: PoolSpec, request: PickRequest): number[] {
     const usesPrefix = pool.routing.scorers.some((s) => s.name === 'prefix' && s.weight > 0);
     if (!usesPrefix || request.promptText === undefined) return [];
-    const { blockChars, maxBlocks } = pool.routing.prefix;
+    const { blockChars, maxBlocks, isolateKeys } = pool.routing.prefix;
     // a pool rendering with its model's template has its own text: blocks are per pool then
     const templated = pool.routing.kvEvents.enabled && pool.routing.kvEvents.tokenizer === 'huggingface';
-    const key = templated ? `${blockChars}/${maxBlocks}/${pool.name}` : `${blockChars}/${maxBlocks}`;
+    // a pool that isolates keys: a key's blocks are its own (they match none of another key's)
+    const scope = isolateKeys ? (request.tenant ?? '') : undefined;
+    let key = templated ? `${blockChars}/${maxBlocks}/${pool.name}` : `${blockChars}/${maxBlocks}`;
+    if (scope !== undefined) key += `/${scope}`;
     const memo = this.blocks.get(request);
     if (memo?.key === key) return memo.hashes;
     const engineText = templated && request.prompt !== undefined ? this.deps.kvPrefix?.promptText?.(pool.name, request.prompt) : undefined;
     const text = engineText ?? request.promptText();
-    const hashes = promptBlocks(text, blockChars, maxBlocks);
+    const hashes = promptBlocks(text, blockChars, maxBlocks, scope);
     this.blocks.set(request, { key, hashes, length: text.length / blockChars, engineText: engineText !== undefined });
     return hashes;
   }
 
   /**
    * The engines' KV events as a source of this pick's prefix matches: none when the pool does not
-   * subscribe, or when its events speak the model's rendering (`tokenizer: huggingface`) and this
-   * request's blocks are in the router's own text. Once per pick, not per candidate.
+   * subscribe or isolates keys, or when its events speak the model's rendering (`tokenizer:
+   * huggingface`) and this request's blocks are in the router's own text. Once per pick, not per candidate.
    */
   private kvSourceFor(pool: PoolSpec, request: PickRequest): KvPrefixSource | undefined {
     const k = pool.routing.kvEvents;
-    if (!k.enabled) return undefined;
+    // the engines' events name blocks of every key alike: a pool that isolates keys matches its own estimate only
+    if (!k.enabled || pool.routing.prefix.isolateKeys) return undefined;
     if (k.tokenizer === 'huggingface' && this.blocks.get(request)?.engineText !== true) return undefined;
     return this.deps.kvPrefix;
   }

@@ -4,7 +4,7 @@
  * prefix blocks are stable.
  */
 import { resumedTokens, type ResumePoint } from './chat-generation.js';
-import { asObject, fail, optionalBool, optionalInt, servedModel, type Body } from './request-checks.js';
+import { asObject, cacheSaltOf, fail, optionalBool, optionalInt, servedModel, type Body } from './request-checks.js';
 import { countTokens } from './text.js';
 
 export interface ChatLimits {
@@ -32,6 +32,8 @@ export interface ChatJob {
   seed: number | undefined;
   /** `continue_final_message` with the final assistant message being where the seed's answer begins: the answer picks up after it. */
   resume?: ResumePoint;
+  /** vLLM's `cache_salt` (prefix caching per salt). */
+  cacheSalt?: string;
 }
 
 const ROLES = new Set(['system', 'developer', 'user', 'assistant', 'tool', 'function']);
@@ -184,6 +186,7 @@ export function parseChatRequest(raw: unknown, limits: ChatLimits): ChatJob {
     topLogprobs,
     seed,
     ...(resume ? { resume } : {}),
+    ...cacheSaltOf(body),
   };
 }
 

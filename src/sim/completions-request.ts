@@ -5,7 +5,7 @@
  */
 import { resumedSuffix, type GenerationParams, type ResumePoint } from './chat-generation.js';
 import { fitContext, MAX_LOGPROBS, parseStop, parseStreamOptions } from './chat-request.js';
-import { asObject, fail, optionalBool, optionalInt, servedModel, type Body } from './request-checks.js';
+import { asObject, cacheSaltOf, fail, optionalBool, optionalInt, servedModel, type Body } from './request-checks.js';
 import { countTokens } from './text.js';
 import { checkTokenIds, detokenize } from './tokenizer.js';
 
@@ -33,6 +33,8 @@ export interface CompletionJob {
   ignoreEos: boolean;
   stop: string[];
   seed: number | undefined;
+  /** vLLM's `cache_salt` (prefix caching per salt). */
+  cacheSalt?: string;
 }
 
 /** vLLM's `CompletionRequest.max_tokens` default. */
@@ -87,6 +89,7 @@ export function parseCompletionRequest(raw: unknown, limits: { models: readonly 
     ignoreEos: optionalBool(body, 'ignore_eos') ?? false,
     stop: parseStop(body),
     seed,
+    ...cacheSaltOf(body),
   };
 }
 

@@ -82,7 +82,7 @@ async function generate(run: SlotRun, job: CompletionJob): Promise<void> {
   const id = `cmpl-${newId()}`;
   const created = unixNow();
   const head = `data: {"id":${JSON.stringify(id)},"object":"text_completion","created":${created},"model":${JSON.stringify(job.model)},`;
-  const prompt = { text: job.prompts.map((p) => p.text).join('\n'), tokens: job.promptTokens };
+  const prompt = { text: job.prompts.map((p) => p.text).join('\n'), tokens: job.promptTokens, ...(job.cacheSalt !== undefined ? { salt: job.cacheSalt } : {}) };
 
   const cached = await decode(run, prompt, choices, {
     step: (choice, step) => {

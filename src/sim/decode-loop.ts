@@ -14,6 +14,8 @@ export interface PromptShape {
   /** Rendered prompt text (what the prefix cache hashes). */
   text: string;
   tokens: number;
+  /** vLLM's `cache_salt`: mixed into the first block's hash, so a prompt cached under another salt is no hit. */
+  salt?: string;
 }
 
 export interface DecodeHooks {
@@ -45,7 +47,7 @@ export function choicesFor(
  */
 export async function decode(run: SlotRun, prompt: PromptShape, choices: readonly ChoiceGenerator[], hooks: DecodeHooks): Promise<number | undefined> {
   const { ctx, seq, fault, res, signal, stream } = run;
-  const cached = await seq.prefill(prompt.tokens, promptBlockHashes(prompt.text, ctx.engine.blockSize), fault.slowStartMs ?? 0, signal);
+  const cached = await seq.prefill(prompt.tokens, promptBlockHashes(prompt.text, ctx.engine.blockSize, prompt.salt), fault.slowStartMs ?? 0, signal);
   hooks.prefilled?.(cached);
   for (let tokens = 0; ; tokens++) {
     const active = choices.filter((c) => !c.finished);

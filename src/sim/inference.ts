@@ -29,7 +29,7 @@ async function generate(run: SlotRun, job: ChatJob): Promise<void> {
   // Streamed: log-probs of tokens whose text is held back ride on the next chunk. Not streamed: all of them.
   const logprobs: TokenLogprob[][] = choices.map(() => []);
 
-  const cached = await decode(run, { text: job.promptText, tokens: job.promptTokens }, choices, {
+  const cached = await decode(run, { text: job.promptText, tokens: job.promptTokens, ...(job.cacheSalt !== undefined ? { salt: job.cacheSalt } : {}) }, choices, {
     prefilled: () => {
       if (job.stream) for (const c of choices) res.write(writer.role(c.index));
     },

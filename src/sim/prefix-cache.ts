@@ -10,10 +10,11 @@ import { CHARS_PER_TOKEN } from './text.js';
 const cutFrom = new WeakMap<readonly number[], { text: string; blockChars: number }>();
 
 /** Hashes of the prompt's full blocks, each chained to the one before (like vLLM's block hashes). */
-export function promptBlockHashes(promptText: string, blockSize: number): number[] {
+export function promptBlockHashes(promptText: string, blockSize: number, salt?: string): number[] {
   const blockChars = blockSize * CHARS_PER_TOKEN;
   const hashes: number[] = [];
-  let previous = 0;
+  // vLLM mixes a request's cache_salt into its first block's hash (and so into every later one)
+  let previous = salt === undefined ? 0 : hash53(salt);
   for (let end = blockChars; end <= promptText.length; end += blockChars) {
     previous = hash53(promptText.slice(end - blockChars, end), previous % 4294967296);
     hashes.push(previous);

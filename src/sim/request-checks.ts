@@ -50,3 +50,10 @@ export function servedModel(body: Body, models: readonly string[]): string {
   if (!models.includes(model)) throw new RequestError(modelNotFound(model));
   return model;
 }
+
+/** vLLM's `cache_salt`: a non-empty string, else a 400 like vLLM's. */
+export function cacheSaltOf(body: Body): { cacheSalt?: string } {
+  if (body.cache_salt === undefined || body.cache_salt === null) return {};
+  if (typeof body.cache_salt !== 'string' || body.cache_salt === '') fail('Parameter cache_salt must be a non-empty string if provided.', 'cache_salt');
+  return { cacheSalt: body.cache_salt };
+}

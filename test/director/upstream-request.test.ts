@@ -8,7 +8,7 @@ import { type ValidRequest } from '../../src/api/validate.js';
 import { ROUTING_DEFAULTS } from '../../src/balancer/settings.js';
 import { type PoolSpec } from '../../src/core/types.js';
 import { type DirectedRequest } from '../../src/director/director.js';
-import { routeSteps, streamUsageOverride } from '../../src/director/upstream-request.js';
+import { cacheSalt, routeSteps, streamUsageOverride } from '../../src/director/upstream-request.js';
 import { upstreamBody } from '../../src/proxy/body-patch.js';
 import { RESILIENCE_DEFAULTS } from '../../src/resilience/settings.js';
 
@@ -76,5 +76,34 @@ describe('routeSteps: the body of a stream that asked for no usage', () => {
     const req = request(text);
     const step = routeSteps([{ pool: pool('m'), deployment: 'd' }], req, streamUsageOverride(req.body), () => new Set())[0]!;
     expect(step.body).toBe(req.raw);
+  });
+});
+
+describe('routeSteps: a pool that isolates keys (routing.prefix.isolateKeys)', () => {
+  const isolating = (engine: PoolSpec['engine']): PoolSpec => ({ ...pool('served'), engine, routing: { ...ROUTING_DEFAULTS, prefix: { ...ROUTING_DEFAULTS.prefix, isolateKeys: true } } });
+  const bodyFor = (text: string, target: PoolSpec, tenant: string, api = apiRoute('chat')): Record<string, unknown> => {
+    const req = { ...request(text), tenant, api };
+    return JSON.parse(routeSteps([{ pool: target, deployment: 'd' }], req, streamUsageOverride(req.body), () => new Set())[0]!.body.toString('utf8')) as Record<string, unknown>;
+  };
+  const chat = '{"model":"m","messages":[{"role":"user","content":"hi"}],"stream":true}';
+
+  it('gives a vLLM engine each key’s own cache_salt, over any the client sent (it could name another key’s)', () => {
+    const a = bodyFor(chat, isolating('vllm'), 'team-a');
+    const b = bodyFor(chat, isolating('vllm'), 'team-b');
+    expect(a.cache_salt).toBe(cacheSalt('team-a'));
+    expect(b.cache_salt).toBe(cacheSalt('team-b'));
+    expect(a.cache_salt).not.toBe(b.cache_salt);
+    expect(a).toMatchObject({ model: 'served', stream_options: { include_usage: true } });
+    const forged = bodyFor('{"model":"m","messages":[{"role":"user","content":"hi"}],"cache_salt":"guess","extra_body":{"cache_salt":"guess"}}', isolating('vllm'), 'team-b');
+    expect(forged.cache_salt).toBe(cacheSalt('team-b'));
+    expect(forged.extra_body).toBeUndefined();
+    // on completions too
+    expect(bodyFor('{"model":"m","prompt":"hi"}', isolating('vllm'), 'team-a', apiRoute('completions')).cache_salt).toBe(cacheSalt('team-a'));
+  });
+
+  it('sets none for an engine that does not take it, an API without it, or a pool that does not isolate', () => {
+    expect(bodyFor(chat, isolating('sglang'), 'team-a').cache_salt).toBeUndefined();
+    expect(bodyFor('{"model":"m","input":"hi"}', { ...isolating('vllm'), capabilities: ['embeddings'] }, 'team-a', apiRoute('embeddings')).cache_salt).toBeUndefined();
+    expect(bodyFor(chat, pool('served'), 'team-a').cache_salt).toBeUndefined();
   });
 });

@@ -129,6 +129,22 @@ describe('prefix cache', () => {
     expect(other.cached).toBe(0);
     expect(await metric(s, 'vllm:prefix_cache_hits_total')).toBe(warm.cached);
   });
+
+  it('keeps prompts under another cache_salt apart, like vLLM (the salt goes into the first block’s hash)', async () => {
+    const { s, time } = await timedSim({ ttftMs: 0, prefillMsPerToken: 0, itlMs: 0 });
+    const long = 'The quick brown fox jumps over the lazy dog. '.repeat(20);
+    const cachedFor = async (extra: object): Promise<number> => {
+      const res = await runOnFakeTime(time, chat(s, { ...message(long), max_tokens: 1, ...extra }));
+      return (JSON.parse(res.body) as { usage: Usage }).usage.prompt_tokens_details?.cached_tokens ?? -1;
+    };
+    expect(await cachedFor({ cache_salt: 'team-a' })).toBe(0);
+    expect(await cachedFor({ cache_salt: 'team-a' })).toBeGreaterThan(0);
+    expect(await cachedFor({ cache_salt: 'team-b' })).toBe(0);
+    expect(await cachedFor({})).toBe(0);
+    const bad = await runOnFakeTime(time, chat(s, { ...message(long), cache_salt: 7 }));
+    expect(bad.status).toBe(400);
+    expect((JSON.parse(bad.body) as { error: { param: string } }).error.param).toBe('cache_salt');
+  });
 });
 
 describe('cancellation', () => {
