@@ -45,6 +45,8 @@ export interface DirectedRequest {
   weight: number;
   /** Hears each streamed content event (the key's token limits count them as they flow). */
   onContent?: () => void;
+  /** The request's prompt text, made once (server/inference.ts); absent: made here from the body. */
+  promptText?: () => string;
   requestId: string;
   /** The `x-request-id` the engine gets (server/context.ts `engineRequestIdOf`). */
   engineRequestId: string;
@@ -136,7 +138,7 @@ export class Director {
         tenant: request.tenant,
         weight: request.weight,
         requestId: request.requestId,
-        ...(promptText ? { promptText: () => promptText(body), prompt: { api: api.name, body } } : {}),
+        ...(promptText ? { promptText: request.promptText ?? (() => promptText(body)), prompt: { api: api.name, body } } : {}),
         ...(pinned ? { only: pinned.endpoint } : {}),
         header: (name) => {
           const value = headers[name.toLowerCase()];

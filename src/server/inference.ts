@@ -89,9 +89,17 @@ async function readForm(api: ApiRoute, raw: Buffer, contentType: string): Promis
  * up front. The engine's usage replaces the estimate when the response ends, and the limiter learns
  * from it how far this kind of request's estimates fall short (a chat template's tokens).
  */
-export function estimatePromptTokens(api: ApiRoute, body: ValidRequest, text: string): number {
-  const chars = api.promptText ? api.promptText(body).length : text.length;
+export function estimatePromptTokens(promptText: (() => string) | undefined, text: string): number {
+  const chars = promptText ? promptText().length : text.length;
   return Math.ceil(chars / 4);
+}
+
+/** The request's prompt text, made once however many ask (the limits' estimate, prefix affinity): a long prompt's text is costly to build. */
+function promptOnce(api: ApiRoute, body: ValidRequest): (() => string) | undefined {
+  const of = api.promptText;
+  if (!of) return undefined;
+  let text: string | undefined;
+  return () => (text ??= of(body));
 }
 
 /** What each streamed content event tells: the key's token limits, and the trace's first token. */
@@ -121,11 +129,12 @@ export function inferenceHandler(deps: InferenceDeps, api: ApiRoute) {
     const trace = ctx.trace;
     trace?.rename(`${api.name} ${body.model.slice(0, 200)}`);
     if (ctx.closed) return; // the client left while the body was read
+    const promptText = promptOnce(api, body);
     const limits = deps.limits?.limitsOf(principal) ? deps.limits : undefined;
     let lease: Pick<Lease, 'headers' | 'streamed' | 'finish'> | undefined;
     if (limits) {
       const admission = trace?.child('modelgate.admission');
-      lease = await limits.admit(principal, deployment, estimatePromptTokens(api, body, text), `${deployment.id} ${api.name}`);
+      lease = await limits.admit(principal, deployment, estimatePromptTokens(promptText, text), `${deployment.id} ${api.name}`);
       admission?.end();
       if (lease) for (const [name, value] of Object.entries(lease.headers)) res.setHeader(name, value);
       if (ctx.closed) {
@@ -147,6 +156,7 @@ export function inferenceHandler(deps: InferenceDeps, api: ApiRoute) {
       weight: principal.weight,
       ...(lease || trace ? { onContent: contentHook(lease, trace) } : {}),
       ...(trace ? { trace } : {}),
+      ...(promptText ? { promptText } : {}),
       requestId: ctx.requestId,
       engineRequestId: engineRequestIdOf(req, ctx.requestId),
       headers: req.headers,

@@ -3,7 +3,7 @@
  * resolves and authorises, then hands over exactly what the director needs — and decides nothing
  * about routing. Also: the access log line it writes from the director's report.
  */
-import { describe, expect, it } from '@jest/globals';
+import { describe, expect, it, jest } from '@jest/globals';
 import request from 'supertest';
 import { type Principal } from '../../src/auth/key-store.js';
 import { RESILIENCE_DEFAULTS } from '../../src/resilience/settings.js';
@@ -11,7 +11,8 @@ import { ROUTING_DEFAULTS } from '../../src/balancer/settings.js';
 import { type PoolSpec } from '../../src/core/types.js';
 import { type DirectedRequest, type DirectorReport } from '../../src/director/director.js';
 import { Registry } from '../../src/registry/registry.js';
-import { buildApp } from '../../src/server/app.js';
+import { buildApp, type AppDeps } from '../../src/server/app.js';
+import { API_ROUTES } from '../../src/api/routes.js';
 import { captureLogs } from '../helpers/router.js';
 import { FakeTime } from '../helpers/fake-time.js';
 import { waitFor } from '../helpers/sim.js';
@@ -24,10 +25,11 @@ const principals: Record<string, Principal> = {
   'sk-none': { name: 'none', models: new Set(['other']), priority: 'critical', weight: 1 },
 };
 
-function app(report: Partial<DirectorReport> = {}): { api: ReturnType<typeof buildApp>['api']; handed: DirectedRequest[]; logs: string[] } {
+function app(report: Partial<DirectorReport> = {}, limits?: AppDeps['limits']): { api: ReturnType<typeof buildApp>['api']; handed: DirectedRequest[]; logs: string[] } {
   const handed: DirectedRequest[] = [];
   const { logs, logger } = captureLogs();
   const built = buildApp({
+    ...(limits ? { limits } : {}),
     maxBodyBytes: 4096,
     maxUploadBytes: 8192,
     maxJsonDepth: 8,
@@ -63,6 +65,39 @@ describe('the API app', () => {
     expect(directed.headers['x-session-id']).toBe('s1');
     expect(directed.forwarded.for).toMatch(/127\.0\.0\.1/);
     expect(directed.signal.aborted).toBe(false);
+  });
+
+  it('hands over the request as the engine will get it: extra_body’s fields in place of the top level’s (the model stays the client’s)', async () => {
+    const { api, handed } = app();
+    const body = { ...chat, n: 1, extra_body: { n: 2, model: 'elsewhere', previous_response_id: 'resp_x', messages: [{ role: 'user', content: 'the real prompt' }] } };
+    await request(api).post('/v1/chat/completions').set({ authorization: 'Bearer sk-all' }).send(body).expect(200);
+    const directed = handed[0] as DirectedRequest;
+    expect(directed.body).toMatchObject({ model: 'default', n: 2, previous_response_id: 'resp_x', messages: [{ role: 'user', content: 'the real prompt' }] });
+    expect(directed.body.extra_body).toEqual(body.extra_body); // kept: the engine's body is still patched from the client's text
+    expect(directed.promptText?.()).toContain('the real prompt');
+    // what extra_body puts in place of the top level is validated as the top level is
+    await request(api)
+      .post('/v1/chat/completions')
+      .set({ authorization: 'Bearer sk-all' })
+      .send({ ...chat, extra_body: { messages: 'not a list' } })
+      .expect(400);
+  });
+
+  it('makes the prompt text once for the limits’ estimate and the director (a long prompt’s text is costly)', async () => {
+    const route = API_ROUTES.find((r) => r.name === 'chat') as { promptText: (body: unknown) => string };
+    const spy = jest.spyOn(route, 'promptText');
+    try {
+      const estimates: number[] = [];
+      const limits = { limitsOf: () => ({}), admit: (_k: unknown, _d: unknown, estimate: number) => (estimates.push(estimate), Promise.resolve(undefined)), peek: () => Promise.resolve(undefined) };
+      const { api, handed } = app({}, limits);
+      await request(api).post('/v1/chat/completions').set({ authorization: 'Bearer sk-all' }).send(chat).expect(200);
+      const directed = handed[0] as DirectedRequest;
+      expect(directed.promptText?.()).toBe(directed.promptText?.());
+      expect(estimates).toEqual([Math.ceil((directed.promptText?.().length ?? 0) / 4)]);
+      expect(spy).toHaveBeenCalledTimes(1);
+    } finally {
+      spy.mockRestore();
+    }
   });
 
   it('the priority header may lower a key’s class, never raise it', async () => {
