@@ -23,27 +23,17 @@ beforeAll(async () => {
   sims = await Promise.all([0, 1].map((i) => startTestSim({ model: ['served/llm'], name: `r${i}`, itlMs: 25, maxNumSeqs: 64 })));
   dir = await mkdtemp(join(tmpdir(), 'modelgate-shutdown-'));
   await writeFile(join(dir, 'keys.yaml'), '- name: t\n  key: sk-shutdown-test\n');
-  await writeFile(
-    join(dir, 'modelgate.yaml'),
+  // drain timings: the 50 streams finish in the grace period; the short one's stream outlasts it
+  const configWith = (drain: { shutdownDelayMs: number; gracePeriodMs: number }): string =>
     JSON.stringify({
-      server: { host: '127.0.0.1', port: 0, shutdownDelayMs: 400, gracePeriodMs: 20000 },
+      server: { host: '127.0.0.1', port: 0, ...drain },
       admin: { host: '127.0.0.1', port: 0 },
       auth: { keysFile: 'keys.yaml' },
       pools: [{ name: 'llm', servedModelName: 'served/llm', endpoints: sims.map((s) => s.url) }],
       deployments: [{ id: 'llm', model: 'llm', targets: [{ pool: 'llm' }] }],
-    }),
-  );
-  // a grace period shorter than the stream below
-  await writeFile(
-    join(dir, 'modelgate-short-grace.yaml'),
-    JSON.stringify({
-      server: { host: '127.0.0.1', port: 0, shutdownDelayMs: 0, gracePeriodMs: 300 },
-      admin: { host: '127.0.0.1', port: 0 },
-      auth: { keysFile: 'keys.yaml' },
-      pools: [{ name: 'llm', servedModelName: 'served/llm', endpoints: sims.map((s) => s.url) }],
-      deployments: [{ id: 'llm', model: 'llm', targets: [{ pool: 'llm' }] }],
-    }),
-  );
+    });
+  await writeFile(join(dir, 'modelgate.yaml'), configWith({ shutdownDelayMs: 400, gracePeriodMs: 20000 }));
+  await writeFile(join(dir, 'modelgate-short-grace.yaml'), configWith({ shutdownDelayMs: 0, gracePeriodMs: 300 }));
 });
 afterAll(async () => {
   await Promise.all(sims.map((s) => s.close()));

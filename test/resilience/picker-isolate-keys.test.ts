@@ -5,30 +5,17 @@
  */
 import { afterEach, describe, expect, it } from '@jest/globals';
 import { InFlight } from '../../src/balancer/in-flight.js';
-import { ROUTING_DEFAULTS } from '../../src/balancer/settings.js';
 import { type Endpoint, type KvPrefixSource, type PoolSpec } from '../../src/core/types.js';
 import { AdmissionQueues } from '../../src/resilience/admission.js';
 import { BreakerRegistry } from '../../src/resilience/breaker.js';
 import { EndpointPicker, type PrefixSource } from '../../src/resilience/picker.js';
-import { RESILIENCE_DEFAULTS } from '../../src/resilience/settings.js';
 import { FakeTime } from '../helpers/fake-time.js';
+import { chatPool } from '../helpers/pool-spec.js';
 
 const SECRET = 'You are the support bot of team A. Internal escalation code: 7731-ALPHA. '.repeat(6);
 const BLOCKS = Math.floor(SECRET.length / 64);
 
-const poolOf = (isolateKeys: boolean, kvEvents = false): PoolSpec => ({
-  name: 'p',
-  engine: 'vllm',
-  servedModelName: 'm',
-  capabilities: ['chat'],
-  resilience: RESILIENCE_DEFAULTS,
-  routing: {
-    ...ROUTING_DEFAULTS,
-    engineMetrics: { ...ROUTING_DEFAULTS.engineMetrics, enabled: false },
-    prefix: { ...ROUTING_DEFAULTS.prefix, isolateKeys },
-    kvEvents: { ...ROUTING_DEFAULTS.kvEvents, enabled: kvEvents },
-  },
-});
+const poolOf = (isolateKeys: boolean, kvEvents = false): PoolSpec => chatPool({ prefix: { isolateKeys }, kvEvents: { enabled: kvEvents } });
 const endpoints: Endpoint[] = ['a', 'b', 'c'].map((id) => ({ id, pool: 'p', url: new URL(`http://${id}.local:8000`), weight: 1 }));
 
 const registries: BreakerRegistry[] = [];

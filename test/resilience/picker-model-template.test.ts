@@ -7,29 +7,17 @@
 import { afterEach, describe, expect, it } from '@jest/globals';
 import { InFlight } from '../../src/balancer/in-flight.js';
 import { promptBlocks } from '../../src/balancer/prefix-index.js';
-import { ROUTING_DEFAULTS } from '../../src/balancer/settings.js';
 import { type Endpoint, type KvPrefixSource, type PoolSpec, type PromptSource } from '../../src/core/types.js';
 import { AdmissionQueues } from '../../src/resilience/admission.js';
 import { BreakerRegistry } from '../../src/resilience/breaker.js';
 import { EndpointPicker, type PrefixSource } from '../../src/resilience/picker.js';
-import { RESILIENCE_DEFAULTS } from '../../src/resilience/settings.js';
 import { FakeTime } from '../helpers/fake-time.js';
+import { chatPool } from '../helpers/pool-spec.js';
 
 const ENGINE_TEXT = '<|im_start|>user\n' + 'Which aisle has the wood glue that sets fast? '.repeat(8) + '<|im_end|>\n<|im_start|>assistant\n';
 const OWN_TEXT = 'user\n' + 'Which aisle has the wood glue that sets fast? '.repeat(8) + '\n';
 
-const pool: PoolSpec = {
-  name: 'p',
-  engine: 'vllm',
-  servedModelName: 'm',
-  capabilities: ['chat'],
-  resilience: RESILIENCE_DEFAULTS,
-  routing: {
-    ...ROUTING_DEFAULTS,
-    engineMetrics: { ...ROUTING_DEFAULTS.engineMetrics, enabled: false },
-    kvEvents: { ...ROUTING_DEFAULTS.kvEvents, enabled: true, tokenizer: 'huggingface', tokenizerDir: '/t' },
-  },
-};
+const pool: PoolSpec = chatPool({ kvEvents: { enabled: true, tokenizer: 'huggingface', tokenizerDir: '/t' } });
 const endpoints: Endpoint[] = ['a', 'b'].map((id) => ({ id, pool: 'p', url: new URL(`http://${id}.local:8000`), weight: 1 }));
 
 const registries: BreakerRegistry[] = [];

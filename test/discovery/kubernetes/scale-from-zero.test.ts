@@ -28,26 +28,36 @@ function chat(apiUrl: string, signal?: AbortSignal): Promise<Response> {
   });
 }
 
+/** A ModelPool `llama` that scales from zero (holding requests up to `maxWaitMs`), and its deployment `llama-prod` (alias `default`). */
+function applyColdPool(fake: FakeKubeApi, maxWaitMs: number): void {
+  const pool = modelPool('llama', 'llama');
+  fake.apply('modelpools', { ...pool, spec: { ...(pool.spec as object), resilience: { scaleFromZero: { enabled: true, maxWaitMs } } } });
+  fake.apply('modeldeployments', modelDeployment('llama-prod', 'llama-3', ['default'], [{ pool: 'llama' }]));
+}
+
+/** Resolves once the router answers /readyz with 200. */
+function untilReady(adminUrl: string): Promise<number> {
+  return eventually(
+    () => rawRequest(`${adminUrl}/readyz`).then((r) => r.status),
+    (s) => s === 200,
+    'the router to become ready',
+    BOUND_MS,
+  );
+}
+
 describe('Kubernetes mode: scale from zero', () => {
   it('holds requests while the pool has no ready pod, drops the clients that leave, and sends the rest to the first ready pod', async () => {
     const fake = await FakeKubeApi.start();
     cleanups.push(() => fake.close());
     const [pod] = await startPods(['pod-a']);
     cleanups.push(() => pod!.sim.close());
-    const pool = modelPool('llama', 'llama');
-    fake.apply('modelpools', { ...pool, spec: { ...(pool.spec as object), resilience: { scaleFromZero: { enabled: true, maxWaitMs: 60_000 } } } });
-    fake.apply('modeldeployments', modelDeployment('llama-prod', 'llama-3', ['default'], [{ pool: 'llama' }]));
+    applyColdPool(fake, 60_000);
     // The pod runs (its model loading) but is not ready: listed, not routable.
     fake.apply('endpointslices', endpointSlice('llama-abc', 'llama', [{ pod: pod!, ready: false }]));
     const gateway = await startKubeRouter(fake);
     cleanups.push(() => gateway.close());
     const { apiUrl, adminUrl } = gateway.router;
-    await eventually(
-      () => rawRequest(`${adminUrl}/readyz`).then((r) => r.status),
-      (s) => s === 200,
-      'the router to become ready',
-      BOUND_MS,
-    );
+    await untilReady(adminUrl);
 
     // At zero the model is still listed.
     const models = await rawRequest(`${apiUrl}/v1/models`, { headers: { authorization: `Bearer ${KEY}` } });
@@ -106,19 +116,12 @@ describe('Kubernetes mode: scale from zero', () => {
   it('answers the requests held for a pool at once when its ModelPool is deleted, not when their wait runs out', async () => {
     const fake = await FakeKubeApi.start();
     cleanups.push(() => fake.close());
-    const pool = modelPool('llama', 'llama');
     // a wait far beyond the test's bound: only the deletion can answer the requests in time
-    fake.apply('modelpools', { ...pool, spec: { ...(pool.spec as object), resilience: { scaleFromZero: { enabled: true, maxWaitMs: 600_000 } } } });
-    fake.apply('modeldeployments', modelDeployment('llama-prod', 'llama-3', ['default'], [{ pool: 'llama' }]));
+    applyColdPool(fake, 600_000);
     const gateway = await startKubeRouter(fake);
     cleanups.push(() => gateway.close());
     const { apiUrl, adminUrl } = gateway.router;
-    await eventually(
-      () => rawRequest(`${adminUrl}/readyz`).then((r) => r.status),
-      (s) => s === 200,
-      'the router to become ready',
-      BOUND_MS,
-    );
+    await untilReady(adminUrl);
     const answers = Array.from({ length: 5 }, () => chat(apiUrl));
     await eventually(
       () => held(adminUrl),
@@ -157,12 +160,7 @@ describe('Kubernetes mode: scale from zero', () => {
     fake.apply('modeldeployments', modelDeployment('llama-prod', 'llama-3', ['default'], [{ pool: 'llama' }]));
     const gateway = await startKubeRouter(fake);
     cleanups.push(() => gateway.close());
-    await eventually(
-      () => rawRequest(`${gateway.router.adminUrl}/readyz`).then((r) => r.status),
-      (s) => s === 200,
-      'the router to become ready',
-      BOUND_MS,
-    );
+    await untilReady(gateway.router.adminUrl);
     const res = await chat(gateway.router.apiUrl);
     expect(res.status).toBe(503);
     expect(((await res.json()) as { error: { code: string } }).error.code).toBe('no_ready_replica');
