@@ -12,7 +12,7 @@
  * never logged; a reload of the keys file forgets every remembered key, so a removed key is refused
  * on the next request, whichever connection it comes on.
  */
-import { hash, timingSafeEqual } from 'node:crypto';
+import { createHmac, hash, timingSafeEqual } from 'node:crypto';
 import { unwatchFile, watchFile, type Stats } from 'node:fs';
 import { readKeysFile, type KeyEntry } from '../config/keys-file.js';
 import { type KeyLimitFields } from '../limits/settings.js';
@@ -29,6 +29,11 @@ export interface Principal {
   weight: number;
   /** The key's own limits (the config's defaults fill what it leaves out). */
   limits?: KeyLimitFields;
+  /**
+   * The key's prefix-cache salt (`routing.prefix.isolateKeys`): made from its digest, so every router
+   * replica gives a key the same salt and no other key can know it (a key name is no secret).
+   */
+  cacheSalt: string;
 }
 
 interface StoredKey {
@@ -63,16 +68,20 @@ export function sha256(text: string): Buffer {
 }
 
 function toStored(entries: readonly KeyEntry[]): StoredKey[] {
-  return entries.map((entry) => ({
-    digest: entry.keySha256 ? Buffer.from(entry.keySha256, 'hex') : sha256(entry.key ?? ''),
-    principal: {
-      name: entry.name,
-      models: !entry.models || entry.models.includes('*') ? undefined : new Set(entry.models),
-      priority: entry.priority ?? 'standard',
-      weight: entry.weight ?? 1,
-      ...(entry.limits ? { limits: entry.limits } : {}),
-    },
-  }));
+  return entries.map((entry) => {
+    const digest = entry.keySha256 ? Buffer.from(entry.keySha256, 'hex') : sha256(entry.key ?? '');
+    return {
+      digest,
+      principal: {
+        name: entry.name,
+        models: !entry.models || entry.models.includes('*') ? undefined : new Set(entry.models),
+        priority: entry.priority ?? 'standard',
+        weight: entry.weight ?? 1,
+        ...(entry.limits ? { limits: entry.limits } : {}),
+        cacheSalt: `modelgate-${createHmac('sha256', digest).update('modelgate prefix-cache salt').digest('hex').slice(0, 32)}`,
+      },
+    };
+  });
 }
 
 /** The bearer token of an `Authorization` header, or undefined. */

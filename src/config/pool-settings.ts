@@ -56,6 +56,13 @@ export function poolResolver(base: { resilience: ResilienceSettings; routing: Ro
     const merged = mergeRouting(base.routing, ownRouting?.scorers ? { ...ownRouting, scorers: normalizeScorers(ownRouting.scorers) } : ownRouting);
     const kvProblem = kvEventsProblem(merged.kvEvents);
     if (kvProblem) return { problem: `${path}.routing: ${kvProblem}` };
+    // the engine's half of the isolation is vLLM's cache_salt: elsewhere its cache would still be shared
+    // (TEI serves embeddings: no prefix cache to tell anyone anything)
+    if (merged.prefix.isolateKeys && pool.engine !== 'vllm' && pool.engine !== 'tei') {
+      return {
+        problem: `${path}.routing: prefix.isolateKeys needs a vLLM pool (its cache_salt keeps each key's cached prompts apart); ${pool.engine} would still share its prefix cache between keys`,
+      };
+    }
     return {
       spec: {
         ...plain,

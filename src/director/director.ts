@@ -45,6 +45,8 @@ export interface DirectedRequest {
   weight: number;
   /** Hears each streamed content event (the key's token limits count them as they flow). */
   onContent?: () => void;
+  /** The key's prefix-cache salt, for a pool that isolates keys (auth/key-store.ts `Principal.cacheSalt`). */
+  cacheSalt: string;
   /** The request's prompt text, made once (server/inference.ts); absent: made here from the body. */
   promptText?: () => string;
   requestId: string;

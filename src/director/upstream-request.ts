@@ -4,7 +4,6 @@
  * asked for), and exactly the allow-listed headers plus the router's own. A multipart form is
  * forwarded as it came unless the model's name changes; then it is written again.
  */
-import { createHash } from 'node:crypto';
 import type { OutgoingHttpHeaders } from 'node:http';
 import { encodeForm, withField } from '../api/multipart.js';
 import { type ValidRequest } from '../api/validate.js';
@@ -84,23 +83,16 @@ class LazyStep implements RouteStep {
   }
 }
 
-/** The APIs whose vLLM requests take a `cache_salt`. */
-const SALTED_APIS: ReadonlySet<string> = new Set(['chat', 'completions']);
-
 /**
- * The `cache_salt` of a key's requests to a vLLM pool that isolates keys (`routing.prefix.isolateKeys`):
- * vLLM mixes it into the hash of a prompt's first KV block, so a prefix cached for one key is never a
- * hit for another, and `cached_tokens` tells nobody else's prompt. Set by the router over whatever the
- * client sent (a client could otherwise name another key's salt).
+ * The usage override, and — in a pool that isolates keys (`routing.prefix.isolateKeys`, vLLM only) —
+ * the key's `cache_salt` (auth/key-store.ts) on every request: vLLM mixes it into the hash of a
+ * prompt's first KV block, so a prefix cached for one key is never a hit for another and
+ * `cached_tokens` tells nobody else's prompt. It is set over whatever the client sent, on every API
+ * (one whose engine ignores it too): a client could otherwise name a salt of its choosing.
  */
-export function cacheSalt(tenant: string): string {
-  return `modelgate-${createHash('sha256').update(tenant).digest('hex').slice(0, 32)}`;
-}
-
-/** The usage override, and a key's cache salt where the pool isolates keys. */
 function overridesFor(request: DirectedRequest, pool: PoolSpec, usage: Map<string, string> | undefined): Map<string, string> | undefined {
-  if (!pool.routing.prefix.isolateKeys || pool.engine !== 'vllm' || !SALTED_APIS.has(request.api.name)) return usage;
-  return new Map([...(usage ?? []), ['cache_salt', JSON.stringify(cacheSalt(request.tenant))]]);
+  if (!pool.routing.prefix.isolateKeys || pool.engine !== 'vllm') return usage;
+  return new Map([...(usage ?? []), ['cache_salt', JSON.stringify(request.cacheSalt)]]);
 }
 
 /** A JSON body with the pool's served model name (and any override: usage, a cache salt); the body as received when nothing changes. */

@@ -154,6 +154,7 @@ export function inferenceHandler(deps: InferenceDeps, api: ApiRoute) {
       priority,
       tenant: principal.name,
       weight: principal.weight,
+      cacheSalt: principal.cacheSalt,
       ...(lease || trace ? { onContent: contentHook(lease, trace) } : {}),
       ...(trace ? { trace } : {}),
       ...(promptText ? { promptText } : {}),

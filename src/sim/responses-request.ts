@@ -7,7 +7,7 @@ import { type GenerationParams } from './chat-generation.js';
 import { GENERATION_PROMPT, MAX_LOGPROBS, parseStop, renderTurn } from './chat-request.js';
 import { vllmError } from './errors.js';
 import { newId } from './http-io.js';
-import { asObject, fail, optionalBool, optionalInt, optionalString, RequestError, servedModel, type Body } from './request-checks.js';
+import { asObject, cacheSaltOf, fail, optionalBool, optionalInt, optionalString, RequestError, servedModel, type Body } from './request-checks.js';
 import { type StoredResponse } from './responses-store.js';
 import { countTokens } from './text.js';
 
@@ -20,6 +20,8 @@ export interface ResponsesJob extends GenerationParams {
   stream: boolean;
   store: boolean;
   seed: number | undefined;
+  /** vLLM's `cache_salt` (prefix caching per salt). */
+  cacheSalt?: string;
   /** Request fields the response object repeats (vLLM's `ResponsesResponse.from_request`). */
   echo: {
     instructions: string | null;
@@ -98,6 +100,7 @@ export function parseResponsesRequest(raw: unknown, limits: { models: readonly s
     stream: optionalBool(body, 'stream') ?? false,
     store: optionalBool(body, 'store') ?? true,
     seed: optionalInt(body, 'seed', Number.MIN_SAFE_INTEGER),
+    ...cacheSaltOf(body),
     maxTokens: Math.min(optionalInt(body, 'max_output_tokens', 1) ?? Infinity, limits.maxModelLen - promptTokens),
     minTokens: 0,
     ignoreEos: optionalBool(body, 'ignore_eos') ?? false,

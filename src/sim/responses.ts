@@ -41,7 +41,7 @@ async function generate(run: SlotRun, job: ResponsesJob, events: ResponseEvents,
   let unsent: TokenLogprob[] = [];
   let started = false;
 
-  const cached = await decode(run, { text: job.conversation + GENERATION_PROMPT, tokens: job.promptTokens }, [choice], {
+  const cached = await decode(run, { text: job.conversation + GENERATION_PROMPT, tokens: job.promptTokens, ...(job.cacheSalt !== undefined ? { salt: job.cacheSalt } : {}) }, [choice], {
     step: (_choice, step) => {
       logprobs.push(...step.logprobs);
       unsent.push(...step.logprobs);

@@ -129,6 +129,6 @@ describe('mayUse', () => {
     [new Set(['default']), true],
     [new Set(['other']), false],
   ])('with models %p → %p', (models, allowed) => {
-    expect(mayUse({ name: 'k', models, priority: 'standard', weight: 1 }, deployment)).toBe(allowed);
+    expect(mayUse({ name: 'k', models, priority: 'standard', weight: 1, cacheSalt: 's' }, deployment)).toBe(allowed);
   });
 });

@@ -32,4 +32,15 @@ describe('poolResolver', () => {
     const resolved = resolve(declared(overrides), 'spec');
     expect('problem' in resolved && resolved.problem).toContain(problem);
   });
+
+  it('takes prefix.isolateKeys on a vLLM pool only (the engine half is vLLM’s cache_salt)', () => {
+    expect('spec' in resolve(declared({ routing: { prefix: { isolateKeys: true } } }), 'spec')).toBe(true);
+    const sglang = resolve({ ...declared({ routing: { prefix: { isolateKeys: true } } }), engine: 'sglang' }, 'pools[1]');
+    expect('problem' in sglang && sglang.problem).toContain('pools[1].routing: prefix.isolateKeys needs a vLLM pool');
+    // a router-wide setting reaches every pool: a pool of another engine is refused as well
+    const everywhere = poolResolver({ ...base, routing: { ...ROUTING_DEFAULTS, prefix: { ...ROUTING_DEFAULTS.prefix, isolateKeys: true } } });
+    expect('problem' in everywhere({ ...declared({}), engine: 'tgi' }, 'pools[2]')).toBe(true);
+    // TEI serves embeddings: nothing cached to tell, nothing to refuse
+    expect('spec' in everywhere({ ...declared({}), engine: 'tei' }, 'pools[3]')).toBe(true);
+  });
 });

@@ -83,6 +83,7 @@ function request(kind: ApiName, deployment: Deployment, body: ValidRequest, head
     weight: 1,
     requestId: 'rid-7',
     engineRequestId: 'rid-7.0a1b2c3d',
+    cacheSalt: 'salt-7',
     headers: { 'content-type': 'application/json', cookie: 'secret', ...headers },
     forwarded: { for: '10.1.2.3', proto: 'http', host: 'router.local', port: '8080' },
     signal: new AbortController().signal,

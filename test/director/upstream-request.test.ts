@@ -8,7 +8,7 @@ import { type ValidRequest } from '../../src/api/validate.js';
 import { ROUTING_DEFAULTS } from '../../src/balancer/settings.js';
 import { type PoolSpec } from '../../src/core/types.js';
 import { type DirectedRequest } from '../../src/director/director.js';
-import { cacheSalt, routeSteps, streamUsageOverride } from '../../src/director/upstream-request.js';
+import { routeSteps, streamUsageOverride } from '../../src/director/upstream-request.js';
 import { upstreamBody } from '../../src/proxy/body-patch.js';
 import { RESILIENCE_DEFAULTS } from '../../src/resilience/settings.js';
 
@@ -30,6 +30,7 @@ function request(text: string): DirectedRequest {
     weight: 1,
     requestId: 'rid',
     engineRequestId: 'rid',
+    cacheSalt: 'salt-t',
     headers: {},
     forwarded: { for: '10.0.0.1', proto: 'http', host: 'h', port: '80' },
     signal: new AbortController().signal,
@@ -81,29 +82,29 @@ describe('routeSteps: the body of a stream that asked for no usage', () => {
 
 describe('routeSteps: a pool that isolates keys (routing.prefix.isolateKeys)', () => {
   const isolating = (engine: PoolSpec['engine']): PoolSpec => ({ ...pool('served'), engine, routing: { ...ROUTING_DEFAULTS, prefix: { ...ROUTING_DEFAULTS.prefix, isolateKeys: true } } });
-  const bodyFor = (text: string, target: PoolSpec, tenant: string, api = apiRoute('chat')): Record<string, unknown> => {
-    const req = { ...request(text), tenant, api };
+  const bodyFor = (text: string, target: PoolSpec, cacheSalt: string, api = apiRoute('chat')): Record<string, unknown> => {
+    const req = { ...request(text), cacheSalt, api };
     return JSON.parse(routeSteps([{ pool: target, deployment: 'd' }], req, streamUsageOverride(req.body), () => new Set())[0]!.body.toString('utf8')) as Record<string, unknown>;
   };
   const chat = '{"model":"m","messages":[{"role":"user","content":"hi"}],"stream":true}';
 
-  it('gives a vLLM engine each key’s own cache_salt, over any the client sent (it could name another key’s)', () => {
-    const a = bodyFor(chat, isolating('vllm'), 'team-a');
-    const b = bodyFor(chat, isolating('vllm'), 'team-b');
-    expect(a.cache_salt).toBe(cacheSalt('team-a'));
-    expect(b.cache_salt).toBe(cacheSalt('team-b'));
-    expect(a.cache_salt).not.toBe(b.cache_salt);
-    expect(a).toMatchObject({ model: 'served', stream_options: { include_usage: true } });
-    const forged = bodyFor('{"model":"m","messages":[{"role":"user","content":"hi"}],"cache_salt":"guess","extra_body":{"cache_salt":"guess"}}', isolating('vllm'), 'team-b');
-    expect(forged.cache_salt).toBe(cacheSalt('team-b'));
+  it('gives a vLLM engine the key’s own cache_salt on every API, over any the client sent (it could name another key’s)', () => {
+    const a = bodyFor(chat, isolating('vllm'), 'salt-a');
+    expect(a).toMatchObject({ model: 'served', cache_salt: 'salt-a', stream_options: { include_usage: true } });
+    const forged = bodyFor('{"model":"m","messages":[{"role":"user","content":"hi"}],"cache_salt":"guess","extra_body":{"cache_salt":"guess"}}', isolating('vllm'), 'salt-b');
+    expect(forged.cache_salt).toBe('salt-b');
     expect(forged.extra_body).toBeUndefined();
-    // on completions too
-    expect(bodyFor('{"model":"m","prompt":"hi"}', isolating('vllm'), 'team-a', apiRoute('completions')).cache_salt).toBe(cacheSalt('team-a'));
+    for (const [api, text] of [
+      ['completions', '{"model":"m","prompt":"hi"}'],
+      ['responses', '{"model":"m","input":"hi","cache_salt":"guess"}'],
+      ['messages', '{"model":"m","max_tokens":8,"messages":[{"role":"user","content":"hi"}],"cache_salt":"guess"}'],
+      ['embeddings', '{"model":"m","input":"hi"}'],
+    ] as const) {
+      expect(bodyFor(text, isolating('vllm'), 'salt-a', apiRoute(api)).cache_salt).toBe('salt-a');
+    }
   });
 
-  it('sets none for an engine that does not take it, an API without it, or a pool that does not isolate', () => {
-    expect(bodyFor(chat, isolating('sglang'), 'team-a').cache_salt).toBeUndefined();
-    expect(bodyFor('{"model":"m","input":"hi"}', { ...isolating('vllm'), capabilities: ['embeddings'] }, 'team-a', apiRoute('embeddings')).cache_salt).toBeUndefined();
-    expect(bodyFor(chat, pool('served'), 'team-a').cache_salt).toBeUndefined();
+  it('sets none in a pool that does not isolate keys', () => {
+    expect(bodyFor(chat, pool('served'), 'salt-a').cache_salt).toBeUndefined();
   });
 });

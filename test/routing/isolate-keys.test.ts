@@ -1,5 +1,5 @@
 /**
- * Two teams on one pool, through the router as users call it (the openai client): with
+ * Two teams on one pool, through the router as users call it (the openai client, chat and Responses): with
  * `routing.prefix.isolateKeys`, one team's prompt is never a prefix-cache hit for the other — the
  * engine's `cached_tokens`, which would tell a guesser its guess was right, stays 0 for the other team
  * — while each team still reuses its own; without it (the default) the other team's same prompt hits.
@@ -22,7 +22,7 @@ beforeAll(async () => {
   gateway = await startTestRouter({
     pools: [
       { name: 'shared', servedModelName: 'meta/llama', capabilities: ['chat', 'completions'], endpoints: [sim.url] },
-      { name: 'isolated', servedModelName: 'meta/llama', capabilities: ['chat', 'completions'], endpoints: [sim.url], routing: { prefix: { isolateKeys: true } } },
+      { name: 'isolated', servedModelName: 'meta/llama', capabilities: ['chat', 'completions', 'responses'], endpoints: [sim.url], routing: { prefix: { isolateKeys: true } } },
     ],
     deployments: [
       { id: 'shared', model: 'llama-shared', targets: [{ pool: 'shared' }] },
@@ -58,6 +58,22 @@ describe('routing.prefix.isolateKeys', () => {
     expect(await cached(OTHER_KEY, 'llama-isolated', 'first')).toBe(0);
     // B's own prompt is B's to reuse
     expect(await cached(OTHER_KEY, 'llama-isolated', 'again')).toBeGreaterThan(0);
+  });
+
+  it('on the Responses API too, whatever salt the client sends', async () => {
+    // instructions neither team has sent yet (each team's own cache already holds SYSTEM, under its own salt)
+    const ask = async (key: string, instructions: string, extra: object = {}): Promise<number> => {
+      const params = { model: 'llama-isolated', instructions, input: 'hello', max_output_tokens: 2, ...extra } as OpenAI.Responses.ResponseCreateParamsNonStreaming;
+      const answer = await client(key).responses.create(params);
+      return answer.usage?.input_tokens_details?.cached_tokens ?? -1;
+    };
+    const [one, two] = [`Responses one: ${SYSTEM}`, `Responses two: ${SYSTEM}`];
+    await ask(KEY, one);
+    await ask(KEY, two);
+    expect(await ask(KEY, one)).toBeGreaterThan(0);
+    // team B sends A's instructions as they are, and with a salt of its choosing: no hit on A's cache either way
+    expect(await ask(OTHER_KEY, one)).toBe(0);
+    expect(await ask(OTHER_KEY, two, { cache_salt: 'any-guess' })).toBe(0);
   });
 
   it('by default (one cache for every key) the other team’s same prompt is a hit', async () => {

@@ -20,9 +20,9 @@ import { waitFor } from '../helpers/sim.js';
 const pool: PoolSpec = { name: 'p', engine: 'vllm', servedModelName: 'served/m', capabilities: ['chat'], resilience: RESILIENCE_DEFAULTS, routing: ROUTING_DEFAULTS };
 const catalog = new Registry([pool], [{ id: 'm-prod', model: 'm', aliases: ['default'], targets: [{ pool: 'p', weight: 100 }], fallbacks: [], created: 1 }]);
 const principals: Record<string, Principal> = {
-  'sk-all': { name: 'all', models: undefined, priority: 'standard', weight: 1 },
-  'sk-batch': { name: 'batch', models: new Set(['m']), priority: 'sheddable', weight: 1 },
-  'sk-none': { name: 'none', models: new Set(['other']), priority: 'critical', weight: 1 },
+  'sk-all': { name: 'all', models: undefined, priority: 'standard', weight: 1, cacheSalt: 'salt' },
+  'sk-batch': { name: 'batch', models: new Set(['m']), priority: 'sheddable', weight: 1, cacheSalt: 'salt' },
+  'sk-none': { name: 'none', models: new Set(['other']), priority: 'critical', weight: 1, cacheSalt: 'salt' },
 };
 
 function app(report: Partial<DirectorReport> = {}, limits?: AppDeps['limits']): { api: ReturnType<typeof buildApp>['api']; handed: DirectedRequest[]; logs: string[] } {
