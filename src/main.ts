@@ -203,6 +203,7 @@ export async function createRouter(config: Config, options: RouterOptions = {}):
   discovery.onPoolsChanged(() => {
     const now = new Set(discovery.pools().map((p) => p.name));
     const removed = [...poolNames].filter((name) => !now.has(name));
+    for (const name of now) if (!poolNames.has(name)) picker.poolAdded(name);
     poolNames = now;
     for (const name of removed) {
       const waiting = picker.poolRemoved(name);

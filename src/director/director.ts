@@ -24,6 +24,18 @@ import { encodedForms, routeSteps, streamUsageOverride } from './upstream-reques
 /** The APIs whose streams end with a last event every engine sends (relay.ts `endsStream`). */
 const KNOWN_STREAM_END = new Set(['chat', 'completions', 'responses', 'messages']);
 
+/**
+ * The choices a chat or completions stream carries, when more than one: the request's `n` — for
+ * completions, `n` for each of its prompts (a list of strings, or of token-id lists).
+ */
+function streamChoicesOf(api: string, body: ValidRequest): { streamChoices?: number } {
+  if (api !== 'chat' && api !== 'completions') return {};
+  const n = typeof body.n === 'number' && body.n > 1 ? body.n : 1;
+  const prompt = body.prompt;
+  const prompts = api === 'completions' && Array.isArray(prompt) && prompt.length > 1 && prompt.every((p) => typeof p === 'string' || Array.isArray(p)) ? prompt.length : 1;
+  return n * prompts > 1 ? { streamChoices: n * prompts } : {};
+}
+
 /** A validated, authorised request, as the server hands it over. */
 export interface DirectedRequest {
   api: ApiRoute;
@@ -154,7 +166,7 @@ export class Director {
       stripUsageChunk: usage !== undefined,
       dialect: api.dialect,
       knownStreamEnd: KNOWN_STREAM_END.has(api.name),
-      ...((api.name === 'chat' || api.name === 'completions') && typeof body.n === 'number' && body.n > 1 ? { streamChoices: body.n } : {}),
+      ...streamChoicesOf(api.name, body),
       ...(request.onContent ? { onContent: request.onContent } : {}),
       ...(request.trace ? { trace: request.trace } : {}),
       ...(deployment.resumeStreams ? this.resumePlan(request) : {}),

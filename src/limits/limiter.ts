@@ -59,7 +59,7 @@ export interface LimitedKey {
 const OVERHEAD_WEIGHT = 0.25;
 /** Most bucket levels remembered for an outage (keys × rates; the least recently seen go first). */
 const MAX_LEVELS_SEEN = 100_000;
-/** Most kinds of request whose overhead is learned (keys × deployments × APIs; beyond it, new kinds learn nothing). */
+/** Most kinds of request whose overhead is learned (keys × deployments × APIs; beyond it, the least recently taught is forgotten). */
 const MAX_KINDS = 20_000;
 
 /** The shared store (Redis), with the routers' heartbeat. */
@@ -486,7 +486,9 @@ export class Limiter {
 
   private learn(kind: string, excess: number): void {
     const before = this.overhead.get(kind);
-    if (before === undefined && this.overhead.size >= MAX_KINDS) return;
+    // least recently taught first out: a key removed from the file, or one quiet for long, makes room
+    if (before !== undefined) this.overhead.delete(kind);
+    else if (this.overhead.size >= MAX_KINDS) this.overhead.delete(this.overhead.keys().next().value as string);
     this.overhead.set(kind, before === undefined ? excess : before + OVERHEAD_WEIGHT * (excess - before));
   }
 

@@ -223,6 +223,8 @@ export class EndpointPicker {
   private buffers = new PickBuffers(16);
   /** Requests held per pool at zero, and the timer of their next look for a ready replica. */
   private readonly held = new Map<string, number>();
+  /** Pools discovery removed (and has not listed again): a request reaching one is not held for it. */
+  private readonly removed = new Set<string>();
   private holdTimer: unknown;
 
   private readonly engine: EngineLoadSource;
@@ -300,7 +302,7 @@ export class EndpointPicker {
    * no ready replica, and the request may wait (not sheddable, not pinned to one replica).
    */
   private holds(pool: PoolSpec, request: PickRequest): boolean {
-    return pool.resilience.scaleFromZero.enabled && request.priority !== 'sheddable' && request.only === undefined && this.readyReplicas(pool) === 0;
+    return pool.resilience.scaleFromZero.enabled && request.priority !== 'sheddable' && request.only === undefined && this.readyReplicas(pool) === 0 && !this.removed.has(pool.name);
   }
 
   /**
@@ -333,6 +335,8 @@ export class EndpointPicker {
    * Returns how many requests were waiting.
    */
   poolRemoved(pool: string): number {
+    // a request whose route was planned before the removal may still come to it: it is not held
+    this.removed.add(pool);
     const view = this.views.get(pool);
     if (view) {
       this.views.delete(pool);
@@ -342,6 +346,11 @@ export class EndpointPicker {
       }
     }
     return this.deps.admission.close(pool, poolRemovedError);
+  }
+
+  /** `pool` is in discovery (again): requests may be held for it. */
+  poolAdded(pool: string): void {
+    this.removed.delete(pool);
   }
 
   private changeHeld(pool: string, by: 1 | -1, event: HoldEvent): void {

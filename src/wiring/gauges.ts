@@ -50,10 +50,9 @@ export function discoveryGauges(
     discoveredEndpoints: () => discovery.pools().map((pool) => ({ pool: pool.name, count: discovery.endpoints.snapshot(pool.name).length })),
     deploymentReadyEndpoints: () => {
       const counts = readyCounts();
-      return discovery
-        .catalog()
-        .deployments()
-        .map((d) => ({ deployment: d.id, count: d.targets.filter((t) => t.weight > 0).reduce((n, t) => n + (counts.get(t.pool) ?? 0), 0) }));
+      const catalog = discovery.catalog();
+      // a target the route leaves out (no such pool, or one that cannot serve the deployment's adapter) counts nothing
+      return catalog.deployments().map((d) => ({ deployment: d.id, count: d.targets.filter((t) => t.weight > 0 && catalog.targetPool(d, t)).reduce((n, t) => n + (counts.get(t.pool) ?? 0), 0) }));
     },
     queueLimits: () =>
       discovery
@@ -64,7 +63,7 @@ export function discoveryGauges(
       const catalog = discovery.catalog();
       return catalog.deployments().flatMap((d) =>
         d.targets.flatMap((t) => {
-          const pool = catalog.pool(t.pool);
+          const pool = catalog.targetPool(d, t);
           return pool ? [{ deployment: d.id, pool: t.pool, apis: apisOf(pool), resumable: d.resumeStreams === true }] : [];
         }),
       );
@@ -97,7 +96,7 @@ export function fallbackHops(catalog: ModelCatalog): FallbackHop[] {
     const hop = { fromDeployment: from.deployment, fromPool: from.pool, toDeployment: to.deployment, toPool: to.pool };
     hops.set(`${hop.fromDeployment}\0${hop.fromPool}\0${hop.toDeployment}\0${hop.toPool}`, hop);
   };
-  const poolsOf = (d: Deployment): string[] => d.targets.filter((t) => t.weight > 0 && catalog.pool(t.pool)).map((t) => t.pool);
+  const poolsOf = (d: Deployment): string[] => d.targets.filter((t) => t.weight > 0 && catalog.targetPool(d, t)).map((t) => t.pool);
   for (const deployment of catalog.deployments()) {
     const steps = poolsOf(deployment).map((pool) => ({ deployment: deployment.id, pool }));
     for (const id of deployment.fallbacks) {

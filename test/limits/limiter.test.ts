@@ -215,6 +215,20 @@ describe('Limiter', () => {
     await limiter.stop();
   });
 
+  it('keeps what the most recently taught key-and-kind pairs learned when there are more than it remembers (20,000)', async () => {
+    const { limiter, time } = setup();
+    const remaining = (lease: { headers: Readonly<Record<string, string>> } | undefined): number => Number(lease?.headers['x-ratelimit-remaining-tokens']);
+    const key = (name: string): LimitedKey => ({ name, limits: { tokensPerMinute: 1_000_000 } });
+    const teach = async (name: string): Promise<void> => (await limiter.admit(key(name), 'llama', 0, 'llama chat'))?.finish({ promptTokens: 100, completionTokens: 0 });
+    await teach('first');
+    for (let i = 0; i < 20_000; i++) await teach(`k${i}`);
+    await time.advance(250);
+    const charge = async (name: string): Promise<number> => remaining(await limiter.admit(key(name), 'llama', 0)) - remaining(await limiter.admit(key(name), 'llama', 0, 'llama chat'));
+    expect(await charge('k19999')).toBe(100); // the newest learned
+    expect(await charge('first')).toBe(0); // the oldest made room
+    await limiter.stop();
+  });
+
   it('refuses a tokens-per-minute key in debt until the refill, as a tokens rate limit', async () => {
     const { limiter, time } = setup();
     const key: LimitedKey = { name: 'team', limits: { tokensPerMinute: 600 } };

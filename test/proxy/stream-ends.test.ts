@@ -27,6 +27,8 @@ const STREAMS: Record<string, string> = {
   'finish-no-done': chunk('Hel') + chunk('lo', 'stop') + USAGE,
   // n = 2 without [DONE]: choice 0 finishes, then the engine stops while choice 1 is still under way
   'two-one-finished': chunkOf(0, 'Hel') + chunkOf(1, 'Wor') + chunkOf(0, 'lo', 'stop') + chunkOf(1, 'ld'),
+  // two prompts, n = 2 (four choices) without [DONE]: choices 0 and 1 finish, then the engine stops
+  'four-two-finished': chunkOf(0, 'a', 'stop') + chunkOf(1, 'b', 'stop') + chunkOf(2, 'c') + chunkOf(3, 'd'),
   // n = 2 without [DONE], both finished
   'two-both-finished': chunkOf(0, 'Hel') + chunkOf(1, 'Wor') + chunkOf(0, 'lo', 'stop') + chunkOf(1, 'ld', 'length'),
   // Python's json.dumps spacing, no [DONE] (old Xinference)
@@ -72,8 +74,8 @@ const scripted: Reply = (req, res) => {
     res.end(text);
     return;
   }
-  const body = JSON.parse(req.body) as { messages?: Array<{ content: string }>; input?: string };
-  const name = body.input ?? body.messages?.[0]?.content ?? '';
+  const body = JSON.parse(req.body) as { messages?: Array<{ content: string }>; input?: string; prompt?: string[] };
+  const name = body.input ?? body.messages?.[0]?.content ?? body.prompt?.[0] ?? '';
   if (name.startsWith('redirect-')) {
     const status = Number(name.slice('redirect-'.length));
     res.writeHead(status, { location: 'http://127.0.0.1:1/elsewhere', 'content-length': '0' });
@@ -132,7 +134,7 @@ let gateway: TestRouter<RunningRouter>;
 beforeAll(async () => {
   engine = await startUpstream(scripted);
   gateway = await startTestRouter({
-    pools: [{ name: 'llm', servedModelName: 'served/llm', capabilities: ['chat', 'responses', 'messages', 'audio'], endpoints: [engine.url] }],
+    pools: [{ name: 'llm', servedModelName: 'served/llm', capabilities: ['chat', 'completions', 'responses', 'messages', 'audio'], endpoints: [engine.url] }],
     deployments: [{ id: 'llm-prod', model: 'llm', targets: [{ pool: 'llm' }] }],
   });
 });
@@ -227,6 +229,10 @@ describe('a stream the engine ends without its last event', () => {
     expect(events.slice(0, 4).map((e) => (JSON.parse(e) as { choices: Array<{ index: number }> }).choices[0]?.index)).toEqual([0, 1, 0, 1]);
     expect(JSON.parse(events[4]!)).toEqual({ error: expect.objectContaining({ code: 'upstream_stream_broken' }) });
     expect((await accessLine(cut.headers['x-request-id'] as string)).incomplete).toBe(true);
+    // completions with two prompts and n = 2: four choices, of which two finishing is not the end
+    const four = await post('/v1/completions', { prompt: ['four-two-finished', 'second prompt'], n: 2, stream: true });
+    expect(four.body).toContain('upstream_stream_broken');
+    expect((await accessLine(four.headers['x-request-id'] as string)).incomplete).toBe(true);
     const whole = await chat('two-both-finished', { n: 2 });
     expect(whole.body).not.toContain('upstream_stream_broken');
     const line = await accessLine(whole.headers['x-request-id'] as string);

@@ -723,6 +723,19 @@ describe('EndpointPicker: scale from zero', () => {
     expect(events).not.toContain('hold:p:timeout');
     expect(picker.heldRequests('p')).toBe(0);
     expect(time.pendingTimers).toBe(0);
+    // a request whose route was planned before the removal, reaching the pool after it, is not held either
+    const late = await routerError(picker.pick(cold(600_000), new Set(), undefined, { priority: 'standard' }, Infinity, true));
+    expect(late.code).toBe('NO_READY_REPLICA');
+    expect(picker.heldRequests('p')).toBe(0);
+    // once discovery lists the pool again, its requests are held again
+    picker.poolAdded('p');
+    const again = track(picker.pick(cold(600_000), new Set(), undefined, { priority: 'standard' }, Infinity, true));
+    await flush();
+    expect(again.state()).toBe('pending');
+    expect(picker.heldRequests('p')).toBe(1);
+    picker.poolRemoved('p');
+    await flush();
+    expect(again.state()).toBe('rejected');
   });
 
   it('does not hold when not asked to (a pool before the end of the route), a sheddable request, or a pool that does not opt in', async () => {

@@ -388,6 +388,33 @@ describe('Kubernetes mode: status and conflicts', () => {
     );
     expect(accepted?.message).toBe('ModelPool "broken" in namespace models has a spec the router cannot use (see its Accepted condition).');
   });
+
+  it('does not accept a LoRA adapter on a pool that cannot serve it (static mode refuses the config): no route to it, no ready endpoints counted for it', async () => {
+    const { fake, gateway } = await cluster(['pod-a']);
+    // the same Service's pod, declared as an SGLang pool: LoRA adapters are served by vLLM pools only
+    fake.apply('modelpools', { ...modelPool('sg', 'llama'), spec: { ...(modelPool('sg', 'llama').spec as object), engine: 'sglang' } });
+    fake.apply('modeldeployments', { ...modelDeployment('lora-bot', 'lora-bot', [], [{ pool: 'sg' }]), spec: { model: 'lora-bot', targets: [{ pool: 'sg' }], adapter: { name: 'bot-adapter' } } });
+    const accepted = await eventually(
+      () =>
+        (fake.get('modeldeployments', 'models', 'lora-bot')?.status as { conditions?: Array<{ type: string; reason: string; message: string }> } | undefined)?.conditions?.find(
+          (c) => c.type === 'Accepted',
+        ),
+      (c) => c?.reason === 'AdapterUnsupported',
+      'Accepted=False, AdapterUnsupported',
+      BOUND_MS,
+    );
+    expect(accepted?.message).toBe('LoRA adapters are served by vLLM pools only; pool "sg" runs sglang (such a target gets no requests).');
+    // the client: no engine is asked for an adapter it does not serve
+    const res = await rawRequest(`${gateway.router.apiUrl}/v1/chat/completions`, {
+      headers: { authorization: `Bearer ${KEY}` },
+      body: { model: 'lora-bot', messages: [{ role: 'user', content: 'hi' }] },
+    });
+    expect(res.status).toBe(503);
+    // the operator: the deployment has no ready endpoint (the pool's pod is ready, but not for it), so its alert can fire
+    const metrics = (await rawRequest(`${gateway.router.adminUrl}/metrics`)).body;
+    expect(metrics).toMatch(/^modelgate_deployment_ready_endpoints\{deployment="lora-bot"\} 0$/m);
+    expect(metrics).toMatch(/^modelgate_deployment_ready_endpoints\{deployment="llama-prod"\} 1$/m);
+  });
 });
 
 describe('Kubernetes mode: leader election', () => {
