@@ -4,6 +4,7 @@
  * asked for), and exactly the allow-listed headers plus the router's own. A multipart form is
  * forwarded as it came unless the model's name changes; then it is written again.
  */
+import { randomUUID } from 'node:crypto';
 import type { OutgoingHttpHeaders } from 'node:http';
 import { encodeForm, withField } from '../api/multipart.js';
 import { type ValidRequest } from '../api/validate.js';
@@ -84,15 +85,24 @@ class LazyStep implements RouteStep {
 }
 
 /**
- * The usage override, and — in a pool that isolates keys (`routing.prefix.isolateKeys`, vLLM only) —
- * the key's `cache_salt` (auth/key-store.ts) on every request: vLLM mixes it into the hash of a
- * prompt's first KV block, so a prefix cached for one key is never a hit for another and
- * `cached_tokens` tells nobody else's prompt. It is set over whatever the client sent, on every API
- * (one whose engine ignores it too): a client could otherwise name a salt of its choosing.
+ * The usage override, and what a vLLM engine must get from the router rather than the client:
+ * - in a pool that isolates keys (`routing.prefix.isolateKeys`), the key's `cache_salt`
+ *   (auth/key-store.ts) on every request: vLLM mixes it into the hash of a prompt's first KV block, so
+ *   a prefix cached for one key is never a hit for another and `cached_tokens` tells nobody else's
+ *   prompt. It is set over whatever the client sent, on every API (one whose engine ignores it too): a
+ *   client could otherwise name a salt of its choosing;
+ * - a new `request_id` where the client sent one (vLLM's own field): an id vLLM may run the request,
+ *   and store its response, under, which two clients must not share (as for `x-request-id`, context.ts).
  */
 function overridesFor(request: DirectedRequest, pool: PoolSpec, usage: Map<string, string> | undefined): Map<string, string> | undefined {
-  if (!pool.routing.prefix.isolateKeys || pool.engine !== 'vllm') return usage;
-  return new Map([...(usage ?? []), ['cache_salt', JSON.stringify(request.cacheSalt)]]);
+  if (pool.engine !== 'vllm') return usage;
+  const salted = pool.routing.prefix.isolateKeys;
+  const ownId = typeof request.body.request_id === 'string';
+  if (!salted && !ownId) return usage;
+  const overrides = new Map(usage);
+  if (salted) overrides.set('cache_salt', JSON.stringify(request.cacheSalt));
+  if (ownId) overrides.set('request_id', JSON.stringify(`${request.api.name === 'responses' ? 'resp_' : ''}${randomUUID().replaceAll('-', '')}`));
+  return overrides;
 }
 
 /** A JSON body with the pool's served model name (and any override: usage, a cache salt); the body as received when nothing changes. */

@@ -107,4 +107,13 @@ describe('routeSteps: a pool that isolates keys (routing.prefix.isolateKeys)', (
   it('sets none in a pool that does not isolate keys', () => {
     expect(bodyFor(chat, pool('served'), 'salt-a').cache_salt).toBeUndefined();
   });
+
+  it('gives a vLLM engine a new request_id where the client sent one (vLLM may run and store the request under it)', () => {
+    const sent = '{"model":"m","input":"hi","request_id":"resp_shared"}';
+    const ids = [0, 1].map(() => bodyFor(sent, pool('served'), 'salt-a', apiRoute('responses')).request_id);
+    expect(ids).toEqual([expect.stringMatching(/^resp_[0-9a-f]{32}$/), expect.stringMatching(/^resp_[0-9a-f]{32}$/)]);
+    expect(ids[0]).not.toBe(ids[1]);
+    // none added where the client sent none
+    expect(bodyFor('{"model":"m","input":"hi"}', pool('served'), 'salt-a', apiRoute('responses')).request_id).toBeUndefined();
+  });
 });
