@@ -105,7 +105,7 @@ function overridesFor(request: DirectedRequest, pool: PoolSpec, usage: Map<strin
   return overrides;
 }
 
-/** A JSON body with the pool's served model name (and any override: usage, a cache salt); the body as received when nothing changes. */
+/** A JSON body with the pool's served model name (and the overrides: usage, a cache salt, a request id); the body as received when nothing changes. */
 function patchedJson(request: DirectedRequest, pool: PoolSpec, streamUsage: Map<string, string> | undefined): Buffer {
   const usage = overridesFor(request, pool, streamUsage);
   // known from the parsed body without scanning its text: neither `model` nor `extra_body` to change
