@@ -3,7 +3,6 @@ import type { IncomingHttpHeaders, OutgoingHttpHeaders } from 'node:http';
 
 /** Hop-by-hop headers (RFC 9110 §7.6.1) plus ones the router must own. */
 const HOP_BY_HOP = ['connection', 'keep-alive', 'proxy-connection', 'proxy-authenticate', 'proxy-authorization', 'te', 'trailer', 'transfer-encoding', 'upgrade'];
-const HOP_BY_HOP_SET: ReadonlySet<string> = new Set(HOP_BY_HOP);
 
 const NONE: readonly string[] = [];
 
@@ -78,11 +77,12 @@ export function upstreamHeaders(client: IncomingHttpHeaders, allowed: ReadonlySe
 }
 
 /**
- * Engine response headers that describe the router's own connection to the engine, not the client's
- * exchange: a cookie the engine (or a proxy in front of it) sets is for the router, and would reach
- * every tenant the router sends there; `server` names the engine's stack, which is not the client's server.
+ * Engine response headers no client gets: hop-by-hop ones, and those that describe the router's own
+ * connection to the engine, not the client's exchange — a cookie the engine (or a proxy in front of
+ * it) sets is for the router, and would reach every tenant the router sends there; `server` names the
+ * engine's stack, which is not the client's server. One set: one lookup a header.
  */
-const ENGINE_ONLY: ReadonlySet<string> = new Set(['set-cookie', 'server']);
+const NOT_FOR_CLIENTS: ReadonlySet<string> = new Set([...HOP_BY_HOP, 'set-cookie', 'server']);
 
 /** The upstream response headers a client may see: hop-by-hop ones removed, the request id set. */
 export function clientResponseHeaders(upstream: IncomingHttpHeaders, requestId: string): OutgoingHttpHeaders {
@@ -92,7 +92,7 @@ export function clientResponseHeaders(upstream: IncomingHttpHeaders, requestId: 
   // client gets the router's, for its own key (set before the response starts), never the engine's.
   for (const name in upstream) {
     const value = upstream[name];
-    if (value === undefined || HOP_BY_HOP_SET.has(name) || ENGINE_ONLY.has(name) || name.startsWith('x-ratelimit-')) continue;
+    if (value === undefined || NOT_FOR_CLIENTS.has(name) || name.startsWith('x-ratelimit-')) continue;
     if (listed.length === 0 || !listed.includes(name)) out[name] = value;
   }
   out['x-request-id'] = requestId;

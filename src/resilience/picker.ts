@@ -340,10 +340,7 @@ export class EndpointPicker {
     const view = this.views.get(pool);
     if (view) {
       this.views.delete(pool);
-      for (const ep of view.snapshot) {
-        this.deps.inFlight.drop(ep.id);
-        this.prefixIndex.drop(ep.id);
-      }
+      this.letGo(view);
     }
     return this.deps.admission.close(pool, poolRemovedError);
   }
@@ -449,12 +446,17 @@ export class EndpointPicker {
       breakerVersion: NaN,
       healthVersion: NaN,
     };
-    for (const ep of old?.snapshot ?? []) {
-      inFlight.drop(ep.id);
-      prefixIndex.drop(ep.id);
-    }
+    if (old) this.letGo(old);
     this.views.set(pool.name, view);
     return view;
+  }
+
+  /** Gives back what a view held: its endpoints' in-flight counters and prefix-index places. */
+  private letGo(view: PoolView): void {
+    for (const ep of view.snapshot) {
+      this.deps.inFlight.drop(ep.id);
+      this.prefixIndex.drop(ep.id);
+    }
   }
 
   /** Every usable replica has a fresh engine sample over the pool's saturation thresholds. */

@@ -60,21 +60,23 @@ function parseBody(text: string, maxDepth: number): unknown {
 /** A JSON body, validated, as the engine will get it ({@link effectiveRequest}). */
 function readJson(api: ApiRoute, raw: Buffer, maxJsonDepth: number): { body: ValidRequest; text: string; form?: FormPart[] } {
   const text = raw.toString('utf8');
-  return { body: effectiveRequest(api, validateRequest(api, parseBody(text, maxJsonDepth))), text };
+  return { body: validateRequest(api, effectiveRequest(parseBody(text, maxJsonDepth))), text };
 }
 
+const isObject = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
+
 /**
- * The request as the engine will get it, for every check and decision the router makes: the members
- * of `extra_body` in place of the top level's (body-patch.ts `upstreamBody` merges them so, its keys
- * winning), validated again. Without it a field sent in `extra_body` — `previous_response_id`, `store`,
- * `stream`, `n`, a prompt — would reach the engine unseen by the ownership check, the stream rules
- * and the prompt the limits charge. `model` stays the top level's (the router sets the engine's), and
- * `extra_body` stays, so the upstream body is still patched from the client's text.
+ * The request as the engine will get it, which is what is validated and what every check and decision
+ * the router makes reads: the members of an `extra_body` object in place of the top level's
+ * (body-patch.ts `upstreamBody` merges them so, its keys winning). Without it a field sent in
+ * `extra_body` — `previous_response_id`, `store`, `stream`, `n`, a prompt — would reach the engine
+ * unseen by the ownership check, the stream rules and the prompt the limits charge. `model` stays the
+ * top level's (the router sets the engine's), and `extra_body` stays, so the upstream body is still
+ * patched from the client's text (and an `extra_body` that is no object is refused by the schema).
  */
-function effectiveRequest(api: ApiRoute, body: ValidRequest): ValidRequest {
-  const extra = body.extra_body;
-  if (extra === undefined || extra === null) return body;
-  return validateRequest(api, { ...body, ...extra, model: body.model, extra_body: extra });
+function effectiveRequest(body: unknown): unknown {
+  if (!isObject(body) || !isObject(body.extra_body)) return body;
+  return { ...body, ...body.extra_body, model: body.model, extra_body: body.extra_body };
 }
 
 /** A multipart body's fields, validated, with its parts kept for forwarding. */

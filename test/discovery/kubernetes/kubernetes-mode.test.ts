@@ -298,6 +298,19 @@ describe('Kubernetes mode: live CRD edits', () => {
   });
 });
 
+/** A ModelDeployment's Accepted condition, once the status writer has given it `reason`. */
+function acceptedAs(fake: FakeKubeApi, deployment: string, reason: string): Promise<{ type: string; reason: string; message: string } | undefined> {
+  return eventually(
+    () =>
+      (fake.get('modeldeployments', 'models', deployment)?.status as { conditions?: Array<{ type: string; reason: string; message: string }> } | undefined)?.conditions?.find(
+        (c) => c.type === 'Accepted',
+      ),
+    (c) => c?.reason === reason,
+    `Accepted=False, ${reason}`,
+    BOUND_MS,
+  );
+}
+
 describe('Kubernetes mode: status and conflicts', () => {
   it('writes pool and deployment status with observedGeneration, and marks the younger of two conflicting deployments', async () => {
     const { fake, pods, gateway } = await cluster(['pod-a', 'pod-b']);
@@ -377,15 +390,7 @@ describe('Kubernetes mode: status and conflicts', () => {
     const { fake } = await cluster(['pod-a']);
     fake.apply('modelpools', { ...modelPool('broken', 'llama'), spec: { engine: 'vllm', servedModelName: 'served/llama' } }); // no service
     fake.apply('modeldeployments', modelDeployment('on-broken', 'broken-model', [], [{ pool: 'broken' }]));
-    const accepted = await eventually(
-      () =>
-        (fake.get('modeldeployments', 'models', 'on-broken')?.status as { conditions?: Array<{ type: string; reason: string; message: string }> } | undefined)?.conditions?.find(
-          (c) => c.type === 'Accepted',
-        ),
-      (c) => c?.reason === 'PoolInvalid',
-      'Accepted=False, PoolInvalid',
-      BOUND_MS,
-    );
+    const accepted = await acceptedAs(fake, 'on-broken', 'PoolInvalid');
     expect(accepted?.message).toBe('ModelPool "broken" in namespace models has a spec the router cannot use (see its Accepted condition).');
   });
 
@@ -394,15 +399,7 @@ describe('Kubernetes mode: status and conflicts', () => {
     // the same Service's pod, declared as an SGLang pool: LoRA adapters are served by vLLM pools only
     fake.apply('modelpools', { ...modelPool('sg', 'llama'), spec: { ...(modelPool('sg', 'llama').spec as object), engine: 'sglang' } });
     fake.apply('modeldeployments', { ...modelDeployment('lora-bot', 'lora-bot', [], [{ pool: 'sg' }]), spec: { model: 'lora-bot', targets: [{ pool: 'sg' }], adapter: { name: 'bot-adapter' } } });
-    const accepted = await eventually(
-      () =>
-        (fake.get('modeldeployments', 'models', 'lora-bot')?.status as { conditions?: Array<{ type: string; reason: string; message: string }> } | undefined)?.conditions?.find(
-          (c) => c.type === 'Accepted',
-        ),
-      (c) => c?.reason === 'AdapterUnsupported',
-      'Accepted=False, AdapterUnsupported',
-      BOUND_MS,
-    );
+    const accepted = await acceptedAs(fake, 'lora-bot', 'AdapterUnsupported');
     expect(accepted?.message).toBe('LoRA adapters are served by vLLM pools only; pool "sg" runs sglang (such a target gets no requests).');
     // the client: no engine is asked for an adapter it does not serve
     const res = await rawRequest(`${gateway.router.apiUrl}/v1/chat/completions`, {
