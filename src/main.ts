@@ -228,6 +228,7 @@ export async function createRouter(config: Config, options: RouterOptions = {}):
   });
   metrics.observeResilience({ breakers: () => breakers.states(), queues: () => admission.depths() });
   metrics.observeRouting({ engine: () => engineMetrics.samples(), prefixBlocks: () => prefixIndex.size() });
+  const shared = config.limits.redis ? await sharedLimits(config.limits.redis, logger) : undefined;
   const director = new Director({
     catalog: () => discovery.catalog(),
     endpoints: discovery.endpoints,
@@ -236,9 +237,8 @@ export async function createRouter(config: Config, options: RouterOptions = {}):
     random,
     forwardedHeaders: [...DEFAULT_FORWARDED_HEADERS, ...config.server.forwardHeaders, config.priority.header.toLowerCase()],
     clientStallMs: config.server.clientStallTimeoutMs,
-    responses: new ResponseLocations(config.server.rememberedResponses),
+    responses: new ResponseLocations(config.server.rememberedResponses, shared?.responses),
   });
-  const shared = config.limits.redis ? await sharedLimits(config.limits.redis, logger) : undefined;
   const limitEvents = metrics.observeLimits({ redis: shared !== undefined, keyMetrics: config.limits.keyMetrics });
   const limitsLog = logger.child({ component: 'limits' });
   const limiter = new Limiter({

@@ -110,6 +110,8 @@ export interface RedisLimitsConfig {
   expectedRouters: number;
   /** Every request waits for Redis's answer, however far from its limits (else only near them). */
   strict: boolean;
+  /** How long the routers' shared record of a Responses API answer (its replica and key) is kept. */
+  responsesTtlHours: number;
 }
 
 export interface LimitsConfig {
@@ -278,6 +280,7 @@ export const configSchema = {
             flushIntervalMs: { type: 'integer', minimum: 10, maximum: 60_000, default: 250 },
             expectedRouters: { type: 'integer', minimum: 1, default: 1 },
             strict: { type: 'boolean', default: false },
+            responsesTtlHours: { type: 'integer', minimum: 1, maximum: 8_760, default: 168 },
           },
         },
       },

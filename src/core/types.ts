@@ -35,7 +35,7 @@ export type ResumeResult = keyof typeof RESUME_REASONS;
 export type ResumeReason = (typeof RESUME_REASONS)[ResumeResult][number];
 
 /** What became of a `previous_response_id`: sent to the replica holding it, unknown to the router, its replica gone, or another key's (refused). */
-export type PreviousResponseOutcome = 'pinned' | 'unknown' | 'replica_gone' | 'other_key';
+export type PreviousResponseOutcome = 'pinned' | 'unknown' | 'replica_gone' | 'other_key' | 'unchecked';
 
 /** A pool's timeouts, retries, breaker, admission and health checks (defaults: resilience/settings.ts). */
 export interface ResilienceSettings {
@@ -422,4 +422,20 @@ export function adapterProblem(adapter: { name: string }, pool: Pick<PoolSpec, '
  */
 export function unprobedCountsHealthy(pool: PoolSpec): boolean {
   return !(pool.resilience.scaleFromZero.enabled && pool.resilience.healthCheck.enabled);
+}
+
+/** Where a Responses API answer is kept (its pool and replica), and which API key made it (`balancer/response-locations.ts`). */
+export interface ResponseLocation {
+  pool: string;
+  endpoint: string;
+  /** The API key (its name) whose request made the response: only it may continue it. */
+  owner: string;
+}
+
+/** The records every router shares (Redis): what one router remembers, the others can find. */
+export interface SharedResponseRecords {
+  /** Writes the record; never rejects (a write that fails is a record the others will not find). */
+  save(id: string, location: ResponseLocation): void;
+  /** The record, or undefined when there is none; rejects when the store does not answer. */
+  load(id: string): Promise<ResponseLocation | undefined>;
 }

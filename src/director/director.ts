@@ -11,7 +11,7 @@ import type { IncomingHttpHeaders, IncomingMessage, ServerResponse } from 'node:
 import { type FormPart } from '../api/multipart.js';
 import { type ApiRoute } from '../api/routes.js';
 import { type ValidRequest } from '../api/validate.js';
-import { type ResponseLocation, type ResponseLocations } from '../balancer/response-locations.js';
+import { type ResponseLocations } from '../balancer/response-locations.js';
 import { RouterError } from '../core/errors.js';
 import { type Deployment, type EndpointSource, type PoolSpec, type PreviousResponseOutcome, type Priority, type RequestTrace, type ResumeReason, type ResumeResult } from '../core/types.js';
 import { type ForwardedFor } from '../proxy/headers.js';
@@ -134,7 +134,7 @@ export class Director {
     const { deps } = this;
     const { deployment, api, body } = request;
     let planned = planRoute({ catalog: deps.catalog(), hasEndpoints: (pool) => deps.endpoints.snapshot(pool).length > 0, random: deps.random }, deployment, api.capability, request.asked);
-    const pinned = this.pinned(request, planned);
+    const pinned = api.continues ? await this.pinned(request, planned) : undefined;
     if (pinned) planned = [pinned.step];
     const first = planned[0] as PlannedPool;
     if (first.deployment !== deployment.id) {
@@ -195,18 +195,23 @@ export class Director {
 
   /**
    * For a request continuing a stored response: the route step of the pool holding it, and its replica
-   * — when the router knows where it is and that replica is still in the route. Otherwise the request
-   * is routed like any other (the engine answers for an id it does not hold). An id another key made
-   * is answered 404 here, as if it did not exist, and never reaches the engine.
+   * — when the router knows where it is (its own record, else the routers' shared one) and that replica
+   * is still in the route. Otherwise the request is routed like any other (the engine answers for an
+   * id it does not hold). An id another key made is answered 404 here, as if it did not exist, and
+   * never reaches the engine.
    */
-  private pinned(request: DirectedRequest, planned: readonly PlannedPool[]): { step: PlannedPool; endpoint: string } | undefined {
+  private async pinned(request: DirectedRequest, planned: readonly PlannedPool[]): Promise<{ step: PlannedPool; endpoint: string } | undefined> {
     const field = request.api.continues;
     const id = field && request.body[field];
     if (typeof id !== 'string' || id === '') return undefined;
-    const location: ResponseLocation | undefined = this.deps.responses.find(id);
+    const { location, unanswered } = await this.deps.responses.lookup(id);
     if (location && location.owner !== request.tenant) {
       this.deps.metrics.recordPreviousResponse('other_key');
       throw new RouterError('RESPONSE_NOT_FOUND', `Response with id '${id.slice(0, 200)}' not found.`, { param: field });
+    }
+    if (unanswered) {
+      this.deps.metrics.recordPreviousResponse('unchecked');
+      return undefined;
     }
     const step = location && planned.find((p) => p.pool.name === location.pool);
     const present = step !== undefined && this.deps.endpoints.snapshot(step.pool.name).some((ep) => ep.id === location?.endpoint);

@@ -1,9 +1,12 @@
 /**
- * The shared store of the per-key limits: a Redis client and the store over it. Loaded only when
- * `limits.redis` is set, so a router without Redis never loads the client.
+ * The shared store of the per-key limits: a Redis client and the store over it, and the Responses API
+ * records the routers share through the same client. Loaded only when `limits.redis` is set, so a
+ * router without Redis never loads the client.
  */
 import { type Logger } from 'pino';
 import { type RedisLimitsConfig } from '../config/schema.js';
+import { RedisResponseRecords } from '../limits/redis-response-records.js';
+import { type SharedResponseRecords } from '../core/types.js';
 import { type SharedLimitStore } from '../limits/limiter.js';
 
 /** How long start-up waits for Redis before serving with local counts (it keeps trying after). */
@@ -16,6 +19,8 @@ export interface SharedLimits {
   strict: boolean;
   /** Whether Redis answered at start. */
   answering: boolean;
+  /** Which replica holds each Responses API answer and whose it is, for every router. */
+  responses: SharedResponseRecords;
   close(): Promise<void>;
 }
 
@@ -50,6 +55,7 @@ export async function sharedLimits(config: RedisLimitsConfig, logger: Logger): P
     expectedRouters: config.expectedRouters,
     strict: config.strict,
     answering,
+    responses: new RedisResponseRecords(client, { prefix: config.keyPrefix, ttlSeconds: config.responsesTtlHours * 3600 }),
     async close() {
       client.disconnect();
       await Promise.resolve();

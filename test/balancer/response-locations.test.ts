@@ -1,6 +1,14 @@
-/** ResponseLocations: where each stored response lives, bounded by count, least recently used forgotten first. */
-import { describe, expect, it } from '@jest/globals';
-import { ResponseLocations } from '../../src/balancer/response-locations.js';
+/**
+ * ResponseLocations: where each stored response lives, bounded by count, least recently used forgotten
+ * first; with shared records, written through to them and looked up there when not held here. And
+ * RedisResponseRecords, the shared records, against a real redis-server.
+ */
+import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import { Redis } from 'ioredis';
+import { RedisResponseRecords } from '../../src/limits/redis-response-records.js';
+import { ResponseLocations, type ResponseLocation, type SharedResponseRecords } from '../../src/balancer/response-locations.js';
+import { redisClient } from '../../src/limits/redis-store.js';
+import { startRedisServer, type RedisServer } from '../helpers/redis-server.js';
 
 const at = (endpoint: string) => ({ pool: 'p', endpoint, owner: 'team-a' });
 
@@ -37,5 +45,112 @@ describe('ResponseLocations', () => {
     where.remember('a', at('e1'));
     expect(where.find('a')).toBeUndefined();
     expect(where.size).toBe(0);
+  });
+});
+
+/** Shared records in a Map, counting the calls; `down` makes loads reject as a store that does not answer. */
+function sharedMap(): SharedResponseRecords & { records: Map<string, ResponseLocation>; loads: number; down: boolean } {
+  return {
+    records: new Map(),
+    loads: 0,
+    down: false,
+    save(id, location) {
+      this.records.set(id, location);
+    },
+    load(id) {
+      this.loads++;
+      return this.down ? Promise.reject(new Error('Command timed out')) : Promise.resolve(this.records.get(id));
+    },
+  };
+}
+
+describe('ResponseLocations with shared records', () => {
+  it('writes what it remembers through to the shared records', () => {
+    const shared = sharedMap();
+    new ResponseLocations(10, shared).remember('resp_1', at('e1'));
+    expect(shared.records.get('resp_1')).toEqual(at('e1'));
+  });
+
+  it('answers from its own record without asking the shared ones; looks up what it does not hold, and keeps it', async () => {
+    const shared = sharedMap();
+    const where = new ResponseLocations(10, shared);
+    where.remember('mine', at('e1'));
+    expect(await where.lookup('mine')).toEqual({ location: at('e1') });
+    expect(shared.loads).toBe(0);
+    shared.records.set('theirs', { pool: 'p', endpoint: 'e2', owner: 'team-b' });
+    expect(await where.lookup('theirs')).toEqual({ location: { pool: 'p', endpoint: 'e2', owner: 'team-b' } });
+    expect(where.find('theirs')).toEqual({ pool: 'p', endpoint: 'e2', owner: 'team-b' });
+    expect(await where.lookup('nobody')).toEqual({});
+    expect(shared.loads).toBe(2);
+  });
+
+  it('says when the shared records did not answer: the id could not be checked', async () => {
+    const shared = sharedMap();
+    shared.down = true;
+    expect(await new ResponseLocations(10, shared).lookup('resp_x')).toEqual({ unanswered: true });
+  });
+
+  it('capacity 0 neither writes nor asks the shared records', async () => {
+    const shared = sharedMap();
+    const where = new ResponseLocations(0, shared);
+    where.remember('a', at('e1'));
+    shared.records.set('b', at('e2'));
+    expect(await where.lookup('b')).toEqual({});
+    expect(shared.records.has('a')).toBe(false);
+    expect(shared.loads).toBe(0);
+  });
+});
+
+describe('RedisResponseRecords against a real redis-server', () => {
+  let redis: RedisServer;
+  let client: Redis;
+  let reader: Redis;
+  beforeAll(async () => {
+    redis = await startRedisServer();
+    client = redisClient({ url: redis.url, tls: false, timeoutMs: 1000 });
+    reader = new Redis(redis.url);
+    await Promise.all([client, reader].map((c) => new Promise((resolve) => c.once('ready', resolve))));
+  });
+  afterAll(async () => {
+    client?.disconnect();
+    reader?.disconnect();
+    await redis?.stop();
+  });
+
+  /** Resolves once a save has reached Redis (save does not wait for it). */
+  async function saved(records: RedisResponseRecords, id: string): Promise<void> {
+    for (let i = 0; i < 200 && (await reader.exists(records.key(id))) === 0; i++) await new Promise((r) => setTimeout(r, 5));
+  }
+
+  it('reads back what it saved, under the prefix and a hash of the id, with the lifetime it was given', async () => {
+    const records = new RedisResponseRecords(client, { prefix: 'mg-test:', ttlSeconds: 3600 });
+    records.save('resp_abc', { pool: 'llama', endpoint: 'http://10.0.0.1:8000', owner: 'team-a' });
+    await saved(records, 'resp_abc');
+    expect(records.key('resp_abc')).toMatch(/^mg-test:resp:[\w-]{43}$/);
+    expect(await records.load('resp_abc')).toEqual({ pool: 'llama', endpoint: 'http://10.0.0.1:8000', owner: 'team-a' });
+    expect(await records.load('resp_other')).toBeUndefined();
+    const ttl = await reader.ttl(records.key('resp_abc'));
+    expect(ttl).toBeGreaterThan(3590);
+    expect(ttl).toBeLessThanOrEqual(3600);
+  });
+
+  it('takes a value that is not its own record for no record', async () => {
+    const records = new RedisResponseRecords(client, { prefix: 'mg-test:', ttlSeconds: 60 });
+    for (const [id, value] of [
+      ['resp_text', 'not json'],
+      ['resp_object', '{"pool":"p"}'],
+      ['resp_short', '["p","e"]'],
+      ['resp_number', '["p","e",7]'],
+    ] as const) {
+      await reader.set(records.key(id), value);
+      expect({ id, found: await records.load(id) }).toEqual({ id, found: undefined });
+    }
+  });
+
+  it('rejects a load while Redis is away, and a save then does not throw', async () => {
+    const records = new RedisResponseRecords(client, { prefix: 'mg-test:', ttlSeconds: 60 });
+    await redis.stop();
+    expect(() => records.save('resp_lost', at('e1'))).not.toThrow();
+    await expect(records.load('resp_lost')).rejects.toThrow();
   });
 });

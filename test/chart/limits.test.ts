@@ -36,6 +36,7 @@ interface RedisBlock {
   timeoutMs: number;
   flushIntervalMs: number;
   strict: boolean;
+  responsesTtlHours: number;
   expectedRouters: number;
 }
 interface LimitsBlock {
@@ -109,7 +110,7 @@ describe('chart limits: the config', () => {
   });
 
   it('with limits.redis.url renders the redis block from the values, without username, passwordFile or caFile unless set', () => {
-    expect(redisOf(get('redis'))).toEqual({ url: REDIS_URL, tls: false, keyPrefix: 'modelgate:', timeoutMs: 50, flushIntervalMs: 250, strict: false, expectedRouters: 2 });
+    expect(redisOf(get('redis'))).toEqual({ url: REDIS_URL, tls: false, keyPrefix: 'modelgate:', timeoutMs: 50, flushIntervalMs: 250, strict: false, responsesTtlHours: 168, expectedRouters: 2 });
     expect(volumesOf(get('redis')).map((v) => v.name)).toEqual(['config', 'keys', 'tmp']);
   });
 
@@ -141,7 +142,7 @@ describe('chart limits: Redis password and CA from Secrets', () => {
     expect(volumesOf(get('redisTlsFlag')).find((v) => v.name === 'redis-tls')?.secret).toEqual({ secretName: 'corp-ca', items: [{ key: 'bundle.pem', path: 'ca.crt' }] });
   });
 
-  it('passes the rest of the ci file through: URL, ACL user, TLS flag, key prefix, timings and strict', () => {
+  it("passes the rest of the ci file through: URL, ACL user, TLS flag, key prefix, timings, strict and the Responses records' lifetime", () => {
     expect(redisOf(get('limits'))).toEqual({
       url: 'rediss://redis-master.cache.svc:6380/0',
       username: 'modelgate',
@@ -152,6 +153,7 @@ describe('chart limits: Redis password and CA from Secrets', () => {
       timeoutMs: 40,
       flushIntervalMs: 500,
       strict: true,
+      responsesTtlHours: 24,
       expectedRouters: 3,
     });
     expect(redisOf(get('redisTlsFlag'))).toMatchObject({ url: REDIS_URL, tls: true, caFile: '/etc/modelgate/redis-tls/ca.crt' });
@@ -207,7 +209,7 @@ describe('chart limits: values schema', () => {
   });
 
   it("bounds limits.keyMetrics and limits.redis' keyPrefix and timings as the router does, and defaults them as the router does", () => {
-    for (const field of ['keyPrefix', 'timeoutMs', 'flushIntervalMs']) {
+    for (const field of ['keyPrefix', 'timeoutMs', 'flushIntervalMs', 'responsesTtlHours']) {
       expect({ field, schema: accepted(schemaNode(valuesSchema, 'limits', 'redis', field)) }).toEqual({ field, schema: accepted(schemaNode(configSchema, 'limits', 'redis', field)) });
       expect({ field, value: values.limits.redis[field] }).toEqual({ field, value: schemaNode(configSchema, 'limits', 'redis', field).default });
     }
@@ -227,6 +229,7 @@ describe('chart limits: values schema', () => {
     ['an http URL for Redis', { 'limits.redis.url': 'http://redis:6379' }, 'does not match pattern'],
     ['a Redis timeout of 0', { 'limits.redis.url': REDIS_URL, 'limits.redis.timeoutMs': 0 }, 'minimum'],
     ['a flush interval under 10 ms', { 'limits.redis.url': REDIS_URL, 'limits.redis.flushIntervalMs': 5 }, 'minimum'],
+    ['a Responses record lifetime of 0 hours', { 'limits.redis.url': REDIS_URL, 'limits.redis.responsesTtlHours': 0 }, 'minimum'],
     ['a misspelt Redis field', { 'limits.redis.pasword': 'x' }, "additional properties 'pasword' not allowed"],
     ['keyMetrics as a string', { 'limits.keyMetrics': 'yes' }, 'want boolean'],
   ] as const)('rejects %s', async (_what, set, message) => {

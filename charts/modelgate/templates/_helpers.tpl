@@ -192,7 +192,7 @@ password and CA as the files the Deployment mounts from their Secrets.
 {{- $l := .Values.limits }}
 {{- $limits := dict "defaults" $l.defaults "keyMetrics" $l.keyMetrics }}
 {{- with $l.redis.url }}
-{{- $redis := dict "url" . "tls" $l.redis.tls.enabled "keyPrefix" $l.redis.keyPrefix "timeoutMs" $l.redis.timeoutMs "flushIntervalMs" $l.redis.flushIntervalMs "strict" $l.redis.strict "expectedRouters" (include "modelgate.expectedRouters" $ | atoi) }}
+{{- $redis := dict "url" . "tls" $l.redis.tls.enabled "keyPrefix" $l.redis.keyPrefix "timeoutMs" $l.redis.timeoutMs "flushIntervalMs" $l.redis.flushIntervalMs "strict" $l.redis.strict "responsesTtlHours" $l.redis.responsesTtlHours "expectedRouters" (include "modelgate.expectedRouters" $ | atoi) }}
 {{- with $l.redis.username }}
 {{- $_ := set $redis "username" . }}
 {{- end }}

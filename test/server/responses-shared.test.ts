@@ -1,0 +1,141 @@
+/**
+ * The Responses API's records shared through Redis (`limits.redis`): two router processes
+ * (`modelgate serve`, as users start it) in front of two replicas, driven with the official openai
+ * client. A response made through one router is pinned to its replica and refused to other keys by
+ * the other router too, and by a router started after it was made; with Redis gone, a router that
+ * does not know an id passes it on and counts it `unchecked`.
+ */
+import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import { Redis } from 'ioredis';
+import { createHash } from 'node:crypto';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import OpenAI from 'openai';
+import { type SimServer } from '../../src/sim/server.js';
+import { startRedisServer, type RedisServer } from '../helpers/redis-server.js';
+import { metricSum } from '../helpers/router.js';
+import { serveRouter, type ServedRouter } from '../helpers/serve.js';
+import { startTestSim } from '../helpers/sim.js';
+
+const TEAM_A = 'sk-team-a-0123456789';
+const TEAM_B = 'sk-team-b-0123456789';
+
+let dir: string;
+let redis: RedisServer;
+let sims: SimServer[];
+const routers: ServedRouter[] = [];
+
+beforeAll(async () => {
+  dir = await mkdtemp(join(tmpdir(), 'modelgate-shared-responses-'));
+  redis = await startRedisServer();
+  sims = await Promise.all([1, 2].map((n) => startTestSim({ model: ['meta/llama'], name: `replica-${n}`, ttftMs: 0, itlMs: 0 })));
+  await writeFile(join(dir, 'keys.yaml'), `- { name: team-a, key: ${TEAM_A} }\n- { name: team-b, key: ${TEAM_B} }\n`);
+  const config = {
+    server: { host: '127.0.0.1', port: 0, shutdownDelayMs: 0 },
+    admin: { host: '127.0.0.1', port: 0 },
+    log: { level: 'info' },
+    auth: { keysFile: 'keys.yaml' },
+    pools: [{ name: 'llama', servedModelName: 'meta/llama', capabilities: ['responses'], endpoints: sims.map((s) => s.url) }],
+    deployments: [{ id: 'llama-prod', model: 'llama', targets: [{ pool: 'llama' }] }],
+    // raised from the 50 ms default, as in the shared-limits suite: a loaded 2-core CI machine's Redis is sometimes slower
+    limits: { redis: { url: redis.url, timeoutMs: 1000 } },
+  };
+  await writeFile(join(dir, 'modelgate.yaml'), JSON.stringify(config));
+  for (let i = 0; i < 2; i++) routers.push(await serveRouter(join(dir, 'modelgate.yaml')));
+}, 60_000);
+
+afterAll(async () => {
+  await Promise.all(routers.map((r) => r.stop()));
+  await Promise.all((sims ?? []).map((s) => s.close()));
+  await redis?.stop();
+  await rm(dir, { recursive: true, force: true });
+});
+
+const client = (router: ServedRouter, key: string): OpenAI => new OpenAI({ apiKey: key, baseURL: `${router.api}/v1`, maxRetries: 0 });
+
+/** A Responses API call through `router` as `key`: the response's id and the replica that answered. */
+async function respond(router: ServedRouter, key: string, params: Omit<OpenAI.Responses.ResponseCreateParamsNonStreaming, 'model'>): Promise<{ id: string; replica: string | null }> {
+  const { data, response } = await client(router, key)
+    .responses.create({ model: 'llama', max_output_tokens: 3, ...params })
+    .withResponse();
+  return { id: data.id, replica: response.headers.get('x-sim-replica') };
+}
+
+async function outcomes(router: ServedRouter, outcome: string): Promise<number> {
+  return metricSum(await (await fetch(`${router.admin}/metrics`)).text(), 'modelgate_previous_response_requests_total', { outcome });
+}
+
+async function refused(router: ServedRouter, key: string, previous: string): Promise<unknown> {
+  return client(router, key)
+    .responses.create({ model: 'llama', input: 'what did they say?', previous_response_id: previous })
+    .catch((e: unknown) => e);
+}
+
+describe('Responses API records shared by every router through Redis', () => {
+  it('a conversation that alternates between the routers stays on the replica that holds it', async () => {
+    const first = await respond(routers[0]!, TEAM_A, { input: 'Start a conversation' });
+    expect(first.replica).toMatch(/^replica-/);
+    let previous = first.id;
+    for (let turn = 0; turn < 6; turn++) {
+      const next = await respond(routers[(turn + 1) % 2]!, TEAM_A, { input: `turn ${turn}`, previous_response_id: previous });
+      expect({ turn, replica: next.replica }).toEqual({ turn, replica: first.replica });
+      previous = next.id;
+    }
+    // turns 0, 2, 4 went through the second router, which never saw the ids it was asked about
+    expect(await outcomes(routers[1]!, 'pinned')).toBe(3);
+    expect(await outcomes(routers[1]!, 'unknown')).toBe(0);
+  });
+
+  it("another key cannot continue a response made through the other router: the router's 404, as for an id that does not exist", async () => {
+    const mine = await respond(routers[0]!, TEAM_A, { input: 'a private conversation' });
+    const err = await refused(routers[1]!, TEAM_B, mine.id);
+    expect(err).toBeInstanceOf(OpenAI.NotFoundError);
+    expect((err as InstanceType<typeof OpenAI.NotFoundError>).param).toBe('previous_response_id');
+    expect((err as InstanceType<typeof OpenAI.NotFoundError>).message).toContain(`Response with id '${mine.id}' not found.`);
+    expect(await outcomes(routers[1]!, 'other_key')).toBe(1);
+  });
+
+  it('a router started after the response was made knows it too: pinned for its key, refused to the other', async () => {
+    const mine = await respond(routers[0]!, TEAM_A, { input: 'made before the new router started' });
+    const late = await serveRouter(join(dir, 'modelgate.yaml'));
+    routers.push(late);
+    expect(await refused(late, TEAM_B, mine.id)).toBeInstanceOf(OpenAI.NotFoundError);
+    expect((await respond(late, TEAM_A, { input: 'go on', previous_response_id: mine.id })).replica).toBe(mine.replica);
+    expect(await outcomes(late, 'other_key')).toBe(1);
+    expect(await outcomes(late, 'pinned')).toBe(1);
+  });
+
+  it('Redis holds each record under a hash of the id (never the id itself), expiring after responsesTtlHours (168 by default)', async () => {
+    const mine = await respond(routers[0]!, TEAM_A, { input: 'what Redis keeps' });
+    const reader = new Redis(redis.url, { lazyConnect: true });
+    try {
+      await reader.connect();
+      const keys = await reader.keys('modelgate:resp:*');
+      expect(keys.filter((k) => k.includes(mine.id))).toEqual([]);
+      const values = await Promise.all(keys.map((k) => reader.get(k)));
+      expect(values.filter((v) => v?.includes(mine.id))).toEqual([]);
+      const key = `modelgate:resp:${createHash('sha256').update(mine.id).digest('base64url')}`;
+      expect(keys).toContain(key);
+      const [pool, endpoint, owner] = JSON.parse((await reader.get(key)) ?? 'null') as [string, string, string];
+      expect({ pool, owner }).toEqual({ pool: 'llama', owner: 'team-a' });
+      expect(sims.map((s) => s.url)).toContain(endpoint);
+      const ttl = await reader.ttl(key);
+      expect(ttl).toBeGreaterThan(167 * 3600);
+      expect(ttl).toBeLessThanOrEqual(168 * 3600);
+    } finally {
+      reader.disconnect();
+    }
+  });
+
+  it('with Redis gone: a router that made the id still refuses it to another key; one that does not know it passes it on, counted unchecked', async () => {
+    const mine = await respond(routers[0]!, TEAM_A, { input: 'made just before Redis went away' });
+    await redis.stop();
+    expect(await refused(routers[0]!, TEAM_B, mine.id)).toBeInstanceOf(OpenAI.NotFoundError);
+    // the second router cannot check it: the request goes on, routed as usual, and the engine answers for it
+    // (the simulator, like vLLM, holds it only on the replica that made it: 404 from the other one)
+    const before = await outcomes(routers[1]!, 'unchecked');
+    await refused(routers[1]!, TEAM_B, mine.id);
+    expect(await outcomes(routers[1]!, 'unchecked')).toBe(before + 1);
+  });
+});
