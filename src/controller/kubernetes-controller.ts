@@ -89,6 +89,7 @@ export class KubernetesController {
     const views = new Map<Deployment, DeploymentView>();
     for (const view of state.deployments) if (view.deployment) views.set(view.deployment, view);
     const invalidPools = new Set(state.pools.filter((p) => !p.spec).map((p) => p.key));
+    const invalidDeployments = new Set(state.deployments.filter((d) => !d.deployment).map((d) => d.key));
     return [
       ...state.pools.map((p): Desired => ({
         kind: 'modelpools',
@@ -104,7 +105,7 @@ export class KubernetesController {
         namespace: d.namespace,
         name: d.name,
         key: `modeldeployments/${d.key}`,
-        status: deploymentStatus(d, this.registry, views, now, invalidPools),
+        status: deploymentStatus(d, this.registry, views, now, invalidPools, invalidDeployments),
         current: d.object.status,
         resourceVersion: d.object.metadata?.resourceVersion,
       })),

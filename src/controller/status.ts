@@ -87,6 +87,7 @@ export function deploymentStatus(
   views: ReadonlyMap<Deployment, DeploymentView>,
   now: Date,
   invalidPools: ReadonlySet<string> = new Set(),
+  invalidDeployments: ReadonlySet<string> = new Set(),
 ): DeploymentStatus {
   const previous = previousConditions(view.object.status);
   const at = timestamp(now);
@@ -114,7 +115,9 @@ export function deploymentStatus(
         return problem === undefined ? [] : [problem];
       })
     : [];
-  const noFallback = dep.fallbacks.filter((id) => !catalog.fallbackOf(dep, id)).map((id) => `"${id}"`);
+  const unusableFallbacks = dep.fallbacks.filter((id) => !catalog.fallbackOf(dep, id));
+  const invalidFallback = unusableFallbacks.filter((id) => invalidDeployments.has(`${view.namespace}/${id}`)).map((id) => `"${id}"`);
+  const noFallback = unusableFallbacks.filter((id) => !invalidDeployments.has(`${view.namespace}/${id}`)).map((id) => `"${id}"`);
   const accepted =
     missing.length > 0
       ? condition(previous, at, g, 'Accepted', false, 'PoolNotFound', `No ModelPool named ${missing.join(', ')} in namespace ${view.namespace}.`)
@@ -124,7 +127,17 @@ export function deploymentStatus(
           ? condition(previous, at, g, 'Accepted', false, 'AdapterUnsupported', `${adapterProblems.join('; ')} (such a target gets no requests).`)
           : noFallback.length > 0
             ? condition(previous, at, g, 'Accepted', false, 'FallbackNotFound', `No ModelDeployment named ${noFallback.join(', ')} in namespace ${view.namespace}: requests do not fall back there.`)
-            : condition(previous, at, g, 'Accepted', true, 'Accepted', 'Every target pool and fallback exists.');
+            : invalidFallback.length > 0
+              ? condition(
+                  previous,
+                  at,
+                  g,
+                  'Accepted',
+                  false,
+                  'FallbackInvalid',
+                  `ModelDeployment ${invalidFallback.join(', ')} in namespace ${view.namespace} has a spec the router cannot use (see its Accepted condition): requests do not fall back there.`,
+                )
+              : condition(previous, at, g, 'Accepted', true, 'Accepted', 'Every target pool and fallback exists.');
   const held = new Set(catalog.namesOf(dep));
   const lost = [...new Set([dep.id, ...dep.aliases, dep.model])].filter((n) => !held.has(n));
   const holders = lost.map((name) => {

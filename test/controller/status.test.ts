@@ -148,6 +148,23 @@ describe('deploymentStatus', () => {
     });
   });
 
+  it('says FallbackInvalid, not FallbackNotFound, when the fallback exists with a spec the router cannot use', () => {
+    const view = deployment('llama-prod', 100, 'llama', [], ['llama']);
+    const withFallbacks = { ...view, deployment: { ...view.deployment!, fallbacks: ['broken'] } };
+    const registry = new Registry(pools, [withFallbacks.deployment]);
+    expect(deploymentStatus(withFallbacks, registry, new Map(), t0, new Set(), new Set(['models/broken'])).conditions[0]).toMatchObject({
+      status: 'False',
+      reason: 'FallbackInvalid',
+      message: 'ModelDeployment "broken" in namespace models has a spec the router cannot use (see its Accepted condition): requests do not fall back there.',
+    });
+    // one missing and one invalid: the missing one is named first, as a missing pool is before an invalid one
+    const both = { ...view, deployment: { ...view.deployment!, fallbacks: ['broken', 'elsewhere'] } };
+    expect(deploymentStatus(both, new Registry(pools, [both.deployment]), new Map(), t0, new Set(), new Set(['models/broken'])).conditions[0]).toMatchObject({
+      reason: 'FallbackNotFound',
+      message: 'No ModelDeployment named "elsewhere" in namespace models: requests do not fall back there.',
+    });
+  });
+
   it('marks the younger of two deployments claiming an alias as Conflicted, naming the holder', () => {
     const older = deployment('older', 100, 'llama-a', ['default'], ['llama']);
     const younger = deployment('younger', 200, 'llama-b', ['default'], ['llama']);

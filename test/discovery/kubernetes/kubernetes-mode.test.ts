@@ -394,6 +394,18 @@ describe('Kubernetes mode: status and conflicts', () => {
     expect(accepted?.message).toBe('ModelPool "broken" in namespace models has a spec the router cannot use (see its Accepted condition).');
   });
 
+  it('reports a fallback whose spec is invalid as FallbackInvalid, not as missing', async () => {
+    const { fake } = await cluster(['pod-a']);
+    // all weights 0: the API server takes it, the router cannot use it
+    fake.apply('modeldeployments', { ...modelDeployment('broken-backup', 'broken-backup', [], [{ pool: 'llama' }]), spec: { model: 'broken-backup', targets: [{ pool: 'llama', weight: 0 }] } });
+    fake.apply('modeldeployments', {
+      ...modelDeployment('with-backup', 'with-backup', [], [{ pool: 'llama' }]),
+      spec: { model: 'with-backup', targets: [{ pool: 'llama' }], fallbacks: ['broken-backup'] },
+    });
+    const accepted = await acceptedAs(fake, 'with-backup', 'FallbackInvalid');
+    expect(accepted?.message).toBe('ModelDeployment "broken-backup" in namespace models has a spec the router cannot use (see its Accepted condition): requests do not fall back there.');
+  });
+
   it('does not accept a LoRA adapter on a pool that cannot serve it (static mode refuses the config): no route to it, no ready endpoints counted for it', async () => {
     const { fake, gateway } = await cluster(['pod-a']);
     // the same Service's pod, declared as an SGLang pool: LoRA adapters are served by vLLM pools only
