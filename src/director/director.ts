@@ -10,6 +10,7 @@
 import type { IncomingHttpHeaders, IncomingMessage, ServerResponse } from 'node:http';
 import { type FormPart } from '../api/multipart.js';
 import { type ApiRoute } from '../api/routes.js';
+import { choicesOf } from '../api/valid-request.js';
 import { type ValidRequest } from '../api/validate.js';
 import { type ResponseLocations } from '../balancer/response-locations.js';
 import { RouterError } from '../core/errors.js';
@@ -29,11 +30,8 @@ const KNOWN_STREAM_END = new Set(['chat', 'completions', 'responses', 'messages'
  * completions, `n` for each of its prompts (a list of strings, or of token-id lists).
  */
 function streamChoicesOf(api: string, body: ValidRequest): { streamChoices?: number } {
-  if (api !== 'chat' && api !== 'completions') return {};
-  const n = typeof body.n === 'number' && body.n > 1 ? body.n : 1;
-  const prompt = body.prompt;
-  const prompts = api === 'completions' && Array.isArray(prompt) && prompt.length > 1 && prompt.every((p) => typeof p === 'string' || Array.isArray(p)) ? prompt.length : 1;
-  return n * prompts > 1 ? { streamChoices: n * prompts } : {};
+  const choices = choicesOf(api, body);
+  return choices > 1 ? { streamChoices: choices } : {};
 }
 
 /** A validated, authorised request, as the server hands it over. */
