@@ -12,6 +12,7 @@ import { PrefixIndex } from './balancer/prefix-index.js';
 import { AdapterPlacements } from './balancer/lora.js';
 import { ResponseLocations } from './balancer/response-locations.js';
 import { systemClock, systemScheduler, systemSleep, type Clock } from './core/clock.js';
+import { type RefusedRequest } from './core/types.js';
 import { type Config } from './config/schema.js';
 import { RouterMetrics } from './metrics/metrics.js';
 import { attemptOutcome, retryReason } from './metrics/labels.js';
@@ -61,6 +62,8 @@ export interface Router {
   beginShutdown(): void;
   /** Requests received and not yet answered in full. */
   activeRequests(): number;
+  /** A request the API server's HTTP parser refused, as it answered it (the access log's line, the count). */
+  refused(request: RefusedRequest): void;
   /** Marks the router as stopping (readiness fails) and releases what it holds. */
   close(): Promise<void>;
 }
@@ -323,6 +326,7 @@ export async function createRouter(config: Config, options: RouterOptions = {}):
       app.closeConnections();
     },
     activeRequests: () => app.activeRequests(),
+    refused: (request) => app.refused(request),
     async close() {
       stopping = true;
       clearInterval(pruner);
@@ -345,7 +349,7 @@ export async function createRouter(config: Config, options: RouterOptions = {}):
 /** Builds a router and starts its API and admin servers. */
 export async function startRouter(config: Config, options: RouterOptions = {}): Promise<RunningRouter> {
   const router = await createRouter(config, options);
-  const apiServer = createApiServer(config.server, router.api);
+  const apiServer = createApiServer(config.server, router.api, (request) => router.refused(request));
   const adminServer = http.createServer(router.admin);
   try {
     const apiUrl = await listen(apiServer, config.server.port, config.server.host, 'server.port');

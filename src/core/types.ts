@@ -439,3 +439,14 @@ export interface SharedResponseRecords {
   /** The record, or undefined when there is none; rejects when the store does not answer. */
   load(id: string): Promise<ResponseLocation | undefined>;
 }
+
+/** A request Node's HTTP parser refused (or that ran out of time), as the API server answered it. */
+export interface RefusedRequest {
+  /** The `x-request-id` its answer carries. */
+  requestId: string;
+  status: number;
+  /** The error code of the answer's envelope (`invalid_request`, `request_timeout`, …). */
+  code: string;
+  /** The peer's address, as the socket has it. */
+  client?: string;
+}

@@ -9,7 +9,7 @@
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { type Logger } from 'pino';
-import { type LineSink } from '../core/types.js';
+import { type LineSink, type RefusedRequest } from '../core/types.js';
 import { type Finished } from '../metrics/goodput.js';
 import { type Route } from '../metrics/metrics.js';
 import { type RequestContext } from './context.js';
@@ -119,11 +119,26 @@ export class AccessLog {
     if (ctx.trace) endTrace(ctx, status);
     if (!this.logger.isLevelEnabled('info')) return;
     const rest = (ctx.trace ? str('traceId', ctx.trace.traceId) : '') + members(req, res, ctx, status, ms);
+    this.line(ctx.requestId, rest);
+  }
+
+  /**
+   * A request Node's HTTP parser refused (or that ran out of time), answered by the API server: counted
+   * as route `other` and logged like any request, with the peer's address as its client and the
+   * answer's error code as its failure (it has no key, path or model the router could read).
+   */
+  refused(request: RefusedRequest): void {
+    this.metrics.recordRequest('other', '', '', request.status, 0);
+    if (!this.logger.isLevelEnabled('info')) return;
+    this.line(request.requestId, str('client', request.client) + num('status', request.status) + str('failure', request.code));
+  }
+
+  private line(requestId: string, rest: string): void {
     const { sink } = this;
     if (sink) {
-      sink.write(`{"level":30,"time":${Date.now()},${sink.bindings},"requestId":${JSON.stringify(ctx.requestId)}${rest},"msg":"request"}\n`);
+      sink.write(`{"level":30,"time":${Date.now()},${sink.bindings},"requestId":${JSON.stringify(requestId)}${rest},"msg":"request"}\n`);
     } else {
-      this.logger.info(JSON.parse(`{"requestId":${JSON.stringify(ctx.requestId)}${rest}}`) as object, 'request');
+      this.logger.info(JSON.parse(`{"requestId":${JSON.stringify(requestId)}${rest}}`) as object, 'request');
     }
   }
 }

@@ -21,7 +21,7 @@ import { bearerToken, type Principal } from '../auth/key-store.js';
 import { AddressRanges } from '../core/address-ranges.js';
 import { type Clock } from '../core/clock.js';
 import { passed } from '../core/phases.js';
-import { type LineSink, type Tracing } from '../core/types.js';
+import { type LineSink, type RefusedRequest, type Tracing } from '../core/types.js';
 import { RouterError, toErrorResponse, writeErrorAnswer } from '../core/errors.js';
 import { type RequestDirector } from '../director/director.js';
 import { type Finished } from '../metrics/goodput.js';
@@ -79,6 +79,8 @@ export interface BuiltApp {
   activeRequests(): number;
   /** From now on every response asks the client to close its connection (used while draining). */
   closeConnections(): void;
+  /** A request the HTTP parser refused, as the API server answered it: its access-log line and count. */
+  refused(request: RefusedRequest): void;
 }
 
 /** Every route and its one method, for the 405 answers. */
@@ -292,5 +294,6 @@ export function buildApp(deps: AppDeps): BuiltApp {
     closeConnections: () => {
       draining = true;
     },
+    refused: (request) => accessLog.refused(request),
   };
 }

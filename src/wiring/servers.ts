@@ -7,6 +7,8 @@ import { type ServerConfig } from '../config/schema.js';
 import { type AddressInfo } from 'node:net';
 import type { Duplex } from 'node:stream';
 import { ConfigError } from '../config/load.js';
+import { type RefusedRequest } from '../core/types.js';
+import { randomUUID } from 'node:crypto';
 
 /** Why a listen failed, as a config error naming the field (`server` or `admin`). */
 /** `field`: the port's field (`server.port`); an address that is not this machine's is its host's (`server.host`). */
@@ -50,7 +52,8 @@ export function closeServer(server: Server): Promise<void> {
  * connectionsCheckingInterval (30 s by default), so the check runs at least as often as the headers
  * timeout.
  */
-export function createApiServer(server: ServerConfig, handler: RequestListener): Server {
+/** `refused`: hears each request the HTTP parser refused and the server answered (its access-log line, its count). */
+export function createApiServer(server: ServerConfig, handler: RequestListener, refused?: (request: RefusedRequest) => void): Server {
   const api = http.createServer(
     {
       noDelay: true,
@@ -62,9 +65,13 @@ export function createApiServer(server: ServerConfig, handler: RequestListener):
     },
     handler,
   );
-  api.on('clientError', answerClientError);
-  api.on('checkExpectation', (_req: IncomingMessage, res: ServerResponse) => {
-    writeErrorAnswer(res, toErrorResponse(new RouterError('EXPECTATION_FAILED', 'The router supports only "Expect: 100-continue".')), undefined);
+  api.on('clientError', (err: NodeJS.ErrnoException, socket: Duplex) => answerClientError(err, socket, refused));
+  api.on('checkExpectation', (req: IncomingMessage, res: ServerResponse) => {
+    const answer = toErrorResponse(new RouterError('EXPECTATION_FAILED', 'The router supports only "Expect: 100-continue".'));
+    const requestId = randomUUID();
+    writeErrorAnswer(res, answer, requestId);
+    const client = req.socket.remoteAddress;
+    refused?.({ requestId, status: answer.status, code: answer.body.error.code ?? 'expectation_failed', ...(client ? { client } : {}) });
   });
   return api;
 }
@@ -85,13 +92,14 @@ function clientErrorOf(err: NodeJS.ErrnoException): RouterError {
 
 /**
  * Node's `clientError` (a request it could not parse, or one that ran out of time): answered in
- * OpenAI's envelope and the connection closed, as Node's default answers with an empty body. Nothing
+ * OpenAI's envelope with an `x-request-id`, and the connection closed, as Node's default answers with
+ * an empty body; `refused` hears it (the access log's line). Nothing
  * is written when the socket cannot take it, or when a response on that connection has already
  * started (a pipelined request's error while an earlier answer streams): its bytes would corrupt that
  * answer, so the connection is only closed, as Node's own handler does. That check reads the socket's
  * current response (`_httpMessage`, what Node's handler reads itself): test/wiring/client-errors.test.ts pins it.
  */
-function answerClientError(err: NodeJS.ErrnoException, socket: Duplex): void {
+function answerClientError(err: NodeJS.ErrnoException, socket: Duplex, refused?: (request: RefusedRequest) => void): void {
   const current = (socket as Duplex & { _httpMessage?: ServerResponse | null })._httpMessage;
   if (err.code === 'ECONNRESET' || !socket.writable || (current !== undefined && current !== null && current.headersSent)) {
     socket.destroy();
@@ -99,9 +107,15 @@ function answerClientError(err: NodeJS.ErrnoException, socket: Duplex): void {
   }
   const answer = toErrorResponse(clientErrorOf(err));
   const body = JSON.stringify(answer.body);
+  // a fresh id: whatever x-request-id the client sent is in headers the parser did not finish
+  const requestId = randomUUID();
   // closed once written, as Node's own handler does: a client that keeps its side open holds nothing
   socket.once('finish', () => socket.destroy());
-  socket.end(`HTTP/1.1 ${answer.status} ${http.STATUS_CODES[answer.status] ?? ''}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`);
+  socket.end(
+    `HTTP/1.1 ${answer.status} ${http.STATUS_CODES[answer.status] ?? ''}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nx-request-id: ${requestId}\r\nconnection: close\r\n\r\n${body}`,
+  );
+  const client = (socket as Duplex & { remoteAddress?: string }).remoteAddress;
+  refused?.({ requestId, status: answer.status, code: answer.body.error.code ?? 'invalid_request', ...(client ? { client } : {}) });
 }
 
 /** Longest wait, after the grace period, for the requests it cut to write their access-log lines. */

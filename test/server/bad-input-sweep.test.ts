@@ -11,7 +11,7 @@ import { runInNewContext } from 'node:vm';
 import { type RunningRouter } from '../../src/main.js';
 import { rawRequest } from '../helpers/http.js';
 import { waitFor } from '../helpers/sim.js';
-import { chatSetup, KEY, startTestRouter, type TestRouter } from '../helpers/router.js';
+import { adminMetrics, chatSetup, KEY, metricSum, startTestRouter, type TestRouter } from '../helpers/router.js';
 import { startUpstream, type RecordingUpstream } from '../helpers/upstream.js';
 
 let upstream: RecordingUpstream;
@@ -27,6 +27,8 @@ afterAll(async () => {
 });
 
 const auth = { authorization: `Bearer ${KEY}` };
+/** modelgate_requests_total of route `other` with that status code. */
+const metricSumOf = async (code: string): Promise<number> => metricSum(await adminMetrics(g), 'modelgate_requests_total', { route: 'other', code });
 const post = (body: string | Buffer, headers: Record<string, string> = { 'content-type': 'application/json' }): Promise<{ status: number; code?: string }> =>
   rawRequest(`${g.router.apiUrl}/v1/chat/completions`, { method: 'POST', headers: { ...auth, ...headers }, body: body as string }).then((r) => ({
     status: r.status,
@@ -106,6 +108,25 @@ describe('bad input sweep', () => {
     expect(answered(expect417)).toMatchObject({ status: 'HTTP/1.1 417 Expectation Failed', code: 'expectation_failed' });
     expect(await rawSocket(`GET /v1/models HTTP/1.1\r\nHost: x\r\n${Array.from({ length: 3000 }, (_, i) => `X-H${i}: v`).join('\r\n')}\r\n\r\n`)).toMatch(/^HTTP\/1\.1 (200|401|431)/);
     expect((await rawRequest(`${g.router.apiUrl}/v1/models`, { headers: auth })).status).toBe(200);
+  });
+
+  it('gives each answer of the HTTP layer (400, 431, 417) an x-request-id, an access-log line and a count, as any request has', async () => {
+    const before = (code: string): Promise<number> => metricSumOf(code);
+    const [c431, c400, c417] = [await before('431'), await before('400'), await before('417')];
+    const big = await rawSocket(`GET /v1/models HTTP/1.1\r\nHost: x\r\nX-Request-Id: mine\r\nX-Big: ${'a'.repeat(20_000)}\r\n\r\n`);
+    const garbage = await rawSocket('\x00\x01\x02 garbage \r\n\r\n');
+    const expect417 = await rawSocket(`POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${KEY}\r\nExpect: 200-ok\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}`);
+    const ids = [big, garbage, expect417].map((raw) => /\r\nx-request-id: ([0-9a-f-]{36})\r\n/.exec(raw.split('\r\n\r\n')[0] ?? '')?.[1]);
+    expect(ids).toEqual([expect.any(String), expect.any(String), expect.any(String)]);
+    // the operator: a line per answer under its id, with the client's address, the status and the error code
+    await waitFor(() => ids.every((id) => g.logs.some((l) => l.includes(`"requestId":"${id}"`))), 'the access-log lines');
+    const lines = ids.map((id) => JSON.parse(g.logs.find((l) => l.includes(`"requestId":"${id}"`))!) as Record<string, unknown>);
+    expect(lines).toEqual([
+      expect.objectContaining({ msg: 'request', client: '127.0.0.1', status: 431, failure: 'request_header_too_large' }),
+      expect.objectContaining({ msg: 'request', client: '127.0.0.1', status: 400, failure: 'invalid_request' }),
+      expect.objectContaining({ msg: 'request', client: '127.0.0.1', status: 417, failure: 'expectation_failed' }),
+    ]);
+    expect([await before('431'), await before('400'), await before('417')]).toEqual([c431 + 1, c400 + 1, c417 + 1]);
   });
 
   it('closes a connection that sends its headers too slowly (slowloris)', async () => {

@@ -102,7 +102,7 @@ describe('the API server’s answer to a request Node cannot parse', () => {
     client.destroy();
   });
 
-  it('answers a parse error on an idle connection in the envelope and closes it', async () => {
+  it('answers a parse error on an idle connection in the envelope, with a request id, and closes it', async () => {
     const port = await listening(server((_req, res) => res.end('ok')));
     // the first answer is whole before the garbage comes: the connection is idle, kept alive
     let sent = false;
@@ -115,7 +115,7 @@ describe('the API server’s answer to a request Node cannot parse', () => {
     const second = received.slice(received.indexOf('HTTP/1.1', 1));
     expect(received).toMatch(/^HTTP\/1\.1 200 OK/);
     expect(second).toMatch(
-      /^HTTP\/1\.1 400 Bad Request\r\ncontent-type: application\/json\r\ncontent-length: \d+\r\nconnection: close\r\n\r\n\{"error":\{"message":"The request is not valid HTTP\/1\.1 \(HPE_[A-Z_]+\); the connection is closed\.","type":"invalid_request_error","param":null,"code":"invalid_request"\}\}$/,
+      /^HTTP\/1\.1 400 Bad Request\r\ncontent-type: application\/json\r\ncontent-length: \d+\r\nx-request-id: [0-9a-f-]{36}\r\nconnection: close\r\n\r\n\{"error":\{"message":"The request is not valid HTTP\/1\.1 \(HPE_[A-Z_]+\); the connection is closed\.","type":"invalid_request_error","param":null,"code":"invalid_request"\}\}$/,
     );
   });
 });
