@@ -55,6 +55,8 @@ export interface DirectedRequest {
   weight: number;
   /** Hears each streamed content event (the key's token limits count them as they flow). */
   onContent?: () => void;
+  /** The whole answer came, before its last bytes go to the client (the key's concurrency slot is freed then). */
+  onAnswered?: () => void;
   /** The key's prefix-cache salt, for a pool that isolates keys (auth/key-store.ts `Principal.cacheSalt`). */
   cacheSalt: string;
   /** The request's prompt text, made once (server/inference.ts); absent: made here from the body. */
@@ -166,6 +168,7 @@ export class Director {
       knownStreamEnd: KNOWN_STREAM_END.has(api.name),
       ...streamChoicesOf(api.name, body),
       ...(request.onContent ? { onContent: request.onContent } : {}),
+      ...(request.onAnswered ? { onAnswered: request.onAnswered } : {}),
       ...(request.trace ? { trace: request.trace } : {}),
       ...(deployment.resumeStreams ? this.resumePlan(request) : {}),
       onInterToken: (pool, ms) => deps.metrics.recordInterToken(deployment.id, pool, ms / 1000),

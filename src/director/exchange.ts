@@ -111,6 +111,8 @@ export interface ExchangePlan {
   onInterToken?: (pool: string, ms: number) => void;
   /** Each content event of a stream (a token on its way to the client). */
   onContent?: () => void;
+  /** The whole answer came, before its last bytes go to the client. */
+  onAnswered?: () => void;
   /** The request's trace: a span for each scheduling and each attempt. */
   trace?: RequestTrace;
   /** A stream of a deployment with `resumeStreams`: what to do when it breaks after its first byte (resume.ts). */
@@ -212,11 +214,12 @@ export class ExchangeRunner {
     const { endpoint } = picked;
     const settings = step.pool.resilience;
     const started = clock.now();
-    const { onInterToken, onContent } = plan;
+    const { onInterToken, onContent, onAnswered } = plan;
     const dialect = plan.dialect ?? 'openai';
     const meter = new ResponseMeter(clock, started, dialect, {
       ...(onInterToken ? { interToken: (ms: number) => onInterToken(step.pool.name, ms) } : {}),
       ...(onContent ? { content: onContent } : {}),
+      ...(onAnswered ? { answered: onAnswered } : {}),
     });
     const span = plan.trace?.attempt(endpoint);
     // a stream that may be resumed is written whole events at a time, and left open when it breaks

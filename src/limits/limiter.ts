@@ -67,7 +67,7 @@ export interface SharedLimitStore extends LimitStore {
   heartbeat(router: string, ttlMs: number): Promise<number>;
 }
 
-export type RedisOp = 'admit' | 'settle' | 'heartbeat';
+export type RedisOp = 'admit' | 'settle' | 'release' | 'heartbeat';
 
 export interface LimiterEvents {
   onAdmitted?: (key: string) => void;
@@ -105,8 +105,6 @@ export interface LimiterOptions {
 export const LEASE_MS = 60_000;
 const HEARTBEAT_MS = 5_000;
 const HEARTBEAT_TTL_MS = 3 * HEARTBEAT_MS;
-/** Longest a finished request's concurrency slot waits to go back to Redis with the next admission. */
-const RELEASE_WAIT_MS = 5;
 /** After Redis failed a request, the next try waits this long (meanwhile: local counts). */
 const RETRY_SHARED_MS = 1_000;
 /**
@@ -233,6 +231,8 @@ export class Lease {
   /** Completion tokens reserved at admission that streamed content events have not used yet. */
   private reservedLeft: number;
   private done = false;
+  /** Its concurrency slot went back already (`answered`). */
+  slotFreed = false;
 
   constructor(
     private readonly limiter: Limiter,
@@ -257,6 +257,16 @@ export class Lease {
     if (this.done) return;
     if (this.reservedLeft > 0) this.reservedLeft -= 1;
     else this.unsent += 1;
+  }
+
+  /**
+   * The whole answer came and is about to reach the client: its concurrency slot is freed now, so
+   * that a client sending its next request the moment it has this answer, to any router, finds it free.
+   */
+  answered(): void {
+    if (this.done || this.slotFreed) return;
+    this.slotFreed = true;
+    this.limiter.freeSlot(this);
   }
 
   /** The response ended; `usage` is what it used (undefined when the engine produced nothing). */
@@ -286,9 +296,8 @@ export class Limiter {
   /** Bucket levels Redis last reported, per key and rate (with when, on the clock): where the local buckets start while it is down. */
   private readonly levelSeen = new Map<string, Bucket>();
   private timers: unknown[] = [];
-  /** Shared leases whose slots go back with the next admission (see releaseSoon). */
-  private releases: Lease[] = [];
-  private releaseTimer: unknown;
+  /** Shared leases whose release Redis did not take (down, or slow), with when they would expire there anyway: sent again with each flush. */
+  private unreleased = new Map<Lease, number>();
   private flushing = false;
   /** What this router knows of keys' shared counts, to admit requests far from every limit without waiting for Redis. */
   private readonly view = new SharedView();
@@ -336,7 +345,6 @@ export class Limiter {
     const timers = this.timers;
     this.timers = [];
     for (const timer of timers) this.options.scheduler.clearTimeout(timer);
-    this.sendReleases();
     await this.flush();
   }
 
@@ -370,7 +378,6 @@ export class Limiter {
     let verdict: Verdict;
     const shared = this.options.shared?.store;
     if (store === shared && shared) {
-      if (this.releases.length > 0) this.sendReleases();
       const onView = this.sharedUp && !this.options.shared?.strict ? this.view.tryTake(request, request.tokens, clock.now()) : undefined;
       this.view.sent(key.name, request.tokens);
       const started = clock.now();
@@ -419,7 +426,7 @@ export class Limiter {
     const now = this.options.clock.now();
     this.options.events?.onRoundTrip?.((now - started) / 1000);
     this.sharedAnswered();
-    this.view.answered(request, verdict, now);
+    this.view.answered(request, verdict, now, this.routers);
     for (const budget of verdict.budgets) this.budgetSeen.set(`${request.key}\0${budget.period}`, budget.used - (taken ? request.tokens : 0));
     this.sawLevels(request.key, verdict, now);
   }
@@ -442,30 +449,37 @@ export class Limiter {
   }
 
   /**
-   * A shared lease's slot goes back with this router's next admission — issued in the same tick, so
-   * the client (ioredis auto-pipelining) sends both in one write and Redis frees the slot before it
-   * checks the next request — or within RELEASE_WAIT_MS when no admission comes. On Redis, a write
-   * is most of what a call costs the router.
+   * A finished shared lease's slot goes back to Redis at once: a client that sends its next request as
+   * soon as it has this answer, through another router, must find the slot free (calls of one tick
+   * still go out in one write, ioredis's auto-pipelining). A release Redis does not take is kept and
+   * sent again with every flush until it is taken or the lease would have expired there by itself:
+   * dropped, it held the key's slot for up to LEASE_MS after a blip of the connection.
    */
-  private releaseSoon(lease: Lease): void {
-    this.releases.push(lease);
-    this.releaseTimer ??= this.options.scheduler.setTimeout(() => {
-      this.releaseTimer = undefined;
-      this.sendReleases();
-    }, RELEASE_WAIT_MS);
+  private release(lease: Lease, expiresAt = this.options.clock.now() + LEASE_MS): void {
+    this.unreleased.delete(lease);
+    lease.store.release(lease.checks.key, lease.checks.concurrency, lease.id).catch(() => {
+      this.options.events?.onSharedError?.('release');
+      if (this.options.clock.now() < expiresAt && this.unreleased.size < MAX_PENDING) this.unreleased.set(lease, expiresAt);
+    });
   }
 
-  private sendReleases(): void {
-    if (this.releaseTimer !== undefined) this.options.scheduler.clearTimeout(this.releaseTimer);
-    this.releaseTimer = undefined;
-    const releases = this.releases;
-    this.releases = [];
-    for (const lease of releases) {
-      lease.store.release(lease.checks.key, lease.checks.concurrency, lease.id).catch(() => {
-        // the lease expires by itself within LEASE_MS
-        this.options.events?.onSharedError?.('settle');
-      });
+  /** Sends the releases Redis did not take again (from the flush). */
+  private releaseAgain(): void {
+    const now = this.options.clock.now();
+    for (const [lease, expiresAt] of this.unreleased) {
+      if (now >= expiresAt) this.unreleased.delete(lease);
+      else this.release(lease, expiresAt);
     }
+  }
+
+  /** Gives a lease's concurrency slots back (Lease.answered, or Lease.finish when that did not). */
+  freeSlot(lease: Lease): void {
+    lease.slotFreed = true;
+    if (lease.checks.concurrency.length === 0) return;
+    if (lease.store === this.options.shared?.store) {
+      this.view.released(lease.checks.key, lease.checks.concurrency);
+      this.release(lease);
+    } else void lease.store.release(lease.checks.key, lease.checks.concurrency, lease.id);
   }
 
   /** Called by Lease.finish. */
@@ -481,12 +495,7 @@ export class Limiter {
     else this.queue(lease.store, lease, used - lease.charged);
     lease.charged = used;
     lease.unsent = 0;
-    if (lease.checks.concurrency.length > 0) {
-      if (lease.store === this.options.shared?.store) {
-        this.view.released(lease.checks.key, lease.checks.concurrency);
-        this.releaseSoon(lease);
-      } else void lease.store.release(lease.checks.key, lease.checks.concurrency, lease.id);
-    }
+    if (!lease.slotFreed) this.freeSlot(lease);
     // tokens spent while Redis was down still count against the shared budgets once it is back
     const shared = this.options.shared?.store;
     if (shared && lease.store !== shared && lease.checks.budgets.length > 0 && used > 0) {
@@ -523,6 +532,7 @@ export class Limiter {
     if (this.flushing) return;
     this.flushing = true;
     try {
+      if (this.unreleased.size > 0 && this.sharedUp) this.releaseAgain();
       for (const lease of this.active) {
         if (lease.unsent === 0) continue;
         this.queue(lease.store, lease, lease.unsent);

@@ -8,11 +8,12 @@
 import { createHash } from 'node:crypto';
 import type { Redis } from 'ioredis';
 import type { ResponseLocation, SharedResponseRecords } from '../core/types.js';
+import { withTimeout } from './timeout.js';
 
 export class RedisResponseRecords implements SharedResponseRecords {
   constructor(
     private readonly client: Pick<Redis, 'get' | 'set'>,
-    private readonly options: { prefix: string; ttlSeconds: number },
+    private readonly options: { prefix: string; ttlSeconds: number; timeoutMs?: number },
   ) {}
 
   key(id: string): string {
@@ -24,7 +25,7 @@ export class RedisResponseRecords implements SharedResponseRecords {
   }
 
   async load(id: string): Promise<ResponseLocation | undefined> {
-    const stored = await this.client.get(this.key(id));
+    const stored = await withTimeout(this.client.get(this.key(id)), this.options.timeoutMs);
     if (stored === null) return undefined;
     let value: unknown;
     try {

@@ -27,7 +27,8 @@
  * its count, not a fresh one), and `renew` extends only leases that have not expired yet.
  */
 import { Redis, type Result } from 'ioredis';
-import { rateState, refusalOf, StoreTimeout, type AdmitRequest, type Checks, type ConcurrencySpec, type LimitStore, type BudgetSpec, type Settlement, type Verdict } from './store.js';
+import { withTimeout } from './timeout.js';
+import { rateState, refusalOf, type AdmitRequest, type Checks, type ConcurrencySpec, type LimitStore, type BudgetSpec, type Settlement, type Verdict } from './store.js';
 
 /** How long idle state outlives the moment it stops mattering (ms). */
 export const TTL_MARGIN_MS = {
@@ -181,12 +182,15 @@ export interface RedisLimitStoreOptions {
   prefix: string;
   /** Tests only: the ms the scripts use instead of Redis's clock. */
   now?: () => number;
+  /** A call not answered in this long counts as Redis not answering (`limits.redis.timeoutMs`); see {@link withTimeout}. */
+  timeoutMs?: number;
 }
 
 /** {@link LimitStore} shared by every router through Redis; also records the routers' heartbeats. */
 export class RedisLimitStore implements LimitStore {
   private readonly prefix: string;
   private readonly now: (() => number) | undefined;
+  private readonly timeoutMs: number | undefined;
 
   constructor(
     private readonly client: Redis,
@@ -195,6 +199,7 @@ export class RedisLimitStore implements LimitStore {
     if (/[{}]/.test(options.prefix)) throw new RangeError(`Redis key prefix "${options.prefix}" contains a brace: remove it (the API key's name is the Redis Cluster hash tag)`);
     this.prefix = options.prefix;
     this.now = options.now;
+    this.timeoutMs = options.timeoutMs;
     client.defineCommand(COMMANDS.admit, { lua: ADMIT });
     client.defineCommand(COMMANDS.settle, { lua: SETTLE });
     client.defineCommand(COMMANDS.release, { lua: RELEASE });
@@ -236,7 +241,7 @@ export class RedisLimitStore implements LimitStore {
       ...budgets.flatMap((s) => [String(s.limit), String(s.endsInMs)]),
       ...concurrency.map((s) => String(s.limit)),
     ];
-    const reply = await timed(this.client.modelgateLimitsAdmit(keys.length, ...keys, ...args));
+    const reply = await withTimeout(this.client.modelgateLimitsAdmit(keys.length, ...keys, ...args), this.timeoutMs);
     const values = numbers(reply, 1 + keys.length);
     const levels = values.slice(1, 1 + rates.length);
     const used = values.slice(1 + rates.length, 1 + rates.length + budgets.length);
@@ -274,13 +279,13 @@ export class RedisLimitStore implements LimitStore {
       const keys = [...buckets.map((s) => this.keyOf(key, 'r', s.id)), ...budgets.map((s) => this.keyOf(key, 'b', s.period))];
       pipeline.modelgateLimitsSettle(keys.length, ...keys, now, String(tokens), String(buckets.length), ...buckets.map((s) => String(s.perMinute)), ...budgets.map((s) => String(s.endsInMs)));
     }
-    await run(pipeline);
+    await withTimeout(run(pipeline), this.timeoutMs);
   }
 
   async release(key: string, concurrency: readonly ConcurrencySpec[], lease: string): Promise<void> {
     if (concurrency.length === 0) return;
     const keys = concurrency.map((s) => this.keyOf(key, 'c', s.id));
-    await this.client.modelgateLimitsRelease(keys.length, ...keys, lease);
+    await withTimeout(this.client.modelgateLimitsRelease(keys.length, ...keys, lease), this.timeoutMs);
   }
 
   async renew(leases: ReadonlyArray<{ key: string; concurrency: readonly ConcurrencySpec[]; lease: string }>, leaseMs: number): Promise<void> {
@@ -291,23 +296,13 @@ export class RedisLimitStore implements LimitStore {
       const keys = concurrency.map((s) => this.keyOf(key, 'c', s.id));
       pipeline.modelgateLimitsRenew(keys.length, ...keys, now, lease, String(leaseMs));
     }
-    await run(pipeline);
+    await withTimeout(run(pipeline), this.timeoutMs);
   }
 
   /** Records that `router` is alive now; resolves with how many routers beat within the last `ttlMs`. */
   async heartbeat(router: string, ttlMs: number): Promise<number> {
-    const reply = await timed(this.client.modelgateLimitsHeartbeat(1, `${this.prefix}routers`, this.clock(), router, String(ttlMs)));
+    const reply = await withTimeout(this.client.modelgateLimitsHeartbeat(1, `${this.prefix}routers`, this.clock(), router, String(ttlMs)), this.timeoutMs);
     return numbers([reply], 1)[0] as number;
-  }
-}
-
-/** ioredis's `commandTimeout` rejection (its message is the only mark it has) as a {@link StoreTimeout}. */
-async function timed<T>(reply: Promise<T>): Promise<T> {
-  try {
-    return await reply;
-  } catch (err) {
-    if ((err as Error).message === 'Command timed out') throw new StoreTimeout('Redis answered later than limits.redis.timeoutMs');
-    throw err;
   }
 }
 
@@ -363,7 +358,8 @@ export function reconnectDelay(attempt: number, random: () => number = Math.rand
  * - `maxRetriesPerRequest: 0`, `autoResendUnfulfilledCommands: false`: a command in flight when the
  *   connection drops fails; it is never sent again, since an admit or settle may already have been
  *   applied and a resend would count it twice.
- * - `commandTimeout: timeoutMs`: a slow Redis counts as down for that call.
+ * - No `commandTimeout`: the stores time their calls themselves ({@link withTimeout}), counting only
+ *   the time Redis had, not the router's own busy event loop.
  * - `retryStrategy`: reconnect forever, backing off to ~2 s ({@link reconnectDelay}), so the router
  *   notices within seconds that Redis is back.
  * - `connectTimeout`: at least 2 s (a TLS handshake may need more than one command's time), so a
@@ -382,13 +378,15 @@ export function redisClient(options: RedisClientOptions): Redis {
     enableOfflineQueue: false,
     maxRetriesPerRequest: 0,
     autoResendUnfulfilledCommands: false,
-    commandTimeout: options.timeoutMs,
     connectTimeout: Math.max(2_000, options.timeoutMs),
     retryStrategy: (attempt: number) => reconnectDelay(attempt),
     lazyConnect: false,
     // commands issued in the same tick (the admissions of concurrent requests, releases) go out in one
     // write: fewer syscalls per request under load (ioredis's documented auto-pipelining)
     enableAutoPipelining: true,
+    // a release goes out at once, not at the end of the loop's turn: it is sent before the answer's
+    // last bytes go to the client, and must reach Redis before that client's next request can
+    autoPipeliningIgnoredCommands: [COMMANDS.release],
   });
   client.on('error', () => undefined);
   return client;

@@ -7,11 +7,14 @@
  * - The view is each answer's counts (levels, budgets used, leases held), less what this router has
  *   sent since and not yet seen answered (one connection: answers come back in the order sent).
  * - "Far" means: after this request, every check keeps a margin of at least 5% of its limit and at
- *   least a floor (10 requests, 2,000 tokens, 4 concurrent requests, 10,000 budget tokens), and the
- *   view is under a second old. Other routers' use since the last answer is not in the view; at the
- *   full rate of a per-minute limit a second of it is 1.7% of the limit, inside the margin. So a key is
- *   over-admitted only if the other routers together take more than the margin within one answer's
- *   time, and never by more than the requests admitted in that time; Redis still counts every one.
+ *   least a floor (10 requests, 2,000 tokens, 4 concurrent requests, 10,000 budget tokens), the view
+ *   is under a second old, and this router has not taken, on the view since the last answer, more than
+ *   its share of what that answer left: what was left divided by the routers (their heartbeats say
+ *   how many). Other routers' use since the last answer is not in the view, but each of them is held
+ *   to its own share in the same way: a burst that reaches every router at once takes no more, all
+ *   together, than what was left (each router admitting up to what it saw left let two routers admit
+ *   1.7x a key's requests per minute in one simultaneous burst). Past its share, a router waits for
+ *   Redis's answer, which counts every router's takes.
  */
 import { rateState, type Checks, type Verdict } from './store.js';
 
@@ -33,6 +36,8 @@ interface KeyView {
   held: Map<string, number>;
   /** The tokens of each admission sent to Redis and not answered yet, oldest first. */
   inflight: number[];
+  /** What this router may still take on the view before the next answer, by check (`r:`, `b:`, `c:` and its id): its share of what the answer left. */
+  allowance: Map<string, number>;
 }
 
 const margin = (limit: number, floor: number): number => Math.max(floor, limit * MARGIN.share);
@@ -47,26 +52,39 @@ export class SharedView {
   tryTake(checks: Checks, tokens: number, now: number): Verdict | undefined {
     const view = this.keys.get(checks.key);
     if (!view || now - view.at > FRESH_MS) return undefined;
+    const { allowance } = view;
+    /** Whether this router's share still holds `cost` of the check. */
+    const within = (check: string, cost: number): boolean => (allowance.get(check) ?? 0) >= cost;
     const levels: number[] = [];
     for (const spec of checks.rates) {
       const seen = view.levels.get(spec.id);
       if (seen === undefined) return undefined;
       const cost = spec.kind === 'requests' ? 1 : tokens;
       const level = Math.min(spec.perMinute, seen + ((now - view.at) * spec.perMinute) / 60_000) - cost;
-      if (level < margin(spec.perMinute, spec.kind === 'requests' ? MARGIN.requests : MARGIN.tokens)) return undefined;
+      if (level < margin(spec.perMinute, spec.kind === 'requests' ? MARGIN.requests : MARGIN.tokens) || !within(`r:${spec.id}`, cost)) return undefined;
       levels.push(level);
     }
     for (const spec of checks.budgets) {
       const used = view.used.get(spec.period);
-      if (used === undefined || used + tokens > spec.limit - margin(spec.limit, MARGIN.budget)) return undefined;
+      if (used === undefined || used + tokens > spec.limit - margin(spec.limit, MARGIN.budget) || !within(`b:${spec.period}`, tokens)) return undefined;
     }
     for (const spec of checks.concurrency) {
       const held = view.held.get(spec.id);
-      if (held === undefined || held + 1 > spec.limit - margin(spec.limit, MARGIN.concurrency)) return undefined;
+      if (held === undefined || held + 1 > spec.limit - margin(spec.limit, MARGIN.concurrency) || !within(`c:${spec.id}`, 1)) return undefined;
     }
-    checks.rates.forEach((spec, i) => view.levels.set(spec.id, (levels[i] as number) - ((now - view.at) * spec.perMinute) / 60_000));
-    for (const spec of checks.budgets) view.used.set(spec.period, (view.used.get(spec.period) as number) + tokens);
-    for (const spec of checks.concurrency) view.held.set(spec.id, (view.held.get(spec.id) as number) + 1);
+    const take = (check: string, cost: number): void => void allowance.set(check, (allowance.get(check) as number) - cost);
+    checks.rates.forEach((spec, i) => {
+      view.levels.set(spec.id, (levels[i] as number) - ((now - view.at) * spec.perMinute) / 60_000);
+      take(`r:${spec.id}`, spec.kind === 'requests' ? 1 : tokens);
+    });
+    for (const spec of checks.budgets) {
+      view.used.set(spec.period, (view.used.get(spec.period) as number) + tokens);
+      take(`b:${spec.period}`, tokens);
+    }
+    for (const spec of checks.concurrency) {
+      view.held.set(spec.id, (view.held.get(spec.id) as number) + 1);
+      take(`c:${spec.id}`, 1);
+    }
     return {
       ok: true,
       rates: checks.rates.map((spec, i) => rateState(spec, levels[i] as number)),
@@ -80,8 +98,11 @@ export class SharedView {
     this.keys.get(key)?.inflight.push(tokens);
   }
 
-  /** Redis answered the oldest admission sent for `checks.key`: the view becomes its counts less what is still in flight. */
-  answered(checks: Checks, verdict: Verdict, now: number): void {
+  /**
+   * Redis answered the oldest admission sent for `checks.key`: the view becomes its counts less what is
+   * still in flight, and this router's allowance its share (of `routers`) of what they left.
+   */
+  answered(checks: Checks, verdict: Verdict, now: number, routers = 1): void {
     let view = this.keys.get(checks.key);
     if (view) {
       view.inflight.shift();
@@ -91,14 +112,29 @@ export class SharedView {
       view.levels.clear();
       view.used.clear();
       view.held.clear();
+      view.allowance.clear();
     } else {
-      view = { at: now, levels: new Map(), used: new Map(), held: new Map(), inflight: [] };
+      view = { at: now, levels: new Map(), used: new Map(), held: new Map(), inflight: [], allowance: new Map() };
     }
-    const { inflight } = view;
+    const { inflight, allowance } = view;
     const tokens = inflight.reduce((sum, t) => sum + t, 0);
-    checks.rates.forEach((spec, i) => view.levels.set(spec.id, (verdict.rates[i]?.remaining ?? 0) - (spec.kind === 'requests' ? inflight.length : tokens)));
-    checks.budgets.forEach((spec, i) => view.used.set(spec.period, (verdict.budgets[i]?.used ?? spec.limit) + tokens));
-    checks.concurrency.forEach((spec, i) => view.held.set(spec.id, (verdict.concurrency[i]?.held ?? spec.limit) + inflight.length));
+    const share = (left: number, sent: number): number => Math.max(0, left) / Math.max(1, routers) - sent;
+    checks.rates.forEach((spec, i) => {
+      const remaining = verdict.rates[i]?.remaining ?? 0;
+      const sent = spec.kind === 'requests' ? inflight.length : tokens;
+      view.levels.set(spec.id, remaining - sent);
+      allowance.set(`r:${spec.id}`, share(remaining, sent));
+    });
+    checks.budgets.forEach((spec, i) => {
+      const used = verdict.budgets[i]?.used ?? spec.limit;
+      view.used.set(spec.period, used + tokens);
+      allowance.set(`b:${spec.period}`, share(spec.limit - used, tokens));
+    });
+    checks.concurrency.forEach((spec, i) => {
+      const held = verdict.concurrency[i]?.held ?? spec.limit;
+      view.held.set(spec.id, held + inflight.length);
+      allowance.set(`c:${spec.id}`, share(spec.limit - held, inflight.length));
+    });
     this.keys.set(checks.key, view);
     for (const key of this.keys.keys()) {
       if (this.keys.size <= MAX_KEYS) break;

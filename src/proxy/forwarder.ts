@@ -71,6 +71,8 @@ export interface ResponseObserver {
   event(event: SseEvent, at?: number): void;
   body(chunk: Buffer): void;
   bodyEnd(): void;
+  /** The whole answer came and its last bytes are about to go to the client (not when it ends otherwise). */
+  answered?(): void;
 }
 
 export type FailureReason = 'connect' | 'connect_timeout' | 'reset' | 'first_byte_timeout' | 'deadline';

@@ -231,6 +231,17 @@ export function relayResponse(spec: AttemptSpec, proxyRes: EngineResponse, res: 
     }
     proxyRes.destroy();
   };
+  // The answer is whole, before the client can know it (its last bytes not yet written): the per-key
+  // limits free its concurrency slot now, so a client that sends its next request the moment it has
+  // this answer, through any router, finds the slot free. A body of known length is whole with its
+  // last byte; a stream with its last event (the client's SDK stops reading there); any other at its end.
+  let wasAnswered = false;
+  const answered = (): void => {
+    if (wasAnswered) return;
+    wasAnswered = true;
+    spec.observe?.answered?.();
+  };
+  const length = tap ? NaN : Number(proxyRes.headers['content-length'] ?? NaN);
   let sent = false;
   const write = (data: Buffer | string): void => {
     const flowing = res.write(data);
@@ -260,6 +271,7 @@ export function relayResponse(spec: AttemptSpec, proxyRes: EngineResponse, res: 
     // The client gets each chunk first (the first one sent at once, see `write`); what the router
     // reads from it (usage, token timing, the per-key token count) comes after.
     if (!tap) {
+      if (bytes >= length) answered();
       write(chunk);
       spec.observe?.body(chunk);
       return;
@@ -281,6 +293,7 @@ export function relayResponse(spec: AttemptSpec, proxyRes: EngineResponse, res: 
     for (let seg = tap.next(); seg !== undefined; seg = tap.next()) {
       segments.push(seg);
       notes(seg.event);
+      if (sawEnd && !spec.resumable) answered();
       const own = textOf(seg);
       if (own !== seg.raw) changed = true;
       if (own === '') continue;
@@ -325,6 +338,7 @@ export function relayResponse(spec: AttemptSpec, proxyRes: EngineResponse, res: 
       return;
     }
     if (!tap) spec.observe?.bodyEnd();
+    answered();
     if (!res.writableEnded) res.end();
     finish('complete');
   };

@@ -102,6 +102,8 @@ export interface MeterWatch {
   interToken?: (ms: number) => void;
   /** Each content event (one token, as counted while a stream flows: the per-key limits take them). */
   content?: () => void;
+  /** The whole answer came, before its last bytes go to the client (the per-key limits free its concurrency slot). */
+  answered?: () => void;
 }
 
 /** Reads a response as it passes (the forwarder's {@link ResponseObserver}): usage, timing, the Responses API's id. */
@@ -192,6 +194,10 @@ export class ResponseMeter implements ResponseObserver {
       this.head = [];
     }
     this.tail = (this.tail + chunk.toString('utf8')).slice(-BODY_TAIL);
+  }
+
+  answered(): void {
+    this.watch.answered?.();
   }
 
   bodyEnd(): void {

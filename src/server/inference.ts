@@ -26,7 +26,7 @@ export interface RequestLimits {
   /** `kind`: requests whose prompt estimates are corrected together (limits/limiter.ts). */
   /** `deployment`: its ID, model name and aliases, any of which the key's per-deployment limits may name. */
   /** `reserve`: the completion tokens the request may produce, held until its usage settles them. */
-  admit(key: Principal, deployment: DeploymentNames, estimate: number, kind?: string, reserve?: number): Promise<Pick<Lease, 'headers' | 'streamed' | 'finish'> | undefined>;
+  admit(key: Principal, deployment: DeploymentNames, estimate: number, kind?: string, reserve?: number): Promise<Pick<Lease, 'headers' | 'streamed' | 'answered' | 'finish'> | undefined>;
 }
 
 export interface InferenceDeps {
@@ -161,7 +161,7 @@ export function inferenceHandler(deps: InferenceDeps, api: ApiRoute) {
     if (ctx.closed) return; // the client left while the body was read
     const promptText = promptOnce(api, body);
     const limits = deps.limits?.limitsOf(principal) ? deps.limits : undefined;
-    let lease: Pick<Lease, 'headers' | 'streamed' | 'finish'> | undefined;
+    let lease: Pick<Lease, 'headers' | 'streamed' | 'answered' | 'finish'> | undefined;
     if (limits) {
       const admission = trace?.child('modelgate.admission');
       lease = await limits.admit(principal, deployment, estimatePromptTokens(promptText, text), `${deployment.id} ${api.name}`, completionReserve(api.name, body));
@@ -186,6 +186,7 @@ export function inferenceHandler(deps: InferenceDeps, api: ApiRoute) {
       weight: principal.weight,
       cacheSalt: principal.cacheSalt,
       ...(lease || trace ? { onContent: contentHook(lease, trace) } : {}),
+      ...(lease ? { onAnswered: () => lease.answered() } : {}),
       ...(trace ? { trace } : {}),
       ...(promptText ? { promptText } : {}),
       requestId: ctx.requestId,

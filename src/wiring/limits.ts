@@ -34,6 +34,12 @@ export async function sharedLimits(config: RedisLimitsConfig, logger: Logger): P
     ...(config.ca ? { ca: config.ca } : {}),
     timeoutMs: config.timeoutMs,
   });
+  // the last connection error, for the start-up line: a wrong password, ACL user or TLS setting reads
+  // differently from a Redis that is not there (the client retries meanwhile, so none is the end)
+  let lastError: Error | undefined;
+  client.on('error', (err: Error) => {
+    lastError = err;
+  });
   // 'ready', or the bound: a refused connection is retried by the client meanwhile, so errors are not the end
   const answering = await new Promise<boolean>((resolve) => {
     const timer = setTimeout(() => {
@@ -47,15 +53,18 @@ export async function sharedLimits(config: RedisLimitsConfig, logger: Logger): P
     client.once('ready', ready);
   });
   if (!answering) {
-    logger.error({ component: 'limits', waitedMs: CONNECT_WAIT_MS }, 'Redis is not answering at start: counting limits locally, each router taking its share, until it is back');
+    logger.error(
+      { component: 'limits', waitedMs: CONNECT_WAIT_MS, ...(lastError ? { error: lastError.message } : {}) },
+      'Redis is not answering at start: counting limits locally, each router taking its share, until it is back',
+    );
   }
   return {
-    store: new RedisLimitStore(client, { prefix: config.keyPrefix }),
+    store: new RedisLimitStore(client, { prefix: config.keyPrefix, timeoutMs: config.timeoutMs }),
     flushIntervalMs: config.flushIntervalMs,
     expectedRouters: config.expectedRouters,
     strict: config.strict,
     answering,
-    responses: new RedisResponseRecords(client, { prefix: config.keyPrefix, ttlSeconds: config.responsesTtlHours * 3600 }),
+    responses: new RedisResponseRecords(client, { prefix: config.keyPrefix, ttlSeconds: config.responsesTtlHours * 3600, timeoutMs: config.timeoutMs }),
     async close() {
       client.disconnect();
       await Promise.resolve();

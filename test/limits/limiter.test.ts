@@ -1,7 +1,7 @@
 import { describe, expect, it } from '@jest/globals';
 import { RouterError, toErrorResponse } from '../../src/core/errors.js';
 import { formatDuration } from '../../src/limits/headers.js';
-import { Limiter, periods, type LimitedKey, type LimiterEvents, type SharedLimitStore } from '../../src/limits/limiter.js';
+import { LEASE_MS, Limiter, periods, type LimitedKey, type LimiterEvents, type SharedLimitStore } from '../../src/limits/limiter.js';
 import { type LimitFields } from '../../src/limits/settings.js';
 import { LocalLimitStore, StoreTimeout, type AdmitRequest, type Checks, type ConcurrencySpec, type Settlement } from '../../src/limits/store.js';
 import { FakeTime } from '../helpers/fake-time.js';
@@ -475,18 +475,91 @@ describe('Limiter with a shared store', () => {
     await limiter.stop();
   });
 
-  it("gives a finished request's slot back with the next admission (before its check), or within 5 ms", async () => {
+  it("gives a finished request's slot back at once; a release the store did not take is sent again with each flush until it is", async () => {
     const { limiter, time, shared: store } = setup({ concurrentRequests: 1 }, { shared: true });
     const flaky = store as FlakyShared;
     const key: LimitedKey = { name: 'one-at-a-time' };
-    (await limiter.admit(key, 'llama', 0))?.finish(undefined);
-    expect(flaky.released).toHaveLength(0); // not yet: it rides with the next admission
-    const next = await limiter.admit(key, 'llama', 0); // a sequential client is never refused its own freed slot
-    expect(flaky.released).toHaveLength(1);
-    next?.finish(undefined);
-    await time.advance(5);
-    expect(flaky.released).toHaveLength(2);
+    const first = await limiter.admit(key, 'llama', 0);
+    first?.finish(undefined);
+    await Promise.resolve();
+    expect(flaky.released).toEqual([first?.id]); // before the client can send its next request, to any router
+    // the connection drops just as the next one ends: its release fails, and is not forgotten
+    const second = await limiter.admit(key, 'llama', 0);
+    flaky.down = true;
+    second?.finish(undefined);
+    await time.advance(250);
+    expect(flaky.released).toEqual([first?.id]);
+    flaky.down = false;
+    await time.advance(250);
+    expect(flaky.released).toEqual([first?.id, second?.id]);
+    expect(await limiter.admit(key, 'llama', 0)).toBeDefined(); // the slot is free in the store
     await limiter.stop();
+  });
+
+  it('frees a slot when the answer is whole (before the client has it), once: the end of the response frees nothing more', async () => {
+    for (const shared of [false, true]) {
+      const { limiter } = setup({ concurrentRequests: 1 }, { shared });
+      const key: LimitedKey = { name: `answered-${shared}` };
+      const first = await limiter.admit(key, 'llama', 0);
+      first?.answered();
+      const second = await limiter.admit(key, 'llama', 0); // the first's slot is free already
+      expect({ shared, admitted: second !== undefined }).toEqual({ shared, admitted: true });
+      first?.finish({ promptTokens: 1, completionTokens: 1 });
+      // the second still holds the one slot: the first's end released nothing of it
+      expect({ shared, code: (await refused(limiter.admit(key, 'llama', 0))).code }).toEqual({ shared, code: 'RATE_LIMIT_EXCEEDED' });
+      await limiter.stop();
+    }
+  });
+
+  it('stops sending a release again once the lease would have expired in the store by itself', async () => {
+    const { limiter, time, shared: store } = setup({ concurrentRequests: 1 }, { shared: true });
+    const flaky = store as FlakyShared;
+    const lease = await limiter.admit({ name: 'gone-long' }, 'llama', 0);
+    flaky.down = true;
+    lease?.finish(undefined);
+    await time.advance(LEASE_MS + 1_000);
+    flaky.down = false;
+    await time.advance(6_000); // a heartbeat finds the store again; flushes follow
+    expect(flaky.released).toEqual([]);
+    await limiter.stop();
+  });
+
+  it("holds a burst that reaches two routers at once to the key's limit: each admits on its view only its share of what was left", async () => {
+    const time = new FakeTime();
+    const store = new FlakyShared(time);
+    store.routers = 2;
+    const router = (): Limiter => {
+      const limiter = new Limiter({ defaults: {}, clock: time, wallNow: () => NOON + time.now(), scheduler: time, shared: { store, flushIntervalMs: 250, expectedRouters: 2 } });
+      limiter.start();
+      return limiter;
+    };
+    const [a, b] = [router(), router()];
+    for (const [name, limits] of [
+      ['requests', { requestsPerMinute: 120 }],
+      ['concurrency', { concurrentRequests: 40 }],
+    ] as const) {
+      const key: LimitedKey = { name, limits };
+      // one request through each: each router has its view of the key
+      for (const limiter of [a, b]) (await limiter.admit(key, 'llama', 0))?.finish(undefined);
+      // 100 at each router at the same moment; Redis's answers come after every one was sent
+      store.held = [];
+      const burst = Array.from({ length: 100 }, () =>
+        [a, b].map((limiter) =>
+          limiter.admit(key, 'llama', 0).then(
+            () => true,
+            () => false,
+          ),
+        ),
+      ).flat();
+      await Promise.resolve();
+      for (const answer of store.held.splice(0)) answer();
+      store.held = undefined;
+      const admitted = (await Promise.all(burst)).filter(Boolean).length;
+      // before each router's share, each admitted up to what it saw left on its own: 200 of 118 in a run
+      expect({ name, admitted }).toEqual({ name, admitted: name === 'requests' ? 118 : 40 });
+    }
+    await a.stop();
+    await b.stop();
   });
 
   it('starts on local counts when the store did not answer at start', async () => {

@@ -4,6 +4,7 @@
  * flowing on each router's share of the limits; with Redis back, counting is shared again.
  */
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import { Redis } from 'ioredis';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -17,6 +18,7 @@ const RPM_KEY = 'sk-shared-rpm-0123456789'; // 600 requests a minute: 10 a secon
 const TPM_KEY = 'sk-shared-tpm-0123456789'; // 30,000 tokens a minute: 500 a second
 const OUTAGE_KEY = 'sk-outage-0123456789'; // 600 requests a minute
 const SLOW_KEY = 'sk-slow-0123456789'; // 60 requests a minute: one a second
+const ONE_KEY = 'sk-one-at-a-time-0123456789'; // one request in flight at once
 const HUGE_KEY = 'sk-huge-0123456789'; // 30,000 tokens a minute and a million a day; a client asking for 1e20 of them
 
 let dir: string;
@@ -36,6 +38,7 @@ beforeAll(async () => {
       `- { name: outage, key: ${OUTAGE_KEY}, limits: { requestsPerMinute: 600 } }`,
       `- { name: slow, key: ${SLOW_KEY}, limits: { requestsPerMinute: 60 } }`,
       `- { name: huge, key: ${HUGE_KEY}, limits: { tokensPerMinute: 30000, tokensPerDay: 1000000 } }`,
+      `- { name: one, key: ${ONE_KEY}, limits: { concurrentRequests: 1 } }`,
     ].join('\n'),
   );
   const config = {
@@ -125,6 +128,16 @@ describe('limits shared by two routers through Redis', () => {
     expect(tokens).toBeLessThanOrEqual(6000 * 1.05);
   }, 40_000);
 
+  it('never refuses a client with one request in flight whose requests alternate between the routers: a finished slot is free before its answer arrives', async () => {
+    const statuses: number[] = [];
+    for (let i = 0; i < 40; i++) {
+      const res = await chat(routers[i % 2] as ServedRouter, ONE_KEY);
+      await res.text();
+      statuses.push(res.status);
+    }
+    expect(statuses.filter((s) => s !== 200)).toEqual([]);
+  });
+
   it('takes a max_tokens of 1e20 without a Redis error (its reserve is capped): the engine answers it, Redis stays up, the reserve comes back', async () => {
     const router = routers[0] as ServedRouter;
     const errors = await metric(router, 'modelgate_limits_redis_errors_total');
@@ -192,4 +205,35 @@ describe('limits shared by two routers through Redis', () => {
     expect(seen).toBeLessThanOrEqual(54 + 2);
     expect(seen).toBeGreaterThanOrEqual(54);
   }, 60_000);
+});
+
+describe('a Redis the router cannot use at start', () => {
+  it('says why in its start-up line: a password Redis asks for and was not given reads as such, not as a Redis that is not there', async () => {
+    const locked = await startRedisServer();
+    const admin = new Redis(locked.url);
+    const file = join(dir, 'locked.yaml');
+    let router: ServedRouter | undefined;
+    try {
+      await admin.config('SET', 'requirepass', 'the-password');
+      await writeFile(
+        file,
+        JSON.stringify({
+          server: { host: '127.0.0.1', port: 0, shutdownDelayMs: 0 },
+          admin: { host: '127.0.0.1', port: 0 },
+          log: { level: 'info' },
+          auth: { keysFile: 'keys.yaml' },
+          pools: [{ name: 'llama', servedModelName: 'meta/llama', endpoints: [sim.url] }],
+          deployments: [{ id: 'llama-prod', model: 'llama', targets: [{ pool: 'llama' }] }],
+          limits: { redis: { url: locked.url } },
+        }),
+      );
+      router = await serveRouter(file);
+      const line = router.logs.find((l) => String(l.msg).startsWith('Redis is not answering at start'));
+      expect(line?.error).toMatch(/NOAUTH|WRONGPASS|Authentication required/i);
+    } finally {
+      await router?.stop();
+      admin.disconnect();
+      await locked.stop();
+    }
+  }, 30_000);
 });

@@ -8,7 +8,7 @@ import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from
 import fc from 'fast-check';
 import { type Redis } from 'ioredis';
 import { reconnectDelay, redisClient, RedisLimitStore } from '../../src/limits/redis-store.js';
-import { LocalLimitStore, type AdmitRequest, type BudgetSpec, type Checks, type ConcurrencySpec, type LimitStore, type RateSpec } from '../../src/limits/store.js';
+import { LocalLimitStore, StoreTimeout, type AdmitRequest, type BudgetSpec, type Checks, type ConcurrencySpec, type LimitStore, type RateSpec } from '../../src/limits/store.js';
 import { FakeTime } from '../helpers/fake-time.js';
 import { startRedisServer, type RedisServer } from '../helpers/redis-server.js';
 
@@ -339,6 +339,32 @@ describe('RedisLimitStore on Redis', () => {
     await client.flushdb();
   });
 
+  it("does not count the router's own busy event loop against Redis: an answer that came while the loop was held is taken", async () => {
+    const store = new RedisLimitStore(client, { prefix: 'test:', timeoutMs: 20 });
+    const checks = { key: 'busy-loop', rates: [requests(100)], budgets: [], concurrency: [] };
+    for (let i = 0; i < 5; i++) {
+      const answer = store.admit(request(checks));
+      // a burst handled in one turn of the loop: the command is written, and answered, only after it
+      const until = performance.now() + 150;
+      while (performance.now() < until);
+      await expect(answer).resolves.toMatchObject({ ok: true });
+    }
+  });
+
+  it('times a call out at timeoutMs when Redis itself does not answer (paused), as StoreTimeout', async () => {
+    const store = new RedisLimitStore(client, { prefix: 'test:', timeoutMs: 50 });
+    const other = await readyClient(server.url);
+    try {
+      await other.call('CLIENT', 'PAUSE', '400', 'ALL');
+      const started = performance.now();
+      await expect(store.peek({ key: 'paused', rates: [requests(10)], budgets: [], concurrency: [] })).rejects.toBeInstanceOf(StoreTimeout);
+      expect(performance.now() - started).toBeLessThan(350);
+    } finally {
+      await other.call('CLIENT', 'UNPAUSE');
+      other.disconnect();
+    }
+  });
+
   it("uses Redis's own clock (TIME) when no clock is given", async () => {
     const store = new RedisLimitStore(client, { prefix: 'test:' });
     const rates = [requests(2)];
@@ -566,9 +592,10 @@ describe('redisClient', () => {
       enableOfflineQueue: false,
       maxRetriesPerRequest: 0,
       autoResendUnfulfilledCommands: false,
-      commandTimeout: 250,
       lazyConnect: false,
     });
+    // the stores time their calls themselves (withTimeout), counting only the time Redis had
+    expect(client.options.commandTimeout).toBeUndefined();
     client.disconnect();
     client = redisClient({ url: 'redis://127.0.0.1:1', tls: false, timeoutMs: 250 });
     expect(client.options.tls).toBeUndefined();

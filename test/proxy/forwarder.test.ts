@@ -361,6 +361,39 @@ describe('Forwarder.attempt', () => {
     ]);
   });
 
+  it('tells the observer an answer is whole before its last bytes go to the client, and never for one cut short', async () => {
+    const upstream = await listen((req, res) => {
+      req.resume();
+      req.on('end', () => {
+        if (req.url?.endsWith('json')) return void res.writeHead(200, { 'content-type': 'application/json' }).end('{"ok":true}');
+        res.writeHead(200, { 'content-type': 'text/event-stream' });
+        res.write('data: {"choices":[{"delta":{"content":"a"}}]}\n\n');
+        // the whole stream ends with [DONE]; a broken one just stops
+        if (req.url?.endsWith('broken')) return void res.destroy();
+        res.end('data: [DONE]\n\n');
+      });
+    });
+    const time = new FakeTime();
+    for (const [path, answered] of [
+      ['/v1/json', ['the client response still open']],
+      ['/v1/chat/completions', ['the client response still open']],
+      ['/v1/broken', []],
+    ] as const) {
+      let client: ServerResponse | undefined;
+      const seen: string[] = [];
+      const observe = {
+        event: () => undefined,
+        body: () => undefined,
+        bodyEnd: () => undefined,
+        answered: () => seen.push(client?.writableEnded ? 'the client response already ended' : 'the client response still open'),
+      };
+      const { url, results } = await oneAttempt(upstream, time, { path, observe, endOfStream: (e) => e.data === '[DONE]' }, (res) => (client = res));
+      await send(url, time);
+      if (results[0]?.kind === 'committed') await results[0].done;
+      expect({ path, seen }).toEqual({ path, seen: answered });
+    }
+  });
+
   // Whole events (the usage chunk stripped, events rewritten): the client gets the kept events exactly,
   // in order, however the engine's bytes were cut (inside an event, inside the dropped chunk, inside a
   // two- or three-byte character).
