@@ -1,7 +1,7 @@
 /**
  * Per-key limits on the request path. `admit` makes one store call (one Redis round trip when Redis is
- * configured) that checks every limit of the key and takes the request, its estimated prompt tokens
- * and the completion tokens it may produce (its own maximum, as OpenAI reserves it); the answer gives the rate-limit headers, or a 429. With Redis, a request far from every
+ * configured) that checks every limit of the key and takes the request and its estimated prompt
+ * tokens; the answer gives the rate-limit headers, or a 429. With Redis, a request far from every
  * limit does not wait for that round trip: it is let through on what the router last heard from Redis
  * about the key, and counted there in the background (view.ts). The prompt estimate learns: a key's
  * requests of one kind (a deployment's API) add the amount by which the engine's reported prompt tokens
@@ -10,8 +10,8 @@
  * What one key's requests teach is charged to that key alone: a prompt the router cannot measure (token
  * ids) or one made to look small would otherwise raise every other key's charge.
  * The lease it returns follows the response:
- * each streamed content event past the reserve is one more token, and the engine's usage corrects the
- * estimate and returns what the reserve held and the response did not use at the end. Tokens reach the store in batches every `flushIntervalMs`, off the request path, so a long
+ * each streamed content event is one more token, and the engine's usage corrects the estimate at the
+ * end. Tokens reach the store in batches every `flushIntervalMs`, off the request path, so a long
  * stream is counted while it flows and the key's next requests see it.
  *
  * With Redis configured the counts are shared by every router. When Redis cannot answer (down,
@@ -226,10 +226,8 @@ function scaled(checks: Checks, routers: number, budgetUsed: (period: string) =>
 export class Lease {
   /** Content events streamed and not yet sent to the store. */
   unsent = 0;
-  /** Tokens the store has been charged for this request so far (estimate + reserved + streamed past the reserve). */
+  /** Tokens the store has been charged for this request so far (estimate + streamed). */
   charged: number;
-  /** Completion tokens reserved at admission that streamed content events have not used yet. */
-  private reservedLeft: number;
   private done = false;
   /** Its concurrency slot went back already (`answered`). */
   slotFreed = false;
@@ -245,18 +243,13 @@ export class Lease {
     /** OpenAI's rate-limit headers for the response. */
     readonly headers: Readonly<Record<string, string>>,
     readonly startedAt: number,
-    /** Completion tokens taken at admission on top of the prompt's estimate (the request's own maximum). */
-    reserved = 0,
   ) {
-    this.charged = estimate + reserved;
-    this.reservedLeft = reserved;
+    this.charged = estimate;
   }
 
-  /** One content event went to the client: a token, charged unless the reserve already holds it. */
+  /** One content event went to the client. */
   streamed(): void {
-    if (this.done) return;
-    if (this.reservedLeft > 0) this.reservedLeft -= 1;
-    else this.unsent += 1;
+    if (!this.done) this.unsent += 1;
   }
 
   /**
@@ -360,12 +353,10 @@ export class Limiter {
 
   /**
    * Takes a request of `key` on `deployment` with `estimate` prompt tokens (plus the overhead learned
-   * from the key's requests of `kind`, when given) and `reserve` completion tokens (the most it asked
-   * for: its tokens buckets and budgets hold them until the response ends, when its usage settles
-   * them). Resolves with its lease (undefined for a key without limits); rejects with a 429
-   * RouterError when a limit refuses it.
+   * from the key's requests of `kind`, when given). Resolves with its lease (undefined for a key
+   * without limits); rejects with a 429 RouterError when a limit refuses it.
    */
-  async admit(key: LimitedKey, named: string | DeploymentNames, given: number, kind?: string, reserve = 0): Promise<Lease | undefined> {
+  async admit(key: LimitedKey, named: string | DeploymentNames, given: number, kind?: string): Promise<Lease | undefined> {
     const limits = this.limitsOf(key);
     if (!limits) return undefined;
     const deployment = scopeOf(limits, named);
@@ -373,7 +364,7 @@ export class Limiter {
     const estimate = learns === undefined ? given : Math.max(0, Math.round(given + (this.overhead.get(learns) ?? 0)));
     const { clock, events } = this.options;
     const checks = checksFor(key.name, limits, deployment, this.options.wallNow());
-    const request: AdmitRequest = { ...checks, tokens: estimate + reserve, lease: `${this.router}:${++this.sequence}`, leaseMs: LEASE_MS };
+    const request: AdmitRequest = { ...checks, tokens: estimate, lease: `${this.router}:${++this.sequence}`, leaseMs: LEASE_MS };
     let store: LimitStore = this.storeNow();
     let verdict: Verdict;
     const shared = this.options.shared?.store;
@@ -416,7 +407,7 @@ export class Limiter {
     }
     events?.onAdmitted?.(key.name);
     const learn = learns === undefined ? undefined : { estimate: given, kind: learns };
-    const lease = new Lease(this, store, request, request.lease, estimate, learn, rateLimitHeaders(verdict), clock.now(), reserve);
+    const lease = new Lease(this, store, request, request.lease, estimate, learn, rateLimitHeaders(verdict), clock.now());
     this.active.add(lease);
     return lease;
   }

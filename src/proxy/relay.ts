@@ -293,7 +293,8 @@ export function relayResponse(spec: AttemptSpec, proxyRes: EngineResponse, res: 
     for (let seg = tap.next(); seg !== undefined; seg = tap.next()) {
       segments.push(seg);
       notes(seg.event);
-      if (sawEnd && !spec.resumable) answered();
+      // a stream whose API names no last event (the audio APIs') is whole only at its end
+      if (sawEnd && endOfStream && !spec.resumable) answered();
       const own = textOf(seg);
       if (own !== seg.raw) changed = true;
       if (own === '') continue;

@@ -8,7 +8,6 @@ import { mayUse, type Principal } from '../auth/key-store.js';
 import { jsonDepthExceeds } from '../api/json-depth.js';
 import { formFields, parseForm, type FormPart } from '../api/multipart.js';
 import { type ApiRoute } from '../api/routes.js';
-import { choicesOf } from '../api/valid-request.js';
 import { validateRequest, type ValidRequest } from '../api/validate.js';
 import { modelNotFound, RouterError } from '../core/errors.js';
 import { passed } from '../core/phases.js';
@@ -25,8 +24,7 @@ export interface RequestLimits {
   limitsOf(key: Principal): object | undefined;
   /** `kind`: requests whose prompt estimates are corrected together (limits/limiter.ts). */
   /** `deployment`: its ID, model name and aliases, any of which the key's per-deployment limits may name. */
-  /** `reserve`: the completion tokens the request may produce, held until its usage settles them. */
-  admit(key: Principal, deployment: DeploymentNames, estimate: number, kind?: string, reserve?: number): Promise<Pick<Lease, 'headers' | 'streamed' | 'answered' | 'finish'> | undefined>;
+  admit(key: Principal, deployment: DeploymentNames, estimate: number, kind?: string): Promise<Pick<Lease, 'headers' | 'streamed' | 'answered' | 'finish'> | undefined>;
 }
 
 export interface InferenceDeps {
@@ -98,32 +96,6 @@ export function estimatePromptTokens(promptText: (() => string) | undefined, tex
   return Math.ceil(chars / 4);
 }
 
-/** The field of each API that caps what one choice may produce, in the order the engines read them. */
-const MAX_OUTPUT_FIELDS: Readonly<Record<string, readonly string[]>> = {
-  chat: ['max_completion_tokens', 'max_tokens'],
-  completions: ['max_tokens'],
-  responses: ['max_output_tokens'],
-  messages: ['max_tokens'],
-};
-
-/**
- * The most a request's completion tokens are reserved at: far past any model's output, and small
- * enough that a client's `max_tokens` of 1e20 stays an integer Redis can add (its INCRBY would fail,
- * and a failing Redis call is counted against Redis, not the client).
- */
-const MAX_RESERVE = 1_000_000_000;
-
-/**
- * The completion tokens a request may produce, as it asks: its maximum per choice times its choices
- * (`n`, and each prompt of a completions request), at most {@link MAX_RESERVE}. 0 when it sets no
- * maximum (then only what it produces is charged) and on APIs that produce none.
- */
-export function completionReserve(api: string, body: ValidRequest): number {
-  const field = MAX_OUTPUT_FIELDS[api]?.find((f) => typeof body[f] === 'number');
-  if (field === undefined) return 0;
-  return Math.min(MAX_RESERVE, (body[field] as number) * choicesOf(api, body));
-}
-
 /** The request's prompt text, made once however many ask (the limits' estimate, prefix affinity): a long prompt's text is costly to build. */
 function promptOnce(api: ApiRoute, body: ValidRequest): (() => string) | undefined {
   const of = api.promptText;
@@ -164,7 +136,7 @@ export function inferenceHandler(deps: InferenceDeps, api: ApiRoute) {
     let lease: Pick<Lease, 'headers' | 'streamed' | 'answered' | 'finish'> | undefined;
     if (limits) {
       const admission = trace?.child('modelgate.admission');
-      lease = await limits.admit(principal, deployment, estimatePromptTokens(promptText, text), `${deployment.id} ${api.name}`, completionReserve(api.name, body));
+      lease = await limits.admit(principal, deployment, estimatePromptTokens(promptText, text), `${deployment.id} ${api.name}`);
       admission?.end();
       if (lease) for (const [name, value] of Object.entries(lease.headers)) res.setHeader(name, value);
       if (ctx.closed) {

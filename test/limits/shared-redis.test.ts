@@ -19,7 +19,6 @@ const TPM_KEY = 'sk-shared-tpm-0123456789'; // 30,000 tokens a minute: 500 a sec
 const OUTAGE_KEY = 'sk-outage-0123456789'; // 600 requests a minute
 const SLOW_KEY = 'sk-slow-0123456789'; // 60 requests a minute: one a second
 const ONE_KEY = 'sk-one-at-a-time-0123456789'; // one request in flight at once
-const HUGE_KEY = 'sk-huge-0123456789'; // 30,000 tokens a minute and a million a day; a client asking for 1e20 of them
 
 let dir: string;
 let redis: RedisServer;
@@ -37,7 +36,6 @@ beforeAll(async () => {
       `- { name: tpm, key: ${TPM_KEY}, limits: { tokensPerMinute: 30000 } }`,
       `- { name: outage, key: ${OUTAGE_KEY}, limits: { requestsPerMinute: 600 } }`,
       `- { name: slow, key: ${SLOW_KEY}, limits: { requestsPerMinute: 60 } }`,
-      `- { name: huge, key: ${HUGE_KEY}, limits: { tokensPerMinute: 30000, tokensPerDay: 1000000 } }`,
       `- { name: one, key: ${ONE_KEY}, limits: { concurrentRequests: 1 } }`,
     ].join('\n'),
   );
@@ -136,24 +134,6 @@ describe('limits shared by two routers through Redis', () => {
       statuses.push(res.status);
     }
     expect(statuses.filter((s) => s !== 200)).toEqual([]);
-  });
-
-  it('takes a max_tokens of 1e20 without a Redis error (its reserve is capped): the engine answers it, Redis stays up, the reserve comes back', async () => {
-    const router = routers[0] as ServedRouter;
-    const errors = await metric(router, 'modelgate_limits_redis_errors_total');
-    const ask = (maxTokens: string): Promise<Response> =>
-      fetch(`${router.api}/v1/chat/completions`, {
-        method: 'POST',
-        headers: { authorization: `Bearer ${HUGE_KEY}`, 'content-type': 'application/json' },
-        // 1e20 as JSON may write it: an integer to the schema, not one Redis's INCRBY takes
-        body: `{"model":"llama","messages":[{"role":"user","content":"hi"}],"max_tokens":${maxTokens}}`,
-      });
-    expect((await ask('1e20')).status).toBe(400); // the engine's: longer than the model's context
-    expect(await metric(router, 'modelgate_limits_redis_errors_total')).toBe(errors);
-    expect(await metric(router, 'modelgate_limits_redis_up')).toBe(1);
-    // its reserve (a billion, past the key's day) is given back when the engine refuses it: the key has its tokens again
-    await waitFor(async () => (await ask('5')).status === 200, 'the reserve given back', 5_000);
-    expect(await metric(router, 'modelgate_limits_redis_errors_total')).toBe(errors);
   });
 
   it('keeps traffic flowing on each router’s share while Redis is down, and shares the counts again once it is back', async () => {

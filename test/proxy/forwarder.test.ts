@@ -361,33 +361,47 @@ describe('Forwarder.attempt', () => {
     ]);
   });
 
-  it('tells the observer an answer is whole before its last bytes go to the client, and never for one cut short', async () => {
+  it('tells the observer an answer is whole at its last byte or last event, before it goes to the client; never for one cut short', async () => {
     const upstream = await listen((req, res) => {
       req.resume();
       req.on('end', () => {
-        if (req.url?.endsWith('json')) return void res.writeHead(200, { 'content-type': 'application/json' }).end('{"ok":true}');
+        if (req.url?.endsWith('json')) {
+          // a body of known length, in two writes a moment apart: whole with its last byte
+          res.writeHead(200, { 'content-type': 'application/json', 'content-length': '11' });
+          res.write('{"ok":');
+          return void setTimeout(() => res.end('true}'), 30);
+        }
         res.writeHead(200, { 'content-type': 'text/event-stream' });
         res.write('data: {"choices":[{"delta":{"content":"a"}}]}\n\n');
-        // the whole stream ends with [DONE]; a broken one just stops
-        if (req.url?.endsWith('broken')) return void res.destroy();
-        res.end('data: [DONE]\n\n');
+        if (req.url?.endsWith('broken')) return void res.destroy(); // a broken stream just stops
+        // the last event a moment later, then the end of the response later still
+        setTimeout(() => res.write('data: [DONE]\n\n'), 30);
+        setTimeout(() => res.end(), 60);
       });
     });
     const time = new FakeTime();
-    for (const [path, answered] of [
-      ['/v1/json', ['the client response still open']],
-      ['/v1/chat/completions', ['the client response still open']],
-      ['/v1/broken', []],
+    for (const [path, endOfStream, answered] of [
+      ['/v1/json', true, ['answered after 11 bytes from the engine, the client response still open']],
+      ['/v1/chat/completions', true, ['answered after 2 events, the client response still open']],
+      // an API that names no last event: whole only when the engine's response ends
+      ['/v1/audio/transcriptions', false, ['answered after 2 events, the client response still open']],
+      ['/v1/broken', true, []],
     ] as const) {
       let client: ServerResponse | undefined;
       const seen: string[] = [];
+      let events = 0;
+      let bytes = 0;
       const observe = {
-        event: () => undefined,
-        body: () => undefined,
+        event: () => void (events += 1),
+        body: (chunk: Buffer) => void (bytes += chunk.length),
         bodyEnd: () => undefined,
-        answered: () => seen.push(client?.writableEnded ? 'the client response already ended' : 'the client response still open'),
+        // the chunk that makes a body whole is announced before it is written (and counted)
+        answered: () =>
+          seen.push(
+            `answered after ${path.endsWith('json') ? `${bytes + 5} bytes from the engine` : `${events + (endOfStream ? 1 : 0)} events`}, the client response ${client?.writableEnded ? 'already ended' : 'still open'}`,
+          ),
       };
-      const { url, results } = await oneAttempt(upstream, time, { path, observe, endOfStream: (e) => e.data === '[DONE]' }, (res) => (client = res));
+      const { url, results } = await oneAttempt(upstream, time, { path, observe, ...(endOfStream ? { endOfStream: (e: { data: string }) => e.data === '[DONE]' } : {}) }, (res) => (client = res));
       await send(url, time);
       if (results[0]?.kind === 'committed') await results[0].done;
       expect({ path, seen }).toEqual({ path, seen: answered });
