@@ -77,7 +77,11 @@ export function parseKeysFile(text: string, source: string): KeyEntry[] {
     if (first !== undefined) throw new ConfigError(`${source}: "${entry.name}" has the same key as "${first}"; give each name its own key`);
     digests.set(digest, entry.name);
   });
-  return entries;
+  // Copied out of the file's text: a string the YAML parser cut from it (a name of 13 characters or
+  // more, say) is V8's slice of the whole text and keeps it alive, plaintext keys and all, for as long
+  // as the router keeps the name (the owner of each remembered response, the limiter's learned
+  // overhead): one more copy of the file for every reload.
+  return structuredClone(entries);
 }
 
 export async function readKeysFile(path: string): Promise<KeyEntry[]> {

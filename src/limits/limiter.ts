@@ -284,7 +284,7 @@ export class Limiter {
   private readonly active = new Set<Lease>();
   /** Tokens waiting for the next flush, per store and key and checks. */
   private readonly pending = new Map<string, { store: LimitStore; settlement: Settlement }>();
-  /** Budget use Redis last reported, per key and period: the base of the local budgets while it is down. */
+  /** Budget use Redis last reported, per key and period: the base of the local budgets while it is down (at most MAX_LEVELS_SEEN, least recently seen first out). */
   private readonly budgetSeen = new Map<string, number>();
   /** Bucket levels Redis last reported, per key and rate (with when, on the clock): where the local buckets start while it is down. */
   private readonly levelSeen = new Map<string, Bucket>();
@@ -418,7 +418,15 @@ export class Limiter {
     this.options.events?.onRoundTrip?.((now - started) / 1000);
     this.sharedAnswered();
     this.view.answered(request, verdict, now, this.routers);
-    for (const budget of verdict.budgets) this.budgetSeen.set(`${request.key}\0${budget.period}`, budget.used - (taken ? request.tokens : 0));
+    for (const budget of verdict.budgets) {
+      const id = `${request.key}\0${budget.period}`;
+      this.budgetSeen.delete(id); // re-inserted last: the least recently seen (a past day's, a quiet key's) go first
+      this.budgetSeen.set(id, budget.used - (taken ? request.tokens : 0));
+    }
+    for (const id of this.budgetSeen.keys()) {
+      if (this.budgetSeen.size <= MAX_LEVELS_SEEN) break;
+      this.budgetSeen.delete(id);
+    }
     this.sawLevels(request.key, verdict, now);
   }
 

@@ -27,11 +27,26 @@ export const LINE_BATCH_MS = 50;
 export const LINE_BATCH_BYTES = 64 * 1024;
 const BASE = { service: 'modelgate' };
 
+/**
+ * Most log text held for stdout while it takes none (a pipe nobody reads, a blocked collector); what
+ * comes past it is dropped, and a warning says how much once stdout takes lines again. Unbounded, the
+ * router's heap grew by every line.
+ */
+export const MAX_UNWRITTEN_LOG_BYTES = 16 * 1024 * 1024;
+
+/** stdout as pino's asynchronous destination (sonic-boom), holding at most {@link MAX_UNWRITTEN_LOG_BYTES}. */
+export function stdoutDestination(): DestinationStream {
+  return pino.destination({ dest: process.stdout.fd, minLength: 0, maxLength: MAX_UNWRITTEN_LOG_BYTES });
+}
+
 /** JSON lines on stdout, or on `destination` (the demo's pretty printer, a test's capture). */
-export function createLogger(level: LogLevel, destination: DestinationStream = pino.destination()): Logger {
+export function createLogger(level: LogLevel, destination: DestinationStream = stdoutDestination()): Logger {
   const options = { level, base: BASE, redact: { paths: ['req.headers.authorization', 'headers.authorization', 'authorization'], censor: '[redacted]' } };
   const logger = pino(options, destination);
   const batch = new LineBatch(destination);
+  // sonic-boom's 'drop': text it did not take (over maxLength); counted for the warning
+  const events = destination as DestinationStream & { on?: (event: string, listener: (data: string) => void) => unknown };
+  events.on?.('drop', (data: string) => batch.dropped(Buffer.byteLength(data)));
   sinks.set(logger, { write: (line) => batch.write(line), flush: () => batch.flush(), bindings: JSON.stringify(BASE).slice(1, -1) });
   return logger;
 }
@@ -49,6 +64,8 @@ let exitHooked = false;
 class LineBatch {
   private pending = '';
   private timer: NodeJS.Timeout | undefined;
+  /** Bytes the destination dropped since the last warning. */
+  private lost = 0;
 
   constructor(private readonly destination: DestinationStream & { flushSync?: () => void }) {}
 
@@ -68,9 +85,19 @@ class LineBatch {
     if (this.pending.length >= LINE_BATCH_BYTES) this.flush();
   }
 
+  /** The destination dropped `bytes` of text: the next write starts with a warning that says so. */
+  dropped(bytes: number): void {
+    this.lost += bytes;
+    if (this.pending === '') this.write('');
+  }
+
   /** `sync`: at exit, when no asynchronous write will finish any more. */
   flush(sync = false): void {
-    const lines = this.pending;
+    let lines = this.pending;
+    if (this.lost > 0) {
+      lines = `{"level":40,"time":${Date.now()},${JSON.stringify(BASE).slice(1, -1)},"droppedBytes":${this.lost},"msg":"log lines dropped: stdout took none while more than ${MAX_UNWRITTEN_LOG_BYTES} bytes waited"}\n${lines}`;
+      this.lost = 0;
+    }
     if (lines === '') return;
     this.pending = '';
     clearTimeout(this.timer);

@@ -1,4 +1,6 @@
 import { describe, expect, it } from '@jest/globals';
+import { setFlagsFromString } from 'node:v8';
+import { runInNewContext } from 'node:vm';
 import { parseKeysFile } from '../../src/config/keys-file.js';
 import { ConfigError } from '../../src/config/load.js';
 
@@ -78,5 +80,27 @@ describe('parseKeysFile', () => {
     } catch (err) {
       expect((err as Error).message).not.toContain('sk-aaaaaaaa');
     }
+  });
+});
+
+describe('parseKeysFile and memory', () => {
+  it('keeps nothing of the file once parsed: names kept from 200 reloads of a 45 KB file hold no copy of it', () => {
+    setFlagsFromString('--expose-gc');
+    const gc = runInNewContext('gc') as () => void;
+    const file = Array.from({ length: 500 }, (_, i) => `- name: team-number-${String(i).padStart(4, '0')}-service\n  key: sk-${String(i).padStart(8, '0')}-${'x'.repeat(40)}\n`).join('');
+    expect(file.length).toBeGreaterThan(45_000);
+    const kept: string[] = [];
+    gc();
+    const before = process.memoryUsage().heapUsed;
+    for (let i = 0; i < 200; i++) {
+      // each reload's text is a fresh string, as each read of the file is
+      const text = `${file}# reload ${i}\n`;
+      kept.push((parseKeysFile(text, 'keys.yaml')[0] as { name: string }).name); // as a map keeps a key's name
+    }
+    gc();
+    const grown = process.memoryUsage().heapUsed - before;
+    expect(kept.every((name) => name === 'team-number-0000-service')).toBe(true);
+    // 200 retained copies of the text would be 9 MB and more
+    expect(grown).toBeLessThan(3 * 1024 * 1024);
   });
 });
