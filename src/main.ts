@@ -104,11 +104,15 @@ export async function createRouter(config: Config, options: RouterOptions = {}):
     processMetrics: options.processMetrics ?? true,
     exemplars: config.tracing.enabled, // sampled trace ids on the latency histograms; off, they are plain histograms
   });
+  // what a reload of the keys file means for the per-key series (set once the limits' metrics exist)
+  let keysReloaded = (): void => undefined;
   const keys = new KeyStore(config.auth.keysFile, {
     onReload: (result) => {
       metricsRef().recordKeysReload(result.ok);
-      if (result.ok) logger.info({ keys: result.keys }, 'API keys reloaded');
-      else logger.error({ error: result.error.message }, 'API keys file rejected; keeping the previous keys');
+      if (result.ok) {
+        logger.info({ keys: result.keys }, 'API keys reloaded');
+        keysReloaded();
+      } else logger.error({ error: result.error.message }, 'API keys file rejected; keeping the previous keys');
     },
   });
   await keys.load();
@@ -243,6 +247,7 @@ export async function createRouter(config: Config, options: RouterOptions = {}):
     responses: new ResponseLocations(config.server.rememberedResponses, shared?.responses),
   });
   const limitEvents = metrics.observeLimits({ redis: shared !== undefined, keyMetrics: config.limits.keyMetrics });
+  keysReloaded = () => limitEvents.keysNow?.(keys.names());
   const limitsLog = logger.child({ component: 'limits' });
   const limiter = new Limiter({
     defaults: config.limits.defaults,

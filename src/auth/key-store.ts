@@ -106,6 +106,11 @@ export class KeyStore {
     return this.keys.length;
   }
 
+  /** The names of the keys loaded now. */
+  names(): Set<string> {
+    return new Set(this.keys.map((k) => k.principal.name));
+  }
+
   /** Loads the file; throws on a bad file (use at start-up, where a bad file must stop the process). */
   async load(): Promise<void> {
     this.keys = toStored(await readKeysFile(this.file));

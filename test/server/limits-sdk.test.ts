@@ -6,6 +6,7 @@
  */
 import Anthropic from '@anthropic-ai/sdk';
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import { writeFile } from 'node:fs/promises';
 import OpenAI from 'openai';
 import { type RunningRouter } from '../../src/main.js';
 import { type SimServer } from '../../src/sim/server.js';
@@ -199,5 +200,23 @@ describe('concurrency and the Anthropic envelope', () => {
     }
     const after = await anthropic.messages.create({ model: 'llama', max_tokens: 5, messages: [{ role: 'user', content: 'now' }] });
     expect(after.type).toBe('message');
+  });
+});
+
+describe('a key taken out of the keys file', () => {
+  it('loses its per-key series at the reload (a revoked key kept its budget gauge for good); the other keys keep theirs', async () => {
+    await openai(STREAMER).chat.completions.create(chat);
+    await openai(TINY)
+      .chat.completions.create(chat)
+      .catch(() => undefined);
+    const series = async (key: string): Promise<number> => (await adminMetrics(gateway)).split('\n').filter((l) => l.startsWith('modelgate_key_') && l.includes(`key="${key}"`)).length;
+    expect(await series('tiny')).toBeGreaterThan(0);
+    const streamerBefore = await series('streamer');
+    expect(streamerBefore).toBeGreaterThan(0);
+    // the operator revokes tiny: its entry leaves the file
+    await writeFile(gateway.keysFile, keysYaml.replace(/- name: tiny\n {2}key: \S+\n {2}limits: .*\n/, ''));
+    expect(await gateway.router.keys.reload()).toBe(true);
+    expect(await series('tiny')).toBe(0);
+    expect(await series('streamer')).toBe(streamerBefore);
   });
 });
