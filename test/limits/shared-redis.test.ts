@@ -39,22 +39,26 @@ beforeAll(async () => {
       `- { name: one, key: ${ONE_KEY}, limits: { concurrentRequests: 1 } }`,
     ].join('\n'),
   );
-  const config = {
+  // the documented timeout setting raised from its 50 ms default: on a loaded 2-core CI machine Redis
+  // sometimes answers later than that, and this file is about shared counting, not about a slow Redis
+  // (the limiter's own tests cover slow answers; the last test here a Redis that is gone)
+  await writeFile(join(dir, 'modelgate.yaml'), routerConfig({ url: redis.url, timeoutMs: 1000 }));
+  routers = [];
+  for (let i = 0; i < 2; i++) routers.push(await serveRouter(join(dir, 'modelgate.yaml')));
+}, 60_000);
+
+/** A router's config file (JSON) in front of the simulator, with these `limits.redis` settings. */
+function routerConfig(redisSettings: object): string {
+  return JSON.stringify({
     server: { host: '127.0.0.1', port: 0, shutdownDelayMs: 0 },
     admin: { host: '127.0.0.1', port: 0 },
     log: { level: 'info' },
     auth: { keysFile: 'keys.yaml' },
     pools: [{ name: 'llama', servedModelName: 'meta/llama', endpoints: [sim.url] }],
     deployments: [{ id: 'llama-prod', model: 'llama', targets: [{ pool: 'llama' }] }],
-    // the documented timeout setting raised from its 50 ms default: on a loaded 2-core CI machine Redis
-    // sometimes answers later than that, and this file is about shared counting, not about a slow Redis
-    // (the limiter's own tests cover slow answers; the last test here a Redis that is gone)
-    limits: { redis: { url: redis.url, timeoutMs: 1000 } },
-  };
-  await writeFile(join(dir, 'modelgate.yaml'), JSON.stringify(config));
-  routers = [];
-  for (let i = 0; i < 2; i++) routers.push(await serveRouter(join(dir, 'modelgate.yaml')));
-}, 60_000);
+    limits: { redis: redisSettings },
+  });
+}
 
 afterAll(async () => {
   await Promise.all((routers ?? []).map((r) => r.stop()));
@@ -195,18 +199,7 @@ describe('a Redis the router cannot use at start', () => {
     let router: ServedRouter | undefined;
     try {
       await admin.config('SET', 'requirepass', 'the-password');
-      await writeFile(
-        file,
-        JSON.stringify({
-          server: { host: '127.0.0.1', port: 0, shutdownDelayMs: 0 },
-          admin: { host: '127.0.0.1', port: 0 },
-          log: { level: 'info' },
-          auth: { keysFile: 'keys.yaml' },
-          pools: [{ name: 'llama', servedModelName: 'meta/llama', endpoints: [sim.url] }],
-          deployments: [{ id: 'llama-prod', model: 'llama', targets: [{ pool: 'llama' }] }],
-          limits: { redis: { url: locked.url } },
-        }),
-      );
+      await writeFile(file, routerConfig({ url: locked.url }));
       router = await serveRouter(file);
       const line = router.logs.find((l) => String(l.msg).startsWith('Redis is not answering at start'));
       expect(line?.error).toMatch(/NOAUTH|WRONGPASS|Authentication required/i);
