@@ -448,9 +448,9 @@ export class Limiter {
   }
 
   /**
-   * A finished shared lease's slot goes back to Redis at once: a client that sends its next request as
-   * soon as it has this answer, through another router, must find the slot free (calls of one tick
-   * still go out in one write, ioredis's auto-pipelining). A release Redis does not take is kept and
+   * A finished shared lease's slot goes back to Redis at once, in a write of its own (the store's
+   * client leaves releases out of its auto-pipelining): a client that sends its next request as soon
+   * as it has this answer, through another router, must find the slot free. A release Redis does not take is kept and
    * sent again with every flush until it is taken or the lease would have expired there by itself:
    * dropped, it held the key's slot for up to LEASE_MS after a blip of the connection.
    */
