@@ -56,13 +56,13 @@ async function waitForPort(host: string, port: number, exited: () => boolean): P
   }
 }
 
-/** `modelgate sim` on its own loopback address, publishing KV events on `kvPort`. */
-async function startSim(i: number, httpPort: number, kvPort: number, args: string[]): Promise<Proc> {
+/** `modelgate sim` on its own loopback address, publishing KV events on `kv.port` (and replaying them on `kv.replayPort`). */
+async function startSim(i: number, httpPort: number, kv: { port: number; replayPort: number }, args: string[]): Promise<Proc> {
   const host = `${NET}.${i + 1}`;
   const name = `replica-${i}`;
   const child = spawn(
     process.execPath,
-    [CLI, 'sim', '--host', host, '--port', String(httpPort), '--name', name, '--kv-events-port', String(kvPort), '--kv-events-replay-port', String(kvPort + 1), ...args],
+    [CLI, 'sim', '--host', host, '--port', String(httpPort), '--name', name, '--kv-events-port', String(kv.port), '--kv-events-replay-port', String(kv.replayPort), ...args],
     {
       stdio: ['ignore', 'ignore', 'inherit'],
     },
@@ -109,10 +109,11 @@ async function routerCounters(routers: readonly ModelgateProc[]): Promise<{ hit:
 }
 
 async function runCell(bodies: string[], setup: string, routerCount: number, useEvents: boolean, simArgs: string[]): Promise<Cell> {
-  const [kvPort] = await freePorts(1);
-  const httpPorts = await freePorts(REPLICAS);
-  const sims = await Promise.all(httpPorts.map((p, i) => startSim(i, p, kvPort!, simArgs)));
-  const routing = useEvents ? { kvEvents: { enabled: true, endpoint: `tcp://{host}:${kvPort}`, replayEndpoint: `tcp://{host}:${kvPort! + 1}`, tokenizer: 'simulator' } } : {};
+  // every port from one call: two calls can hand out the same port, and the replay port (it was the
+  // events port + 1, never checked) was sometimes a replica's HTTP port ("Address already in use")
+  const [kvPort, replayPort, ...httpPorts] = (await freePorts(REPLICAS + 2)) as [number, number, ...number[]];
+  const sims = await Promise.all(httpPorts.map((p, i) => startSim(i, p, { port: kvPort, replayPort }, simArgs)));
+  const routing = useEvents ? { kvEvents: { enabled: true, endpoint: `tcp://{host}:${kvPort}`, replayEndpoint: `tcp://{host}:${replayPort}`, tokenizer: 'simulator' } } : {};
   const routers: ModelgateProc[] = [];
   try {
     for (let i = 0; i < routerCount; i++)
