@@ -248,6 +248,7 @@ export async function createRouter(config: Config, options: RouterOptions = {}):
   });
   const limitEvents = metrics.observeLimits({ redis: shared !== undefined, keyMetrics: config.limits.keyMetrics });
   keysReloaded = () => limitEvents.keysNow?.(keys.names());
+  keysReloaded(); // the file's names at start: the keys that may come to have series
   const limitsLog = logger.child({ component: 'limits' });
   const limiter = new Limiter({
     defaults: config.limits.defaults,

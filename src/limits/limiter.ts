@@ -257,9 +257,7 @@ export class Lease {
    * that a client sending its next request the moment it has this answer, to any router, finds it free.
    */
   answered(): void {
-    if (this.done || this.slotFreed) return;
-    this.slotFreed = true;
-    this.limiter.freeSlot(this);
+    if (!this.done && !this.slotFreed) this.limiter.freeSlot(this);
   }
 
   /** The response ended; `usage` is what it used (undefined when the engine produced nothing). */

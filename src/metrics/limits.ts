@@ -14,7 +14,7 @@ export interface LimitsRecorder {
   onRejected?: (key: string, reason: LimitReason) => void;
   onTokens?: (key: string, prompt: number, completion: number) => void;
   onBudget?: (key: string, window: 'day' | 'month', remaining: number) => void;
-  /** The keys file now names these keys: the per-key series of any other key are removed. */
+  /** The keys file now names these keys (at start, then at each reload): the series of a key it named before and no longer does are removed. */
   keysNow?: (names: ReadonlySet<string>) => void;
   onShared?: (up: boolean) => void;
   onSharedError?: (op: RedisOp) => void;
@@ -77,35 +77,28 @@ export function limitsMetrics(registers: Registry[], options: { redis: boolean; 
       labelNames: ['key', 'window'],
       registers,
     });
-    /** The key names that have series. */
-    const seen = new Set<string>();
-    events.onAdmitted = (key) => {
-      seen.add(key);
-      requests.inc({ key, outcome: 'admitted' });
-    };
+    events.onAdmitted = (key) => requests.inc({ key, outcome: 'admitted' });
     events.onRejected = (key, reason) => {
       rejections.inc({ reason });
-      seen.add(key);
       requests.inc({ key, outcome: reason === 'budget' ? 'quota_exceeded' : 'rate_limited' });
     };
     events.onTokens = (key, prompt, completion) => {
-      seen.add(key);
       if (prompt > 0) tokens.inc({ key, type: 'prompt' }, prompt);
       if (completion > 0) tokens.inc({ key, type: 'completion' }, completion);
     };
-    events.onBudget = (key, window, remaining) => {
-      seen.add(key);
-      budget.set({ key, window }, remaining);
-    };
-    // a key removed from the file (revoked, renamed) would keep its series, and its budget gauge, for good
+    events.onBudget = (key, window, remaining) => budget.set({ key, window }, remaining);
+    // a key removed from the file (revoked, renamed) would keep its series, and its budget gauge, for
+    // good. Only a key of the file has series (requests are authenticated first): the names the file
+    // had before are the keys that may have them.
+    let known: ReadonlySet<string> = new Set();
     events.keysNow = (names) => {
-      for (const key of seen) {
+      for (const key of known) {
         if (names.has(key)) continue;
-        seen.delete(key);
         for (const outcome of ['admitted', 'rate_limited', 'quota_exceeded']) requests.remove({ key, outcome });
         for (const type of ['prompt', 'completion']) tokens.remove({ key, type });
         for (const window of ['day', 'month']) budget.remove({ key, window });
       }
+      known = names;
     };
   }
   return events;
