@@ -29,10 +29,16 @@ export class ResponseLocations {
     private readonly shared?: SharedResponseRecords,
   ) {}
 
-  remember(id: string, location: ResponseLocation): void {
-    if (this.capacity === 0) return;
+  /**
+   * Keeps the id's record here and, with shared records, writes it there too: the promise settles once
+   * that write has (written, failed or timed out; it never rejects). The relay holds the answer's last
+   * bytes until then, so a follow-up the client sends the moment it has the answer, through any router,
+   * finds the record.
+   */
+  remember(id: string, location: ResponseLocation): Promise<void> | undefined {
+    if (this.capacity === 0) return undefined;
     this.keep(id, location);
-    this.shared?.save(id, location);
+    return this.shared?.save(id, location);
   }
 
   /** This router's own record of the id (moved to most recently used). */

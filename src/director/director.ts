@@ -169,6 +169,9 @@ export class Director {
       ...streamChoicesOf(api.name, body),
       ...(request.onContent ? { onContent: request.onContent } : {}),
       ...(request.onAnswered ? { onAnswered: request.onAnswered } : {}),
+      // a stored Responses API answer is recorded as soon as its id is read, and its last bytes wait
+      // for the record: the follow-up the client sends the moment it has them finds it, through any router
+      ...(api.continues && body.store !== false ? { onResponseId: (id: string, endpoint: string, pool: string) => deps.responses.remember(id, { pool, endpoint, owner: request.tenant }) } : {}),
       ...(request.trace ? { trace: request.trace } : {}),
       ...(deployment.resumeStreams ? this.resumePlan(request) : {}),
       onInterToken: (pool, ms) => deps.metrics.recordInterToken(deployment.id, pool, ms / 1000),
@@ -177,9 +180,6 @@ export class Director {
     if (report.end) deps.metrics.recordResponseEnd(labels, report.end);
     if (report.ttftMs !== undefined) deps.metrics.recordTimeToFirstToken(labels, report.ttftMs / 1000, request.trace?.sampled ? request.trace.traceId : undefined);
     if (report.usage) deps.metrics.recordTokens(labels, report.usage.estimated ? 0 : report.usage.promptTokens, report.usage.completionTokens);
-    if (api.continues && report.responseId !== undefined && report.endpoint !== undefined && body.store !== false) {
-      deps.responses.remember(report.responseId, { pool: labels.pool, endpoint: report.endpoint, owner: request.tenant });
-    }
     const fallback = report.fallback ?? (first.deployment !== deployment.id ? first.deployment : undefined);
     return { ...report, poolName: labels.pool, servedModel: (report.pool ?? first.pool).servedModelName, ...(fallback ? { fallback } : {}) };
   }

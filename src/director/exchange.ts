@@ -53,8 +53,6 @@ export interface ExchangeReport {
   ttftMs?: number;
   /** Body bytes relayed from the engine. */
   bytes?: number;
-  /** The Responses API answer's id, as the engine named it. */
-  responseId?: string;
 }
 
 export interface ExchangeEvents {
@@ -113,6 +111,11 @@ export interface ExchangePlan {
   onContent?: () => void;
   /** The whole answer came, before its last bytes go to the client. */
   onAnswered?: () => void;
+  /**
+   * The Responses API answer's id, as soon as it is read, with the replica and pool answering: a
+   * promise returned (its record's write) holds the answer's last bytes until it settles.
+   */
+  onResponseId?: (id: string, endpoint: string, pool: string) => Promise<void> | undefined;
   /** The request's trace: a span for each scheduling and each attempt. */
   trace?: RequestTrace;
   /** A stream of a deployment with `resumeStreams`: what to do when it breaks after its first byte (resume.ts). */
@@ -214,12 +217,13 @@ export class ExchangeRunner {
     const { endpoint } = picked;
     const settings = step.pool.resilience;
     const started = clock.now();
-    const { onInterToken, onContent, onAnswered } = plan;
+    const { onInterToken, onContent, onAnswered, onResponseId } = plan;
     const dialect = plan.dialect ?? 'openai';
     const meter = new ResponseMeter(clock, started, dialect, {
       ...(onInterToken ? { interToken: (ms: number) => onInterToken(step.pool.name, ms) } : {}),
       ...(onContent ? { content: onContent } : {}),
       ...(onAnswered ? { answered: onAnswered } : {}),
+      ...(onResponseId ? { responseId: (id: string) => onResponseId(id, endpoint.id, step.pool.name) } : {}),
     });
     const span = plan.trace?.attempt(endpoint);
     // a stream that may be resumed is written whole events at a time, and left open when it breaks
@@ -275,7 +279,6 @@ export class ExchangeRunner {
     if (usage) report.usage = usage;
     // a resumed stream's first token is the first attempt's
     if (meter.ttftMs !== undefined && report.ttftMs === undefined) report.ttftMs = meter.ttftMs;
-    if (meter.responseId !== undefined) report.responseId = meter.responseId;
     if (end === 'upstream_broken' || end === 'idle_timeout') {
       this.deps.picker.recordStreamFailure(step.pool, picked.endpoint.id, requestId);
       report.failure = end === 'upstream_broken' ? 'upstream_stream_broken' : 'upstream_timeout';

@@ -20,8 +20,12 @@ export class RedisResponseRecords implements SharedResponseRecords {
     return `${this.options.prefix}resp:${createHash('sha256').update(id).digest('base64url')}`;
   }
 
-  save(id: string, location: ResponseLocation): void {
-    this.client.set(this.key(id), JSON.stringify([location.pool, location.endpoint, location.owner]), 'EX', this.options.ttlSeconds).catch(() => undefined);
+  save(id: string, location: ResponseLocation): Promise<void> {
+    const written = this.client.set(this.key(id), JSON.stringify([location.pool, location.endpoint, location.owner]), 'EX', this.options.ttlSeconds);
+    return withTimeout(written, this.options.timeoutMs).then(
+      () => undefined,
+      () => undefined,
+    );
   }
 
   async load(id: string): Promise<ResponseLocation | undefined> {

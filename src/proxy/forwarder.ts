@@ -71,8 +71,11 @@ export interface ResponseObserver {
   event(event: SseEvent, at?: number): void;
   body(chunk: Buffer): void;
   bodyEnd(): void;
-  /** The whole answer came and its last bytes are about to go to the client (not when it ends otherwise). */
-  answered?(): void;
+  /**
+   * The whole answer came and its last bytes are about to go to the client (not when it ends otherwise).
+   * A promise returned holds those bytes until it settles (it must never reject).
+   */
+  answered?(): Promise<void> | undefined;
 }
 
 export type FailureReason = 'connect' | 'connect_timeout' | 'reset' | 'first_byte_timeout' | 'deadline';

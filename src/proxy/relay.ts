@@ -232,14 +232,31 @@ export function relayResponse(spec: AttemptSpec, proxyRes: EngineResponse, res: 
     proxyRes.destroy();
   };
   // The answer is whole, before the client can know it (its last bytes not yet written): the per-key
-  // limits free its concurrency slot now, so a client that sends its next request the moment it has
-  // this answer, through any router, finds the slot free. A body of known length is whole with its
-  // last byte; a stream with its last event (the client's SDK stops reading there); any other at its end.
+  // limits free its concurrency slot now, and a Responses API answer's id is in the records, so a client
+  // that sends its next request the moment it has this answer, through any router, finds the slot free
+  // and the id known. A body of known length is whole with its last byte; a stream with its last event
+  // (the client's SDK stops reading there); any other at its end. What `answered` returns (the id's
+  // write to the routers' shared records, while not done) holds those last bytes until it settles.
   let wasAnswered = false;
-  const answered = (): void => {
-    if (wasAnswered) return;
+  const answered = (): Promise<void> | undefined => {
+    if (wasAnswered) return undefined;
     wasAnswered = true;
-    spec.observe?.answered?.();
+    return spec.observe?.answered?.();
+  };
+  /** The answer's last bytes, waiting for what `answered` returned; the end of the engine's body waits behind them. */
+  let holding: Promise<void> | undefined;
+  /** Runs `go` (which writes the answer's last bytes) now, or once `gate` settles. */
+  const after = (gate: Promise<void> | undefined, go: () => void, bodyLeft: boolean): void => {
+    if (!gate) return go();
+    if (bodyLeft) proxyRes.pause();
+    holding = gate.then(() => {
+      holding = undefined;
+      if (res.destroyed || res.writableEnded) return; // the client left, or the response was ended broken, meanwhile
+      go(); // written with the engine's body paused: no backpressure is taken up here, only below
+      if (!bodyLeft) return;
+      if (res.writableNeedDrain) drained();
+      else proxyRes.resume();
+    });
   };
   const length = tap ? NaN : Number(proxyRes.headers['content-length'] ?? NaN);
   let sent = false;
@@ -257,6 +274,10 @@ export function relayResponse(spec: AttemptSpec, proxyRes: EngineResponse, res: 
     }
     if (flowing || proxyRes.paused) return;
     proxyRes.pause();
+    drained();
+  };
+  /** The engine's body, paused, resumes when the client has taken what was written (or is cut as stalled). */
+  const drained = (): void => {
     idleSet = false;
     control.arm(left(spec.timeouts.clientStallMs), stalled);
     res.once('drain', () => {
@@ -271,7 +292,12 @@ export function relayResponse(spec: AttemptSpec, proxyRes: EngineResponse, res: 
     // The client gets each chunk first (the first one sent at once, see `write`); what the router
     // reads from it (usage, token timing, the per-key token count) comes after.
     if (!tap) {
-      if (bytes >= length) answered();
+      if (bytes >= length) {
+        // the last chunk of a body of known length: read first (a Responses API answer's id is in the body)
+        spec.observe?.body(chunk);
+        after(answered(), () => write(chunk), true);
+        return;
+      }
       write(chunk);
       spec.observe?.body(chunk);
       return;
@@ -290,11 +316,13 @@ export function relayResponse(spec: AttemptSpec, proxyRes: EngineResponse, res: 
     const segments: SseSegment[] = [];
     let text = '';
     let changed = false;
+    /** The stream's last event is in this chunk: the answer is whole. */
+    let whole = false;
     for (let seg = tap.next(); seg !== undefined; seg = tap.next()) {
       segments.push(seg);
       notes(seg.event);
       // a stream whose API names no last event (the audio APIs') is whole only at its end
-      if (sawEnd && endOfStream && !spec.resumable) answered();
+      if (sawEnd && endOfStream && !spec.resumable && !wasAnswered) whole = true;
       const own = textOf(seg);
       if (own !== seg.raw) changed = true;
       if (own === '') continue;
@@ -303,32 +331,43 @@ export function relayResponse(spec: AttemptSpec, proxyRes: EngineResponse, res: 
       if (!sent && !asItCame) write(own);
       else text += own;
     }
-    if (asItCame && !changed && tap.atBoundary) write(chunk);
-    else if (text !== '') write(text);
+    const out = asItCame && !changed && tap.atBoundary ? chunk : text;
+    if (whole) {
+      // the last chunk's events are read before it is written (a Responses API stream's id is in its first one)
+      observed(segments);
+      after(answered(), () => out.length > 0 && write(out), true);
+    } else if (out.length > 0) write(out);
     if (tap.heldChars > MAX_EVENT_CHARS) {
       // an event without end (or a body that is no event stream after all): not held without bound
       tooLong();
       return;
     }
+    if (!whole) observed(segments);
+  };
+  const observed = (segments: readonly SseSegment[]): void => {
     const { observe } = spec;
-    if (observe && segments.length > 0) {
-      const at = clock.now(); // the chunk's events were read together: one reading of the clock for all
-      for (const segment of segments) if (segment.event) observe.event(segment.event, at);
-    }
+    if (!observe || segments.length === 0) return;
+    const at = clock.now(); // the chunk's events were read together: one reading of the clock for all
+    for (const segment of segments) if (segment.event) observe.event(segment.event, at);
   };
   const end = (): void => {
+    if (holding) {
+      void holding.then(end);
+      return;
+    }
     if (!committed) commit(); // an empty 2xx body
     // a last event without its blank line (some llama.cpp builds): read as a whole one, its blank line added
     const last = tap?.closeTail();
+    let tail = '';
     if (last) {
       notes(last.event);
       if (sawEnd) {
-        const text = textOf(last);
-        if (text !== '') write(text);
+        tail = textOf(last);
         if (last.event) spec.observe?.event(last.event, clock.now());
       }
     }
     if (tap && spec.resumable?.cut()) {
+      if (tail !== '') write(tail);
       finish('upstream_broken'); // an error event the rewrite held back: the caller goes on elsewhere, or ends the stream
       return;
     }
@@ -339,11 +378,21 @@ export function relayResponse(spec: AttemptSpec, proxyRes: EngineResponse, res: 
       return;
     }
     if (!tap) spec.observe?.bodyEnd();
-    answered();
-    if (!res.writableEnded) res.end();
-    finish('complete');
+    after(
+      answered(),
+      () => {
+        if (tail !== '') write(tail);
+        if (!res.writableEnded) res.end();
+        finish('complete');
+      },
+      false,
+    );
   };
   const broken = (): void => {
+    if (holding) {
+      void holding.then(broken);
+      return;
+    }
     if (!committed) control.settle({ kind: 'failed', reason: 'reset', detail: 'the connection closed before the first byte' });
     else if (tap && endOfStream && sawEnd && !spec.resumable?.cut())
       end(); // its last event came: the answer is whole

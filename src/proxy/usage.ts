@@ -104,6 +104,11 @@ export interface MeterWatch {
   content?: () => void;
   /** The whole answer came, before its last bytes go to the client (the per-key limits free its concurrency slot). */
   answered?: () => void;
+  /**
+   * The Responses API answer's id, once, as soon as it is read (a stream's first event; a JSON body
+   * when it is whole). A promise returned holds the answer's last bytes until it settles.
+   */
+  responseId?: (id: string) => Promise<void> | undefined;
 }
 
 /** Reads a response as it passes (the forwarder's {@link ResponseObserver}): usage, timing, the Responses API's id. */
@@ -152,7 +157,7 @@ export class ResponseMeter implements ResponseObserver {
     } else if (this.dialect === 'responses' && this.responseId === undefined && event.data.includes('"response":{')) {
       const response = this.parse(event)?.response;
       const id = typeof response === 'object' && response !== null ? (response as Record<string, unknown>).id : undefined;
-      if (typeof id === 'string') this.responseId = id;
+      if (typeof id === 'string') this.found(id);
     }
     if (this.dialect === 'responses') {
       const sequence = SEQUENCE.exec(event.data);
@@ -196,14 +201,41 @@ export class ResponseMeter implements ResponseObserver {
     this.tail = (this.tail + chunk.toString('utf8')).slice(-BODY_TAIL);
   }
 
-  answered(): void {
+  /** The id's record, while its write is not done. */
+  private recording: Promise<void> | undefined;
+
+  private found(id: string): void {
+    this.responseId = id;
+    const recording = this.watch.responseId?.(id);
+    if (!recording) return;
+    this.recording = recording;
+    void recording.then(() => {
+      if (this.recording === recording) this.recording = undefined;
+    });
+  }
+
+  /**
+   * The whole answer came (a JSON body's last chunk read here first): the per-key limits hear of it,
+   * and a Responses API answer's id is recorded if it was not yet. What it returns (the record's write,
+   * while not done) holds the answer's last bytes until it settles.
+   */
+  answered(): Promise<void> | undefined {
     this.watch.answered?.();
+    if (this.dialect !== 'responses') return undefined;
+    if (this.responseId === undefined && !this.overflow && this.head.length > 0) {
+      const id = topLevelId(Buffer.concat(this.head).toString('utf8'));
+      if (id !== undefined) this.found(id);
+    }
+    return this.recording;
   }
 
   bodyEnd(): void {
     const text = this.overflow ? this.tail : Buffer.concat(this.head).toString('utf8');
     this.usage = usageFromJson(text);
-    if (this.dialect === 'responses' && !this.overflow) this.responseId = topLevelId(text);
+    if (this.dialect === 'responses' && !this.overflow && this.responseId === undefined) {
+      const id = topLevelId(text);
+      if (id !== undefined) this.found(id);
+    }
     this.head = [];
     this.tail = '';
   }

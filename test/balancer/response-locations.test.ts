@@ -15,17 +15,17 @@ const at = (endpoint: string) => ({ pool: 'p', endpoint, owner: 'team-a' });
 describe('ResponseLocations', () => {
   it('finds what it remembers and nothing else', () => {
     const where = new ResponseLocations(10);
-    where.remember('resp_1', at('e1'));
+    void where.remember('resp_1', at('e1'));
     expect(where.find('resp_1')).toEqual(at('e1'));
     expect(where.find('resp_2')).toBeUndefined();
   });
 
   it('forgets the least recently used id first when full; a lookup counts as use', () => {
     const where = new ResponseLocations(2);
-    where.remember('a', at('e1'));
-    where.remember('b', at('e2'));
+    void where.remember('a', at('e1'));
+    void where.remember('b', at('e2'));
     expect(where.find('a')).toEqual(at('e1')); // a is now the most recent
-    where.remember('c', at('e3'));
+    void where.remember('c', at('e3'));
     expect(where.size).toBe(2);
     expect(where.find('b')).toBeUndefined();
     expect(where.find('a')).toEqual(at('e1'));
@@ -34,15 +34,15 @@ describe('ResponseLocations', () => {
 
   it('remembering an id again moves it (a response regenerated elsewhere)', () => {
     const where = new ResponseLocations(2);
-    where.remember('a', at('e1'));
-    where.remember('a', at('e2'));
+    void where.remember('a', at('e1'));
+    void where.remember('a', at('e2'));
     expect(where.size).toBe(1);
     expect(where.find('a')).toEqual(at('e2'));
   });
 
   it('capacity 0 remembers nothing', () => {
     const where = new ResponseLocations(0);
-    where.remember('a', at('e1'));
+    void where.remember('a', at('e1'));
     expect(where.find('a')).toBeUndefined();
     expect(where.size).toBe(0);
   });
@@ -56,6 +56,7 @@ function sharedMap(): SharedResponseRecords & { records: Map<string, ResponseLoc
     down: false,
     save(id, location) {
       this.records.set(id, location);
+      return Promise.resolve();
     },
     load(id) {
       this.loads++;
@@ -65,16 +66,19 @@ function sharedMap(): SharedResponseRecords & { records: Map<string, ResponseLoc
 }
 
 describe('ResponseLocations with shared records', () => {
-  it('writes what it remembers through to the shared records', () => {
+  it("writes what it remembers through to the shared records, handing back the write's promise (none without them)", async () => {
     const shared = sharedMap();
-    new ResponseLocations(10, shared).remember('resp_1', at('e1'));
+    const written = new ResponseLocations(10, shared).remember('resp_1', at('e1'));
+    expect(written).toBeInstanceOf(Promise);
+    await written;
     expect(shared.records.get('resp_1')).toEqual(at('e1'));
+    expect(new ResponseLocations(10).remember('resp_1', at('e1'))).toBeUndefined();
   });
 
   it('answers from its own record without asking the shared ones; looks up what it does not hold, and keeps it', async () => {
     const shared = sharedMap();
     const where = new ResponseLocations(10, shared);
-    where.remember('mine', at('e1'));
+    void where.remember('mine', at('e1'));
     expect(await where.lookup('mine')).toEqual({ location: at('e1') });
     expect(shared.loads).toBe(0);
     shared.records.set('theirs', { pool: 'p', endpoint: 'e2', owner: 'team-b' });
@@ -93,7 +97,7 @@ describe('ResponseLocations with shared records', () => {
   it('capacity 0 neither writes nor asks the shared records', async () => {
     const shared = sharedMap();
     const where = new ResponseLocations(0, shared);
-    where.remember('a', at('e1'));
+    expect(where.remember('a', at('e1'))).toBeUndefined();
     shared.records.set('b', at('e2'));
     expect(await where.lookup('b')).toEqual({});
     expect(shared.records.has('a')).toBe(false);
@@ -117,15 +121,10 @@ describe('RedisResponseRecords against a real redis-server', () => {
     await redis?.stop();
   });
 
-  /** Resolves once a save has reached Redis (save does not wait for it). */
-  async function saved(records: RedisResponseRecords, id: string): Promise<void> {
-    for (let i = 0; i < 200 && (await reader.exists(records.key(id))) === 0; i++) await new Promise((r) => setTimeout(r, 5));
-  }
-
-  it('reads back what it saved, under the prefix and a hash of the id, with the lifetime it was given', async () => {
+  it('reads back what it saved (the save settled once Redis has it), under the prefix and a hash of the id, with the lifetime it was given', async () => {
     const records = new RedisResponseRecords(client, { prefix: 'mg-test:', ttlSeconds: 3600 });
-    records.save('resp_abc', { pool: 'llama', endpoint: 'http://10.0.0.1:8000', owner: 'team-a' });
-    await saved(records, 'resp_abc');
+    await records.save('resp_abc', { pool: 'llama', endpoint: 'http://10.0.0.1:8000', owner: 'team-a' });
+    expect(await reader.exists(records.key('resp_abc'))).toBe(1);
     expect(records.key('resp_abc')).toMatch(/^mg-test:resp:[\w-]{43}$/);
     expect(await records.load('resp_abc')).toEqual({ pool: 'llama', endpoint: 'http://10.0.0.1:8000', owner: 'team-a' });
     expect(await records.load('resp_other')).toBeUndefined();
@@ -147,10 +146,17 @@ describe('RedisResponseRecords against a real redis-server', () => {
     }
   });
 
-  it('rejects a load while Redis is away, and a save then does not throw', async () => {
+  it('a save Redis does not answer settles at the time limit, without rejecting', async () => {
+    const stuck = { get: () => new Promise<string | null>(() => undefined), set: () => new Promise<'OK'>(() => undefined) };
+    const records = new RedisResponseRecords(stuck, { prefix: 'mg-test:', ttlSeconds: 60, timeoutMs: 20 });
+    await expect(records.save('resp_stuck', at('e1'))).resolves.toBeUndefined();
+    await expect(records.load('resp_stuck')).rejects.toThrow('timeoutMs');
+  });
+
+  it('rejects a load while Redis is away, and a save then settles without rejecting', async () => {
     const records = new RedisResponseRecords(client, { prefix: 'mg-test:', ttlSeconds: 60 });
     await redis.stop();
-    expect(() => records.save('resp_lost', at('e1'))).not.toThrow();
+    await expect(records.save('resp_lost', at('e1'))).resolves.toBeUndefined();
     await expect(records.load('resp_lost')).rejects.toThrow();
   });
 });

@@ -34,13 +34,15 @@ const AGENT: Deployment = {
   created: 0,
 };
 
-function setup(opts: { report?: ExchangeReport; withoutEndpoints?: string[] } = {}) {
+/** `answers`: the Responses API answer's id the exchange reads, and the replica and pool that made it. */
+function setup(opts: { report?: ExchangeReport; withoutEndpoints?: string[]; answers?: { id: string; endpoint: string; pool: string } } = {}) {
   const catalog = new Registry(POOLS, [MAIN, BACKUP, VECTORS, AGENT]);
   const empty = new Set(opts.withoutEndpoints ?? []);
   const plans: ExchangePlan[] = [];
   const exchange = {
     run: (_req: IncomingMessage, _res: ServerResponse, plan: ExchangePlan): Promise<ExchangeReport> => {
       plans.push(plan);
+      if (opts.answers) void plan.onResponseId?.(opts.answers.id, opts.answers.endpoint, opts.answers.pool);
       return Promise.resolve(opts.report ?? { attempts: [] });
     },
   };
@@ -242,7 +244,7 @@ describe('Director.direct: Responses API follow-ups', () => {
   const follow = (id: string, extra: object = {}): ValidRequest => ({ model: 'agent-model', input: 'and then?', previous_response_id: id, ...extra });
 
   it('remembers where each answer was made, and pins a follow-up to that replica alone, in one pool, with no fallback', async () => {
-    const t = setup({ report: { attempts: [], endpoint: 'r2-1', pool: pool('r2', GENERATIVE), responseId: 'resp_1', upstreamStatus: 200 } });
+    const t = setup({ report: { attempts: [], endpoint: 'r2-1', pool: pool('r2', GENERATIVE), upstreamStatus: 200 }, answers: { id: 'resp_1', endpoint: 'r2-1', pool: 'r2' } });
     await t.director.direct(req, res, request('responses', AGENT, { model: 'agent-model', input: 'hi' }));
     expect(t.plans[0]).toMatchObject({ dialect: 'responses', path: '/v1/responses', stripUsageChunk: false });
     expect(t.plans[0]?.route.map((s) => s.pool.name)).toEqual(['r1', 'r2']); // the fallback's pool serves chat only
@@ -265,7 +267,7 @@ describe('Director.direct: Responses API follow-ups', () => {
 
   it('a known id whose replica has left is routed like any request, and counted as replica_gone', async () => {
     const t = setup();
-    t.responses.remember('resp_old', { pool: 'r1', endpoint: 'r1-gone', owner: 'team-a' });
+    void t.responses.remember('resp_old', { pool: 'r1', endpoint: 'r1-gone', owner: 'team-a' });
     await t.director.direct(req, res, request('responses', AGENT, follow('resp_old')));
     expect(t.plans[0]?.request.only).toBeUndefined();
     expect(t.recorded).toEqual(['previous replica_gone']);
@@ -273,7 +275,7 @@ describe('Director.direct: Responses API follow-ups', () => {
 
   it('an id another key made is a 404 answered by the router: its conversation never reaches the other team', async () => {
     const t = setup();
-    t.responses.remember('resp_theirs', { pool: 'r1', endpoint: 'r1-1', owner: 'team-b' });
+    void t.responses.remember('resp_theirs', { pool: 'r1', endpoint: 'r1-1', owner: 'team-b' });
     const err = await t.director.direct(req, res, request('responses', AGENT, follow('resp_theirs'))).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(RouterError);
     expect(err).toMatchObject({ code: 'RESPONSE_NOT_FOUND', status: 404, param: 'previous_response_id', message: "Response with id 'resp_theirs' not found." });
@@ -282,8 +284,12 @@ describe('Director.direct: Responses API follow-ups', () => {
   });
 
   it('an answer made with store: false is not remembered', async () => {
-    const t = setup({ report: { attempts: [], endpoint: 'r1-1', responseId: 'resp_x', upstreamStatus: 200 } });
+    const t = setup({ report: { attempts: [], endpoint: 'r1-1', upstreamStatus: 200 }, answers: { id: 'resp_x', endpoint: 'r1-1', pool: 'r1' } });
     await t.director.direct(req, res, request('responses', AGENT, { model: 'agent-model', input: 'hi', store: false }));
+    expect(t.plans[0]?.onResponseId).toBeUndefined();
     expect(t.responses.size).toBe(0);
+    // a chat request is not one the Responses API continues: no id is asked for
+    await t.director.direct(req, res, request('chat', MAIN, { model: 'main-model', messages: [{ role: 'user', content: 'hi' }] }));
+    expect(t.plans[1]?.onResponseId).toBeUndefined();
   });
 });

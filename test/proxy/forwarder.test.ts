@@ -395,17 +395,116 @@ describe('Forwarder.attempt', () => {
         event: () => void (events += 1),
         body: (chunk: Buffer) => void (bytes += chunk.length),
         bodyEnd: () => undefined,
-        // the chunk that makes a body whole is announced before it is written (and counted)
-        answered: () =>
-          seen.push(
-            `answered after ${path.endsWith('json') ? `${bytes + 5} bytes from the engine` : `${events + (endOfStream ? 1 : 0)} events`}, the client response ${client?.writableEnded ? 'already ended' : 'still open'}`,
-          ),
+        // the chunk that makes a body whole is read (counted) first, then announced, then written
+        answered: () => {
+          seen.push(`answered after ${path.endsWith('json') ? `${bytes} bytes from the engine` : `${events} events`}, the client response ${client?.writableEnded ? 'already ended' : 'still open'}`);
+          return undefined;
+        },
       };
       const { url, results } = await oneAttempt(upstream, time, { path, observe, ...(endOfStream ? { endOfStream: (e: { data: string }) => e.data === '[DONE]' } : {}) }, (res) => (client = res));
       await send(url, time);
       if (results[0]?.kind === 'committed') await results[0].done;
       expect({ path, seen }).toEqual({ path, seen: answered });
     }
+  });
+
+  it("holds an answer's last bytes (and the end of the engine's body) until what the observer's answered() returned settles", async () => {
+    const upstream = await listen((req, res) => {
+      req.resume();
+      req.on('end', () => {
+        if (req.url?.endsWith('sized')) {
+          res.writeHead(200, { 'content-type': 'application/json', 'content-length': '11' });
+          res.write('{"ok":');
+          return void setTimeout(() => res.end('true}'), 30);
+        }
+        if (req.url?.endsWith('chunked')) {
+          res.writeHead(200, { 'content-type': 'application/json' });
+          res.write('{"ok":');
+          return void setTimeout(() => res.end('true}'), 30);
+        }
+        res.writeHead(200, { 'content-type': 'text/event-stream' });
+        res.write('data: {"choices":[{"delta":{"content":"a"}}]}\n\n');
+        setTimeout(() => res.end('data: [DONE]\n\n'), 30);
+      });
+    });
+    const time = new FakeTime();
+    for (const [path, before, whole] of [
+      ['/v1/sized', ['write {"ok":'], '{"ok":true}'],
+      // a body of unknown length is whole at its end: all of it is written, and the end is held
+      ['/v1/chunked', ['write {"ok":', 'write true}'], '{"ok":true}'],
+      ['/v1/stream', ['write data: {"choices":[{"delta":{"content":"a"}}]}\n\n'], 'data: {"choices":[{"delta":{"content":"a"}}]}\n\ndata: [DONE]\n\n'],
+    ] as const) {
+      // what the router writes to the client, in order
+      const writes: string[] = [];
+      let release: () => void = () => undefined;
+      let asked = false;
+      const observe = {
+        event: () => undefined,
+        body: () => undefined,
+        bodyEnd: () => undefined,
+        answered: () => {
+          asked = true;
+          return new Promise<void>((resolve) => (release = resolve));
+        },
+      };
+      const watch = (res: ServerResponse): void => {
+        const write = res.write.bind(res) as (...args: unknown[]) => boolean;
+        const end = res.end.bind(res) as (...args: unknown[]) => ServerResponse;
+        res.write = ((...args: unknown[]) => (writes.push(`write ${String(args[0])}`), write(...args))) as typeof res.write;
+        res.end = ((...args: unknown[]) => (writes.push(args.length > 0 && typeof args[0] !== 'function' ? `end ${String(args[0])}` : 'end'), end(...args))) as typeof res.end;
+      };
+      const { url, results } = await oneAttempt(upstream, time, { path, observe, endOfStream: (e: { data: string }) => e.data === '[DONE]' }, watch);
+      const response = send(url, time);
+      await waitFor(() => asked, 'the answer whole');
+      // the engine has sent all it has; the router holds its last bytes (a moment to show they stay held)
+      await new Promise((resolve) => setTimeout(resolve, 30));
+      expect({ path, writes }).toEqual({ path, writes: before });
+      release();
+      const answer = await response;
+      expect({ path, body: answer.body }).toEqual({ path, body: whole });
+      expect({ path, last: writes.at(-1) }).toEqual({ path, last: 'end' });
+      const result = results[0];
+      expect(result?.kind).toBe('committed');
+      if (result?.kind === 'committed') expect((await result.done).end).toBe('complete');
+    }
+  });
+
+  it('a client gone while its last bytes are held ends the attempt client_gone, nothing written after', async () => {
+    const upstream = await listen((req, res) => {
+      req.resume();
+      req.on('end', () => {
+        res.writeHead(200, { 'content-type': 'application/json', 'content-length': '11' });
+        res.write('{"ok":');
+        setTimeout(() => res.end('true}'), 30);
+      });
+    });
+    const time = new FakeTime();
+    let release: () => void = () => undefined;
+    let asked = false;
+    let client: ServerResponse | undefined;
+    const observe = {
+      event: () => undefined,
+      body: () => undefined,
+      bodyEnd: () => undefined,
+      answered: () => {
+        asked = true;
+        return new Promise<void>((resolve) => (release = resolve));
+      },
+    };
+    const { url, results } = await oneAttempt(upstream, time, { path: '/v1/sized', observe }, (res) => (client = res));
+    const socket = connect(Number(new URL(url).port), '127.0.0.1');
+    const received: Buffer[] = [];
+    socket.on('data', (d: Buffer) => received.push(d));
+    socket.write('POST /anything HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}');
+    await waitFor(() => asked, 'the answer whole');
+    socket.destroy();
+    await waitFor(() => client?.destroyed === true, 'the client gone');
+    await waitFor(() => results.length > 0, 'the attempt');
+    const result = results[0];
+    release();
+    expect(result?.kind).toBe('committed');
+    if (result?.kind === 'committed') expect((await result.done).end).toBe('client_gone');
+    expect(Buffer.concat(received).toString()).not.toContain('true}');
   });
 
   // Whole events (the usage chunk stripped, events rewritten): the client gets the kept events exactly,

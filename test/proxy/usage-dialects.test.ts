@@ -132,6 +132,65 @@ describe('ResponseMeter dialects', () => {
   });
 });
 
+describe("ResponseMeter: the Responses API answer's id, handed on as soon as it is read", () => {
+  /** A meter whose `responseId` watch records each id and hands back a write the test settles. */
+  function recording(dialect: WireDialect = 'responses') {
+    const ids: string[] = [];
+    let settle: () => void = () => undefined;
+    const meter = new ResponseMeter({ now: () => 0 }, 0, dialect, {
+      responseId: (id) => {
+        ids.push(id);
+        return new Promise<void>((resolve) => (settle = resolve));
+      },
+    });
+    return { meter, ids, settle: () => settle() };
+  }
+
+  it("a stream's id at its first event, once; answered() hands back the record's write while it is not done, nothing after", async () => {
+    const { meter, ids, settle } = recording();
+    const response = { id: 'resp_s', object: 'response', status: 'in_progress', output: [] };
+    for (const event of new SseTap().push(sse([['response.created', { response, sequence_number: 0, type: 'response.created' }]]))) meter.event(event);
+    expect(ids).toEqual(['resp_s']);
+    for (const event of new SseTap().push(sse([['response.completed', { response: { ...response, status: 'completed' }, sequence_number: 1, type: 'response.completed' }]]))) meter.event(event);
+    expect(ids).toEqual(['resp_s']); // the last event names it again: not handed on twice
+    const pending = meter.answered();
+    expect(pending).toBeInstanceOf(Promise);
+    settle();
+    await pending;
+    expect(meter.answered()).toBeUndefined();
+  });
+
+  it('a JSON body of known length: read at answered() (its last chunk read first), so its last bytes wait for the write', async () => {
+    const { meter, ids, settle } = recording();
+    meter.body(Buffer.from('{"id":"resp_j","object":"response",'));
+    expect(ids).toEqual([]);
+    meter.body(Buffer.from('"output":[]}'));
+    const pending = meter.answered();
+    expect(ids).toEqual(['resp_j']);
+    expect(pending).toBeInstanceOf(Promise);
+    meter.bodyEnd();
+    expect(ids).toEqual(['resp_j']);
+    settle();
+    await pending;
+  });
+
+  it('a JSON body of unknown length: read at its end, before answered()', () => {
+    const { meter, ids } = recording();
+    meter.body(Buffer.from('{"id":"resp_c","output":[]}'));
+    meter.bodyEnd();
+    expect(ids).toEqual(['resp_c']);
+    expect(meter.answered()).toBeInstanceOf(Promise);
+  });
+
+  it('other dialects hand on no id and answered() holds nothing', () => {
+    const { meter, ids } = recording('openai');
+    meter.body(Buffer.from('{"id":"chatcmpl-1","object":"chat.completion","choices":[]}'));
+    expect(meter.answered()).toBeUndefined();
+    meter.bodyEnd();
+    expect(ids).toEqual([]);
+  });
+});
+
 describe('streamErrorEvent per dialect', () => {
   const err = new RouterError('UPSTREAM_STREAM_BROKEN', 'The model server closed the stream before it finished.');
 
