@@ -13,6 +13,7 @@ import { loadHfModel, type HfModel } from '../../src/kv-events/hf-tokenizer.js';
 import { KvEventsHub, type FeedTransport } from '../../src/kv-events/hub.js';
 import { RESILIENCE_DEFAULTS } from '../../src/resilience/settings.js';
 import { FakeTime, flush } from '../helpers/fake-time.js';
+import { waitFor } from '../helpers/sim.js';
 
 const DIR = join(process.cwd(), 'test/fixtures/hf-tokenizer');
 
@@ -76,7 +77,8 @@ describe('KvEventsHub with a huggingface tokenizer', () => {
   it('reports a directory that cannot be loaded once, and reads the pool as opaque', async () => {
     const { hub, given, errors } = hubWith(pool('/nowhere'), loadHfModel);
     hub.sync();
-    for (let i = 0; i < 20 && given.length === 0; i++) await new Promise((resolve) => setImmediate(resolve));
+    // the failed read is a file system call: on a busy machine it takes more than a few turns of the loop
+    await waitFor(() => given.length > 0, 'the pool read as opaque');
     hub.sync();
     expect(errors).toHaveLength(1);
     expect(errors[0]).toMatch(/cannot read \/nowhere\/tokenizer\.json \(ENOENT\)/);
