@@ -249,13 +249,19 @@ export function relayResponse(spec: AttemptSpec, proxyRes: EngineResponse, res: 
   const after = (gate: Promise<void> | undefined, go: () => void, bodyLeft: boolean): void => {
     if (!gate) return go();
     if (bodyLeft) proxyRes.pause();
+    // the answer is whole: neither the idle clock nor the deadline cuts it while it waits (a client gone meanwhile still ends it)
+    control.disarm();
+    idleSet = false;
     holding = gate.then(() => {
       holding = undefined;
-      if (res.destroyed || res.writableEnded) return; // the client left, or the response was ended broken, meanwhile
+      if (res.destroyed || res.writableEnded) return; // the client left meanwhile
       go(); // written with the engine's body paused: no backpressure is taken up here, only below
       if (!bodyLeft) return;
       if (res.writableNeedDrain) drained();
-      else proxyRes.resume();
+      else {
+        idle(); // what is left of the body (its end) comes on the idle clock again
+        proxyRes.resume();
+      }
     });
   };
   const length = tap ? NaN : Number(proxyRes.headers['content-length'] ?? NaN);

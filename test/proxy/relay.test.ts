@@ -38,8 +38,11 @@ class HandEngine implements EngineResponse {
  * A server whose one request is relayed from a {@link HandEngine}; `answered` is the observer's hook.
  * Resolves with the sink, the engine and the attempt's end once the relay is set up.
  */
-async function relayed(headers: http.IncomingHttpHeaders, spec: Partial<AttemptSpec>): Promise<{ url: string; ready: Promise<{ sink: BodySink; engine: HandEngine; done: Promise<StreamDone> }> }> {
-  const time = new FakeTime();
+async function relayed(
+  headers: http.IncomingHttpHeaders,
+  spec: Partial<AttemptSpec>,
+  time = new FakeTime(),
+): Promise<{ url: string; ready: Promise<{ sink: BodySink; engine: HandEngine; done: Promise<StreamDone> }> }> {
   let ready: (v: { sink: BodySink; engine: HandEngine; done: Promise<StreamDone> }) => void = () => undefined;
   const setUp = new Promise<{ sink: BodySink; engine: HandEngine; done: Promise<StreamDone> }>((resolve) => (ready = resolve));
   const server = http.createServer((req, res: ServerResponse) => {
@@ -47,8 +50,17 @@ async function relayed(headers: http.IncomingHttpHeaders, spec: Partial<AttemptS
     const engine = new HandEngine(headers);
     let settle: (r: AttemptResult) => void = () => undefined;
     const result = new Promise<AttemptResult>((resolve) => (settle = resolve));
-    const control: AttemptControl = { arm: () => undefined, disarm: () => undefined, settle: (r) => settle(r) };
-    const full = { requestId: 'r1', timeouts: { connectMs: 1000, firstByteMs: 1000, idleMs: 60_000, clientStallMs: 60_000 }, deadline: 60_000, ...spec } as AttemptSpec;
+    // the attempt's one timer, on the fake clock
+    let timer: unknown;
+    const control: AttemptControl = {
+      arm: (ms, onTimeout) => {
+        time.clearTimeout(timer);
+        timer = time.setTimeout(onTimeout, ms);
+      },
+      disarm: () => time.clearTimeout(timer),
+      settle: (r) => settle(r),
+    };
+    const full = { requestId: 'r1', timeouts: { connectMs: 1000, firstByteMs: 1000, idleMs: 60_000, clientStallMs: 60_000 }, deadline: 120_000, ...spec } as AttemptSpec;
     const sink = relayResponse(full, engine, res, 200, control, time);
     const done = result.then((r) => (r.kind === 'committed' ? r.done : Promise.reject(new Error(r.kind))));
     ready({ sink, engine, done });
@@ -110,6 +122,32 @@ describe('relayResponse: an answer held for what answered() returned', () => {
     const answer = await response;
     expect(answer.body).toBe('data: {"choices":[{"delta":{"content":"a"}}]}\n\ndata: [DONE]\n\n');
     expect((await done).end).toBe('complete');
+  });
+
+  it('a hold longer than the idle timeout and the deadline cuts nothing (the answer is whole); the idle clock runs again after it', async () => {
+    const time = new FakeTime();
+    const hold = holdingObserver();
+    const { url, ready } = await relayed(
+      { 'content-type': 'text/event-stream' },
+      { observe: hold.observe, endOfStream: (e) => e.data === '[DONE]', timeouts: { connectMs: 1000, firstByteMs: 1000, idleMs: 1000, clientStallMs: 60_000 }, deadline: 1500 },
+      time,
+    );
+    const response = rawRequest(`${url}/x`, { body: '{}' });
+    const { sink, engine, done } = await ready;
+    sink.data(Buffer.from('data: {"choices":[{"delta":{"content":"a"}}]}\n\n'));
+    sink.data(Buffer.from('data: [DONE]\n\n'));
+    expect(hold.asked()).toBe(true);
+    await time.advance(2000); // past the idle timeout and the deadline, the last event still held
+    expect(time.pendingTimers).toBe(0);
+    hold.release();
+    await new Promise((resolve) => setImmediate(resolve));
+    expect(engine.log).toEqual(['pause', 'resume']);
+    // the engine never ends its response after the last event: the idle clock (now past the deadline) ends it
+    expect(time.pendingTimers).toBe(1);
+    await time.advance(1000);
+    const answer = await response;
+    expect(answer.body.startsWith('data: {"choices":[{"delta":{"content":"a"}}]}\n\ndata: [DONE]\n\n')).toBe(true);
+    expect((await done).end).toBe('deadline');
   });
 
   it('an observer that returns nothing holds nothing: the body is never paused', async () => {
