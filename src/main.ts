@@ -235,7 +235,8 @@ export async function createRouter(config: Config, options: RouterOptions = {}):
   });
   metrics.observeResilience({ breakers: () => breakers.states(), queues: () => admission.depths() });
   metrics.observeRouting({ engine: () => engineMetrics.samples(), prefixBlocks: () => prefixIndex.size() });
-  const shared = config.limits.redis ? await sharedLimits(config.limits.redis, logger) : undefined;
+  const limitEvents = metrics.observeLimits({ redis: config.limits.redis !== undefined, keyMetrics: config.limits.keyMetrics });
+  const shared = config.limits.redis ? await sharedLimits(config.limits.redis, logger, (op) => limitEvents.onSharedError?.(op)) : undefined;
   const director = new Director({
     catalog: () => discovery.catalog(),
     endpoints: discovery.endpoints,
@@ -246,7 +247,6 @@ export async function createRouter(config: Config, options: RouterOptions = {}):
     clientStallMs: config.server.clientStallTimeoutMs,
     responses: new ResponseLocations(config.server.rememberedResponses, shared?.responses),
   });
-  const limitEvents = metrics.observeLimits({ redis: shared !== undefined, keyMetrics: config.limits.keyMetrics });
   keysReloaded = () => limitEvents.keysNow?.(keys.names());
   keysReloaded(); // the file's names at start: the keys that may come to have series
   const limitsLog = logger.child({ component: 'limits' });

@@ -31,11 +31,10 @@ export class ResponseLocations {
 
   /**
    * Keeps the id's record here and, with shared records, writes it there too: the promise settles once
-   * that write has (written, failed or timed out; it never rejects). The relay holds the answer's last
-   * bytes until then, so a follow-up the client sends the moment it has the answer, through any router,
-   * finds the record.
+   * that write has (true when written; it never rejects). The relay holds the answer's last bytes until
+   * then, so a follow-up the client sends the moment it has the answer, through any router, finds the record.
    */
-  remember(id: string, location: ResponseLocation): Promise<void> | undefined {
+  remember(id: string, location: ResponseLocation): Promise<boolean> | undefined {
     if (this.capacity === 0) return undefined;
     this.keep(id, location);
     return this.shared?.save(id, location);

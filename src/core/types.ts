@@ -435,10 +435,11 @@ export interface ResponseLocation {
 /** The records every router shares (Redis): what one router remembers, the others can find. */
 export interface SharedResponseRecords {
   /**
-   * Writes the record: settles once it is written, or failed, or took longer than the store's time
-   * limit. Never rejects (a write that fails is a record the others will not find).
+   * Writes the record: true once it is written; false when it failed or took longer than the store's
+   * time limit, or at once while the store's last call timed out (the write still goes out). Never
+   * rejects (a write that fails is a record the others will not find).
    */
-  save(id: string, location: ResponseLocation): Promise<void>;
+  save(id: string, location: ResponseLocation): Promise<boolean>;
   /** The record, or undefined when there is none; rejects when the store does not answer. */
   load(id: string): Promise<ResponseLocation | undefined>;
 }

@@ -115,7 +115,7 @@ export interface ExchangePlan {
    * The Responses API answer's id, as soon as it is read, with the replica and pool answering: a
    * promise returned (its record's write) holds the answer's last bytes until it settles.
    */
-  onResponseId?: (id: string, endpoint: string, pool: string) => Promise<void> | undefined;
+  onResponseId?: (id: string, endpoint: string, pool: string) => Promise<boolean> | undefined;
   /** The request's trace: a span for each scheduling and each attempt. */
   trace?: RequestTrace;
   /** A stream of a deployment with `resumeStreams`: what to do when it breaks after its first byte (resume.ts). */
@@ -222,7 +222,11 @@ export class ExchangeRunner {
     const meter = new ResponseMeter(clock, started, dialect, {
       ...(onInterToken ? { interToken: (ms: number) => onInterToken(step.pool.name, ms) } : {}),
       ...(onContent ? { content: onContent } : {}),
-      ...(onAnswered ? { answered: onAnswered } : {}),
+      // the engine's work is done: its replica's concurrency slot is free, whatever the answer's last bytes still wait for
+      answered: () => {
+        picked.release();
+        onAnswered?.();
+      },
       ...(onResponseId ? { responseId: (id: string) => onResponseId(id, endpoint.id, step.pool.name) } : {}),
     });
     const span = plan.trace?.attempt(endpoint);

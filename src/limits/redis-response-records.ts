@@ -8,28 +8,46 @@
 import { createHash } from 'node:crypto';
 import type { Redis } from 'ioredis';
 import type { ResponseLocation, SharedResponseRecords } from '../core/types.js';
+import { StoreTimeout } from './store.js';
 import { withTimeout } from './timeout.js';
 
 export class RedisResponseRecords implements SharedResponseRecords {
+  /**
+   * The last call that ended timed out: a save answers false at once (its write still goes out), so
+   * answers are not held, each for the time limit, while Redis hangs; the first call Redis answers ends
+   * it. A call that fails at once (no connection: the client queues nothing offline) costs no wait and
+   * leaves it as it was.
+   */
+  private hung = false;
+
   constructor(
     private readonly client: Pick<Redis, 'get' | 'set'>,
-    private readonly options: { prefix: string; ttlSeconds: number; timeoutMs?: number },
+    private readonly options: { prefix: string; ttlSeconds: number; timeoutMs?: number; onError?: (op: 'record' | 'lookup') => void },
   ) {}
 
   key(id: string): string {
     return `${this.options.prefix}resp:${createHash('sha256').update(id).digest('base64url')}`;
   }
 
-  save(id: string, location: ResponseLocation): Promise<void> {
-    const written = this.client.set(this.key(id), JSON.stringify([location.pool, location.endpoint, location.owner]), 'EX', this.options.ttlSeconds);
-    return withTimeout(written, this.options.timeoutMs).then(
-      () => undefined,
-      () => undefined,
+  save(id: string, location: ResponseLocation): Promise<boolean> {
+    const hung = this.hung;
+    const set = this.client.set(this.key(id), JSON.stringify([location.pool, location.endpoint, location.owner]), 'EX', this.options.ttlSeconds);
+    const written = withTimeout(set, this.options.timeoutMs).then(
+      () => this.answered(),
+      (err: unknown) => this.failed('record', err),
     );
+    return hung ? Promise.resolve(false) : written;
   }
 
   async load(id: string): Promise<ResponseLocation | undefined> {
-    const stored = await withTimeout(this.client.get(this.key(id)), this.options.timeoutMs);
+    let stored: string | null;
+    try {
+      stored = await withTimeout(this.client.get(this.key(id)), this.options.timeoutMs);
+    } catch (err) {
+      this.failed('lookup', err);
+      throw err;
+    }
+    this.answered();
     if (stored === null) return undefined;
     let value: unknown;
     try {
@@ -40,5 +58,16 @@ export class RedisResponseRecords implements SharedResponseRecords {
     if (!Array.isArray(value) || value.length !== 3 || !value.every((v) => typeof v === 'string')) return undefined;
     const [pool, endpoint, owner] = value as [string, string, string];
     return { pool, endpoint, owner };
+  }
+
+  private answered(): true {
+    this.hung = false;
+    return true;
+  }
+
+  private failed(op: 'record' | 'lookup', err: unknown): false {
+    if (err instanceof StoreTimeout) this.hung = true;
+    this.options.onError?.(op);
+    return false;
   }
 }

@@ -99,7 +99,7 @@ export type DiscoveryEventType = (typeof DISCOVERY_EVENT_TYPES)[number];
 /** The per-key limits' labels. */
 export const LIMIT_REASONS = ['requests', 'tokens', 'concurrency', 'budget'] as const;
 export type LimitReason = (typeof LIMIT_REASONS)[number];
-export const REDIS_OPS = ['admit', 'settle', 'release', 'heartbeat'] as const;
+export const REDIS_OPS = ['admit', 'settle', 'release', 'heartbeat', 'record', 'lookup'] as const;
 export type RedisOp = (typeof REDIS_OPS)[number];
 export const KEY_OUTCOMES = ['admitted', 'rate_limited', 'quota_exceeded'] as const;
 export const TOKEN_TYPES = ['prompt', 'completion'] as const;

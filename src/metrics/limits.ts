@@ -40,7 +40,7 @@ export function limitsMetrics(registers: Registry[], options: { redis: boolean; 
     up.set(1);
     const errors = new Counter({
       name: 'modelgate_limits_redis_errors_total',
-      help: 'Redis calls of the limits that failed or timed out, by operation (admit, settle, heartbeat).',
+      help: "Redis calls that failed or timed out, by operation: the limits' (admit, settle, release, heartbeat) and the Responses API records' (record, lookup).",
       labelNames: ['op'],
       registers,
     });

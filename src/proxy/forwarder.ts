@@ -75,7 +75,7 @@ export interface ResponseObserver {
    * The whole answer came and its last bytes are about to go to the client (not when it ends otherwise).
    * A promise returned holds those bytes until it settles (it must never reject).
    */
-  answered?(): Promise<void> | undefined;
+  answered?(): Promise<unknown> | undefined;
 }
 
 export type FailureReason = 'connect' | 'connect_timeout' | 'reset' | 'first_byte_timeout' | 'deadline';

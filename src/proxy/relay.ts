@@ -238,15 +238,15 @@ export function relayResponse(spec: AttemptSpec, proxyRes: EngineResponse, res: 
   // (the client's SDK stops reading there); any other at its end. What `answered` returns (the id's
   // write to the routers' shared records, while not done) holds those last bytes until it settles.
   let wasAnswered = false;
-  const answered = (): Promise<void> | undefined => {
+  const answered = (): Promise<unknown> | undefined => {
     if (wasAnswered) return undefined;
     wasAnswered = true;
     return spec.observe?.answered?.();
   };
   /** The answer's last bytes, waiting for what `answered` returned; the end of the engine's body waits behind them. */
-  let holding: Promise<void> | undefined;
+  let holding: Promise<unknown> | undefined;
   /** Runs `go` (which writes the answer's last bytes) now, or once `gate` settles. */
-  const after = (gate: Promise<void> | undefined, go: () => void, bodyLeft: boolean): void => {
+  const after = (gate: Promise<unknown> | undefined, go: () => void, bodyLeft: boolean): void => {
     if (!gate) return go();
     if (bodyLeft) proxyRes.pause();
     // the answer is whole: neither the idle clock nor the deadline cuts it while it waits (a client gone meanwhile still ends it)
@@ -287,6 +287,9 @@ export function relayResponse(spec: AttemptSpec, proxyRes: EngineResponse, res: 
     idleSet = false;
     control.arm(left(spec.timeouts.clientStallMs), stalled);
     res.once('drain', () => {
+      // an answer's last bytes held meanwhile (an earlier event of their chunk met the backpressure):
+      // the engine's body stays paused, or what it sends after them would reach the client first
+      if (holding) return;
       idle();
       proxyRes.resume();
     });

@@ -105,10 +105,11 @@ export interface MeterWatch {
   /** The whole answer came, before its last bytes go to the client (the per-key limits free its concurrency slot). */
   answered?: () => void;
   /**
-   * The Responses API answer's id, once, as soon as it is read (a stream's first event; a JSON body
-   * when it is whole). A promise returned holds the answer's last bytes until it settles.
+   * The Responses API answer's id, as soon as it is read (a stream's first event; a JSON body when it
+   * is whole), and once more when the answer is whole if that write failed (false). A promise returned
+   * holds the answer's last bytes until it settles.
    */
-  responseId?: (id: string) => Promise<void> | undefined;
+  responseId?: (id: string) => Promise<boolean> | undefined;
 }
 
 /** Reads a response as it passes (the forwarder's {@link ResponseObserver}): usage, timing, the Responses API's id. */
@@ -154,7 +155,7 @@ export class ResponseMeter implements ResponseObserver {
       if (this.lastContentAt === undefined) this.ttftMs = now - this.sentAt;
       else this.watch.interToken?.(now - this.lastContentAt);
       this.lastContentAt = now;
-    } else if (this.dialect === 'responses' && this.responseId === undefined && event.data.includes('"response":{')) {
+    } else if (this.dialect === 'responses' && this.responseId === undefined && RESPONSE_OBJECT.test(event.data)) {
       const response = this.parse(event)?.response;
       const id = typeof response === 'object' && response !== null ? (response as Record<string, unknown>).id : undefined;
       if (typeof id === 'string') this.found(id);
@@ -195,49 +196,88 @@ export class ResponseMeter implements ResponseObserver {
     }
     if (!this.overflow) {
       this.overflow = true;
-      this.tail = Buffer.concat(this.head).toString('utf8').slice(-BODY_TAIL);
+      const head = Buffer.concat(this.head).toString('utf8');
+      // a Responses API answer too long to be read whole still names its id first (vLLM's, OpenAI's)
+      if (this.dialect === 'responses') this.leadingId = leadingId(head);
+      this.tail = head.slice(-BODY_TAIL);
       this.head = [];
     }
     this.tail = (this.tail + chunk.toString('utf8')).slice(-BODY_TAIL);
   }
 
   /** The id's record, while its write is not done. */
-  private recording: Promise<void> | undefined;
+  private recording: Promise<boolean> | undefined;
+  /** Whether the id's record was written, once its write is done. */
+  private recorded: boolean | undefined;
+  /** The id a JSON body too long to read whole names first (Responses API). */
+  private leadingId: string | undefined;
 
   private found(id: string): void {
     this.responseId = id;
-    const recording = this.watch.responseId?.(id);
-    if (!recording) return;
-    this.recording = recording;
-    void recording.then(() => {
-      if (this.recording === recording) this.recording = undefined;
+    this.record(id);
+  }
+
+  private record(id: string): void {
+    const write = this.watch.responseId?.(id);
+    if (!write) return;
+    this.recording = write;
+    void write.then((written) => {
+      if (this.recording !== write) return;
+      this.recording = undefined;
+      this.recorded = written;
     });
+  }
+
+  /** A JSON body's id, read when it is whole (its first member's when it was too long to keep). */
+  private bodyId(): string | undefined {
+    if (this.overflow) return this.leadingId;
+    return this.head.length > 0 ? topLevelId(Buffer.concat(this.head).toString('utf8')) : undefined;
   }
 
   /**
    * The whole answer came (a JSON body's last chunk read here first): the per-key limits hear of it,
-   * and a Responses API answer's id is recorded if it was not yet. What it returns (the record's write,
-   * while not done) holds the answer's last bytes until it settles.
+   * and a Responses API answer's id is recorded if it was not yet, or again if its write failed (Redis
+   * away when a stream began). What it returns (the record's write, while not done) holds the answer's
+   * last bytes until it settles.
    */
-  answered(): Promise<void> | undefined {
+  answered(): Promise<boolean> | undefined {
     this.watch.answered?.();
     if (this.dialect !== 'responses') return undefined;
-    if (this.responseId === undefined && !this.overflow && this.head.length > 0) {
-      const id = topLevelId(Buffer.concat(this.head).toString('utf8'));
+    if (this.responseId === undefined) {
+      const id = this.bodyId();
       if (id !== undefined) this.found(id);
+    } else if (this.recorded === false) {
+      this.recorded = undefined;
+      this.record(this.responseId);
     }
     return this.recording;
   }
 
   bodyEnd(): void {
-    const text = this.overflow ? this.tail : Buffer.concat(this.head).toString('utf8');
-    this.usage = usageFromJson(text);
-    if (this.dialect === 'responses' && !this.overflow && this.responseId === undefined) {
-      const id = topLevelId(text);
+    if (this.dialect === 'responses' && this.responseId === undefined) {
+      const id = this.bodyId();
       if (id !== undefined) this.found(id);
     }
+    this.usage = usageFromJson(this.overflow ? this.tail : Buffer.concat(this.head).toString('utf8'));
     this.head = [];
     this.tail = '';
+  }
+}
+
+/** A Responses API stream event carrying the response object (`response.created` first). */
+const RESPONSE_OBJECT = /"response"\s*:\s*\{/;
+/** A JSON object whose first member is a string `id`. */
+const LEADING_ID = /^\s*\{\s*"id"\s*:\s*("(?:[^"\\]|\\.)*")/;
+
+/** The `id` a JSON object text names first, if it is a string (for a text too long to scan whole). */
+function leadingId(text: string): string | undefined {
+  const match = LEADING_ID.exec(text);
+  if (!match) return undefined;
+  try {
+    const id = JSON.parse(match[1] as string) as unknown;
+    return typeof id === 'string' ? id : undefined;
+  } catch {
+    return undefined;
   }
 }
 

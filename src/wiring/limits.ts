@@ -24,7 +24,8 @@ export interface SharedLimits {
   close(): Promise<void>;
 }
 
-export async function sharedLimits(config: RedisLimitsConfig, logger: Logger): Promise<SharedLimits> {
+/** `onRecordError`: a Responses API record's write (`record`) or read (`lookup`) failed or timed out. */
+export async function sharedLimits(config: RedisLimitsConfig, logger: Logger, onRecordError?: (op: 'record' | 'lookup') => void): Promise<SharedLimits> {
   const { RedisLimitStore, redisClient } = await import('../limits/redis-store.js');
   const client = redisClient({
     url: config.url,
@@ -64,7 +65,12 @@ export async function sharedLimits(config: RedisLimitsConfig, logger: Logger): P
     expectedRouters: config.expectedRouters,
     strict: config.strict,
     answering,
-    responses: new RedisResponseRecords(client, { prefix: config.keyPrefix, ttlSeconds: config.responsesTtlHours * 3600, timeoutMs: config.timeoutMs }),
+    responses: new RedisResponseRecords(client, {
+      prefix: config.keyPrefix,
+      ttlSeconds: config.responsesTtlHours * 3600,
+      timeoutMs: config.timeoutMs,
+      ...(onRecordError ? { onError: onRecordError } : {}),
+    }),
     async close() {
       client.disconnect();
       await Promise.resolve();

@@ -56,7 +56,7 @@ function sharedMap(): SharedResponseRecords & { records: Map<string, ResponseLoc
     down: false,
     save(id, location) {
       this.records.set(id, location);
-      return Promise.resolve();
+      return Promise.resolve(true);
     },
     load(id) {
       this.loads++;
@@ -123,7 +123,7 @@ describe('RedisResponseRecords against a real redis-server', () => {
 
   it('reads back what it saved (the save settled once Redis has it), under the prefix and a hash of the id, with the lifetime it was given', async () => {
     const records = new RedisResponseRecords(client, { prefix: 'mg-test:', ttlSeconds: 3600 });
-    await records.save('resp_abc', { pool: 'llama', endpoint: 'http://10.0.0.1:8000', owner: 'team-a' });
+    expect(await records.save('resp_abc', { pool: 'llama', endpoint: 'http://10.0.0.1:8000', owner: 'team-a' })).toBe(true);
     expect(await reader.exists(records.key('resp_abc'))).toBe(1);
     expect(records.key('resp_abc')).toMatch(/^mg-test:resp:[\w-]{43}$/);
     expect(await records.load('resp_abc')).toEqual({ pool: 'llama', endpoint: 'http://10.0.0.1:8000', owner: 'team-a' });
@@ -146,17 +146,52 @@ describe('RedisResponseRecords against a real redis-server', () => {
     }
   });
 
-  it('a save Redis does not answer settles at the time limit, without rejecting', async () => {
-    const stuck = { get: () => new Promise<string | null>(() => undefined), set: () => new Promise<'OK'>(() => undefined) };
-    const records = new RedisResponseRecords(stuck, { prefix: 'mg-test:', ttlSeconds: 60, timeoutMs: 20 });
-    await expect(records.save('resp_stuck', at('e1'))).resolves.toBeUndefined();
+  it('a save Redis does not answer settles false at the time limit, without rejecting; the next ones answer false at once (still sent) until Redis answers a call again', async () => {
+    let answering = false;
+    let sets = 0;
+    const stuck = {
+      get: () => (answering ? Promise.resolve(null) : new Promise<string | null>(() => undefined)),
+      set: () => {
+        sets++;
+        return answering ? Promise.resolve('OK' as const) : new Promise<'OK'>(() => undefined);
+      },
+    };
+    const errors: string[] = [];
+    const records = new RedisResponseRecords(stuck, { prefix: 'mg-test:', ttlSeconds: 60, timeoutMs: 20, onError: (op) => errors.push(op) });
+    await expect(records.save('resp_stuck', at('e1'))).resolves.toBe(false);
+    expect(errors).toEqual(['record']);
+    // failing: a save answers false at once (one waiting for the stuck write would time this test out), its write still sent
+    await expect(records.save('resp_next', at('e1'))).resolves.toBe(false);
+    expect(sets).toBe(2);
     await expect(records.load('resp_stuck')).rejects.toThrow('timeoutMs');
+    expect([...errors].sort()).toEqual(['lookup', 'record', 'record']); // resp_next's write timed out too
+    answering = true;
+    expect(await records.load('resp_stuck')).toBeUndefined(); // Redis answers again
+    await expect(records.save('resp_back', at('e1'))).resolves.toBe(true);
+  });
+
+  it('a save refused at once (no connection) costs no wait and does not stop the next from being waited for', async () => {
+    let connected = false;
+    let release: () => void = () => undefined;
+    const client = {
+      get: () => Promise.resolve(null),
+      set: () => (connected ? new Promise<'OK'>((resolve) => (release = () => resolve('OK'))) : Promise.reject(new Error("Stream isn't writeable and enableOfflineQueue options is false"))),
+    };
+    const records = new RedisResponseRecords(client, { prefix: 'mg-test:', ttlSeconds: 60, timeoutMs: 10_000 });
+    await expect(records.save('resp_away', at('e1'))).resolves.toBe(false);
+    connected = true;
+    let settled = false;
+    const next = records.save('resp_back', at('e1')).then((written) => ((settled = true), written));
+    await new Promise((resolve) => setImmediate(resolve));
+    expect(settled).toBe(false); // waits for its write: the one before failed fast, it did not hang
+    release();
+    expect(await next).toBe(true);
   });
 
   it('rejects a load while Redis is away, and a save then settles without rejecting', async () => {
     const records = new RedisResponseRecords(client, { prefix: 'mg-test:', ttlSeconds: 60 });
     await redis.stop();
-    await expect(records.save('resp_lost', at('e1'))).resolves.toBeUndefined();
+    await expect(records.save('resp_lost', at('e1'))).resolves.toBe(false);
     await expect(records.load('resp_lost')).rejects.toThrow();
   });
 });

@@ -640,6 +640,28 @@ describe('ExchangeRunner: a committed response', () => {
     expect(t.picker.picks[0]?.released).toBe(1);
   });
 
+  it("frees the replica's slot when the answer is whole (the engine's work is done), before the response has ended", async () => {
+    const A = pool('A');
+    const ended = deferred<{ end: StreamEnd; bytes: number }>();
+    let observer: ResponseObserver | undefined;
+    const whole: Scripted = {
+      result: { kind: 'committed', status: 200, done: ended.promise },
+      observe: (o) => {
+        observer = o;
+        return Promise.resolve();
+      },
+    };
+    const t = setup({ route: [step(A)], endpoints: { A: ['a1'] }, script: { a1: [whole] } });
+    const done = t.start();
+    await flush();
+    expect(t.picker.picks[0]?.released).toBe(0);
+    void observer?.answered?.(); // the last event came; its bytes may still wait (a Responses record's write)
+    expect(t.picker.picks[0]?.released).toBe(1);
+    ended.resolve({ end: 'complete', bytes: 5 });
+    await done;
+    expect(t.picker.picks[0]?.released).toBe(2); // and again at the end (a pick's release is idempotent; this fake counts calls)
+  });
+
   it('reports time to first token, inter-token gaps and the engine’s usage from the stream it saw', async () => {
     const A = pool('A');
     const stream: Scripted = {

@@ -42,9 +42,9 @@ async function relayed(
   headers: http.IncomingHttpHeaders,
   spec: Partial<AttemptSpec>,
   time = new FakeTime(),
-): Promise<{ url: string; ready: Promise<{ sink: BodySink; engine: HandEngine; done: Promise<StreamDone> }> }> {
-  let ready: (v: { sink: BodySink; engine: HandEngine; done: Promise<StreamDone> }) => void = () => undefined;
-  const setUp = new Promise<{ sink: BodySink; engine: HandEngine; done: Promise<StreamDone> }>((resolve) => (ready = resolve));
+): Promise<{ url: string; ready: Promise<{ sink: BodySink; engine: HandEngine; done: Promise<StreamDone>; res: ServerResponse }> }> {
+  let ready: (v: { sink: BodySink; engine: HandEngine; done: Promise<StreamDone>; res: ServerResponse }) => void = () => undefined;
+  const setUp = new Promise<{ sink: BodySink; engine: HandEngine; done: Promise<StreamDone>; res: ServerResponse }>((resolve) => (ready = resolve));
   const server = http.createServer((req, res: ServerResponse) => {
     req.resume();
     const engine = new HandEngine(headers);
@@ -63,7 +63,7 @@ async function relayed(
     const full = { requestId: 'r1', timeouts: { connectMs: 1000, firstByteMs: 1000, idleMs: 60_000, clientStallMs: 60_000 }, deadline: 120_000, ...spec } as AttemptSpec;
     const sink = relayResponse(full, engine, res, 200, control, time);
     const done = result.then((r) => (r.kind === 'committed' ? r.done : Promise.reject(new Error(r.kind))));
-    ready({ sink, engine, done });
+    ready({ sink, engine, done, res });
   });
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   closers.push(async () => {
@@ -148,6 +148,28 @@ describe('relayResponse: an answer held for what answered() returned', () => {
     const answer = await response;
     expect(answer.body.startsWith('data: {"choices":[{"delta":{"content":"a"}}]}\n\ndata: [DONE]\n\n')).toBe(true);
     expect((await done).end).toBe('deadline');
+  });
+
+  it('what the engine sends after the held last event waits behind it, even when the client drains an earlier write meanwhile', async () => {
+    const hold = holdingObserver();
+    const { url, ready } = await relayed({ 'content-type': 'text/event-stream' }, { observe: hold.observe, endOfStream: (e) => e.data === '[DONE]' });
+    const response = rawRequest(`${url}/x`, { body: '{}' });
+    const { sink, engine, done, res } = await ready;
+    // one chunk: a first event big enough to fill the client's buffer (written at once), the last event
+    // (held), and the start of an event after it
+    const big = `data: {"choices":[{"delta":{"content":"${'x'.repeat(1 << 20)}"}}]}\n\n`;
+    sink.data(Buffer.from(`${big}data: [DONE]\n\ndata: {"late"`));
+    expect(hold.asked()).toBe(true);
+    await new Promise((resolve) => res.once('drain', resolve)); // the client took the big event
+    expect(engine.paused).toBe(true);
+    expect(engine.log).not.toContain('resume');
+    hold.release();
+    await new Promise((resolve) => setImmediate(resolve));
+    expect(engine.paused).toBe(false);
+    sink.data(Buffer.from(':1}\n\n'));
+    sink.end();
+    expect((await response).body).toBe(`${big}data: [DONE]\n\ndata: {"late":1}\n\n`);
+    expect((await done).end).toBe('complete');
   });
 
   it('an observer that returns nothing holds nothing: the body is never paused', async () => {

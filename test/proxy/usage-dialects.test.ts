@@ -136,14 +136,14 @@ describe("ResponseMeter: the Responses API answer's id, handed on as soon as it 
   /** A meter whose `responseId` watch records each id and hands back a write the test settles. */
   function recording(dialect: WireDialect = 'responses') {
     const ids: string[] = [];
-    let settle: () => void = () => undefined;
+    let settle: (written: boolean) => void = () => undefined;
     const meter = new ResponseMeter({ now: () => 0 }, 0, dialect, {
       responseId: (id) => {
         ids.push(id);
-        return new Promise<void>((resolve) => (settle = resolve));
+        return new Promise<boolean>((resolve) => (settle = resolve));
       },
     });
-    return { meter, ids, settle: () => settle() };
+    return { meter, ids, settle: (written = true) => settle(written) };
   }
 
   it("a stream's id at its first event, once; answered() hands back the record's write while it is not done, nothing after", async () => {
@@ -180,6 +180,44 @@ describe("ResponseMeter: the Responses API answer's id, handed on as soon as it 
     meter.bodyEnd();
     expect(ids).toEqual(['resp_c']);
     expect(meter.answered()).toBeInstanceOf(Promise);
+  });
+
+  it("a stream's record whose first write failed is written once more when the answer is whole, and that write is held for", async () => {
+    const { meter, ids, settle } = recording();
+    for (const event of new SseTap().push(sse([['response.created', { response: { id: 'resp_f', status: 'in_progress' }, sequence_number: 0, type: 'response.created' }]]))) meter.event(event);
+    settle(false); // Redis was away when the stream began
+    await new Promise((resolve) => setImmediate(resolve));
+    const again = meter.answered();
+    expect(ids).toEqual(['resp_f', 'resp_f']);
+    expect(again).toBeInstanceOf(Promise);
+    settle(true);
+    expect(await again).toBe(true);
+  });
+
+  it("a written record is not written again, and a write still pending at the answer's end is what answered() hands back", async () => {
+    const { meter, ids, settle } = recording();
+    for (const event of new SseTap().push(sse([['response.created', { response: { id: 'resp_w' }, sequence_number: 0, type: 'response.created' }]]))) meter.event(event);
+    settle(true);
+    await new Promise((resolve) => setImmediate(resolve));
+    expect(meter.answered()).toBeUndefined();
+    expect(ids).toEqual(['resp_w']);
+  });
+
+  it('reads the id of an event that spaces its JSON (`"response": {`)', () => {
+    const { meter, ids } = recording();
+    for (const event of new SseTap().push('event: response.created\ndata: {"type": "response.created", "response": {"id": "resp_spaced", "status": "in_progress"}}\n\n')) meter.event(event);
+    expect(ids).toEqual(['resp_spaced']);
+  });
+
+  it('a JSON body too long to keep whole: its id, named first, is still read', () => {
+    const { meter, ids } = recording();
+    meter.body(Buffer.from('{ "id": "resp_long\\u0031", "output": [{"type": "message", "content": [{"type": "output_text", "text": "'));
+    meter.body(Buffer.alloc(5 * 1024 * 1024, 'a'));
+    meter.body(Buffer.from('"}]}], "usage": {"input_tokens": 3, "output_tokens": 4}}'));
+    expect(meter.answered()).toBeInstanceOf(Promise);
+    expect(ids).toEqual(['resp_long1']);
+    meter.bodyEnd();
+    expect(meter.finalUsage()).toEqual({ promptTokens: 3, completionTokens: 4 });
   });
 
   it('other dialects hand on no id and answered() holds nothing', () => {

@@ -16,7 +16,8 @@ import { type SimServer } from '../../src/sim/server.js';
 import { startRedisServer, type RedisServer } from '../helpers/redis-server.js';
 import { metricSum } from '../helpers/router.js';
 import { serveRouter, type ServedRouter } from '../helpers/serve.js';
-import { startTestSim } from '../helpers/sim.js';
+import { startTestSim, waitFor } from '../helpers/sim.js';
+import { startUpstream, type RecordingUpstream } from '../helpers/upstream.js';
 
 const TEAM_A = 'sk-team-a-0123456789';
 const TEAM_B = 'sk-team-b-0123456789';
@@ -25,19 +26,40 @@ let dir: string;
 let redis: RedisServer;
 let sims: SimServer[];
 const routers: ServedRouter[] = [];
+/** An engine held by hand (pool `hand`): a stream's first event at once, its last when the test says. */
+let hand: RecordingUpstream;
+let finishStream: () => void = () => undefined;
 
 beforeAll(async () => {
   dir = await mkdtemp(join(tmpdir(), 'modelgate-shared-responses-'));
   redis = await startRedisServer();
   sims = await Promise.all([1, 2].map((n) => startTestSim({ model: ['meta/llama'], name: `replica-${n}`, ttftMs: 0, itlMs: 0 })));
+  let answers = 0;
+  hand = await startUpstream((req, res) => {
+    const response = (status: string) => ({ id: `resp_hand${++answers}`, object: 'response', status, model: 'hand/model', output: [] });
+    if (!(JSON.parse(req.body) as { stream?: boolean }).stream) {
+      res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify(response('completed')));
+      return;
+    }
+    const started = response('in_progress');
+    res.writeHead(200, { 'content-type': 'text/event-stream' });
+    res.write(`event: response.created\ndata: ${JSON.stringify({ type: 'response.created', sequence_number: 0, response: started })}\n\n`);
+    finishStream = () => res.end(`event: response.completed\ndata: ${JSON.stringify({ type: 'response.completed', sequence_number: 1, response: { ...started, status: 'completed' } })}\n\n`);
+  });
   await writeFile(join(dir, 'keys.yaml'), `- { name: team-a, key: ${TEAM_A} }\n- { name: team-b, key: ${TEAM_B} }\n`);
   const config = {
     server: { host: '127.0.0.1', port: 0, shutdownDelayMs: 0 },
     admin: { host: '127.0.0.1', port: 0 },
     log: { level: 'info' },
     auth: { keysFile: 'keys.yaml' },
-    pools: [{ name: 'llama', servedModelName: 'meta/llama', capabilities: ['responses'], endpoints: sims.map((s) => s.url) }],
-    deployments: [{ id: 'llama-prod', model: 'llama', targets: [{ pool: 'llama' }] }],
+    pools: [
+      { name: 'llama', servedModelName: 'meta/llama', capabilities: ['responses'], endpoints: sims.map((s) => s.url) },
+      { name: 'hand', servedModelName: 'hand/model', capabilities: ['responses'], endpoints: [hand.url] },
+    ],
+    deployments: [
+      { id: 'llama-prod', model: 'llama', targets: [{ pool: 'llama' }] },
+      { id: 'hand', model: 'hand', targets: [{ pool: 'hand' }] },
+    ],
     // raised from the 50 ms default, as in the shared-limits suite: a loaded 2-core CI machine's Redis is sometimes slower
     limits: { redis: { url: redis.url, timeoutMs: 1000 } },
   };
@@ -48,6 +70,7 @@ beforeAll(async () => {
 afterAll(async () => {
   await Promise.all(routers.map((r) => r.stop()));
   await Promise.all((sims ?? []).map((s) => s.close()));
+  await hand?.close();
   await redis?.stop();
   await rm(dir, { recursive: true, force: true });
 });
@@ -64,6 +87,10 @@ async function respond(router: ServedRouter, key: string, params: Omit<OpenAI.Re
 
 async function outcomes(router: ServedRouter, outcome: string): Promise<number> {
   return metricSum(await (await fetch(`${router.admin}/metrics`)).text(), 'modelgate_previous_response_requests_total', { outcome });
+}
+
+async function redisErrors(router: ServedRouter, op: string): Promise<number> {
+  return metricSum(await (await fetch(`${router.admin}/metrics`)).text(), 'modelgate_limits_redis_errors_total', { op });
 }
 
 async function refused(router: ServedRouter, key: string, previous: string): Promise<unknown> {
@@ -148,6 +175,33 @@ describe('Responses API records shared by every router through Redis', () => {
       reader.disconnect();
     }
   });
+
+  it('a stream begun while Redis was away is recorded once it is whole: the follow-up through the other router finds it', async () => {
+    const before = { pinned: await outcomes(routers[1]!, 'pinned'), failed: await redisErrors(routers[0]!, 'record') };
+    await redis.stop();
+    const stream = await client(routers[0]!, TEAM_A).responses.create({ model: 'hand', input: 'begun without Redis', stream: true });
+    const events = stream[Symbol.asyncIterator]();
+    const created = await events.next(); // the router read the id and could not write its record: no connection
+    const id = (created.value as OpenAI.Responses.ResponseCreatedEvent).response.id;
+    expect(await redisErrors(routers[0]!, 'record')).toBe(before.failed + 1);
+    await redis.restart();
+    // a router is back on Redis once it can look up an id it does not hold (`unknown`, not `unchecked`)
+    for (const router of routers.slice(0, 2)) {
+      const unknown = await outcomes(router, 'unknown');
+      await waitFor(
+        async () => {
+          await client(router, TEAM_A).responses.create({ model: 'hand', input: 'probe', previous_response_id: 'resp_nobody' });
+          return (await outcomes(router, 'unknown')) > unknown;
+        },
+        'the routers back on Redis',
+        15_000,
+      );
+    }
+    finishStream();
+    for (let next = await events.next(); !next.done; next = await events.next());
+    await client(routers[1]!, TEAM_A).responses.create({ model: 'hand', input: 'and then?', previous_response_id: id });
+    expect(await outcomes(routers[1]!, 'pinned')).toBe(before.pinned + 1);
+  }, 30_000);
 
   it('with Redis gone: a router that made the id still refuses it to another key; one that does not know it passes it on, counted unchecked', async () => {
     const mine = await respond(routers[0]!, TEAM_A, { input: 'made just before Redis went away' });
