@@ -82,17 +82,13 @@ export class HealthChecker {
   /** One round: probes the endpoints of every enabled pool whose interval has passed. */
   async runOnce(): Promise<void> {
     const now = this.deps.now();
-    const due = this.deps
-      .pools()
-      .filter(
-        (p) =>
-          p.resilience.healthCheck.enabled &&
-          (p.resilience.healthCheck.path ?? HEALTH_PATHS[p.engine]) !== undefined &&
-          now - (this.lastRun.get(p.name) ?? -Infinity) >= p.resilience.healthCheck.intervalMs,
-      );
+    const probed = this.deps.pools().filter((p) => p.resilience.healthCheck.enabled && (p.resilience.healthCheck.path ?? HEALTH_PATHS[p.engine]) !== undefined);
+    const due = probed.filter((p) => now - (this.lastRun.get(p.name) ?? -Infinity) >= p.resilience.healthCheck.intervalMs);
     const jobs: Array<() => Promise<void>> = [];
+    // a verdict stands only while some pool still probes its endpoint: one whose pool turned its checks
+    // off, or left, is forgotten (it would keep the replica out of every pool that holds it for good)
     const live = new Set<string>();
-    for (const pool of this.deps.pools()) for (const ep of this.deps.endpoints.snapshot(pool.name)) live.add(ep.id);
+    for (const pool of probed) for (const ep of this.deps.endpoints.snapshot(pool.name)) live.add(ep.id);
     for (const pool of due) {
       this.lastRun.set(pool.name, now);
       const check = pool.resilience.healthCheck;

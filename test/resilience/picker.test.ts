@@ -552,6 +552,25 @@ describe('EndpointPicker: what it keeps between picks, the very next pick sees c
     expect(await reachable(t)).toEqual(['a', 'b']);
   });
 
+  it('a replica a health check ejected comes back when its pool turns the check off (the verdict is not kept for good)', async () => {
+    let checks = pool({ healthCheck: { enabled: true, intervalMs: 1_000, unhealthyThreshold: 1, healthyThreshold: 1, path: '/wrong' } });
+    let checker: HealthChecker | undefined;
+    const t = setup(['a', 'b'], (time, snapshot) => {
+      checker = new HealthChecker({ endpoints: { snapshot }, pools: () => [checks], scheduler: time, now: () => time.now(), probe: (url) => Promise.resolve(url.pathname !== '/wrong') });
+      return checker;
+    });
+    await t.time.advance(1_000);
+    await checker?.runOnce();
+    // a typo in the path: every replica fails it
+    expect(['a', 'b'].map((id) => checker?.isHealthy(id))).toEqual([false, false]);
+    await expect(t.picker.pick(spec, new Set())).rejects.toMatchObject({ code: 'NO_READY_REPLICA' });
+    checks = pool({ healthCheck: { enabled: false } }); // the operator turns the check off again
+    await t.time.advance(1_000);
+    await checker?.runOnce();
+    expect(['a', 'b'].map((id) => checker?.isHealthy(id))).toEqual([true, true]);
+    expect(await reachable(t)).toEqual(['a', 'b']);
+  });
+
   it('a probe that throws fails its own endpoint’s check, and the round still checks the others', async () => {
     const checks = pool({ healthCheck: { enabled: true, intervalMs: 1_000, unhealthyThreshold: 1, healthyThreshold: 1 } });
     let checker: HealthChecker | undefined;
