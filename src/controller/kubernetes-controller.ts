@@ -1,8 +1,15 @@
 /**
  * Kubernetes mode glue: rebuilds the registry whenever discovery's state changes, and — on the
  * leader only — writes ModelPool and ModelDeployment status back when it differs from what is stored.
+ *
+ * Writes are paced per object: at most one every {@link MIN_GAP_MS} (a pool's `requestsWaiting` moves
+ * with every queued request), and when another writer keeps replacing what this router wrote (a
+ * second install of the router under another Lease, or an older version that computes another
+ * status) the gap doubles up to {@link MAX_GAP_MS} and a warning says so, instead of the two trading
+ * PATCHes as fast as the API server answers. What a gap holds back is written when it ends.
  */
 import { type Logger } from 'pino';
+import { systemScheduler, type Scheduler } from '../core/clock.js';
 import { type Deployment } from '../core/types.js';
 import { type DeploymentView, type DiscoveryState, type KubernetesDiscovery } from '../discovery/kubernetes/kubernetes-discovery.js';
 import { type KubeApi, type StatusKind } from '../discovery/kubernetes/kube-api.js';
@@ -17,6 +24,22 @@ export interface ControllerOptions {
   onStatusWrite?: (kind: StatusKind, ok: boolean) => void;
   /** What waits in this router for each pool's replicas, by pool key (none: nothing waits). */
   demand?: (pool: string) => PoolWaiting;
+  /** Monotonic ms and timers for the pacing of writes (default: the process's). */
+  clock?: () => number;
+  scheduler?: Scheduler;
+}
+
+/** The least time between two status writes of one object. */
+export const MIN_GAP_MS = 1_000;
+/** The most, while another writer keeps replacing this router's status of it. */
+export const MAX_GAP_MS = 60_000;
+
+/** When an object's status may be written next, and how far apart its writes are now. */
+interface Pace {
+  notBefore: number;
+  gapMs: number;
+  /** Another writer replaced what this router wrote last (warned once until it stops). */
+  contended: boolean;
 }
 
 interface Desired {
@@ -35,6 +58,9 @@ export class KubernetesController {
   private writeAgain = false;
   /** What we last wrote per object, and the object's resourceVersion when we did. */
   private readonly written = new Map<string, { status: string; resourceVersion: string | undefined }>();
+  private readonly pace = new Map<string, Pace>();
+  /** A sync set for when the earliest held-back write may go. */
+  private later: { at: number; timer: unknown } | undefined;
 
   constructor(
     private readonly discovery: KubernetesDiscovery,
@@ -112,18 +138,68 @@ export class KubernetesController {
     ];
   }
 
+  private now(): number {
+    return (this.options.clock ?? (() => performance.now()))();
+  }
+
+  /** Syncs again at `at` (the earliest time a held-back write may go). */
+  private syncAt(at: number): void {
+    if (this.later && this.later.at <= at) return;
+    const scheduler = this.options.scheduler ?? systemScheduler;
+    if (this.later) scheduler.clearTimeout(this.later.timer);
+    this.later = {
+      at,
+      timer: scheduler.setTimeout(
+        () => {
+          this.later = undefined;
+          this.syncStatus();
+        },
+        Math.max(0, at - this.now()),
+      ),
+    };
+  }
+
+  /** Stops the timer of a held-back write (at shutdown). */
+  stop(): void {
+    if (this.later) (this.options.scheduler ?? systemScheduler).clearTimeout(this.later.timer);
+    this.later = undefined;
+  }
+
   private async writeAll(): Promise<void> {
-    for (const want of this.desired()) {
+    const wanted = this.desired();
+    // objects gone: forget what was written to them
+    const keys = new Set(wanted.map((w) => w.key));
+    for (const key of this.written.keys()) if (!keys.has(key)) this.written.delete(key);
+    for (const key of this.pace.keys()) if (!keys.has(key)) this.pace.delete(key);
+    for (const want of wanted) {
       const status = canonical(want.status);
-      if (status === canonical(want.current ?? {})) continue;
+      const current = canonical(want.current ?? {});
+      if (status === current) continue;
       const last = this.written.get(want.key);
       // Our own last write has not reached the cache yet: do not send it again.
       if (last?.status === status && last.resourceVersion === want.resourceVersion) continue;
+      const pace = this.pace.get(want.key);
+      if (pace && this.now() < pace.notBefore) {
+        this.syncAt(pace.notBefore);
+        continue;
+      }
+      // the object changed since our write, and its status is no longer ours: another writer's
+      const contended = last !== undefined && last.resourceVersion !== want.resourceVersion && current !== last.status;
+      if (contended && !pace?.contended) {
+        this.options.logger.warn(
+          { kind: want.kind, object: `${want.namespace}/${want.name}` },
+          'another writer keeps replacing this status (a second modelgate install under another leader-election Lease, or another version?): writing it less and less often',
+        );
+      }
+      const gapMs = contended ? Math.min(MAX_GAP_MS, (pace?.gapMs ?? MIN_GAP_MS) * 2) : MIN_GAP_MS;
       try {
         await this.api.patchStatus(want.kind, want.namespace, want.name, want.status);
         this.written.set(want.key, { status, resourceVersion: want.resourceVersion });
+        this.pace.set(want.key, { notBefore: this.now() + gapMs, gapMs, contended });
         this.options.onStatusWrite?.(want.kind, true);
       } catch (err) {
+        // paced too: an API server that refuses every write is not asked at every change
+        this.pace.set(want.key, { notBefore: this.now() + MIN_GAP_MS, gapMs: MIN_GAP_MS, contended: pace?.contended ?? false });
         this.options.onStatusWrite?.(want.kind, false);
         this.options.logger.warn({ kind: want.kind, object: `${want.namespace}/${want.name}`, error: (err as Error).message }, 'status write failed; will retry on the next change or resync');
       }

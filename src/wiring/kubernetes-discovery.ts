@@ -113,6 +113,7 @@ export function kubernetesDiscovery(config: Config, resolve: PoolResolver, logge
       await elector?.stop();
       await discovery.stop();
       await controller.idle();
+      controller.stop();
     },
   };
 }

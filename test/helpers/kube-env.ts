@@ -101,6 +101,8 @@ export interface KubeRouterOptions {
   token?: string;
   identity?: string;
   leaderElection?: boolean;
+  /** The leader-election Lease (default: the router's default, `modelgate`). */
+  leaseName?: string;
   resyncIntervalMs?: number;
 }
 
@@ -120,7 +122,13 @@ export async function startKubeRouter(fake: FakeKubeApi, options: KubeRouterOpti
         kubeconfig: 'kubeconfig.yaml',
         resyncIntervalMs: options.resyncIntervalMs ?? 500,
         restartBackoffMs: { initialMs: 50, maxMs: 400 },
-        leaderElection: { enabled: options.leaderElection ?? true, leaseNamespace: 'modelgate', leaseDurationMs: 1500, renewIntervalMs: 200 },
+        leaderElection: {
+          enabled: options.leaderElection ?? true,
+          leaseNamespace: 'modelgate',
+          leaseDurationMs: 1500,
+          renewIntervalMs: 200,
+          ...(options.leaseName ? { leaseName: options.leaseName } : {}),
+        },
         identity: options.identity ?? 'router-0',
       },
     },

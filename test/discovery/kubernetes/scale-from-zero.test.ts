@@ -45,6 +45,37 @@ function untilReady(adminUrl: string): Promise<number> {
   );
 }
 
+describe('Kubernetes mode: two status writers', () => {
+  it('two routers under different Leases (two installs) do not trade status writes as fast as the API server answers: each backs off, and says why', async () => {
+    const fake = await FakeKubeApi.start();
+    cleanups.push(() => fake.close());
+    applyColdPool(fake, 3_000);
+    const first = await startKubeRouter(fake, { identity: 'router-a', token: 'router-a' });
+    cleanups.push(() => first.close());
+    const second = await startKubeRouter(fake, { identity: 'router-b', token: 'router-b', leaseName: 'another-install' });
+    cleanups.push(() => second.close());
+    await Promise.all([untilReady(first.router.adminUrl), untilReady(second.router.adminUrl)]);
+    await eventually(
+      () => fake.statusWrites.filter((w) => w.resource === 'modelpools').length,
+      (n) => n > 0,
+      'the pool status written',
+      BOUND_MS,
+    );
+    // one request held in the first router (3 s, then 503): its status says 1 waits, the second's 0
+    const pools = (): number => fake.statusWrites.filter((w) => w.resource === 'modelpools').length;
+    const before = pools();
+    const answer = await chat(first.router.apiUrl);
+    expect(answer.status).toBe(503);
+    // both wrote (the status did change), and neither as fast as the other's write came back: without
+    // pacing, over a thousand PATCHes in those 3 s
+    const during = pools() - before;
+    expect(new Set(fake.statusWrites.slice(-during).map((w) => w.token))).toEqual(new Set(['router-a', 'router-b']));
+    expect(during).toBeLessThanOrEqual(12);
+    const warned = [...first.logs, ...second.logs].filter((l) => l.includes('another writer keeps replacing this status'));
+    expect(warned.length).toBeGreaterThan(0);
+  }, 20_000);
+});
+
 describe('Kubernetes mode: scale from zero', () => {
   it('holds requests while the pool has no ready pod, drops the clients that leave, and sends the rest to the first ready pod', async () => {
     const fake = await FakeKubeApi.start();
