@@ -296,6 +296,7 @@ export async function createRouter(config: Config, options: RouterOptions = {}):
     keys,
     limits: limiter,
     catalog: () => discovery.catalog(),
+    catalogLoading: () => discovery.notReadyReasons().length > 0,
     director,
     metrics,
     logger,

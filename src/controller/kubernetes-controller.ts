@@ -13,6 +13,7 @@ import { systemScheduler, type Scheduler } from '../core/clock.js';
 import { type Deployment } from '../core/types.js';
 import { type DeploymentView, type DiscoveryState, type KubernetesDiscovery } from '../discovery/kubernetes/kubernetes-discovery.js';
 import { type KubeApi, type StatusKind } from '../discovery/kubernetes/kube-api.js';
+import { describeKubeError } from '../discovery/kubernetes/resilient-watch.js';
 import { Registry, type ModelCatalog } from '../registry/registry.js';
 import { canonical, deploymentStatus, poolStatus, type PoolWaiting } from './status.js';
 
@@ -201,7 +202,7 @@ export class KubernetesController {
         // paced too: an API server that refuses every write is not asked at every change
         this.pace.set(want.key, { notBefore: this.now() + MIN_GAP_MS, gapMs: MIN_GAP_MS, contended: pace?.contended ?? false });
         this.options.onStatusWrite?.(want.kind, false);
-        this.options.logger.warn({ kind: want.kind, object: `${want.namespace}/${want.name}`, error: (err as Error).message }, 'status write failed; will retry on the next change or resync');
+        this.options.logger.warn({ kind: want.kind, object: `${want.namespace}/${want.name}`, error: describeKubeError(err) }, 'status write failed; will retry on the next change or resync');
       }
     }
   }

@@ -52,6 +52,8 @@ export interface AppDeps {
   /** Per-key limits; absent: no key is limited. */
   limits?: RequestLimits & LimitsView;
   catalog: () => ModelCatalog;
+  /** The catalog has not loaded yet (Kubernetes watches not listed): an unknown model is a 503, not a 404. */
+  catalogLoading?: () => boolean;
   director: RequestDirector;
   metrics: RequestMetrics & AdminDeps['metrics'];
   logger: Logger;
@@ -192,7 +194,14 @@ export function buildApp(deps: AppDeps): BuiltApp {
 
   const readJson = bodyReader(deps.maxBodyBytes);
   const readUpload = bodyReader(deps.maxUploadBytes);
-  const inference = { maxJsonDepth: deps.maxJsonDepth, catalog: deps.catalog, director: deps.director, priorityHeader, ...(deps.limits ? { limits: deps.limits } : {}) };
+  const inference = {
+    maxJsonDepth: deps.maxJsonDepth,
+    catalog: deps.catalog,
+    director: deps.director,
+    priorityHeader,
+    ...(deps.limits ? { limits: deps.limits } : {}),
+    ...(deps.catalogLoading ? { catalogLoading: deps.catalogLoading } : {}),
+  };
   // The inference routes, POST only: served from this table by the request listener (below), and by
   // express's first middleware for the same paths with a query.
   const inferenceChains = new Map<string, { api: ApiRoute; chain: readonly ChainHandler[] }>();

@@ -9,7 +9,7 @@ import { jsonDepthExceeds } from '../api/json-depth.js';
 import { formFields, parseForm, type FormPart } from '../api/multipart.js';
 import { type ApiRoute } from '../api/routes.js';
 import { validateRequest, type ValidRequest } from '../api/validate.js';
-import { modelNotFound, RouterError } from '../core/errors.js';
+import { modelNotFound, NO_REPLICA_RETRY_AFTER_SECONDS, RouterError } from '../core/errors.js';
 import { passed } from '../core/phases.js';
 import { PRIORITIES, type Priority, type RequestTrace } from '../core/types.js';
 import { type RequestDirector } from '../director/director.js';
@@ -32,6 +32,8 @@ export interface InferenceDeps {
   /** Absent: no key is limited. */
   limits?: RequestLimits;
   catalog: () => ModelCatalog;
+  /** The catalog has not loaded yet (Kubernetes watches not listed): a name it lacks may still come. */
+  catalogLoading?: () => boolean;
   director: RequestDirector;
   /** The header that may lower a request's priority class (config `priority.header`), lower case. */
   priorityHeader: string;
@@ -122,7 +124,11 @@ export function inferenceHandler(deps: InferenceDeps, api: ApiRoute) {
     passed(res, 'validated');
     ctx.model = shownModel(body.model);
     const deployment = deps.catalog().resolve(body.model);
-    if (!deployment) throw modelNotFound(body.model);
+    if (!deployment) {
+      // before the first full listing, "no such model" is not known: a 503 to retry, not a 404 to believe
+      if (deps.catalogLoading?.()) throw new RouterError('NO_READY_REPLICA', 'The router is still loading its models; retry shortly.', { retryAfterSeconds: NO_REPLICA_RETRY_AFTER_SECONDS });
+      throw modelNotFound(body.model);
+    }
     ctx.deployment = deployment.id;
     // A model the key may not use is answered like a missing one; the log says which it was.
     if (!mayUse(principal, deployment)) throw modelNotFound(body.model, true);

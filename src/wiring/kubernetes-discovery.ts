@@ -14,6 +14,7 @@ import { LeaderElector } from '../controller/leader-election.js';
 import { createKubeApi } from '../discovery/kubernetes/kube-api.js';
 import { resolveKubeCredentials } from '../discovery/kubernetes/kube-credentials.js';
 import { KubernetesDiscovery } from '../discovery/kubernetes/kubernetes-discovery.js';
+import { describeKubeError } from '../discovery/kubernetes/resilient-watch.js';
 import { type DiscoveryWiring } from '../discovery/wiring.js';
 import { type RouterMetrics } from '../metrics/metrics.js';
 
@@ -86,7 +87,7 @@ export function kubernetesDiscovery(config: Config, resolve: PoolResolver, logge
           logger.info({ identity: d.identity, lease: `${d.leaderElection.leaseNamespace}/${d.leaderElection.leaseName}` }, leader ? 'became the status writer' : 'no longer the status writer');
           if (leader) controller.syncStatus();
         },
-        onError: (err) => logger.warn({ error: (err as Error).message }, 'leader election: lease update failed'),
+        onError: (err) => logger.warn({ error: describeKubeError(err) }, 'leader election: lease update failed'),
       })
     : undefined;
   return {

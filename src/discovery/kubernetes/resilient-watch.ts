@@ -56,10 +56,37 @@ export function backoffDelay(attempt: number, backoff: { initialMs: number; maxM
   return ceiling / 2 + random() * (ceiling / 2);
 }
 
-function describe(err: unknown): string {
+/**
+ * An error of the Kubernetes client, said the way an operator reads it: for the API server's own
+ * answer (client-node's `ApiException`: its `code` and the `Status` in its `body`), `HTTP 403
+ * Forbidden: <the Status message>` — the verb, resource and namespace refused — rather than the
+ * client's dump ("Unknown API Status Code!", escaped JSON, every header).
+ */
+export function describeKubeError(err: unknown): string {
+  const api = err as { code?: unknown; body?: unknown } | null;
+  if (typeof api === 'object' && api !== null && typeof api.code === 'number' && 'body' in api) {
+    const code = api.code;
+    let body = api.body;
+    if (typeof body === 'string') {
+      try {
+        body = JSON.parse(body) as unknown;
+      } catch {
+        // not JSON: said as it is, cut short
+      }
+    }
+    if (typeof body === 'object' && body !== null) {
+      const { reason, message } = body as { reason?: unknown; message?: unknown };
+      const said = [typeof reason === 'string' ? reason : undefined, typeof message === 'string' ? message : undefined].filter(Boolean);
+      if (said.length > 0) return `HTTP ${code} ${said.join(': ')}`.slice(0, 500);
+    }
+    if (typeof body === 'string' && body.trim() !== '') return `HTTP ${code}: ${body.trim().slice(0, 300)}`;
+    return `HTTP ${code}`;
+  }
   if (err instanceof Error) return err.message || err.name;
   return String(err);
 }
+
+const describe = describeKubeError;
 
 export class ResilientWatch<T> {
   readonly state: WatchState = { up: false, synced: false, lastSyncAt: undefined, restarts: 0, lastError: undefined };

@@ -231,6 +231,28 @@ describe('Kubernetes mode: readiness', () => {
       BOUND_MS,
     );
   });
+
+  it('answers a model it cannot know yet (its watches not listed) 503 to retry, not 404 "does not exist"', async () => {
+    const { fake, pods } = await llamaCluster(['pod-a'], cleanups);
+    fake.setDown(true);
+    const gateway = await startKubeRouter(fake);
+    cleanups.splice(2, 0, () => gateway.close());
+    const chat = (model: string) =>
+      rawRequest(`${gateway.router.apiUrl}/v1/chat/completions`, { headers: { authorization: `Bearer ${KEY}` }, body: { model, messages: [{ role: 'user', content: 'hi' }], max_tokens: 1 } });
+    // a client reaching the pod directly (a port-forward, a NodePort), not through the Service that hides it
+    const early = await chat('default');
+    expect(early.status).toBe(503);
+    expect(early.headers['retry-after']).toBe('2');
+    expect(JSON.parse(early.body)).toMatchObject({ error: { code: 'no_ready_replica', message: 'The router is still loading its models; retry shortly.' } });
+    fake.setDown(false);
+    await eventually(
+      () => served(gateway.router),
+      (c) => only(c, pods[0]!.name),
+      'the model served once the watches listed',
+      BOUND_MS,
+    );
+    expect((await chat('no-such-model')).status).toBe(404);
+  });
 });
 
 describe('Kubernetes mode: live CRD edits', () => {

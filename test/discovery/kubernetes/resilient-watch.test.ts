@@ -1,7 +1,8 @@
 /** The watch lifecycle on scripted informers and a manual scheduler: no sockets, no real time. */
 import { describe, expect, it } from '@jest/globals';
 import { type Scheduler } from '../../../src/core/clock.js';
-import { backoffDelay, ResilientWatch, type InformerLike, type WatchState } from '../../../src/discovery/kubernetes/resilient-watch.js';
+import { ApiException } from '@kubernetes/client-node';
+import { backoffDelay, describeKubeError, ResilientWatch, type InformerLike, type WatchState } from '../../../src/discovery/kubernetes/resilient-watch.js';
 import { flush } from '../../helpers/fake-time.js';
 
 type Outcome = 'sync' | 'error-event' | 'reject';
@@ -81,6 +82,28 @@ function setup(script: Array<{ objects: string[]; outcome: Outcome }>) {
   );
   return { watch, informers, scheduler, states, changes: () => changes };
 }
+
+describe('describeKubeError', () => {
+  it("says the API server's refusal as an operator reads it: the code, the Status reason and message, not the client's dump", () => {
+    const status = {
+      kind: 'Status',
+      apiVersion: 'v1',
+      status: 'Failure',
+      reason: 'Forbidden',
+      message: 'modeldeployments.modelgate.io is forbidden: User "system:serviceaccount:modelgate:modelgate" cannot list resource "modeldeployments" in API group "modelgate.io" at the cluster scope',
+      code: 403,
+    };
+    // as client-node raises it, with the body a JSON string (and as an object)
+    for (const body of [JSON.stringify(status), status]) {
+      const err = new ApiException(403, 'Unknown API Status Code!', body, { 'content-type': 'application/json' });
+      expect(err.message).toContain('Unknown API Status Code!');
+      expect(describeKubeError(err)).toBe(`HTTP 403 Forbidden: ${status.message}`);
+    }
+    expect(describeKubeError(new ApiException(502, 'Unknown API Status Code!', '<html>Bad Gateway</html>', {}))).toBe('HTTP 502: <html>Bad Gateway</html>');
+    expect(describeKubeError(new ApiException(500, 'Unknown API Status Code!', undefined, {}))).toBe('HTTP 500');
+    expect(describeKubeError(new Error('connect ECONNREFUSED 127.0.0.1:6443'))).toBe('connect ECONNREFUSED 127.0.0.1:6443');
+  });
+});
 
 describe('backoffDelay', () => {
   it('doubles from the initial delay up to the cap, jittered within the upper half', () => {
