@@ -26,9 +26,9 @@ export function breakerOutcome(result: AttemptResult): AttemptOutcome {
       return result.status >= 500 ? 'failure' : 'success';
     case 'failed':
       // the total timeout ran out: time spent elsewhere (queues, other replicas) is not this endpoint's fault
-      return result.reason === 'deadline' ? 'backpressure' : 'failure';
+      return result.reason === 'deadline' ? 'unknown' : 'failure';
     case 'client_gone':
-      return 'backpressure'; // says nothing about the endpoint
+      return 'unknown'; // says nothing about the endpoint (and a half-open probe so ended proves nothing)
   }
 }
 

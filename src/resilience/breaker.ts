@@ -15,13 +15,17 @@
  * Outcomes: `failure` — connection errors, timeouts, 5xx (but 503); `success` — a response the engine
  * produced normally, including 4xx the request caused; `backpressure` — 429 or 503, the engine is alive
  * but busy, which counts as neither (the request is routed elsewhere, the breaker is not moved) — except
- * on a half-open probe, where opossum takes it for the success it filters it as: the engine answered.
+ * on a half-open probe, where opossum takes it for the success it filters it as: the engine answered;
+ * `unknown` — the engine did not answer, for a reason not its own (the client left before the first
+ * byte, the total timeout ran out): a closed breaker does not count it, and a half-open probe that ends
+ * so proves nothing, so the breaker opens again for another cool-down (had it closed, a replica that
+ * hangs would be back in rotation whenever a client gave up on its probe).
  */
 import CircuitBreaker from 'opossum';
 import { type Scheduler, systemScheduler } from '../core/clock.js';
 
 export type BreakerState = 'closed' | 'open' | 'half-open';
-export type AttemptOutcome = 'success' | 'failure' | 'backpressure';
+export type AttemptOutcome = 'success' | 'failure' | 'backpressure' | 'unknown';
 
 export interface BreakerSettings {
   failureThreshold: number;
@@ -140,6 +144,7 @@ export class EndpointBreaker {
     const result = new Promise<void>((resolve, reject) => {
       settle = (outcome) => {
         if (outcome === 'failure') reject(new Error('attempt failed'));
+        else if (outcome === 'unknown') reject(new Error('the probe got no answer'));
         else if (outcome === 'backpressure') reject(new Backpressure());
         else resolve();
       };

@@ -573,7 +573,7 @@ describe('ExchangeRunner: the client leaves', () => {
     const report = await t.run();
     expect(report.failure).toBe('client_gone');
     expect(report.attempts).toEqual([{ endpoint: 'a1', outcome: 'client_gone', ms: 30 }]);
-    expect(t.picker.picks).toEqual([{ endpoint: 'a1', outcomes: ['backpressure'], released: 1 }]);
+    expect(t.picker.picks).toEqual([{ endpoint: 'a1', outcomes: ['unknown'], released: 1 }]);
     expect(t.res.writes).toBe(0);
   });
 

@@ -58,8 +58,8 @@ describe('breakerOutcome', () => {
     ['connect_timeout', failed('connect_timeout'), 'failure'],
     ['reset', failed('reset'), 'failure'],
     ['first_byte_timeout', failed('first_byte_timeout'), 'failure'],
-    ['deadline', failed('deadline'), 'backpressure'],
-    ['client_gone (says nothing about the endpoint)', clientGone, 'backpressure'],
+    ['deadline', failed('deadline'), 'unknown'],
+    ['client_gone (says nothing about the endpoint)', clientGone, 'unknown'],
   ])('%s → %s', (_name, result, expected) => {
     expect(breakerOutcome(result)).toBe(expected);
   });

@@ -40,9 +40,10 @@ describe('EndpointBreaker', () => {
     breaker.shutdown();
   });
 
-  it('counts neither 4xx-style successes nor backpressure as failures', async () => {
+  it('counts neither 4xx-style successes, backpressure nor unknown outcomes (a client gone before the first byte) as failures', async () => {
     const { breaker, time } = setup();
-    for (let i = 0; i < 10; i++) run(breaker, i % 2 === 0 ? 'backpressure' : 'success');
+    for (let i = 0; i < 12; i++) run(breaker, (['backpressure', 'success', 'unknown'] as const)[i % 3] as AttemptOutcome);
+    for (let i = 0; i < 5; i++) run(breaker, 'unknown'); // nor do they count towards the consecutive failures
     await flush();
     expect(breaker.state).toBe('closed');
     expect(time.pendingTimers).toBe(0);
@@ -109,6 +110,23 @@ describe('EndpointBreaker', () => {
     run(breaker, 'backpressure');
     await flush();
     expect(breaker.state).toBe('closed');
+    breaker.shutdown();
+  });
+
+  it('opens again for another cool-down when the half-open probe ends unknown (its client gave up on a replica that hangs): it proved nothing', async () => {
+    const { breaker, time, states } = setup();
+    await opened(breaker);
+    await time.advance(settings.cooldownMs);
+    expect(run(breaker, 'unknown')).toBe(true);
+    await flush();
+    expect(breaker.state).toBe('open');
+    expect(breaker.available()).toBe(false);
+    await time.advance(settings.cooldownMs);
+    expect(breaker.state).toBe('half-open');
+    run(breaker, 'success');
+    await flush();
+    expect(breaker.state).toBe('closed');
+    expect(states).toEqual(['open', 'half-open', 'open', 'half-open', 'closed']);
     breaker.shutdown();
   });
 
