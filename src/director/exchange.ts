@@ -51,6 +51,8 @@ export interface ExchangeReport {
   usage?: TokenUsage;
   /** ms from the committed attempt's request to its first content event (streams). */
   ttftMs?: number;
+  /** When that first content event came, on the injected clock (the request's wait before it: queue, retries and all). */
+  firstTokenAt?: number;
   /** Body bytes relayed from the engine. */
   bytes?: number;
 }
@@ -282,7 +284,10 @@ export class ExchangeRunner {
     const usage = splice ? splice.usage(meter.finalUsage()) : meter.finalUsage();
     if (usage) report.usage = usage;
     // a resumed stream's first token is the first attempt's
-    if (meter.ttftMs !== undefined && report.ttftMs === undefined) report.ttftMs = meter.ttftMs;
+    if (meter.ttftMs !== undefined && report.ttftMs === undefined) {
+      report.ttftMs = meter.ttftMs;
+      report.firstTokenAt = meter.firstTokenAt;
+    }
     if (end === 'upstream_broken' || end === 'idle_timeout') {
       this.deps.picker.recordStreamFailure(step.pool, picked.endpoint.id, requestId);
       report.failure = end === 'upstream_broken' ? 'upstream_stream_broken' : 'upstream_timeout';

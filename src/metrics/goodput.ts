@@ -30,7 +30,7 @@ export interface Finished {
   /** The response ended before its end (cut, or the client left). */
   incomplete: boolean;
   durationMs: number;
-  /** Streams only: ms to the first content event. */
+  /** Streams only: ms from the request's arrival to the first content event (what its client waited: the router's queue and retries included). */
   ttftMs?: number;
   completionTokens?: number;
 }

@@ -119,6 +119,11 @@ export class ResponseMeter implements ResponseObserver {
   ttftMs: number | undefined;
   /** The Responses API answer's `id`, once seen. */
   responseId: string | undefined;
+
+  /** When the first content event came, on the clock (the attempt's send plus {@link ttftMs}). */
+  get firstTokenAt(): number | undefined {
+    return this.ttftMs === undefined ? undefined : this.sentAt + this.ttftMs;
+  }
   private lastSequence: number | undefined;
   private lastContentAt: number | undefined;
   private contentEvents = 0;

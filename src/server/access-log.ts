@@ -111,7 +111,8 @@ export class AccessLog {
         status,
         incomplete: incomplete(res, ctx),
         durationMs: ms,
-        ...(report?.ttftMs === undefined ? {} : { ttftMs: report.ttftMs }),
+        // what the client waited for its first token: from its arrival (the queue, a replica held for, retries)
+        ...(report?.ttftMs === undefined ? {} : { ttftMs: report.firstTokenAt !== undefined ? report.firstTokenAt - ctx.started : report.ttftMs }),
         ...(report?.usage ? { completionTokens: report.usage.completionTokens } : {}),
       };
       this.finished(ctx.deployment, done);

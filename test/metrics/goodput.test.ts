@@ -74,4 +74,26 @@ describe('goodput counters', () => {
     expect(await text()).toContain('modelgate_goodput_requests_total{deployment="fast",result="failed"} 0');
     expect(await series('fast', 'outside')).toBe(0);
   });
+
+  it("time to first token is the client's: from its arrival, the router's queue included (the engine's own 1 ms is not what it waited)", async () => {
+    const sim = await startTestSim({ model: ['m'], ttftMs: 1, itlMs: 60 });
+    cleanups.push(() => sim.close());
+    const gateway = await startTestRouter({
+      // one stream at a time: the others wait in the router's queue for the whole of the one before
+      pools: [{ name: 'one', servedModelName: 'm', endpoints: [sim.url], resilience: { maxConcurrencyPerReplica: 1 } }],
+      deployments: [{ id: 'one', model: 'one', targets: [{ pool: 'one' }], slo: { ttftMs: 150, itlMs: 1000 } }],
+    });
+    cleanups.push(() => gateway.close());
+    const stream = (): Promise<number> =>
+      fetch(`${gateway.router.apiUrl}/v1/chat/completions`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${KEY}`, 'content-type': 'application/json' },
+        body: JSON.stringify({ model: 'one', messages: [{ role: 'user', content: 'hi' }], max_tokens: 4, stream: true }),
+      }).then(async (r) => (await r.text(), r.status));
+    expect(await Promise.all([stream(), stream(), stream()])).toEqual([200, 200, 200]);
+    const series = async (result: string): Promise<number> => metricSum(await adminMetrics(gateway), 'modelgate_goodput_requests_total', { deployment: 'one', result });
+    await waitFor(async () => (await series('within')) + (await series('outside')) === 3, 'the three streams counted');
+    // the second and third waited a whole stream (4 tokens, 60 ms apart) before theirs began
+    expect(await series('outside')).toBeGreaterThanOrEqual(2);
+  });
 });
