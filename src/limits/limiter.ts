@@ -349,6 +349,13 @@ export class Limiter {
     return limits ?? undefined;
   }
 
+  /** A request of a key without limits ended: the opt-in per-key metrics count it (no limit is checked or moved). */
+  unlimited(key: { name: string }, usage: TokenUsage | undefined): void {
+    const { events } = this.options;
+    events?.onAdmitted?.(key.name);
+    if (usage) events?.onTokens?.(key.name, usage.promptTokens, usage.completionTokens);
+  }
+
   /**
    * Takes a request of `key` on `deployment` with `estimate` prompt tokens (plus the overhead learned
    * from the key's requests of `kind`, when given). Resolves with its lease (undefined for a key

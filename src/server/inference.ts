@@ -13,7 +13,7 @@ import { modelNotFound, NO_REPLICA_RETRY_AFTER_SECONDS, RouterError } from '../c
 import { passed } from '../core/phases.js';
 import { PRIORITIES, type Priority, type RequestTrace } from '../core/types.js';
 import { type RequestDirector } from '../director/director.js';
-import { type DeploymentNames, type Lease } from '../limits/limiter.js';
+import { type DeploymentNames, type Lease, type TokenUsage } from '../limits/limiter.js';
 import { type ModelCatalog } from '../registry/registry.js';
 import { type ChainRequest } from './app.js';
 import { contextOf, engineRequestIdOf, shownModel } from './context.js';
@@ -25,6 +25,8 @@ export interface RequestLimits {
   /** `kind`: requests whose prompt estimates are corrected together (limits/limiter.ts). */
   /** `deployment`: its ID, model name and aliases, any of which the key's per-deployment limits may name. */
   admit(key: Principal, deployment: DeploymentNames, estimate: number, kind?: string): Promise<Pick<Lease, 'headers' | 'streamed' | 'answered' | 'finish'> | undefined>;
+  /** A request of a key without limits was served (or failed): counted in the opt-in per-key metrics, which show every key. */
+  unlimited?(key: Principal, usage: TokenUsage | undefined): void;
 }
 
 export interface InferenceDeps {
@@ -174,12 +176,18 @@ export function inferenceHandler(deps: InferenceDeps, api: ApiRoute) {
       signal: ctx.abort.signal,
     };
     const directed = deps.director.direct(req, res, request);
+    // a key without limits has no lease; the per-key metrics count it all the same
+    const unlimited = limits === undefined ? deps.limits?.unlimited?.bind(deps.limits) : undefined;
     ctx.exchange = directed.then(
       (report) => {
         ctx.report = report;
         lease?.finish(report.usage);
+        unlimited?.(principal, report.usage);
       },
-      () => lease?.finish(undefined), // a route that cannot be planned is answered by the error handler below
+      () => {
+        lease?.finish(undefined); // a route that cannot be planned is answered by the error handler below
+        unlimited?.(principal, undefined);
+      },
     );
     await directed;
   };

@@ -156,6 +156,17 @@ describe('rate limits through the openai client', () => {
     expect(metricSum(metrics, 'modelgate_key_requests_total', { key: 'streamer', outcome: 'admitted' })).toBe(1);
   });
 
+  it('counts a key without limits in the per-key metrics too (showback covers every key, not only the limited ones)', async () => {
+    const before = metricSum(await adminMetrics(gateway), 'modelgate_key_requests_total', { key: 'free', outcome: 'admitted' });
+    const tokensBefore = metricSum(await adminMetrics(gateway), 'modelgate_key_tokens_total', { key: 'free' });
+    const answer = await openai(FREE).chat.completions.create(chat);
+    const used = answer.usage?.total_tokens ?? 0;
+    expect(used).toBeGreaterThan(0);
+    // counted when the exchange has ended, just after the answer
+    await waitFor(async () => metricSum(await adminMetrics(gateway), 'modelgate_key_requests_total', { key: 'free', outcome: 'admitted' }) === before + 1, 'the free key counted');
+    expect(metricSum(await adminMetrics(gateway), 'modelgate_key_tokens_total', { key: 'free' })).toBe(tokensBefore + used);
+  });
+
   it("counts a long stream's tokens while it flows: the key's budget shows them before the stream ends", async () => {
     type Limits = Record<string, { used: number }>;
     const used = async (): Promise<number> =>
