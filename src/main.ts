@@ -270,7 +270,7 @@ export async function createRouter(config: Config, options: RouterOptions = {}):
   let stopping = false;
   const logSink = lineSinkOf(logger);
   // The OpenTelemetry SDK is loaded only when tracing is on.
-  const tracing = config.tracing.enabled ? (await import('./tracing/otel.js')).createTracing(config.tracing) : undefined;
+  const tracing = config.tracing.enabled ? (await import('./tracing/otel.js')).createTracing(config.tracing, exportWatch(logger)) : undefined;
   const notReadyReasons = (): string[] => [...(stopping ? ['shutting down'] : []), ...discovery.notReadyReasons()];
   // The admin status page reads the same live state as the gauges, plus recent traffic fed by the access log.
   const status = statusBoard({
@@ -347,7 +347,8 @@ export async function createRouter(config: Config, options: RouterOptions = {}):
       await agent.destroy();
       await limiter.stop();
       await shared?.close();
-      await tracing?.shutdown();
+      // the last spans go to the collector; one that is away or refuses does not stop the shutdown
+      await tracing?.shutdown().catch(() => undefined);
       logSink?.flush?.(); // the access log's last lines (they wait at most LINE_BATCH_MS otherwise)
     },
   };
@@ -389,4 +390,22 @@ export async function startRouter(config: Config, options: RouterOptions = {}): 
     await Promise.all([closeServer(apiServer), closeServer(adminServer)]);
     throw err;
   }
+}
+
+/**
+ * Says when trace export to the collector starts failing (once, with why) and when it works again
+ * (with the spans dropped meanwhile): the batch processor drops what the collector refuses.
+ */
+function exportWatch(logger: Logger): (ok: boolean, spans: number, error?: Error) => void {
+  const log = logger.child({ component: 'tracing' });
+  let dropped = 0;
+  return (ok, spans, error) => {
+    if (!ok) {
+      if (dropped === 0) log.warn({ error: error?.message ?? 'unknown', spans }, 'trace export failed: spans are dropped until the collector takes them again');
+      dropped += spans;
+    } else if (dropped > 0) {
+      log.info({ dropped }, 'trace export works again');
+      dropped = 0;
+    }
+  };
 }

@@ -70,6 +70,10 @@ function endTrace(ctx: RequestContext, status: number): void {
   const report = ctx.report;
   const usage = report?.usage;
   const failure = ctx.failure ?? report?.failure;
+  // a server span's error is the server's: a 5xx, or an answer begun and cut short; a 4xx (the
+  // client's mistake, a limit, a client gone) leaves its status unset, as OpenTelemetry's HTTP
+  // conventions say, so trace error rates are not the clients' mistakes
+  const error = status >= 500 || (status < 400 && failure !== undefined) ? (failure ?? `status ${status}`) : undefined;
   ctx.trace?.end(
     {
       'gen_ai.operation.name': GEN_AI_OPERATIONS[ctx.route] ?? ctx.route,
@@ -83,8 +87,9 @@ function endTrace(ctx: RequestContext, status: number): void {
       'modelgate.endpoint': report?.endpoint,
       'modelgate.attempts': report?.attempts.length,
       'modelgate.ttft_ms': report?.ttftMs,
+      'error.type': error === undefined ? undefined : (failure ?? String(status)),
     },
-    status >= 500 || failure !== undefined ? (failure ?? `status ${status}`) : undefined,
+    error,
   );
 }
 

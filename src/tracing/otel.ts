@@ -12,10 +12,10 @@
  * outcomes and timings.
  */
 import { ROOT_CONTEXT, SpanKind, SpanStatusCode, trace, TraceFlags, type Attributes, type Context, type Span, type Tracer } from '@opentelemetry/api';
-import { W3CTraceContextPropagator } from '@opentelemetry/core';
+import { ExportResultCode, W3CTraceContextPropagator, type ExportResult } from '@opentelemetry/core';
 import { OTLPTraceExporter } from '@opentelemetry/exporter-trace-otlp-http';
 import { resourceFromAttributes } from '@opentelemetry/resources';
-import { BatchSpanProcessor, ParentBasedSampler, TraceIdRatioBasedSampler, TracerProvider } from '@opentelemetry/sdk-trace';
+import { BatchSpanProcessor, ParentBasedSampler, TraceIdRatioBasedSampler, TracerProvider, type ReadableSpan, type SpanExporter } from '@opentelemetry/sdk-trace';
 import { type AttemptSpan, type Endpoint, type RequestTrace, type TraceSpan, type Tracing } from '../core/types.js';
 
 export interface TracingSettings {
@@ -119,8 +119,35 @@ class OtelRequestTrace implements RequestTrace {
   }
 }
 
-export function createTracing(settings: TracingSettings): Tracing {
-  const exporter = new OTLPTraceExporter(settings.endpoint ? { url: settings.endpoint } : {});
+/** How each batch of spans fared at the collector: `ok`, how many spans, and why it failed. */
+export type ExportWatch = (ok: boolean, spans: number, error?: Error) => void;
+
+/** The OTLP exporter, its results heard (through the SDK's documented SpanExporter interface): a collector that refuses is said, not silent. */
+class WatchedExporter implements SpanExporter {
+  constructor(
+    private readonly inner: SpanExporter,
+    private readonly watch: ExportWatch,
+  ) {}
+
+  export(spans: ReadableSpan[], done: (result: ExportResult) => void): void {
+    this.inner.export(spans, (result) => {
+      this.watch(result.code === ExportResultCode.SUCCESS, spans.length, result.error);
+      done(result);
+    });
+  }
+
+  shutdown(): Promise<void> {
+    return this.inner.shutdown();
+  }
+
+  forceFlush(): Promise<void> {
+    return this.inner.forceFlush?.() ?? Promise.resolve();
+  }
+}
+
+export function createTracing(settings: TracingSettings, onExport?: ExportWatch): Tracing {
+  const otlp = new OTLPTraceExporter(settings.endpoint ? { url: settings.endpoint } : {});
+  const exporter = onExport ? new WatchedExporter(otlp, onExport) : otlp;
   const provider = new TracerProvider({
     resource: resourceFromAttributes({ 'service.name': process.env.OTEL_SERVICE_NAME ?? settings.serviceName }),
     sampler: new ParentBasedSampler({ root: new TraceIdRatioBasedSampler(settings.sampleRatio) }),

@@ -67,6 +67,7 @@ async function tracedSetup(): Promise<{
   tap: Awaited<ReturnType<typeof startTap>>;
   gateway: TestRouter<RunningRouter>;
   closeGateway: () => Promise<void>;
+  sim: Awaited<ReturnType<typeof startTestSim>>;
 }> {
   const receiver = await startReceiver();
   cleanups.push(() => receiver.close());
@@ -78,7 +79,7 @@ async function tracedSetup(): Promise<{
   let closed: Promise<void> | undefined;
   const closeGateway = (): Promise<void> => (closed ??= gateway.close());
   cleanups.push(closeGateway);
-  return { receiver, tap, gateway, closeGateway };
+  return { receiver, tap, gateway, closeGateway, sim };
 }
 
 describe('OpenTelemetry traces', () => {
@@ -156,8 +157,40 @@ describe('OpenTelemetry traces', () => {
     expect(gateway.logs.find((l) => l.includes('"msg":"request"'))).not.toContain('traceId');
   });
 
-  it('starts a trace of its own when the client sends none, and marks a request that failed', async () => {
-    const { receiver, tap, gateway, closeGateway } = await tracedSetup();
+  it('says when the collector refuses spans (once, with why) instead of dropping them silently, and still shuts down', async () => {
+    // a collector that refuses every batch (a wrong token): 401, which the exporter does not retry
+    let batches = 0;
+    const refusing = http.createServer((req, res) => {
+      req.resume();
+      req.on('end', () => {
+        batches += 1;
+        res.writeHead(401, { 'content-type': 'application/json' }).end('{"code":16,"message":"missing or wrong token"}');
+      });
+    });
+    await new Promise<void>((resolve) => refusing.listen(0, '127.0.0.1', resolve));
+    cleanups.push(() => new Promise<void>((resolve) => refusing.close(() => resolve())));
+    const sim = await startTestSim({ model: ['served/llm'] });
+    cleanups.push(() => sim.close());
+    const endpoint = `http://127.0.0.1:${(refusing.address() as AddressInfo).port}/v1/traces`;
+    const gateway = await startTestRouter(chatSetup([sim.url], { config: { tracing: { enabled: true, endpoint } } }));
+    const res = await fetch(`${gateway.router.apiUrl}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${KEY}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'llm', messages: [{ role: 'user', content: 'hi' }], max_tokens: 2 }),
+    });
+    expect(res.status).toBe(200);
+    await res.text();
+    await waitFor(() => gateway.logs.some((l) => l.includes('"msg":"request"')), 'the access-log line');
+    await gateway.close(); // the spans are flushed at shutdown, to a collector that refuses them: the shutdown ends all the same
+    expect(batches).toBeGreaterThan(0);
+    const warned = gateway.logs.filter((l) => l.includes('trace export failed'));
+    expect(warned).toHaveLength(1);
+    expect(warned[0]).toContain('"component":"tracing"');
+    expect(warned[0]).toMatch(/"error":"[^"]+"/);
+  });
+
+  it("starts a trace of its own when the client sends none, and marks a request the server failed (a client's 4xx leaves the status unset)", async () => {
+    const { receiver, tap, gateway, closeGateway, sim } = await tracedSetup();
     const send = (model: string): Promise<Response> =>
       fetch(`${gateway.router.apiUrl}/v1/chat/completions`, {
         method: 'POST',
@@ -166,14 +199,22 @@ describe('OpenTelemetry traces', () => {
       });
     expect((await send('llm')).status).toBe(200);
     expect((await send('no-such-model')).status).toBe(404);
-    await waitFor(() => gateway.logs.filter((l) => l.includes('"msg":"request"')).length === 2, 'both access-log lines');
+    await sim.close(); // the only replica gone: the router answers 5xx
+    expect((await send('llm')).status).toBeGreaterThanOrEqual(500);
+    await waitFor(() => gateway.logs.filter((l) => l.includes('"msg":"request"')).length === 3, 'the three access-log lines');
     await closeGateway();
-    await waitFor(() => receiver.spans.filter((s) => s.kind === 2).length === 2, 'both request spans');
-    const ok = receiver.spans.find((s) => s.name === 'chat llm');
+    await waitFor(() => receiver.spans.filter((s) => s.kind === 2).length === 3, 'the three request spans');
+    const servers = receiver.spans.filter((s) => s.kind === 2);
+    const [ok, missing, failed] = [
+      servers.find((s) => attr(s, 'http.response.status_code') === 200),
+      servers.find((s) => attr(s, 'http.response.status_code') === 404),
+      servers.find((s) => Number(attr(s, 'http.response.status_code')) >= 500),
+    ];
     expect(ok?.parentSpanId ?? '').toBe('');
     expect(tap.posts()[0]?.headers.traceparent).toMatch(new RegExp(`^00-${ok?.traceId}-[0-9a-f]{16}-01$`));
-    const failed = receiver.spans.find((s) => s.kind === 2 && s !== ok);
+    expect(missing?.status?.code ?? 0).toBe(0); // unset: the client's mistake
+    expect(attr(missing, 'error.type')).toBeUndefined();
     expect(failed?.status?.code).toBe(2); // error
-    expect(attr(failed, 'http.response.status_code')).toBe(404);
+    expect(attr(failed, 'error.type')).toMatch(/^(upstream_connection_failed|no_ready_replica)$/);
   });
 });
