@@ -124,7 +124,8 @@ export class AccessLog {
     }
     if (ctx.trace) endTrace(ctx, status);
     if (!this.logger.isLevelEnabled('info')) return;
-    const rest = (ctx.trace ? str('traceId', ctx.trace.traceId) : '') + members(req, res, ctx, status, ms);
+    // only a sampled trace exists at the collector: an unsampled one's id would lead nowhere
+    const rest = (ctx.trace?.sampled ? str('traceId', ctx.trace.traceId) : '') + members(req, res, ctx, status, ms);
     this.line(ctx.requestId, rest);
   }
 

@@ -157,6 +157,28 @@ describe('OpenTelemetry traces', () => {
     expect(gateway.logs.find((l) => l.includes('"msg":"request"'))).not.toContain('traceId');
   });
 
+  it("logs a request's traceId only when its trace is sampled (an unsampled one reaches no collector)", async () => {
+    const receiver = await startReceiver();
+    cleanups.push(() => receiver.close());
+    const sim = await startTestSim({ model: ['served/llm'] });
+    cleanups.push(() => sim.close());
+    const gateway = await startTestRouter(chatSetup([sim.url], { config: { tracing: { enabled: true, endpoint: receiver.url, sampleRatio: 0 } } }));
+    cleanups.push(() => gateway.close());
+    const sampled = '4bf92f3577b34da6a3ce929d0e0e4736';
+    const send = (headers: Record<string, string>): Promise<void> =>
+      fetch(`${gateway.router.apiUrl}/v1/chat/completions`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${KEY}`, 'content-type': 'application/json', ...headers },
+        body: JSON.stringify({ model: 'llm', messages: [{ role: 'user', content: 'hi' }], max_tokens: 2 }),
+      }).then(async (r) => void (await r.text()));
+    await send({ traceparent: `00-${sampled}-00f067aa0ba902b7-01`, 'x-request-id': 'sampled-one' });
+    await send({ 'x-request-id': 'unsampled-one' }); // sampleRatio 0: not sampled
+    await waitFor(() => gateway.logs.filter((l) => l.includes('"msg":"request"')).length === 2, 'both access-log lines');
+    const line = (id: string): string => gateway.logs.find((l) => l.includes('"msg":"request"') && l.includes(id)) ?? '';
+    expect(line('sampled-one')).toContain(`"traceId":"${sampled}"`);
+    expect(line('unsampled-one')).not.toContain('traceId');
+  });
+
   it('says when the collector refuses spans (once, with why) instead of dropping them silently, and still shuts down', async () => {
     // a collector that refuses every batch (a wrong token): 401, which the exporter does not retry
     let batches = 0;
