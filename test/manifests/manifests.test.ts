@@ -503,9 +503,9 @@ describe('manifests: the CRD schemas accept the examples and reject broken objec
 const triple = (group: string, resource: string, verb: string): string => `${group}|${resource}|${verb}`;
 const expand = (groups: string[], resources: string[], verbs: string[]): string[] => groups.flatMap((g) => resources.flatMap((r) => verbs.map((v) => triple(g, r, v))));
 const WATCH = [
-  ...expand(['discovery.k8s.io'], ['endpointslices'], ['get', 'list', 'watch']),
-  ...expand([GROUP], ['modelpools', 'modeldeployments'], ['get', 'list', 'watch']),
-  ...expand([GROUP], ['modelpools/status', 'modeldeployments/status'], ['update', 'patch']),
+  ...expand(['discovery.k8s.io'], ['endpointslices'], ['list', 'watch']),
+  ...expand([GROUP], ['modelpools', 'modeldeployments'], ['list', 'watch']),
+  ...expand([GROUP], ['modelpools/status', 'modeldeployments/status'], ['patch']),
 ].sort();
 const LEASES = expand(['coordination.k8s.io'], ['leases'], ['get', 'create', 'update']).sort();
 const SUBJECT = { kind: 'ServiceAccount', name: 'modelgate', namespace: 'modelgate' };

@@ -4,7 +4,11 @@
  * router within BOUND_MS (the resync interval here is 0.5 s; watch events usually land in milliseconds).
  */
 import { afterEach, describe, expect, it } from '@jest/globals';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { parseAllDocuments } from 'yaml';
 import { type RunningRouter } from '../../../src/main.js';
+import { REPO_ROOT } from '../../helpers/helm.js';
 import { FakeKubeApi } from '../../helpers/fake-kube-api.js';
 import { rawRequest } from '../../helpers/http.js';
 import { endpointSlice, eventually, llamaCluster, modelDeployment, modelPool, only, servedBy, startKubeRouter, startPods, type Pod } from '../../helpers/kube-env.js';
@@ -483,6 +487,52 @@ describe('Kubernetes mode: leader election', () => {
       BOUND_MS,
     );
     expect(fake.statusWrites.at(-1)?.token).toBe('router-1');
+  });
+
+  it('calls the API server only with the verbs its RBAC grants (manifests/rbac: least privilege, nothing unused)', async () => {
+    const { fake, pods } = await cluster(['pod-a'], { token: 'router-0', identity: 'router-0' });
+    fake.apply('endpointslices', endpointSlice('llama-abc', 'llama', [{ pod: pods[0]!, ready: false }]));
+    await eventually(
+      () => (fake.get('modelpools', 'models', 'llama')?.status as { readyReplicas?: number } | undefined)?.readyReplicas,
+      (n) => n === 0,
+      'a status write',
+      BOUND_MS,
+    );
+    type Rule = { apiGroups: string[]; resources: string[]; verbs: string[] };
+    const granted = new Set(
+      ['cluster-role.yaml', 'role-leases.yaml'].flatMap((file) =>
+        parseAllDocuments(readFileSync(join(REPO_ROOT, 'manifests/rbac', file), 'utf8'))
+          .flatMap((d) => (d.toJS() as { rules?: Rule[] }).rules ?? [])
+          .flatMap((r) => r.apiGroups.flatMap((g) => r.resources.flatMap((res) => r.verbs.map((v) => `${g} ${res} ${v}`)))),
+      ),
+    );
+    // each request as RBAC names it: /apis/{group}/{version}[/namespaces/{ns}]/{resource}[/{name}[/{subresource}]]
+    const used = new Set(
+      fake.requests.map((r) => {
+        const parts = r.path.split('/').filter(Boolean).slice(1); // past "apis"
+        const group = parts[0] ?? '';
+        const rest = parts[2] === 'namespaces' ? parts.slice(4) : parts.slice(2);
+        const [resource, name, sub] = rest;
+        const verb =
+          r.method === 'GET'
+            ? r.watch
+              ? 'watch'
+              : name === undefined
+                ? 'list'
+                : 'get'
+            : r.method === 'POST'
+              ? 'create'
+              : r.method === 'PUT'
+                ? 'update'
+                : r.method === 'PATCH'
+                  ? 'patch'
+                  : r.method.toLowerCase();
+        return `${group} ${sub ? `${resource}/${sub}` : resource} ${verb}`;
+      }),
+    );
+    expect([...used].filter((u) => !granted.has(u))).toEqual([]);
+    // and every grant is used (a lease is created once, then read and renewed)
+    expect([...granted].filter((g) => !used.has(g)).sort()).toEqual([]);
   });
 
   it.each(['endpointslices', 'modelpools'] as const)('writes no status before every watch has listed (a new leader whose %s LIST is slow)', async (slow) => {
