@@ -16,6 +16,7 @@ import { Forwarder, type AttemptResult, type AttemptSpec } from '../../src/proxy
 import { type SseSegment } from '../../src/proxy/sse-tap.js';
 import type { Dispatcher } from 'undici';
 import { FakeTime } from '../helpers/fake-time.js';
+import { holdingObserver } from '../helpers/holding-observer.js';
 import { rawRequest, sseData, type RawResponse } from '../helpers/http.js';
 import { waitFor } from '../helpers/sim.js';
 
@@ -436,17 +437,7 @@ describe('Forwarder.attempt', () => {
     ] as const) {
       // what the router writes to the client, in order
       const writes: string[] = [];
-      let release: () => void = () => undefined;
-      let asked = false;
-      const observe = {
-        event: () => undefined,
-        body: () => undefined,
-        bodyEnd: () => undefined,
-        answered: () => {
-          asked = true;
-          return new Promise<void>((resolve) => (release = resolve));
-        },
-      };
+      const { observe, release, asked } = holdingObserver();
       const watch = (res: ServerResponse): void => {
         const write = res.write.bind(res) as (...args: unknown[]) => boolean;
         const end = res.end.bind(res) as (...args: unknown[]) => ServerResponse;
@@ -455,7 +446,7 @@ describe('Forwarder.attempt', () => {
       };
       const { url, results } = await oneAttempt(upstream, time, { path, observe, endOfStream: (e: { data: string }) => e.data === '[DONE]' }, watch);
       const response = send(url, time);
-      await waitFor(() => asked, 'the answer whole');
+      await waitFor(asked, 'the answer whole');
       // the engine has sent all it has; the router holds its last bytes (a moment to show they stay held)
       await new Promise((resolve) => setTimeout(resolve, 30));
       expect({ path, writes }).toEqual({ path, writes: before });
@@ -479,24 +470,14 @@ describe('Forwarder.attempt', () => {
       });
     });
     const time = new FakeTime();
-    let release: () => void = () => undefined;
-    let asked = false;
     let client: ServerResponse | undefined;
-    const observe = {
-      event: () => undefined,
-      body: () => undefined,
-      bodyEnd: () => undefined,
-      answered: () => {
-        asked = true;
-        return new Promise<void>((resolve) => (release = resolve));
-      },
-    };
+    const { observe, release, asked } = holdingObserver();
     const { url, results } = await oneAttempt(upstream, time, { path: '/v1/sized', observe }, (res) => (client = res));
     const socket = connect(Number(new URL(url).port), '127.0.0.1');
     const received: Buffer[] = [];
     socket.on('data', (d: Buffer) => received.push(d));
     socket.write('POST /anything HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}');
-    await waitFor(() => asked, 'the answer whole');
+    await waitFor(asked, 'the answer whole');
     socket.destroy();
     await waitFor(() => client?.destroyed === true, 'the client gone');
     await waitFor(() => results.length > 0, 'the attempt');

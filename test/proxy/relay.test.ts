@@ -9,6 +9,7 @@ import { type AddressInfo } from 'node:net';
 import { type AttemptResult, type AttemptSpec, type StreamDone } from '../../src/proxy/forwarder.js';
 import { relayResponse, type AttemptControl, type BodySink, type EngineResponse } from '../../src/proxy/relay.js';
 import { FakeTime } from '../helpers/fake-time.js';
+import { holdingObserver } from '../helpers/holding-observer.js';
 import { rawRequest } from '../helpers/http.js';
 
 const closers: Array<() => Promise<void>> = [];
@@ -71,25 +72,6 @@ async function relayed(
     await new Promise((resolve) => server.close(resolve));
   });
   return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, ready: setUp };
-}
-
-/** An observer whose answered() hands back a promise the test settles. */
-function holdingObserver(): { observe: NonNullable<AttemptSpec['observe']>; release: () => void; asked: () => boolean } {
-  let release: () => void = () => undefined;
-  let asked = false;
-  return {
-    observe: {
-      event: () => undefined,
-      body: () => undefined,
-      bodyEnd: () => undefined,
-      answered: () => {
-        asked = true;
-        return new Promise<void>((resolve) => (release = resolve));
-      },
-    },
-    release: () => release(),
-    asked: () => asked,
-  };
 }
 
 describe('relayResponse: an answer held for what answered() returned', () => {
