@@ -177,16 +177,16 @@ export function inferenceHandler(deps: InferenceDeps, api: ApiRoute) {
     };
     const directed = deps.director.direct(req, res, request);
     // a key without limits has no lease; the per-key metrics count it all the same
-    const unlimited = limits === undefined ? deps.limits?.unlimited?.bind(deps.limits) : undefined;
+    const unlimited = limits === undefined ? deps.limits : undefined;
     ctx.exchange = directed.then(
       (report) => {
         ctx.report = report;
         lease?.finish(report.usage);
-        unlimited?.(principal, report.usage);
+        unlimited?.unlimited?.(principal, report.usage);
       },
       () => {
         lease?.finish(undefined); // a route that cannot be planned is answered by the error handler below
-        unlimited?.(principal, undefined);
+        unlimited?.unlimited?.(principal, undefined);
       },
     );
     await directed;
