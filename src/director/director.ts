@@ -14,7 +14,17 @@ import { choicesOf } from '../api/valid-request.js';
 import { type ValidRequest } from '../api/validate.js';
 import { type ResponseLocations } from '../balancer/response-locations.js';
 import { RouterError } from '../core/errors.js';
-import { type Deployment, type EndpointSource, type PoolSpec, type PreviousResponseOutcome, type Priority, type RequestTrace, type ResumeReason, type ResumeResult } from '../core/types.js';
+import {
+  type Deployment,
+  type Endpoint,
+  type EndpointSource,
+  type PoolSpec,
+  type PreviousResponseOutcome,
+  type Priority,
+  type RequestTrace,
+  type ResumeReason,
+  type ResumeResult,
+} from '../core/types.js';
 import { type ForwardedFor } from '../proxy/headers.js';
 import { type ModelCatalog } from '../registry/registry.js';
 import { type ExchangeReport, type ExchangeRunner } from './exchange.js';
@@ -215,8 +225,22 @@ export class Director {
       return undefined;
     }
     const step = location && planned.find((p) => p.pool.name === location.pool);
-    const present = step !== undefined && this.deps.endpoints.snapshot(step.pool.name).some((ep) => ep.id === location?.endpoint);
-    this.deps.metrics.recordPreviousResponse(!location ? 'unknown' : present ? 'pinned' : 'replica_gone');
-    return present && location ? { step, endpoint: location.endpoint } : undefined;
+    const endpoint = step && location ? heldBy(this.deps.endpoints.snapshot(step.pool.name), location.endpoint) : undefined;
+    this.deps.metrics.recordPreviousResponse(!location ? 'unknown' : endpoint ? 'pinned' : 'replica_gone');
+    return step && endpoint ? { step, endpoint } : undefined;
   }
+}
+
+/**
+ * The id, among a pool's endpoints, of the replica a record names: the same id, or — for a record an
+ * earlier version wrote in Kubernetes mode, when a replica was its pod alone (`ns/pod`) — that pod's
+ * endpoint (`ns/pod:port`; a pool has one port), so follow-ups survive the upgrade.
+ */
+function heldBy(endpoints: readonly Endpoint[], recorded: string): string | undefined {
+  let legacy: string | undefined;
+  for (const ep of endpoints) {
+    if (ep.id === recorded) return ep.id;
+    if (ep.id.length > recorded.length && ep.id.startsWith(recorded) && ep.id.charCodeAt(recorded.length) === 0x3a && /^\d+$/.test(ep.id.slice(recorded.length + 1))) legacy = ep.id;
+  }
+  return legacy;
 }

@@ -35,7 +35,7 @@ const AGENT: Deployment = {
 };
 
 /** `answers`: the Responses API answer's id the exchange reads, and the replica and pool that made it. */
-function setup(opts: { report?: ExchangeReport; withoutEndpoints?: string[]; answers?: { id: string; endpoint: string; pool: string } } = {}) {
+function setup(opts: { report?: ExchangeReport; withoutEndpoints?: string[]; answers?: { id: string; endpoint: string; pool: string }; ids?: Record<string, string> } = {}) {
   const catalog = new Registry(POOLS, [MAIN, BACKUP, VECTORS, AGENT]);
   const empty = new Set(opts.withoutEndpoints ?? []);
   const plans: ExchangePlan[] = [];
@@ -58,7 +58,7 @@ function setup(opts: { report?: ExchangeReport; withoutEndpoints?: string[]; ans
   };
   const director = new Director({
     catalog: () => catalog,
-    endpoints: { snapshot: (name) => (empty.has(name) ? [] : [{ id: `${name}-1`, pool: name, url: new URL('http://x.local'), weight: 1 }]) },
+    endpoints: { snapshot: (name) => (empty.has(name) ? [] : [{ id: opts.ids?.[name] ?? `${name}-1`, pool: name, url: new URL('http://x.local'), weight: 1 }]) },
     exchange: exchange,
     metrics,
     random: () => 0,
@@ -271,6 +271,19 @@ describe('Director.direct: Responses API follow-ups', () => {
     await t.director.direct(req, res, request('responses', AGENT, follow('resp_old')));
     expect(t.plans[0]?.request.only).toBeUndefined();
     expect(t.recorded).toEqual(['previous replica_gone']);
+  });
+
+  it('a record an earlier version wrote (a Kubernetes replica was its pod, now its pod and port) still pins the follow-up to that pod', async () => {
+    const t = setup({ ids: { r1: 'models/vllm-0:8000' } });
+    void t.responses.remember('resp_legacy', { pool: 'r1', endpoint: 'models/vllm-0', owner: 'team-a' });
+    await t.director.direct(req, res, request('responses', AGENT, follow('resp_legacy')));
+    expect(t.plans[0]?.request.only).toBe('models/vllm-0:8000');
+    expect(t.recorded).toEqual(['previous pinned']);
+    // another pod whose name the old id begins with is not it
+    const u = setup({ ids: { r1: 'models/vllm-00:8000' } });
+    void u.responses.remember('resp_legacy', { pool: 'r1', endpoint: 'models/vllm-0', owner: 'team-a' });
+    await u.director.direct(req, res, request('responses', AGENT, follow('resp_legacy')));
+    expect(u.recorded).toEqual(['previous replica_gone']);
   });
 
   it('an id another key made is a 404 answered by the router: its conversation never reaches the other team', async () => {
