@@ -35,6 +35,9 @@ export const MIN_GAP_MS = 1_000;
 /** The most, while another writer keeps replacing this router's status of it. */
 export const MAX_GAP_MS = 60_000;
 
+/** The resourceVersions of an object's latest writes that are remembered as this router's own. */
+const OURS_KEPT = 4;
+
 /** When an object's status may be written next, and how far apart its writes are now. */
 interface Pace {
   notBefore: number;
@@ -57,8 +60,11 @@ export class KubernetesController {
   private registry = new Registry([], []);
   private writing: Promise<void> | undefined;
   private writeAgain = false;
-  /** What we last wrote per object, and the object's resourceVersion when we did. */
-  private readonly written = new Map<string, { status: string; resourceVersion: string | undefined }>();
+  /**
+   * What we last wrote per object, the object's resourceVersion when we did, and the resourceVersions
+   * our latest writes gave it (a watch that lags shows them late: they are ours, not another writer's).
+   */
+  private readonly written = new Map<string, { status: string; resourceVersion: string | undefined; ours: string[] }>();
   private readonly pace = new Map<string, Pace>();
   /** A sync set for when the earliest held-back write may go. */
   private later: { at: number; timer: unknown } | undefined;
@@ -177,15 +183,20 @@ export class KubernetesController {
       const current = canonical(want.current ?? {});
       if (status === current) continue;
       const last = this.written.get(want.key);
+      // the cache shows the object as it was before our last write, or at one of our earlier writes
+      const behindOurs =
+        last !== undefined &&
+        (want.resourceVersion === last.resourceVersion || (want.resourceVersion !== undefined && last.ours.includes(want.resourceVersion) && want.resourceVersion !== last.ours.at(-1)));
       // Our own last write has not reached the cache yet: do not send it again.
-      if (last?.status === status && last.resourceVersion === want.resourceVersion) continue;
+      if (last?.status === status && behindOurs) continue;
       const pace = this.pace.get(want.key);
       if (pace && this.now() < pace.notBefore) {
         this.syncAt(pace.notBefore);
         continue;
       }
-      // the object changed since our write, and its status is no longer ours: another writer's
-      const contended = last !== undefined && last.resourceVersion !== want.resourceVersion && current !== last.status;
+      // the object changed since our write, not by one of ours, and its status is no longer ours: another writer's
+      const contended =
+        last !== undefined && last.resourceVersion !== want.resourceVersion && !(want.resourceVersion !== undefined && last.ours.includes(want.resourceVersion)) && current !== last.status;
       if (contended && !pace?.contended) {
         this.options.logger.warn(
           { kind: want.kind, object: `${want.namespace}/${want.name}` },
@@ -194,8 +205,9 @@ export class KubernetesController {
       }
       const gapMs = contended ? Math.min(MAX_GAP_MS, (pace?.gapMs ?? MIN_GAP_MS) * 2) : MIN_GAP_MS;
       try {
-        await this.api.patchStatus(want.kind, want.namespace, want.name, want.status);
-        this.written.set(want.key, { status, resourceVersion: want.resourceVersion });
+        const version = await this.api.patchStatus(want.kind, want.namespace, want.name, want.status);
+        const ours = [...(last?.ours ?? []), ...(version === undefined ? [] : [version])].slice(-OURS_KEPT);
+        this.written.set(want.key, { status, resourceVersion: want.resourceVersion, ours });
         this.pace.set(want.key, { notBefore: this.now() + gapMs, gapMs, contended });
         this.options.onStatusWrite?.(want.kind, true);
       } catch (err) {

@@ -73,6 +73,7 @@ export function kubernetesDiscovery(config: Config, resolve: PoolResolver, logge
     mayWriteStatus: () => discovery.hasSynced() && (elector?.isLeader() ?? true),
     onStatusWrite: (kind, ok) => metrics().recordStatusWrite(kind, ok),
     demand: (pool) => demand?.(pool) ?? { waiting: 0, held: 0 },
+    clock: () => clock.now(),
   });
   const elector = d.leaderElection.enabled
     ? new LeaderElector(api, {

@@ -46,7 +46,8 @@ export interface LeaseRecord {
 export interface KubeApi {
   /** A new informer (own cache, own list and watch) for `kind` in `namespace` (undefined: all). */
   informer(kind: WatchedKind, namespace: string | undefined): KubeInformer<KubernetesObject>;
-  patchStatus(kind: StatusKind, namespace: string, name: string, status: object): Promise<void>;
+  /** Resolves with the resourceVersion the write gave the object (when the API server said it). */
+  patchStatus(kind: StatusKind, namespace: string, name: string, status: object): Promise<string | undefined>;
   readLease(namespace: string, name: string): Promise<LeaseRecord | undefined>;
   /** Creates the lease; resolves false if it already exists. */
   createLease(namespace: string, name: string, lease: LeaseRecord): Promise<boolean>;
@@ -157,7 +158,9 @@ export function createKubeApi(input: KubeCredentialsInput, timeouts: KubeTimeout
       });
     },
     async patchStatus(kind, namespace, name, status) {
-      await custom.patchNamespacedCustomObjectStatus({ group: CRD_GROUP, version: CRD_VERSION, namespace, plural: kind, name, body: { status } }, mergePatch);
+      const written = (await custom.patchNamespacedCustomObjectStatus({ group: CRD_GROUP, version: CRD_VERSION, namespace, plural: kind, name, body: { status } }, mergePatch)) as unknown;
+      const version = (written as { metadata?: { resourceVersion?: unknown } } | null)?.metadata?.resourceVersion;
+      return typeof version === 'string' ? version : undefined;
     },
     async readLease(namespace, name) {
       try {

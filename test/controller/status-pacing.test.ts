@@ -1,0 +1,124 @@
+/**
+ * The status writer's pacing on fake time, with a discovery and an API server of the test's own: a
+ * watch that shows the router's own writes late is not "another writer" (no warning, no extra write).
+ */
+import { expect, it } from '@jest/globals';
+import { KubernetesController } from '../../src/controller/kubernetes-controller.js';
+import { FakeTime } from '../helpers/fake-time.js';
+
+it("one router whose watch lags its own writes: they are its own, not another writer's (no warning, no write again)", async () => {
+  const time = new FakeTime();
+  const listeners: Array<(s: unknown) => void> = [];
+  // the object as the router's cache holds it, and each write the API server took
+  let cached = { rv: '1', status: {} as object };
+  const taken: Array<{ rv: string; status: object }> = [];
+  const state = () => ({
+    pools: [
+      {
+        namespace: 'models',
+        name: 'llm',
+        key: 'models/llm',
+        generation: 1,
+        service: { name: 'llm', port: 8000 },
+        replicas: 1,
+        readyReplicas: 1,
+        object: { metadata: { name: 'llm', namespace: 'models', resourceVersion: cached.rv }, status: cached.status },
+      },
+    ],
+    deployments: [],
+  });
+  const discovery = { onChange: (l: (s: unknown) => void) => listeners.push(l), state };
+  const api = {
+    patchStatus: (_kind: string, _namespace: string, _name: string, status: object) => {
+      const rv = String(taken.length + 2);
+      taken.push({ rv, status });
+      return Promise.resolve(rv); // the resourceVersion the write gave the object, as the API server answers
+    },
+  };
+  const warnings: string[] = [];
+  const logger = { warn: (_o: unknown, msg: string) => warnings.push(msg), info: () => undefined } as never;
+  let waiting = 1;
+  const controller = new KubernetesController(discovery as never, api, {
+    logger,
+    mayWriteStatus: () => true,
+    now: () => new Date(0),
+    demand: () => ({ waiting, held: 0 }),
+    clock: () => time.now(),
+    scheduler: time,
+  });
+  const changed = async (): Promise<void> => {
+    for (const listener of listeners) listener(state());
+    await controller.idle();
+  };
+  await changed(); // writes A (1 waiting)
+  expect(taken).toHaveLength(1);
+  await time.advance(1_100);
+  waiting = 2;
+  await changed(); // the cache still shows the object before A: B is written
+  expect(taken).toHaveLength(2);
+  cached = taken[0]!; // the watch shows A now, B not yet
+  await changed();
+  await time.advance(1_000);
+  await controller.idle();
+  expect(taken).toHaveLength(2); // B is on its way: not sent again, even once its second is over
+  waiting = 3; // the queue moved again while the cache still shows A: C is due (a second after B)
+  await changed();
+  await time.advance(1_000);
+  await controller.idle();
+  expect(taken).toHaveLength(3);
+  cached = taken[1]!; // then B, then C, come through the watch
+  await changed();
+  cached = taken[2]!;
+  await changed();
+  await time.advance(60_000);
+  await controller.idle();
+  controller.stop();
+  expect(warnings).toEqual([]);
+  expect(taken).toHaveLength(3);
+});
+
+it('writes an object at most once a second, and what a second held back when it ends', async () => {
+  const time = new FakeTime();
+  const listeners: Array<(s: unknown) => void> = [];
+  const taken: object[] = [];
+  let waiting = 0;
+  const state = () => ({
+    pools: [
+      {
+        namespace: 'models',
+        name: 'llm',
+        key: 'models/llm',
+        generation: 1,
+        service: { name: 'llm', port: 8000 },
+        replicas: 1,
+        readyReplicas: 1,
+        object: { metadata: { name: 'llm', namespace: 'models', resourceVersion: '1' }, status: {} },
+      },
+    ],
+    deployments: [],
+  });
+  const controller = new KubernetesController(
+    { onChange: (l: (s: unknown) => void) => listeners.push(l), state } as never,
+    { patchStatus: (_k: string, _n: string, _m: string, s: object) => (taken.push(s), Promise.resolve(undefined)) },
+    {
+      logger: { warn: () => undefined, info: () => undefined } as never,
+      mayWriteStatus: () => true,
+      now: () => new Date(0),
+      demand: () => ({ waiting, held: 0 }),
+      clock: () => time.now(),
+      scheduler: time,
+    },
+  );
+  for (let i = 1; i <= 10; i++) {
+    waiting = i; // the queue moves ten times within the second
+    for (const listener of listeners) listener(state());
+    await controller.idle();
+    await time.advance(50);
+  }
+  expect(taken).toHaveLength(1);
+  await time.advance(1_000);
+  await controller.idle();
+  expect(taken).toHaveLength(2);
+  expect((taken[1] as { requestsWaiting: number }).requestsWaiting).toBe(10);
+  controller.stop();
+});
