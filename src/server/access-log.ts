@@ -70,10 +70,11 @@ function endTrace(ctx: RequestContext, status: number): void {
   const report = ctx.report;
   const usage = report?.usage;
   const failure = ctx.failure ?? report?.failure;
-  // a server span's error is the server's: a 5xx, or an answer begun and cut short; a 4xx (the
-  // client's mistake, a limit, a client gone) leaves its status unset, as OpenTelemetry's HTTP
-  // conventions say, so trace error rates are not the clients' mistakes
-  const error = status >= 500 || (status < 400 && failure !== undefined) ? (failure ?? `status ${status}`) : undefined;
+  // a server span's error is the server's: a 5xx, or an answer begun and cut short by the engine or
+  // the router; a 4xx (the client's mistake, a limit) or a client that left or stopped reading leaves
+  // its status unset, as OpenTelemetry's HTTP conventions say, so trace error rates are not the clients'
+  const clientEnded = failure === 'client_gone' || failure === 'client_stalled';
+  const error = status >= 500 || (status < 400 && failure !== undefined && !clientEnded) ? (failure ?? `status ${status}`) : undefined;
   ctx.trace?.end(
     {
       'gen_ai.operation.name': GEN_AI_OPERATIONS[ctx.route] ?? ctx.route,
