@@ -6,13 +6,9 @@ import { expect, it } from '@jest/globals';
 import { KubernetesController } from '../../src/controller/kubernetes-controller.js';
 import { FakeTime } from '../helpers/fake-time.js';
 
-it("one router whose watch lags its own writes: they are its own, not another writer's (no warning, no write again)", async () => {
-  const time = new FakeTime();
-  const listeners: Array<(s: unknown) => void> = [];
-  // the object as the router's cache holds it, and each write the API server took
-  let cached = { rv: '1', status: {} as object };
-  const taken: Array<{ rv: string; status: object }> = [];
-  const state = () => ({
+/** Discovery's state with one ModelPool, as the router's cache holds it: its resourceVersion and status. */
+function poolState(resourceVersion: string, status: object) {
+  return {
     pools: [
       {
         namespace: 'models',
@@ -22,11 +18,20 @@ it("one router whose watch lags its own writes: they are its own, not another wr
         service: { name: 'llm', port: 8000 },
         replicas: 1,
         readyReplicas: 1,
-        object: { metadata: { name: 'llm', namespace: 'models', resourceVersion: cached.rv }, status: cached.status },
+        object: { metadata: { name: 'llm', namespace: 'models', resourceVersion }, status },
       },
     ],
     deployments: [],
-  });
+  };
+}
+
+it("one router whose watch lags its own writes: they are its own, not another writer's (no warning, no write again)", async () => {
+  const time = new FakeTime();
+  const listeners: Array<(s: unknown) => void> = [];
+  // the object as the router's cache holds it, and each write the API server took
+  let cached = { rv: '1', status: {} as object };
+  const taken: Array<{ rv: string; status: object }> = [];
+  const state = () => poolState(cached.rv, cached.status);
   const discovery = { onChange: (l: (s: unknown) => void) => listeners.push(l), state };
   const api = {
     patchStatus: (_kind: string, _namespace: string, _name: string, status: object) => {
@@ -82,21 +87,7 @@ it('writes an object at most once a second, and what a second held back when it 
   const listeners: Array<(s: unknown) => void> = [];
   const taken: object[] = [];
   let waiting = 0;
-  const state = () => ({
-    pools: [
-      {
-        namespace: 'models',
-        name: 'llm',
-        key: 'models/llm',
-        generation: 1,
-        service: { name: 'llm', port: 8000 },
-        replicas: 1,
-        readyReplicas: 1,
-        object: { metadata: { name: 'llm', namespace: 'models', resourceVersion: '1' }, status: {} },
-      },
-    ],
-    deployments: [],
-  });
+  const state = () => poolState('1', {});
   const controller = new KubernetesController(
     { onChange: (l: (s: unknown) => void) => listeners.push(l), state } as never,
     { patchStatus: (_k: string, _n: string, _m: string, s: object) => (taken.push(s), Promise.resolve(undefined)) },
