@@ -350,10 +350,11 @@ export class Limiter {
   }
 
   /** A request of a key without limits ended: the opt-in per-key metrics count it (no limit is checked or moved). */
-  unlimited(key: { name: string }, usage: TokenUsage | undefined): void {
+  unlimited(key: { name: string }, usage: TokenUsage | undefined, estimate: number): void {
     const { events } = this.options;
     events?.onAdmitted?.(key.name);
-    if (usage) events?.onTokens?.(key.name, usage.promptTokens, usage.completionTokens);
+    // the engine's counts, or (a stream that ended without usage) the prompt's estimate, as a limited key's
+    if (usage) events?.onTokens?.(key.name, usage.estimated ? estimate : usage.promptTokens, usage.completionTokens);
   }
 
   /**

@@ -26,7 +26,8 @@ export interface RequestLimits {
   /** `deployment`: its ID, model name and aliases, any of which the key's per-deployment limits may name. */
   admit(key: Principal, deployment: DeploymentNames, estimate: number, kind?: string): Promise<Pick<Lease, 'headers' | 'streamed' | 'answered' | 'finish'> | undefined>;
   /** A request of a key without limits was served (or failed): counted in the opt-in per-key metrics, which show every key. */
-  unlimited?(key: Principal, usage: TokenUsage | undefined): void;
+  /** `estimate`: the prompt's estimated tokens when the engine reported no usage (counted as a limited key's are); else 0. */
+  unlimited?(key: Principal, usage: TokenUsage | undefined, estimate: number): void;
 }
 
 export interface InferenceDeps {
@@ -182,11 +183,11 @@ export function inferenceHandler(deps: InferenceDeps, api: ApiRoute) {
       (report) => {
         ctx.report = report;
         lease?.finish(report.usage);
-        unlimited?.unlimited?.(principal, report.usage);
+        unlimited?.unlimited?.(principal, report.usage, report.usage?.estimated ? estimatePromptTokens(promptText, text) : 0);
       },
       () => {
         lease?.finish(undefined); // a route that cannot be planned is answered by the error handler below
-        unlimited?.unlimited?.(principal, undefined);
+        unlimited?.unlimited?.(principal, undefined, 0);
       },
     );
     await directed;

@@ -566,3 +566,21 @@ describe('periods and durations', () => {
     expect(formatDuration(ms)).toBe(text);
   });
 });
+
+describe('Limiter.unlimited: a key without limits, for the opt-in per-key metrics', () => {
+  it("counts it admitted, with the engine's tokens, or the prompt's estimate when the engine reported none (as a limited key's)", () => {
+    const time = new FakeTime();
+    const seen: string[] = [];
+    const limiter = new Limiter({
+      defaults: {},
+      clock: time,
+      wallNow: () => 0,
+      scheduler: time,
+      events: { onAdmitted: (key) => seen.push(`admitted ${key}`), onTokens: (key, prompt, completion) => seen.push(`tokens ${key} ${prompt}+${completion}`) },
+    });
+    limiter.unlimited({ name: 'free' }, { promptTokens: 12, completionTokens: 5 }, 0);
+    limiter.unlimited({ name: 'free' }, { promptTokens: 0, completionTokens: 40, estimated: true }, 25);
+    limiter.unlimited({ name: 'free' }, undefined, 0); // a request that failed before any answer
+    expect(seen).toEqual(['admitted free', 'tokens free 12+5', 'admitted free', 'tokens free 25+40', 'admitted free']);
+  });
+});
