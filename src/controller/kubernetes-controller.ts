@@ -146,7 +146,7 @@ export class KubernetesController {
   }
 
   private now(): number {
-    return (this.options.clock ?? (() => performance.now()))();
+    return this.options.clock?.() ?? performance.now();
   }
 
   /** Syncs again at `at` (the earliest time a held-back write may go). */

@@ -233,10 +233,10 @@ export class ResponseMeter implements ResponseObserver {
     });
   }
 
-  /** A JSON body's id, read when it is whole (its first member's when it was too long to keep). */
-  private bodyId(): string | undefined {
+  /** A JSON body's id, read when it is whole (its first member's when it was too long to keep); `text`: the body, when already decoded. */
+  private bodyId(text?: string): string | undefined {
     if (this.overflow) return this.leadingId;
-    return this.head.length > 0 ? topLevelId(Buffer.concat(this.head).toString('utf8')) : undefined;
+    return this.head.length > 0 ? topLevelId(text ?? Buffer.concat(this.head).toString('utf8')) : undefined;
   }
 
   /**
@@ -259,11 +259,12 @@ export class ResponseMeter implements ResponseObserver {
   }
 
   bodyEnd(): void {
+    const text = this.overflow ? this.tail : Buffer.concat(this.head).toString('utf8');
     if (this.dialect === 'responses' && this.responseId === undefined) {
-      const id = this.bodyId();
+      const id = this.bodyId(text);
       if (id !== undefined) this.found(id);
     }
-    this.usage = usageFromJson(this.overflow ? this.tail : Buffer.concat(this.head).toString('utf8'));
+    this.usage = usageFromJson(text);
     this.head = [];
     this.tail = '';
   }
