@@ -132,8 +132,8 @@ export function relayResponse(spec: AttemptSpec, proxyRes: EngineResponse, res: 
     control.settle({ kind: 'failed', reason: 'reset', detail: `the continuation answered ${proxyRes.headers['content-type'] ?? 'without a content type'}, not an event stream` });
     return IGNORED;
   }
-  /** Events may be dropped or rewritten: each is written by itself, never the engine's chunk as it came. */
-  const wholeEvents = spec.stripUsageChunk === true || spec.rewrite !== undefined;
+  /** Events may be rewritten: each is written by itself, never the engine's chunk as it came. */
+  const rewrites = spec.rewrite !== undefined;
   const { endOfStream } = spec;
   /** The engine sent its stream's last event (or no one asked). */
   let sawEnd = endOfStream === undefined;
@@ -265,6 +265,8 @@ export function relayResponse(spec: AttemptSpec, proxyRes: EngineResponse, res: 
     });
   };
   const length = tap ? NaN : Number(proxyRes.headers['content-length'] ?? NaN);
+  /** A chunk's whole blocks and what each is written as: one a stream, emptied per chunk. */
+  const blocks = new ChunkBlocks();
   let sent = false;
   const write = (data: Buffer | string): void => {
     const flowing = res.write(data);
@@ -319,45 +321,69 @@ export function relayResponse(spec: AttemptSpec, proxyRes: EngineResponse, res: 
     // line comes, so a stream cut mid-event never hands the client half an event (the SDKs raise a
     // JSON error on it, not the router's error event, which follows on a boundary).
     // A chunk that ends on a boundary, with nothing held before it or in the decoder, is nearly every
-    // chunk: written as it came, byte for byte, when no event of it is to be changed.
-    const asItCame = !wholeEvents && !held && cleanEnd && lineEnd;
+    // chunk: written as it came, byte for byte, when no event of it is to be changed, and less the
+    // bytes of an event dropped (the usage chunk the router asked for) when one is: what the router
+    // reads is never encoded again to be written.
+    const asItCame = !rewrites && !held && cleanEnd && lineEnd;
     cleanEnd = lineEnd;
-    const segments: SseSegment[] = [];
     let text = '';
     let changed = false;
+    /** Only whole events were dropped: nothing was rewritten. */
+    let onlyDropped = true;
     /** The stream's last event is in this chunk: the answer is whole. */
     let whole = false;
     for (let seg = tap.next(); seg !== undefined; seg = tap.next()) {
-      segments.push(seg);
       notes(seg.event);
       // a stream whose API names no last event (the audio APIs') is whole only at its end
       if (sawEnd && endOfStream && !spec.resumable && !wasAnswered) whole = true;
       const own = textOf(seg);
-      if (own !== seg.raw) changed = true;
-      if (own === '') continue;
+      if (own !== seg.raw) {
+        changed = true;
+        if (own !== '') onlyDropped = false;
+      }
+      blocks.add(seg, own);
+      if (asItCame || own === '') continue;
       // the response's first event is written as soon as it is read, not after the rest of a burst (a
-      // zero-latency engine's whole stream comes in one chunk)
-      if (!sent && !asItCame) write(own);
+      // zero-latency engine's whole stream may come in one chunk)
+      if (!sent) write(own);
       else text += own;
     }
-    const out = asItCame && !changed && tap.atBoundary ? chunk : text;
+    let out: Buffer | string | Buffer[] = text;
+    if (asItCame) {
+      if (!tap.atBoundary)
+        out = blocks.text(); // the chunk ended inside an event (on a line ending): what is whole goes
+      else if (!changed) out = chunk;
+      else out = (onlyDropped && blocks.keptBytes(chunk)) || blocks.text();
+    }
     if (whole) {
       // the last chunk's events are read before it is written (a Responses API stream's id is in its first one)
-      observed(segments);
-      after(answered(), () => out.length > 0 && write(out), true);
-    } else if (out.length > 0) write(out);
+      observed();
+      after(answered(), () => writeOut(out), true);
+    } else writeOut(out);
     if (tap.heldChars > MAX_EVENT_CHARS) {
       // an event without end (or a body that is no event stream after all): not held without bound
       tooLong();
       return;
     }
-    if (!whole) observed(segments);
+    if (!whole) observed();
+    blocks.clear();
   };
-  const observed = (segments: readonly SseSegment[]): void => {
+  const writeOut = (out: Buffer | string | Buffer[]): void => {
+    if (!Array.isArray(out)) {
+      if (out.length > 0) write(out);
+      return;
+    }
+    for (const piece of out) write(piece);
+  };
+  const observed = (): void => {
     const { observe } = spec;
-    if (!observe || segments.length === 0) return;
+    const { count, segments } = blocks;
+    if (!observe || count === 0) return;
     const at = clock.now(); // the chunk's events were read together: one reading of the clock for all
-    for (const segment of segments) if (segment.event) observe.event(segment.event, at);
+    for (let i = 0; i < count; i++) {
+      const { event } = segments[i] as SseSegment;
+      if (event) observe.event(event, at);
+    }
   };
   const end = (): void => {
     if (holding) {
@@ -412,6 +438,66 @@ export function relayResponse(spec: AttemptSpec, proxyRes: EngineResponse, res: 
     proxyRes.destroy();
   };
   return { data, end, broken };
+}
+
+/** A block slot not in use (what a slot is emptied to: the arrays keep their storage and kind). */
+const NO_SEGMENT: SseSegment = { raw: '', event: undefined };
+
+/**
+ * The whole blocks one chunk of a stream finished, with the text each is to be written as (`''`:
+ * dropped). The arrays are the stream's, reused chunk after chunk: made per chunk they cost two
+ * backing stores each time, and a stream is a chunk per token.
+ */
+export class ChunkBlocks {
+  readonly segments: SseSegment[] = [];
+  readonly owns: string[] = [];
+  count = 0;
+
+  add(segment: SseSegment, own: string): void {
+    this.segments[this.count] = segment;
+    this.owns[this.count] = own;
+    this.count += 1;
+  }
+
+  /** Empties the slots used (nothing of the chunk is kept alive by them). */
+  clear(): void {
+    for (let i = 0; i < this.count; i++) {
+      this.segments[i] = NO_SEGMENT;
+      this.owns[i] = '';
+    }
+    this.count = 0;
+  }
+
+  /** What the blocks are written as, joined. */
+  text(): string {
+    let text = '';
+    for (let i = 0; i < this.count; i++) text += this.owns[i] as string;
+    return text;
+  }
+
+  /**
+   * The bytes of `chunk` less the blocks dropped, as views of it, one per run of kept blocks: `chunk`
+   * decodes to exactly the blocks' raw text, in order. Undefined when that text's UTF-8 is longer
+   * than the chunk (bytes that are not UTF-8 were read as U+FFFD): the caller writes the text. A
+   * U+FFFD never takes fewer bytes than what it stands for, so lengths that add up mean every
+   * block's do, and each view starts and ends where its blocks did.
+   */
+  keptBytes(chunk: Buffer): Buffer[] | undefined {
+    const pieces: Buffer[] = [];
+    let at = 0;
+    let from = 0;
+    for (let i = 0; i < this.count; i++) {
+      const size = Buffer.byteLength((this.segments[i] as SseSegment).raw, 'utf8');
+      if (this.owns[i] === '') {
+        if (at > from) pieces.push(chunk.subarray(from, at));
+        from = at + size;
+      }
+      at += size;
+    }
+    if (at !== chunk.length) return undefined;
+    if (at > from) pieces.push(chunk.subarray(from, at));
+    return pieces;
+  }
 }
 
 /** The sink of an answer the relay turned down: its body is not wanted. */

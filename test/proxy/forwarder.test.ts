@@ -315,8 +315,10 @@ describe('Forwarder.attempt', () => {
   it.each([
     // the first chunk (two events) goes at once, before its events are read
     ['as it came', {}, 2],
+    // the same: the chunk's bytes go as they came, less the usage chunk's (in the second chunk)
+    ['the usage chunk stripped', { stripUsageChunk: true }, 2],
     // read event by event: the first event goes at once, the rest of the burst at the end of the tick
-    ['whole events, the usage chunk stripped', { stripUsageChunk: true }, 0],
+    ['whole events, rewritten', { rewrite: (segment: SseSegment) => segment.raw }, 0],
   ])('sends the first chunk of a stream (%s) at once, and lets what came with it go together', async (_name, extra, sentAtOnce) => {
     const stream = [
       '{"choices":[{"delta":{"role":"assistant"}}]}',

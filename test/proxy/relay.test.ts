@@ -7,7 +7,7 @@ import { afterEach, describe, expect, it } from '@jest/globals';
 import http, { type ServerResponse } from 'node:http';
 import { type AddressInfo } from 'node:net';
 import { type AttemptResult, type AttemptSpec, type StreamDone } from '../../src/proxy/forwarder.js';
-import { relayResponse, type AttemptControl, type BodySink, type EngineResponse } from '../../src/proxy/relay.js';
+import { ChunkBlocks, relayResponse, type AttemptControl, type BodySink, type EngineResponse } from '../../src/proxy/relay.js';
 import { FakeTime } from '../helpers/fake-time.js';
 import { holdingObserver } from '../helpers/holding-observer.js';
 import { rawRequest } from '../helpers/http.js';
@@ -166,5 +166,84 @@ describe('relayResponse: an answer held for what answered() returned', () => {
     expect((await response).body).toBe('{"ok":true}');
     expect((await done).end).toBe('complete');
     expect(engine.log).toEqual([]);
+  });
+});
+
+describe('relayResponse: the usage chunk the router asked for, dropped from a chunk that goes as it came', () => {
+  const usage = 'data: {"id":"c","choices":[],"usage":{"prompt_tokens":3,"completion_tokens":2}}\n\n';
+  const content = (text: string): string => `data: {"id":"c","choices":[{"index":0,"delta":{"content":"${text}"}}]}\n\n`;
+  const finish = 'data: {"id":"c","choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}\n\n';
+  const done = 'data: [DONE]\n\n';
+
+  /** The client's body when the engine's stream comes in these chunks, the usage chunk stripped. */
+  async function relay(chunks: Buffer[]): Promise<{ body: Buffer; end: StreamDone }> {
+    const { url, ready } = await relayed({ 'content-type': 'text/event-stream' }, { stripUsageChunk: true });
+    // the body's bytes as they came (a client that decodes would read a bad byte and U+FFFD alike)
+    const response = new Promise<Buffer>((resolve, reject) => {
+      const request = http.request(`${url}/v1/chat/completions`, { method: 'POST', agent: false }, (res) => {
+        const parts: Buffer[] = [];
+        res.on('data', (part: Buffer) => parts.push(part));
+        res.on('end', () => resolve(Buffer.concat(parts)));
+      });
+      request.on('error', reject);
+      request.end('{}');
+    });
+    const { sink, done: ended } = await ready;
+    for (const chunk of chunks) sink.data(chunk);
+    sink.end();
+    return { body: await response, end: await ended };
+  }
+
+  it.each([
+    ['in the middle', [content('a'), content('b'), finish, usage, done]],
+    ['first', [usage, content('a'), done]],
+    ['last', [content('a'), finish, usage]],
+    ['alone', [usage]],
+    ['twice, side by side', [content('a'), usage, usage, done]],
+  ])('drops it %s, byte for byte what is kept', async (_where, events) => {
+    const stream = Buffer.from(events.join(''));
+    const expected = Buffer.from(events.filter((e) => e !== usage).join(''));
+    const { body, end } = await relay([stream]);
+    expect(body.equals(expected)).toBe(true);
+    expect(end.end).toBe('complete');
+  });
+
+  it('counts bytes, not characters, before and after it (text in several scripts)', async () => {
+    const events = [content('héllo'), content('日本語'), content('🙂'), usage, content('ß'), done];
+    const expected = Buffer.from(events.filter((e) => e !== usage).join(''));
+    const { body } = await relay([Buffer.from(events.join(''))]);
+    expect(body.equals(expected)).toBe(true);
+  });
+
+  it('writes the kept events as text when the bytes are not UTF-8 (they were read as U+FFFD)', async () => {
+    const bad = Buffer.concat([Buffer.from('data: {"id":"c","choices":[{"index":0,"delta":{"content":"'), Buffer.from([0xff, 0xfe]), Buffer.from('"}}]}\n\n')]);
+    const { body } = await relay([Buffer.concat([bad, Buffer.from(usage + done)])]);
+    // what the relay read, encoded again: each bad byte one U+FFFD, nothing of the usage chunk
+    expect(body.equals(Buffer.from(bad.toString('utf8') + done))).toBe(true);
+  });
+
+  it('passes bytes that are not UTF-8 through as they came when their U+FFFD takes as many (a cut four-byte character)', async () => {
+    // F0 9F 99 is the start of 🙂 without its last byte: read as one U+FFFD, three bytes for three
+    const cut = Buffer.concat([Buffer.from('data: {"id":"c","choices":[{"index":0,"delta":{"content":"'), Buffer.from([0xf0, 0x9f, 0x99]), Buffer.from('"}}]}\n\n')]);
+    const { body } = await relay([Buffer.concat([cut, Buffer.from(usage + done)])]);
+    expect(body.equals(Buffer.concat([cut, Buffer.from(done)]))).toBe(true);
+  });
+
+  it('ChunkBlocks: views of the chunk around each dropped event, undefined when bytes and text disagree; emptied for the next chunk', () => {
+    const segments = [content('é'), usage, done].map((raw) => ({ raw, event: undefined }));
+    const chunk = Buffer.from(segments.map((s) => s.raw).join(''));
+    const blocks = new ChunkBlocks();
+    segments.forEach((segment, i) => blocks.add(segment, i === 1 ? '' : segment.raw));
+    const kept = blocks.keptBytes(chunk);
+    expect(kept?.map((b) => b.toString())).toEqual([content('é'), done]);
+    expect(kept?.every((b) => b.buffer === chunk.buffer)).toBe(true);
+    expect(blocks.text()).toBe(content('é') + done);
+    expect(blocks.keptBytes(chunk.subarray(1))).toBeUndefined();
+    blocks.clear();
+    // the slots keep nothing of the chunk: the next chunk's blocks alone
+    expect(blocks.segments.every((s) => s.raw === '')).toBe(true);
+    blocks.add(segments[1]!, '');
+    expect(blocks.keptBytes(Buffer.from(usage))).toEqual([]);
+    expect(blocks.text()).toBe('');
   });
 });
