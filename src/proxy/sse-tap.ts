@@ -129,7 +129,10 @@ export class SseTap {
       }
       return undefined;
     }
-    const segment = { raw: pending.slice(start, end), event: parseBlock(pending.slice(start, index)) };
+    // the usual block, one `data: ` line (no carriage return anywhere, and its first line feed is the
+    // blank line's): its data read straight from what is pending, without the block cut out first
+    const oneLine = !this.cr && pending.startsWith('data: ', start) && pending.indexOf('\n', start) === index;
+    const segment = { raw: pending.slice(start, end), event: oneLine ? { data: pending.slice(start + 6, index) } : parseBlock(pending.slice(start, index)) };
     if (end === pending.length) this.clear();
     else this.start = end;
     this.atBoundary = end === pending.length;
@@ -140,7 +143,7 @@ export class SseTap {
     this.pending = '';
     this.start = 0;
     this.cr = false;
-    this.parts = [];
+    if (this.parts.length > 0) this.parts = []; // a new array only when one was used (an event per chunk is the rule)
     this.partsChars = 0;
     this.incomplete = false;
     this.tail = '';
