@@ -158,6 +158,7 @@ export async function createRouter(config: Config, options: RouterOptions = {}):
       onCleared: (endpoint) => prefixIndex.forget(endpoint),
     },
   });
+  const scrapeLog = logger.child({ component: 'engine-metrics' });
   const engineMetrics = new EngineMetricsScraper({
     endpoints: discovery.endpoints,
     pools: () => discovery.pools(),
@@ -165,6 +166,9 @@ export async function createRouter(config: Config, options: RouterOptions = {}):
     now: () => clock.now(),
     localCount: (endpoint) => inFlight.count(endpoint),
     onScrape: (pool, _endpoint, result) => metrics.recordEngineScrape(pool, result),
+    onFailing: (pool, endpoint, result, why) =>
+      scrapeLog.warn({ pool, endpoint, result, error: why }, "engine metrics scrape failed: the replica is scored without its engine's load until a scrape works again"),
+    onRecovered: (pool, endpoint, failed) => scrapeLog.info({ pool, endpoint, failed }, 'engine metrics scrape works again'),
   });
   const adapterPlacements = new AdapterPlacements();
   const loraLog = logger.child({ component: 'lora' });

@@ -24,6 +24,13 @@ export interface EngineMetricsScraperDeps {
   onScrape?: (pool: string, endpoint: string, result: ScrapeResult) => void;
   /** Scrapes in flight at once over all pools (default 16). */
   maxConcurrent?: number;
+  /**
+   * A replica's scrapes began to fail (the first failure after a success, or its first scrape): what
+   * failed and why. Said once; a replica that keeps failing is not said again until it recovers.
+   */
+  onFailing?: (pool: string, endpoint: string, result: Exclude<ScrapeResult, 'ok'>, why: string) => void;
+  /** A replica whose scrapes were failing answered again, after `failed` failed scrapes. */
+  onRecovered?: (pool: string, endpoint: string, failed: number) => void;
 }
 
 const DEFAULT_MAX_CONCURRENT = 16;
@@ -57,6 +64,8 @@ interface Scrape {
 export class EngineMetricsScraper implements EngineLoadSource {
   private readonly current = new Map<string, Sample>();
   private readonly lastStart = new Map<string, number>();
+  /** Replicas whose scrapes are failing: how many have failed in a row. */
+  private readonly failing = new Map<string, number>();
   /** Every endpoint with a scrape queued or in flight. */
   private readonly busy = new Map<string, Scrape>();
   private readonly queue: Scrape[] = [];
@@ -141,6 +150,7 @@ export class EngineMetricsScraper implements EngineLoadSource {
   private forgetExcept(eligible: ReadonlySet<string>): void {
     for (const id of this.current.keys()) if (!eligible.has(id)) this.current.delete(id);
     for (const id of this.lastStart.keys()) if (!eligible.has(id)) this.lastStart.delete(id);
+    for (const id of this.failing.keys()) if (!eligible.has(id)) this.failing.delete(id);
     for (const [id, scrape] of this.busy) if (!eligible.has(id)) scrape.controller.abort();
   }
 
@@ -190,20 +200,38 @@ export class EngineMetricsScraper implements EngineLoadSource {
     }, settings.timeoutMs);
     controller.signal.addEventListener('abort', () => this.deps.scheduler.clearTimeout(watchdog), { once: true });
     let result: ScrapeResult;
+    let why = '';
     try {
       const fetchText = this.deps.fetchText ?? (this.fetcher ??= createMetricsFetcher()).fetchText;
       const url = new URL(settings.path ?? DEFAULT_PATH, endpoint.url);
       const res = await untilAborted(fetchText(url, settings.timeoutMs, controller.signal), controller.signal);
       if (controller.signal.aborted && !scrape.timedOut) return;
       result = this.record(scrape, res.status, res.text);
+      if (result === 'error') why = `${url.pathname} answered HTTP ${res.status}`;
+      else if (result === 'unparsable') why = `${url.pathname} has none of the ${pool.engine} series the router reads`;
     } catch (err) {
       if (controller.signal.aborted && !scrape.timedOut) return;
       result = scrape.timedOut || (err instanceof ScrapeError && err.code === 'SCRAPE_TIMEOUT') ? 'timeout' : 'error';
+      why = result === 'timeout' ? `no whole answer within ${settings.timeoutMs} ms` : err instanceof Error ? err.message : String(err);
     } finally {
       this.deps.scheduler.clearTimeout(watchdog);
     }
     if (result !== 'ok') this.current.delete(endpoint.id);
+    this.note(pool.name, endpoint.id, result, why);
     this.deps.onScrape?.(pool.name, endpoint.id, result);
+  }
+
+  /** Tells when a replica's scrapes begin to fail, and when they work again. */
+  private note(pool: string, endpoint: string, result: ScrapeResult, why: string): void {
+    const failed = this.failing.get(endpoint);
+    if (result === 'ok') {
+      if (failed === undefined) return;
+      this.failing.delete(endpoint);
+      this.deps.onRecovered?.(pool, endpoint, failed);
+      return;
+    }
+    this.failing.set(endpoint, (failed ?? 0) + 1);
+    if (failed === undefined) this.deps.onFailing?.(pool, endpoint, result, why);
   }
 
   /** Stores the sample of a finished response; what went wrong otherwise. */

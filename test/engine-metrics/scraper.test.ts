@@ -92,6 +92,8 @@ function setup(pools: PoolSpec[], endpoints: Record<string, Endpoint[]>, maxConc
   const fetch = new FakeFetch(time);
   const results: Array<{ pool: string; endpoint: string; result: ScrapeResult; at: number }> = [];
   const local = new Map<string, number>();
+  /** What the scraper said of replicas failing and recovering (the router logs it). */
+  const said: string[] = [];
   const scraper = new EngineMetricsScraper({
     endpoints: { snapshot: (name) => endpoints[name] ?? [] },
     pools: () => pools,
@@ -100,10 +102,12 @@ function setup(pools: PoolSpec[], endpoints: Record<string, Endpoint[]>, maxConc
     localCount: (id) => local.get(id) ?? 0,
     fetchText: fetch.fetchText,
     onScrape: (p, e, result) => results.push({ pool: p, endpoint: e, result, at: time.now() }),
+    onFailing: (p, e, result, why) => said.push(`failing ${p} ${e} ${result}: ${why}`),
+    onRecovered: (p, e, failed) => said.push(`recovered ${p} ${e} after ${failed}`),
     ...(maxConcurrent === undefined ? {} : { maxConcurrent }),
   });
   scrapers.push(scraper);
-  return { time, fetch, results, local, scraper };
+  return { time, fetch, results, local, scraper, said };
 }
 
 describe('EngineMetricsScraper: samples', () => {
@@ -148,18 +152,18 @@ describe('EngineMetricsScraper: samples', () => {
 });
 
 describe('EngineMetricsScraper: a failed scrape drops the sample at once', () => {
-  const failures: Array<{ name: string; result: ScrapeResult; fail: (call: Call, time: FakeTime) => Promise<void> }> = [
-    { name: 'connection error', result: 'error', fail: (call) => call.fail(new Error('ECONNREFUSED')) },
-    { name: 'non-2xx status', result: 'error', fail: (call) => call.answer('not found', 404) },
-    { name: 'a page of another engine', result: 'unparsable', fail: (call) => call.answer('tgi_queue_size 3\n') },
-    { name: 'no answer within timeoutMs', result: 'timeout', fail: (_call, time) => time.advance(500) },
-    { name: 'the fetch gave up at its own deadline', result: 'timeout', fail: (call) => call.fail(new ScrapeError('SCRAPE_TIMEOUT', 'late')) },
-    { name: 'a body over the cap', result: 'error', fail: (call) => call.fail(new ScrapeError('SCRAPE_BODY_TOO_LARGE', 'big')) },
+  const failures: Array<{ name: string; result: ScrapeResult; why: string; fail: (call: Call, time: FakeTime) => Promise<void> }> = [
+    { name: 'connection error', result: 'error', why: 'ECONNREFUSED', fail: (call) => call.fail(new Error('ECONNREFUSED')) },
+    { name: 'non-2xx status', result: 'error', why: '/metrics answered HTTP 404', fail: (call) => call.answer('not found', 404) },
+    { name: 'a page of another engine', result: 'unparsable', why: '/metrics has none of the vllm series the router reads', fail: (call) => call.answer('tgi_queue_size 3\n') },
+    { name: 'no answer within timeoutMs', result: 'timeout', why: 'no whole answer within 500 ms', fail: (_call, time) => time.advance(500) },
+    { name: 'the fetch gave up at its own deadline', result: 'timeout', why: 'no whole answer within 500 ms', fail: (call) => call.fail(new ScrapeError('SCRAPE_TIMEOUT', 'late')) },
+    { name: 'a body over the cap', result: 'error', why: 'big', fail: (call) => call.fail(new ScrapeError('SCRAPE_BODY_TOO_LARGE', 'big')) },
   ];
 
-  it.each(failures)('$name → $result', async ({ result, fail }) => {
+  it.each(failures)('$name → $result, said once with why, and its recovery', async ({ result, why, fail }) => {
     const ep = endpoint('llm');
-    const { time, fetch, scraper, results } = setup([pool('llm', 'vllm', { intervalMs: 1000, timeoutMs: 500, staleAfterMs: 3000 })], { llm: [ep] });
+    const { time, fetch, scraper, results, said } = setup([pool('llm', 'vllm', { intervalMs: 1000, timeoutMs: 500, staleAfterMs: 3000 })], { llm: [ep] });
     const first = scraper.runOnce();
     await fetch.last(ep).answer(vllmPage(1, 1));
     await first;
@@ -172,6 +176,17 @@ describe('EngineMetricsScraper: a failed scrape drops the sample at once', () =>
     expect(scraper.load(ep.id)).toBeUndefined();
     expect([...scraper.samples()]).toEqual([]);
     expect(results.map((r) => r.result)).toEqual(['ok', result]);
+    expect(said).toEqual([`failing llm ${ep.id} ${result}: ${why}`]);
+    // failing again is not said again; the first scrape that works is, with how many failed
+    await time.advance(1000);
+    const third = scraper.runOnce();
+    await fail(fetch.last(ep), time);
+    await third;
+    await time.advance(1000);
+    const fourth = scraper.runOnce();
+    await fetch.last(ep).answer(vllmPage(1, 1));
+    await fourth;
+    expect(said).toEqual([`failing llm ${ep.id} ${result}: ${why}`, `recovered llm ${ep.id} after 2`]);
   });
 
   it('aborts the fetch of a timed-out scrape', async () => {
@@ -294,6 +309,24 @@ describe('EngineMetricsScraper: scheduling', () => {
     expect(scraper.load(leaves.id)).toBeUndefined();
     expect([...scraper.samples()].map((s) => s.endpoint)).toEqual([stays.id]);
     expect(results.filter((r) => r.endpoint === leaves.id).map((r) => r.result)).toEqual(['ok']);
+  });
+
+  it('forgets that a replica that left was failing: back and failing, it is said again', async () => {
+    const ep = endpoint('llm');
+    const endpoints = { llm: [ep] };
+    const { time, fetch, scraper, said } = setup([pool('llm', 'vllm', { intervalMs: 100, timeoutMs: 1000 })], endpoints);
+    const first = scraper.runOnce();
+    await fetch.last(ep).answer('gone', 503);
+    await first;
+    endpoints.llm = [];
+    await time.advance(100);
+    await scraper.runOnce();
+    endpoints.llm = [ep];
+    await time.advance(100);
+    const back = scraper.runOnce();
+    await fetch.last(ep).answer('gone', 503);
+    await back;
+    expect(said).toEqual([`failing llm ${ep.id} error: /metrics answered HTTP 503`, `failing llm ${ep.id} error: /metrics answered HTTP 503`]);
   });
 
   it('drops the samples of a pool that gets disabled', async () => {

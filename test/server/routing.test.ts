@@ -4,6 +4,8 @@
  * fallback deployments. Which replica answered is read from the simulator's `x-sim-replica` header.
  */
 import { afterEach, describe, expect, it } from '@jest/globals';
+import http from 'node:http';
+import { type AddressInfo } from 'node:net';
 import { type RunningRouter } from '../../src/main.js';
 import { createRng } from '../../src/sim/prng.js';
 import { type SimOptions } from '../../src/sim/options.js';
@@ -190,6 +192,31 @@ describe('engine metrics', () => {
     const text = await adminMetrics(g);
     expect(metricSum(text, 'modelgate_engine_scrapes_total', { result: 'ok' })).toBeGreaterThan(2);
     expect(metricSum(text, 'modelgate_engine_kv_cache_usage_ratio', { endpoint: busy!.url })).toBeGreaterThan(0);
+  });
+});
+
+describe('engine metrics: what the operator is told', () => {
+  it("logs once when a replica's scrapes start failing, with why, and once when they work again", async () => {
+    // an engine whose /metrics answers 503 until the test lets it answer its page
+    let up = false;
+    const engine = http.createServer((req, res) => {
+      req.resume();
+      if (req.url !== '/metrics') return void res.writeHead(404).end();
+      if (!up) return void res.writeHead(503).end('warming up');
+      res.writeHead(200, { 'content-type': 'text/plain' }).end('vllm:num_requests_waiting{model_name="m"} 0\nvllm:num_requests_running{model_name="m"} 1\n');
+    });
+    await new Promise<void>((resolve) => engine.listen(0, '127.0.0.1', resolve));
+    cleanups.push(() => new Promise<void>((resolve) => engine.close(() => resolve())));
+    const url = `http://127.0.0.1:${(engine.address() as AddressInfo).port}`;
+    const g = await gateway([url], { engineMetrics: { intervalMs: 100, timeoutMs: 200 } });
+    await waitFor(async () => metricSum(await adminMetrics(g), 'modelgate_engine_scrapes_total', { result: 'error' }) >= 3, 'three failed scrapes', 10_000);
+    up = true;
+    await waitFor(() => g.logs.some((l) => l.includes('engine metrics scrape works again')), 'the recovery to be logged', 10_000);
+    const failed = g.logs.filter((l) => l.includes('engine metrics scrape failed')).map((l) => JSON.parse(l) as Record<string, unknown>);
+    expect(failed).toHaveLength(1);
+    expect(failed[0]).toMatchObject({ level: 40, component: 'engine-metrics', pool: 'llm', endpoint: url, result: 'error', error: '/metrics answered HTTP 503' });
+    const recovered = JSON.parse(g.logs.find((l) => l.includes('engine metrics scrape works again')) ?? '{}') as { failed?: number };
+    expect(recovered.failed).toBeGreaterThanOrEqual(3);
   });
 });
 
