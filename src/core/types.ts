@@ -398,8 +398,8 @@ export interface RequestTrace {
 
 /** Starts request traces; absent when tracing is off. */
 export interface Tracing {
-  /** A trace for a request that arrived `agoMs` ago, child of the client's `traceparent` if it sent one. */
-  start(name: string, headers: Readonly<Record<string, string | string[] | undefined>>, agoMs: number): RequestTrace;
+  /** A trace for a `method` request that arrived `agoMs` ago, child of the client's `traceparent` if it sent one. */
+  start(name: string, headers: Readonly<Record<string, string | string[] | undefined>>, agoMs: number, method?: string): RequestTrace;
   /** Sends what is buffered and stops. */
   shutdown(): Promise<void>;
 }

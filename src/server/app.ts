@@ -232,7 +232,7 @@ export function buildApp(deps: AppDeps): BuiltApp {
     setContext(res, ctx);
     passed(res, 'received');
     // an inference request's trace starts here, a child of the client's traceparent if it sent one
-    if (deps.tracing && api) ctx.trace = deps.tracing.start(ctx.route, req.headers, 0);
+    if (deps.tracing && api) ctx.trace = deps.tracing.start(ctx.route, req.headers, 0, req.method);
     // An inference response carries its id in the head it is written with (the relay, the director's
     // and sendError's answers): a header set ahead makes Node's writeHead set every header of the
     // head one at a time, validated and stored, instead of writing them as given.

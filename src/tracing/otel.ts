@@ -14,6 +14,7 @@
 import { ROOT_CONTEXT, SpanKind, SpanStatusCode, trace, TraceFlags, type Attributes, type Context, type Span, type Tracer } from '@opentelemetry/api';
 import { ExportResultCode, W3CTraceContextPropagator, type ExportResult } from '@opentelemetry/core';
 import { OTLPTraceExporter } from '@opentelemetry/exporter-trace-otlp-http';
+import { hostname } from 'node:os';
 import { resourceFromAttributes } from '@opentelemetry/resources';
 import { BatchSpanProcessor, ParentBasedSampler, TraceIdRatioBasedSampler, TracerProvider, type ReadableSpan, type SpanExporter } from '@opentelemetry/sdk-trace';
 import { type AttemptSpan, type Endpoint, type RequestTrace, type TraceSpan, type Tracing } from '../core/types.js';
@@ -94,7 +95,7 @@ class OtelRequestTrace implements RequestTrace {
     const port = Number(endpoint.url.port) || (endpoint.url.protocol === 'https:' ? 443 : 80);
     const span = this.tracer.startSpan(
       'modelgate.attempt',
-      { kind: SpanKind.CLIENT, attributes: { 'server.address': endpoint.url.hostname, 'server.port': port, 'modelgate.endpoint': endpoint.id } },
+      { kind: SpanKind.CLIENT, attributes: { 'http.request.method': 'POST', 'server.address': endpoint.url.hostname, 'server.port': port, 'modelgate.endpoint': endpoint.id } },
       this.ctx,
     );
     return new AttemptHandle(span);
@@ -149,15 +150,16 @@ export function createTracing(settings: TracingSettings, onExport?: ExportWatch)
   const otlp = new OTLPTraceExporter(settings.endpoint ? { url: settings.endpoint } : {});
   const exporter = onExport ? new WatchedExporter(otlp, onExport) : otlp;
   const provider = new TracerProvider({
-    resource: resourceFromAttributes({ 'service.name': process.env.OTEL_SERVICE_NAME ?? settings.serviceName }),
+    // the instance: the pod's name in Kubernetes (its HOSTNAME), so one router's spans can be told from another's
+    resource: resourceFromAttributes({ 'service.name': process.env.OTEL_SERVICE_NAME ?? settings.serviceName, 'service.instance.id': process.env.HOSTNAME ?? hostname() }),
     sampler: new ParentBasedSampler({ root: new TraceIdRatioBasedSampler(settings.sampleRatio) }),
     spanProcessors: [new BatchSpanProcessor({ exporter })],
   });
   const tracer = provider.getTracer('modelgate');
   return {
-    start(name, headers, agoMs) {
+    start(name, headers, agoMs, method) {
       const parent = propagator.extract(ROOT_CONTEXT, headers, headerGetter);
-      const span = tracer.startSpan(name, { kind: SpanKind.SERVER, startTime: Date.now() - agoMs }, parent);
+      const span = tracer.startSpan(name, { kind: SpanKind.SERVER, startTime: Date.now() - agoMs, ...(method ? { attributes: { 'http.request.method': method } } : {}) }, parent);
       return new OtelRequestTrace(tracer, span);
     },
     shutdown: () => provider.shutdown(),

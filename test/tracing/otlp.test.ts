@@ -8,6 +8,7 @@
 import { afterEach, describe, expect, it } from '@jest/globals';
 import http from 'node:http';
 import { type AddressInfo } from 'node:net';
+import { hostname } from 'node:os';
 import { startTestRouter, KEY, type TestRouter, chatSetup } from '../helpers/router.js';
 import { type RunningRouter } from '../../src/main.js';
 import { startTestSim, waitFor } from '../helpers/sim.js';
@@ -31,8 +32,10 @@ interface OtlpSpan {
 }
 
 /** An OTLP/HTTP (JSON) traces receiver: every span it was sent, and the raw bodies. */
-async function startReceiver(): Promise<{ url: string; spans: OtlpSpan[]; bodies: string[]; close(): Promise<void> }> {
+async function startReceiver(): Promise<{ url: string; spans: OtlpSpan[]; resources: Array<Record<string, unknown>>; bodies: string[]; close(): Promise<void> }> {
   const spans: OtlpSpan[] = [];
+  /** Each batch's resource attributes, by key. */
+  const resources: Array<Record<string, unknown>> = [];
   const bodies: string[] = [];
   const server = http.createServer((req, res) => {
     const chunks: Buffer[] = [];
@@ -40,14 +43,17 @@ async function startReceiver(): Promise<{ url: string; spans: OtlpSpan[]; bodies
     req.on('end', () => {
       const text = Buffer.concat(chunks).toString('utf8');
       bodies.push(text);
-      const payload = JSON.parse(text) as { resourceSpans?: Array<{ scopeSpans?: Array<{ spans?: OtlpSpan[] }> }> };
-      for (const rs of payload.resourceSpans ?? []) for (const ss of rs.scopeSpans ?? []) spans.push(...(ss.spans ?? []));
+      const payload = JSON.parse(text) as { resourceSpans?: Array<{ resource?: { attributes?: OtlpSpan['attributes'] }; scopeSpans?: Array<{ spans?: OtlpSpan[] }> }> };
+      for (const rs of payload.resourceSpans ?? []) {
+        resources.push(Object.fromEntries((rs.resource?.attributes ?? []).map((a) => [a.key, Object.values(a.value)[0]])));
+        for (const ss of rs.scopeSpans ?? []) spans.push(...(ss.spans ?? []));
+      }
       res.writeHead(200, { 'content-type': 'application/json' }).end('{}');
     });
   });
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   const { port } = server.address() as AddressInfo;
-  return { url: `http://127.0.0.1:${port}/v1/traces`, spans, bodies, close: () => new Promise<void>((resolve) => server.close(() => resolve())) };
+  return { url: `http://127.0.0.1:${port}/v1/traces`, spans, resources, bodies, close: () => new Promise<void>((resolve) => server.close(() => resolve())) };
 }
 
 const attr = (span: OtlpSpan | undefined, key: string): string | number | boolean | undefined => {
@@ -111,7 +117,10 @@ describe('OpenTelemetry traces', () => {
     expect(attr(root, 'gen_ai.usage.input_tokens')).toBeGreaterThan(0);
     expect(attr(root, 'gen_ai.usage.output_tokens')).toBe(6);
     expect(attr(root, 'http.response.status_code')).toBe(200);
+    expect(attr(root, 'http.request.method')).toBe('POST');
     expect(attr(root, 'modelgate.deployment')).toBe('llm-prod');
+    // which router: its service and its instance (the pod's name, HOSTNAME, in Kubernetes)
+    expect(receiver.resources[0]).toMatchObject({ 'service.name': 'modelgate', 'service.instance.id': process.env.HOSTNAME ?? hostname() });
     expect(root?.events?.map((e) => e.name)).toContain('gen_ai.first_token');
 
     const children = receiver.spans.filter((s) => s.parentSpanId === root?.spanId);
@@ -121,6 +130,7 @@ describe('OpenTelemetry traces', () => {
     const attempt = children.find((s) => s.name === 'modelgate.attempt');
     expect(attempt?.kind).toBe(3); // client
     expect(attr(attempt, 'server.address')).toBe('127.0.0.1');
+    expect(attr(attempt, 'http.request.method')).toBe('POST');
     expect(attr(attempt, 'modelgate.outcome')).toBe('committed');
     expect(attr(attempt, 'http.response.status_code')).toBe(200);
 
