@@ -169,7 +169,13 @@ export function relayResponse(spec: AttemptSpec, proxyRes: EngineResponse, res: 
   };
   /** The chunk before ended in a line ending: the decoder holds no bytes of a character it cut. */
   let cleanEnd = true;
-  const left = (ms: number): number => Math.min(ms, spec.deadline - clock.now());
+  /**
+   * The answer was whole before the deadline and its last bytes were held past it (the Responses
+   * record's write): the deadline no longer cuts it. The engine's end gets the idle timeout, a client
+   * still taking the last bytes the stall timeout.
+   */
+  let pastDeadlineWhole = false;
+  const left = (ms: number): number => (pastDeadlineWhole ? ms : Math.min(ms, spec.deadline - clock.now()));
   // The idle clock is one timer per quiet stretch, not one per chunk (a stream is hundreds of chunks):
   // a chunk only notes when it came, and a timer that fires with a chunk come since is set again for
   // what is left. It fires idleMs after the last chunk, or at the deadline.
@@ -183,9 +189,9 @@ export function relayResponse(spec: AttemptSpec, proxyRes: EngineResponse, res: 
   const idleFired = (): void => {
     idleSet = false;
     const now = clock.now();
-    const due = Math.min(lastData + spec.timeouts.idleMs, spec.deadline);
+    const due = pastDeadlineWhole ? lastData + spec.timeouts.idleMs : Math.min(lastData + spec.timeouts.idleMs, spec.deadline);
     if (now < due) return setIdle(due - now);
-    endBroken(now >= spec.deadline ? 'deadline' : 'idle_timeout');
+    endBroken(now >= spec.deadline && !pastDeadlineWhole ? 'deadline' : 'idle_timeout');
     proxyRes.destroy();
   };
   const idle = (): void => {
@@ -223,7 +229,7 @@ export function relayResponse(spec: AttemptSpec, proxyRes: EngineResponse, res: 
   };
   // The client is not reading: nothing is cut for the engine's silence while the router holds it.
   const stalled = (): void => {
-    if (clock.now() >= spec.deadline) {
+    if (clock.now() >= spec.deadline && !pastDeadlineWhole) {
       endBroken('deadline');
     } else {
       finish('client_stalled');
@@ -255,6 +261,7 @@ export function relayResponse(spec: AttemptSpec, proxyRes: EngineResponse, res: 
     holding = gate.then(() => {
       holding = undefined;
       if (res.destroyed || res.writableEnded) return; // the client left meanwhile
+      if (clock.now() >= spec.deadline) pastDeadlineWhole = true;
       go(); // written with the engine's body paused: no backpressure is taken up here, only below
       if (!bodyLeft) return;
       if (res.writableNeedDrain) drained();

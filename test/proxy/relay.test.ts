@@ -124,12 +124,35 @@ describe('relayResponse: an answer held for what answered() returned', () => {
     hold.release();
     await new Promise((resolve) => setImmediate(resolve));
     expect(engine.log).toEqual(['pause', 'resume']);
-    // the engine never ends its response after the last event: the idle clock (now past the deadline) ends it
+    // the engine never ends its response after the last event: the idle clock ends it, a whole idle
+    // timeout after the hold (the deadline, passed while the whole answer was held, no longer counts)
     expect(time.pendingTimers).toBe(1);
-    await time.advance(1000);
+    await time.advance(999);
+    expect(engine.log).not.toContain('destroy');
+    await time.advance(1);
     const answer = await response;
     expect(answer.body.startsWith('data: {"choices":[{"delta":{"content":"a"}}]}\n\ndata: [DONE]\n\n')).toBe(true);
-    expect((await done).end).toBe('deadline');
+    expect((await done).end).toBe('idle_timeout');
+  });
+
+  it('a hold that ends past the deadline leaves the engine its end: the answer ends complete, nothing after its last event', async () => {
+    const time = new FakeTime();
+    const hold = holdingObserver();
+    const { url, ready } = await relayed(
+      { 'content-type': 'text/event-stream' },
+      { observe: hold.observe, endOfStream: (e) => e.data === '[DONE]', timeouts: { connectMs: 1000, firstByteMs: 1000, idleMs: 1000, clientStallMs: 60_000 }, deadline: 1500 },
+      time,
+    );
+    const response = rawRequest(`${url}/x`, { body: '{}' });
+    const { sink, done } = await ready;
+    sink.data(Buffer.from('data: {"choices":[{"delta":{"content":"a"}}]}\n\ndata: [DONE]\n\n'));
+    await time.advance(1600); // the hold outlasts the deadline
+    hold.release();
+    await new Promise((resolve) => setImmediate(resolve));
+    await time.advance(0); // timers due now run before the engine's end comes (it did: a 0 ms idle timer cut the answer as `deadline`)
+    sink.end();
+    expect((await response).body).toBe('data: {"choices":[{"delta":{"content":"a"}}]}\n\ndata: [DONE]\n\n');
+    expect((await done).end).toBe('complete');
   });
 
   it('what the engine sends after the held last event waits behind it, even when the client drains an earlier write meanwhile', async () => {
