@@ -16,10 +16,10 @@ import { isAbortError, type Clock, type Sleep } from '../core/clock.js';
 import { passed } from '../core/phases.js';
 import { errorBody, RouterError, streamErrorEvent, toErrorResponse, writeErrorAnswer } from '../core/errors.js';
 import { type PoolSpec, type RequestTrace, type ScheduleInfo, type WireDialect } from '../core/types.js';
-import { type AttemptResult, type Forwarder, type StreamEnd } from '../proxy/forwarder.js';
+import { type AttemptResult, type AttemptSpec, type Forwarder, type StreamEnd } from '../proxy/forwarder.js';
 import { brokenError, streamEnd } from '../proxy/relay.js';
 import { streamError } from '../proxy/upstream-errors.js';
-import { ResponseMeter, type TokenUsage } from '../proxy/usage.js';
+import { ResponseMeter, type MeterWatch, type TokenUsage } from '../proxy/usage.js';
 import { type EndpointPicker, type Picked, type PickRequest } from '../resilience/picker.js';
 import { MAX_RESUMPTIONS, RESUMING_ENGINES, type FailedReason, type ResumePlan, type StreamSplice } from './resume.js';
 import { breakerOutcome, failureError, outcomeName, retryable, retryWait } from './retry-policy.js';
@@ -124,6 +124,13 @@ export interface ExchangePlan {
   resume?: ResumePlan;
 }
 
+/** The engine's own error event of each dialect, re-wrapped (upstream-errors.ts), made once. */
+const ENGINE_ERROR: Record<WireDialect, NonNullable<AttemptSpec['engineError']>> = {
+  openai: (event) => streamError('openai', event),
+  anthropic: (event) => streamError('anthropic', event),
+  responses: (event) => streamError('responses', event),
+};
+
 /** Where the request is on its route, and what it has spent there. */
 interface Position {
   step: number;
@@ -221,36 +228,41 @@ export class ExchangeRunner {
     const started = clock.now();
     const { onInterToken, onContent, onAnswered, onResponseId } = plan;
     const dialect = plan.dialect ?? 'openai';
-    const meter = new ResponseMeter(clock, started, dialect, {
-      ...(onInterToken ? { interToken: (ms: number) => onInterToken(step.pool.name, ms) } : {}),
-      ...(onContent ? { content: onContent } : {}),
+    const watch: MeterWatch = {
       // the engine's work is done: its replica's concurrency slot is free, whatever the answer's last bytes still wait for
       answered: () => {
         picked.release();
         onAnswered?.();
       },
-      ...(onResponseId ? { responseId: (id: string) => onResponseId(id, endpoint.id, step.pool.name) } : {}),
-    });
+    };
+    if (onInterToken) watch.interToken = (ms: number) => onInterToken(step.pool.name, ms);
+    if (onContent) watch.content = onContent;
+    if (onResponseId) watch.responseId = (id: string) => onResponseId(id, endpoint.id, step.pool.name);
+    const meter = new ResponseMeter(clock, started, dialect, watch);
     const span = plan.trace?.attempt(endpoint);
     // a stream that may be resumed is written whole events at a time, and left open when it breaks
     const splice = plan.resume?.splice && RESUMING_ENGINES.has(step.pool.engine) ? plan.resume.splice : undefined;
-    const result = await this.deps.forwarder.attempt(req, res, {
+    const spec: AttemptSpec = {
       endpoint,
       body: continuation ?? step.body,
       path: plan.path,
       // with tracing, the engine gets the attempt's own trace context (vLLM continues the trace)
       headers: span ? { ...step.headers, traceparent: span.traceparent } : step.headers,
       requestId: plan.requestId,
-      timeouts: { ...settings.timeouts, clientStallMs: plan.clientStallMs },
+      timeouts: { connectMs: settings.timeouts.connectMs, firstByteMs: settings.timeouts.firstByteMs, idleMs: settings.timeouts.idleMs, clientStallMs: plan.clientStallMs },
       deadline,
       observe: meter,
       stripUsageChunk: plan.stripUsageChunk ?? false,
       errorEvent: (err) => streamErrorEvent(err, dialect, meter.nextSequence()),
-      ...(plan.knownStreamEnd ? { endOfStream: streamEnd(dialect, plan.streamChoices) } : {}),
-      engineError: (event) => streamError(dialect, event),
-      ...(splice ? { rewrite: (segment) => splice.rewrite(segment), resumable: { cut: () => splice.errored } } : {}),
-      ...(continuation ? { continues: true } : {}),
-    });
+      engineError: ENGINE_ERROR[dialect],
+    };
+    if (plan.knownStreamEnd) spec.endOfStream = streamEnd(dialect, plan.streamChoices);
+    if (splice) {
+      spec.rewrite = (segment) => splice.rewrite(segment);
+      spec.resumable = { cut: () => splice.errored };
+    }
+    if (continuation) spec.continues = true;
+    const result = await this.deps.forwarder.attempt(req, res, spec);
     picked.ticket.settle(breakerOutcome(result));
     const outcome = outcomeName(result);
     if (span) {

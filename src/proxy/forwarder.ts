@@ -44,7 +44,7 @@ export interface AttemptSpec {
   observe?: ResponseObserver;
   /**
    * The router asked the engine for usage the client did not ask for: drop the usage-only chunk from
-   * what the client gets. Only then are stream bytes written per complete event.
+   * what the client gets (the rest of its chunk goes as it came).
    */
   stripUsageChunk?: boolean;
   /** The event that ends a stream the router cuts short, in the API's dialect (default: OpenAI's error chunk and `[DONE]`). */

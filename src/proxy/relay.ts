@@ -90,6 +90,13 @@ export function endsStream(dialect: WireDialect, event: SseEvent): boolean {
   return event.data === '[DONE]' || FINISHED.test(event.data) || OPENAI_ERROR.test(event.data);
 }
 
+/** {@link endsStream} of each dialect, made once (a stream's attempt takes its dialect's). */
+const ENDS_STREAM: Record<WireDialect, (event: SseEvent) => boolean> = {
+  openai: (event) => endsStream('openai', event),
+  anthropic: (event) => endsStream('anthropic', event),
+  responses: (event) => endsStream('responses', event),
+};
+
 /** The indexes of the choices an OpenAI chunk finishes (none for a chunk that is not JSON). */
 function finishedChoices(data: string): number[] {
   try {
@@ -110,7 +117,7 @@ function finishedChoices(data: string): number[] {
  * Stateful: one per attempt.
  */
 export function streamEnd(dialect: WireDialect, choices = 1): (event: SseEvent) => boolean {
-  if (dialect !== 'openai' || choices <= 1) return (event) => endsStream(dialect, event);
+  if (dialect !== 'openai' || choices <= 1) return ENDS_STREAM[dialect];
   const finished = new Set<number>();
   return (event) => {
     if (event.data === '[DONE]' || OPENAI_ERROR.test(event.data)) return true;
