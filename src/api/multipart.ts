@@ -10,8 +10,34 @@ import { RouterError } from '../core/errors.js';
 
 export type FormPart = { name: string; value: string } | { name: string; file: File };
 
-/** The parts of a multipart body, in order; INVALID_REQUEST when it is not a readable form. */
+/**
+ * The most parts a form may have. The audio APIs' forms have a dozen fields at most (a file, the
+ * model, a few options, a repeated `timestamp_granularities[]`); a body of hundreds of thousands of
+ * tiny parts would cost the router's event loop seconds to parse, and every tenant would wait.
+ */
+export const MAX_FORM_PARTS = 1000;
+
+/**
+ * Whether `raw` holds more than `max` parts of the form `contentType` names (its boundary delimiters
+ * counted, without parsing anything): false when the type names no boundary (the parser refuses it).
+ */
+export function tooManyParts(raw: Buffer, contentType: string, max = MAX_FORM_PARTS): boolean {
+  const boundary = /;\s*boundary=(?:"([^"]+)"|([^;\s]+))/i.exec(contentType);
+  const name = boundary?.[1] ?? boundary?.[2];
+  if (!name) return false;
+  const delimiter = Buffer.from(`--${name}`);
+  // every part starts with a delimiter, and the body ends with one more (`--boundary--`)
+  let count = 0;
+  for (let at = raw.indexOf(delimiter); at >= 0; at = raw.indexOf(delimiter, at + delimiter.length)) {
+    count += 1;
+    if (count > max + 1) return true;
+  }
+  return false;
+}
+
+/** The parts of a multipart body, in order; INVALID_REQUEST when it is not a readable form, or has more than {@link MAX_FORM_PARTS} parts. */
 export async function parseForm(raw: Buffer, contentType: string): Promise<FormPart[]> {
+  if (tooManyParts(raw, contentType)) throw new RouterError('INVALID_REQUEST', `The multipart/form-data body has more than ${MAX_FORM_PARTS} parts.`);
   let form: FormData;
   try {
     form = await new Response(raw, { headers: { 'content-type': contentType } }).formData();
@@ -35,7 +61,9 @@ export function formFields(parts: readonly FormPart[]): Record<string, unknown> 
     const value = 'value' in part ? part.value : { filename: part.file.name, size: part.file.size, type: part.file.type };
     const seen = fields[part.name];
     if (seen === undefined) fields[part.name] = value;
-    else fields[part.name] = Array.isArray(seen) ? [...(seen as unknown[]), value] : [seen, value];
+    // the list is this function's own (a value is a string or a file's description, never an array): added to, not copied
+    else if (Array.isArray(seen)) seen.push(value);
+    else fields[part.name] = [seen, value];
   }
   return fields;
 }

@@ -1,6 +1,6 @@
 /** Multipart forms: read with the platform's parser, shown to validation as fields, written again with a new model name. */
 import { describe, expect, it } from '@jest/globals';
-import { encodeForm, formFields, parseForm, withField } from '../../src/api/multipart.js';
+import { encodeForm, formFields, MAX_FORM_PARTS, parseForm, tooManyParts, withField } from '../../src/api/multipart.js';
 import { RouterError } from '../../src/core/errors.js';
 
 /** A form as a browser or the openai SDK would send it, via the fetch API's own encoder. */
@@ -40,6 +40,31 @@ describe('multipart forms', () => {
     expect(formFields(again)).toEqual({ ...formFields(parts), model: 'openai/whisper-large-v3' });
     const file = again.find((p) => p.name === 'file');
     expect(file && 'file' in file ? [...Buffer.from(await file.file.arrayBuffer())] : []).toEqual([0, 1, 2, 255, 13, 10, 45, 45]);
+  });
+
+  it(`reads a form of ${MAX_FORM_PARTS} parts, a field repeated in all of them as one list in order; refuses one more part before parsing`, async () => {
+    const form = new FormData();
+    for (let i = 0; i < MAX_FORM_PARTS; i++) form.append('x', String(i));
+    const { raw, contentType } = await encoded(form);
+    expect(tooManyParts(raw, contentType)).toBe(false);
+    const fields = formFields(await parseForm(raw, contentType));
+    expect(fields.x).toEqual(Array.from({ length: MAX_FORM_PARTS }, (_, i) => String(i)));
+    form.append('x', 'one more');
+    const over = await encoded(form);
+    expect(tooManyParts(over.raw, over.contentType)).toBe(true);
+    const err = await parseForm(over.raw, over.contentType).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(RouterError);
+    expect((err as RouterError).code).toBe('INVALID_REQUEST');
+    expect((err as RouterError).message).toBe(`The multipart/form-data body has more than ${MAX_FORM_PARTS} parts.`);
+  });
+
+  it('counts parts by the boundary the content type names, quoted or not, and leaves a type without one to the parser', () => {
+    const body = (boundary: string, parts: number): Buffer =>
+      Buffer.from(`${Array.from({ length: parts }, (_, i) => `--${boundary}\r\nContent-Disposition: form-data; name="f${i}"\r\n\r\nv\r\n`).join('')}--${boundary}--\r\n`);
+    expect(tooManyParts(body('a b', 3), 'multipart/form-data; boundary="a b"', 2)).toBe(true);
+    expect(tooManyParts(body('a b', 2), 'multipart/form-data; boundary="a b"', 2)).toBe(false);
+    expect(tooManyParts(body('xyz', 3), 'multipart/form-data; charset=utf-8; BOUNDARY=xyz', 2)).toBe(true);
+    expect(tooManyParts(body('xyz', 3), 'multipart/form-data', 2)).toBe(false);
   });
 
   it.each([
