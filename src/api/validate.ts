@@ -5,7 +5,7 @@
  */
 import type { ValidateFunction } from 'ajv';
 import { RouterError } from '../core/errors.js';
-import { describeSchemaErrors, type SchemaError } from '../core/schema-errors.js';
+import { describeFirstSchemaErrors, type SchemaError } from '../core/schema-errors.js';
 import { API_ROUTES, type ApiRoute } from './routes.js';
 import { validatorFor } from './schema-validator.js';
 import { type ValidRequest } from './valid-request.js';
@@ -23,10 +23,9 @@ export function validateRequest(api: ApiRoute, body: unknown): ValidRequest {
   }
   const validate = validators.get(api) as ValidateFunction;
   if (!validate(body)) {
-    const described = describeSchemaErrors(validate.errors as SchemaError[]);
-    const shown = described.slice(0, MAX_REPORTED).map((d) => d.message);
-    const more = described.length > MAX_REPORTED ? ` (and ${described.length - MAX_REPORTED} more)` : '';
-    throw new RouterError('INVALID_REQUEST', `Invalid request: ${shown.join('; ')}${more}.`, { param: described[0]?.path || null });
+    const { described, more } = describeFirstSchemaErrors(validate.errors as SchemaError[], MAX_REPORTED);
+    const shown = described.map((d) => d.message);
+    throw new RouterError('INVALID_REQUEST', `Invalid request: ${shown.join('; ')}${more > 0 ? ` (and ${more} more)` : ''}.`, { param: described[0]?.path || null });
   }
   const valid = body as ValidRequest;
   api.check?.(valid);

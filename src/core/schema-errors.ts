@@ -68,27 +68,52 @@ export function describeSchemaError(err: SchemaError): DescribedError {
  * `description` (`stop must be a string or a list of at most 4 strings`). Needs ajv's `verbose` mode.
  */
 export function describeSchemaErrors(errors: readonly SchemaError[]): DescribedError[] {
+  return describeFirstSchemaErrors(errors, Infinity).described;
+}
+
+/**
+ * The first `limit` of {@link describeSchemaErrors}, and how many more errors there are (counted, not
+ * described: a request body of a million bad items has a million errors, and describing each cost the
+ * router's event loop seconds). Linear in the errors.
+ */
+export function describeFirstSchemaErrors(errors: readonly SchemaError[], limit: number): { described: DescribedError[]; more: number } {
   const isUnion = (e: SchemaError): boolean => e.keyword === 'anyOf' || e.keyword === 'oneOf';
-  const unionPaths = errors.filter(isUnion).map((e) => e.instancePath);
+  const unionPaths = new Set<string>();
+  for (const e of errors) if (isUnion(e)) unionPaths.add(e.instancePath);
   // a branch that is one literal (`const`) and was not given it mismatched like a type
-  const branchTypeMismatch = (e: SchemaError): boolean => (e.keyword === 'type' || e.keyword === 'const') && unionPaths.includes(e.instancePath);
-  const out: DescribedError[] = [];
+  const branchTypeMismatch = (e: SchemaError): boolean => (e.keyword === 'type' || e.keyword === 'const') && unionPaths.has(e.instancePath);
+  // a union is explained by an error of its own at its place or below it: every place such an error is at or below
+  const explainedAt = new Set<string>();
+  if (unionPaths.size > 0) {
+    for (const o of errors) {
+      if (isUnion(o) || branchTypeMismatch(o)) continue;
+      for (let path = o.instancePath; !explainedAt.has(path); path = path.slice(0, Math.max(0, path.lastIndexOf('/')))) {
+        explainedAt.add(path);
+        if (path === '') break;
+      }
+    }
+  }
+  const described: DescribedError[] = [];
   const seen = new Set<string>();
+  let more = 0;
   for (const err of errors) {
     if (err.keyword === 'if' || branchTypeMismatch(err)) continue;
-    let described: DescribedError;
+    if (isUnion(err) && explainedAt.has(err.instancePath)) continue;
+    if (described.length >= limit) {
+      more += 1;
+      continue;
+    }
+    let one: DescribedError;
     if (isUnion(err)) {
-      const explained = errors.some((o) => o !== err && !isUnion(o) && !branchTypeMismatch(o) && (o.instancePath === err.instancePath || o.instancePath.startsWith(err.instancePath + '/')));
-      if (explained) continue;
       const path = pointerToPath(err.instancePath);
       const expected = err.parentSchema?.description;
-      described = { path, message: expected ? `${path || 'value'} must be ${expected}` : `${path || 'value'} has the wrong type` };
+      one = { path, message: expected ? `${path || 'value'} must be ${expected}` : `${path || 'value'} has the wrong type` };
     } else {
-      described = describeSchemaError(err);
+      one = describeSchemaError(err);
     }
-    if (seen.has(described.message)) continue;
-    seen.add(described.message);
-    out.push(described);
+    if (seen.has(one.message)) continue;
+    seen.add(one.message);
+    described.push(one);
   }
-  return out;
+  return { described, more };
 }
