@@ -20,6 +20,7 @@ import { type AttemptResult, type AttemptSpec, type Forwarder, type StreamEnd } 
 import { brokenError, streamEnd } from '../proxy/relay.js';
 import { streamError } from '../proxy/upstream-errors.js';
 import { ResponseMeter, type MeterWatch, type TokenUsage } from '../proxy/usage.js';
+import { type Liveness } from '../resilience/liveness.js';
 import { type EndpointPicker, type Picked, type PickRequest } from '../resilience/picker.js';
 import { MAX_RESUMPTIONS, RESUMING_ENGINES, type FailedReason, type ResumePlan, type StreamSplice } from './resume.js';
 import { breakerOutcome, failureError, outcomeName, retryable, retryWait } from './retry-policy.js';
@@ -82,6 +83,8 @@ export interface ExchangeDeps {
   sleep: Sleep;
   random: () => number;
   events?: ExchangeEvents;
+  /** When each replica last showed it works: a timeout at one that worked meanwhile is the request's own (liveness.ts). */
+  liveness?: Liveness;
 }
 
 export interface ExchangePlan {
@@ -185,7 +188,7 @@ export class ExchangeRunner {
         return this.fail(res, plan, report, new RouterError('UPSTREAM_TIMEOUT', 'The request ran past its total timeout while it waited for a replica.'));
       }
       at.tried.add(picked.endpoint.id);
-      const { result, meter } = await this.attempt(req, res, plan, step, picked, deadline, report);
+      const { result, meter, ownTimeout } = await this.attempt(req, res, plan, step, picked, deadline, report);
       if (result.kind === 'committed') {
         const ended = await this.committed(step, picked, result, meter, report, plan.requestId, plan.resume?.splice);
         return plan.resume ? this.resumeBroken(req, res, plan, plan.resume, at, ended, deadline) : ended;
@@ -195,7 +198,7 @@ export class ExchangeRunner {
       if (result.kind === 'upstream_error') report.upstreamStatus = result.status;
 
       const giveUp = (): ExchangeReport => (result.kind === 'upstream_error' ? this.passOn(res, plan, report, result) : this.fail(res, plan, report, failureError(result)));
-      if (!retryable(result) || plan.signal.aborted) return giveUp();
+      if (!retryable(result) || ownTimeout || plan.signal.aborted) return giveUp();
       const wait = retryWait(at.retries, result, step.pool.resilience.retries, this.deps.random);
       const mayRetry = wait !== undefined && clock.now() + wait < deadline;
       // This pool has had its chance when no replica is left untried or its retries are spent: move on.
@@ -221,8 +224,8 @@ export class ExchangeRunner {
     deadline: number,
     report: ExchangeReport,
     continuation?: Buffer,
-  ): Promise<{ result: AttemptResult; meter: ResponseMeter }> {
-    const { clock } = this.deps;
+  ): Promise<{ result: AttemptResult; meter: ResponseMeter; ownTimeout: boolean }> {
+    const { clock, liveness } = this.deps;
     const { endpoint } = picked;
     const settings = step.pool.resilience;
     const started = clock.now();
@@ -238,6 +241,7 @@ export class ExchangeRunner {
     if (onInterToken) watch.interToken = (ms: number) => onInterToken(step.pool.name, ms);
     if (onContent) watch.content = onContent;
     if (onResponseId) watch.responseId = (id: string) => onResponseId(id, endpoint.id, step.pool.name);
+    if (liveness) watch.progress = (at: number) => liveness.mark(endpoint.id, at);
     const meter = new ResponseMeter(clock, started, dialect, watch);
     const span = plan.trace?.attempt(endpoint);
     // a stream that may be resumed is written whole events at a time, and left open when it breaks
@@ -263,7 +267,13 @@ export class ExchangeRunner {
     }
     if (continuation) spec.continues = true;
     const result = await this.deps.forwarder.attempt(req, res, spec);
-    picked.ticket.settle(breakerOutcome(result));
+    // The replica answered (its first byte or an error status): it works. A first byte that did not come
+    // in time from a replica that worked meanwhile (for others, or its engine's counters went up) is this
+    // request's own length, any tenant's to ask for: no breaker failure, and no other replica is asked
+    // to spend as long on it (the liveness module says why).
+    if (liveness && (result.kind === 'committed' || result.kind === 'upstream_error')) liveness.mark(endpoint.id, clock.now());
+    const ownTimeout = result.kind === 'failed' && result.reason === 'first_byte_timeout' && liveness?.workedAfter(endpoint.id, started) === true;
+    picked.ticket.settle(ownTimeout ? 'unknown' : breakerOutcome(result));
     const outcome = outcomeName(result);
     if (span) {
       span.set({ 'modelgate.outcome': outcome, 'http.response.status_code': result.kind === 'committed' || result.kind === 'upstream_error' ? result.status : undefined });
@@ -274,7 +284,7 @@ export class ExchangeRunner {
     report.endpoint = endpoint.id;
     report.attempts.push({ endpoint: endpoint.id, outcome, ms: Math.round(clock.now() - started) });
     this.deps.events?.onAttempt?.(step.pool.name, endpoint.id, outcome);
-    return { result, meter };
+    return { result, meter, ownTimeout };
   }
 
   /** The response reached the client: wait for it to end and report how. */
@@ -288,7 +298,7 @@ export class ExchangeRunner {
     splice?: StreamSplice,
   ): Promise<ExchangeReport> {
     report.upstreamStatus = result.status;
-    const { end, bytes, engineError } = await result.done;
+    const { end, bytes, engineError, lastDataAt } = await result.done;
     picked.release();
     report.end = end;
     report.bytes = (report.bytes ?? 0) + bytes;
@@ -301,7 +311,10 @@ export class ExchangeRunner {
       report.firstTokenAt = meter.firstTokenAt;
     }
     if (end === 'upstream_broken' || end === 'idle_timeout') {
-      this.deps.picker.recordStreamFailure(step.pool, picked.endpoint.id, requestId);
+      // a stream silent past the idle timeout while its replica worked (for others, or its engine's counters
+      // went up: text held back for a stop string) went silent on its own: no breaker failure
+      const ownSilence = end === 'idle_timeout' && lastDataAt !== undefined && this.deps.liveness?.workedAfter(picked.endpoint.id, lastDataAt) === true;
+      if (!ownSilence) this.deps.picker.recordStreamFailure(step.pool, picked.endpoint.id, requestId);
       report.failure = end === 'upstream_broken' ? 'upstream_stream_broken' : 'upstream_timeout';
     } else if (end === 'deadline') report.failure = 'upstream_timeout';
     else if (end === 'client_gone' || end === 'client_stalled')
@@ -383,7 +396,7 @@ export class ExchangeRunner {
       at.tried.add(picked.endpoint.id);
       tries += 1;
       splice.begin();
-      const { result, meter } = await this.attempt(req, res, plan, step, picked, deadline, report, splice.continuationBody(step.body));
+      const { result, meter, ownTimeout } = await this.attempt(req, res, plan, step, picked, deadline, report, splice.continuationBody(step.body));
       if (result.kind === 'committed') {
         splice.resumed();
         await this.committed(step, picked, result, meter, report, plan.requestId, splice);
@@ -392,7 +405,7 @@ export class ExchangeRunner {
       picked.release();
       if (result.kind === 'client_gone') return 'client_gone';
       failure = result.kind === 'upstream_error' ? 'upstream_error' : result.reason === 'deadline' || result.reason.endsWith('timeout') ? 'timeout' : 'connection';
-      if (!retryable(result)) return failure;
+      if (!retryable(result) || ownTimeout) return failure;
     }
   }
 

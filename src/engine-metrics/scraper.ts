@@ -31,6 +31,8 @@ export interface EngineMetricsScraperDeps {
   onFailing?: (pool: string, endpoint: string, result: Exclude<ScrapeResult, 'ok'>, why: string) => void;
   /** A replica whose scrapes were failing answered again, after `failed` failed scrapes. */
   onRecovered?: (pool: string, endpoint: string, failed: number) => void;
+  /** The engine's counters of tokens processed went up since its last scrape (it is at work): at `now`. */
+  onProgress?: (endpoint: string, now: number) => void;
 }
 
 const DEFAULT_MAX_CONCURRENT = 16;
@@ -66,6 +68,8 @@ export class EngineMetricsScraper implements EngineLoadSource {
   private readonly lastStart = new Map<string, number>();
   /** Replicas whose scrapes are failing: how many have failed in a row. */
   private readonly failing = new Map<string, number>();
+  /** Each replica's progress counters at its last scrape that had them. */
+  private readonly progress = new Map<string, number>();
   /** Every endpoint with a scrape queued or in flight. */
   private readonly busy = new Map<string, Scrape>();
   private readonly queue: Scrape[] = [];
@@ -151,6 +155,7 @@ export class EngineMetricsScraper implements EngineLoadSource {
     for (const id of this.current.keys()) if (!eligible.has(id)) this.current.delete(id);
     for (const id of this.lastStart.keys()) if (!eligible.has(id)) this.lastStart.delete(id);
     for (const id of this.failing.keys()) if (!eligible.has(id)) this.failing.delete(id);
+    for (const id of this.progress.keys()) if (!eligible.has(id)) this.progress.delete(id);
     for (const [id, scrape] of this.busy) if (!eligible.has(id)) scrape.controller.abort();
   }
 
@@ -241,8 +246,14 @@ export class EngineMetricsScraper implements EngineLoadSource {
     const localAtSample = this.deps.localCount(scrape.endpoint.id);
     const parsed = readEngineLoad(scrape.series, text);
     if (!parsed) return 'unparsable';
-    const load: EngineLoad = { ...parsed, at, localAtSample };
+    const { progress, ...figures } = parsed;
+    const load: EngineLoad = { ...figures, at, localAtSample };
     this.current.set(scrape.endpoint.id, { pool: scrape.pool.name, load: Object.freeze(load), staleAfterMs: scrape.pool.routing.engineMetrics.staleAfterMs });
+    if (progress !== undefined) {
+      const before = this.progress.get(scrape.endpoint.id);
+      this.progress.set(scrape.endpoint.id, progress); // lower after the engine restarted: the new count goes on from there
+      if (before !== undefined && progress > before) this.deps.onProgress?.(scrape.endpoint.id, at);
+    }
     return 'ok';
   }
 

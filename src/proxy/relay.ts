@@ -158,7 +158,10 @@ export function relayResponse(spec: AttemptSpec, proxyRes: EngineResponse, res: 
       if (ended) return;
       ended = true;
       control.disarm();
-      resolve(engineError ? { end, bytes, engineError } : { end, bytes });
+      const done: StreamDone = { end, bytes };
+      if (engineError) done.engineError = engineError;
+      if (end === 'idle_timeout') done.lastDataAt = lastData;
+      resolve(done);
     };
   });
   /**
@@ -393,7 +396,7 @@ export function relayResponse(spec: AttemptSpec, proxyRes: EngineResponse, res: 
     const { observe } = spec;
     const { count, segments } = blocks;
     if (!observe || count === 0) return;
-    const at = clock.now(); // the chunk's events were read together: one reading of the clock for all
+    const at = lastData; // when the chunk came: its events were read together
     for (let i = 0; i < count; i++) {
       const { event } = segments[i] as SseSegment;
       if (event) observe.event(event, at);

@@ -14,6 +14,7 @@ import { retryDelay } from '../../src/director/retry-policy.js';
 import { type AttemptResult, type AttemptSpec, type FailureReason, type Forwarder, type ResponseObserver, type StreamEnd } from '../../src/proxy/forwarder.js';
 import { normaliseUpstreamError } from '../../src/proxy/upstream-errors.js';
 import { type AttemptOutcome } from '../../src/resilience/breaker.js';
+import { Liveness } from '../../src/resilience/liveness.js';
 import { type EndpointPicker, type Picked, type PickRequest } from '../../src/resilience/picker.js';
 import { mergeResilience, RESILIENCE_DEFAULTS, type ResilienceOverrides } from '../../src/resilience/settings.js';
 import { FakeTime, flush } from '../helpers/fake-time.js';
@@ -182,6 +183,7 @@ interface Setup {
 
 function setup({ route, endpoints, script }: Setup) {
   const time = new FakeTime();
+  const liveness = new Liveness();
   const forwarder = new FakeForwarder(time, new Map(Object.entries(script).map(([id, results]) => [id, [...results]])));
   const picker = new FakePicker(Object.fromEntries(Object.entries(endpoints).map(([name, ids]) => [name, ids.map((id) => endpoint(id, name))])));
   const events: string[] = [];
@@ -196,6 +198,7 @@ function setup({ route, endpoints, script }: Setup) {
       return time.sleep(ms, signal);
     },
     random: () => DRAW,
+    liveness,
     events: {
       onAttempt: (p, ep, outcome) => events.push(`attempt ${p}/${ep} ${outcome}`),
       onRetry: (p, reason) => events.push(`retry ${p} ${reason}`),
@@ -228,7 +231,7 @@ function setup({ route, endpoints, script }: Setup) {
     }
     throw new Error('the exchange did not end in 50 turns');
   };
-  return { time, forwarder, picker, events, sleeps, interTokens, res, controller, plan, start, run };
+  return { time, forwarder, picker, events, sleeps, interTokens, res, controller, plan, start, run, liveness };
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -464,6 +467,59 @@ describe('ExchangeRunner: moving on to the next pool', () => {
     expect(t.forwarder.endpoints).toEqual(['a1']);
     expect(report.failure).toBe('upstream_timeout');
     expect(t.res.status).toBe(504);
+  });
+});
+
+describe('ExchangeRunner: a timeout at a replica that worked meanwhile is the request’s own', () => {
+  it('a first byte late from a replica that answered others meanwhile: no breaker failure, no other replica asked, 504', async () => {
+    const A = pool('A');
+    const t = setup({ route: [step(A)], endpoints: { A: ['a1', 'a2'] }, script: { a1: [{ result: failed('first_byte_timeout'), takesMs: 500 }], a2: [committed()] } });
+    t.time.setTimeout(() => t.liveness.mark('a1', t.time.now()), 200); // another request's bytes, or the engine's token counters going up
+    const report = await t.run();
+    expect(t.forwarder.endpoints).toEqual(['a1']);
+    expect(t.picker.picks).toEqual([{ endpoint: 'a1', outcomes: ['unknown'], released: 1 }]);
+    expect(report.failure).toBe('upstream_timeout');
+    expect(t.res.status).toBe(504);
+  });
+
+  it('a first byte late from a replica that showed nothing since the attempt began: a failure, and another replica is tried', async () => {
+    const A = pool('A');
+    const t = setup({ route: [step(A)], endpoints: { A: ['a1', 'a2'] }, script: { a1: [{ result: failed('first_byte_timeout'), takesMs: 500 }], a2: [committed()] } });
+    t.liveness.mark('a1', 0); // before (at) the attempt's start: says nothing of it
+    const report = await t.run();
+    expect(t.forwarder.endpoints).toEqual(['a1', 'a2']);
+    expect(t.picker.picks.map((p) => p.outcomes)).toEqual([['failure'], ['success']]);
+    expect(report.end).toBe('complete');
+  });
+
+  it.each([
+    ['worked after its last bytes', 150, []],
+    ['showed nothing after its last bytes', 100, ['A/a1']],
+  ])('a stream silent past the idle timeout at a replica that %s: breaker failure %j', async (_case, markedAt, failures) => {
+    const A = pool('A');
+    const silent: AttemptResult = { kind: 'committed', status: 200, done: Promise.resolve({ end: 'idle_timeout', bytes: 10, lastDataAt: 100 }) };
+    const t = setup({ route: [step(A)], endpoints: { A: ['a1'] }, script: { a1: [silent] } });
+    t.liveness.mark('a1', markedAt);
+    const report = await t.run();
+    expect(t.picker.streamFailures).toEqual(failures);
+    expect(report.failure).toBe('upstream_timeout');
+  });
+
+  it('an answer’s bytes, an engine’s error status and a first byte mark the replica as working', async () => {
+    const A = pool('A');
+    const t = setup({
+      route: [step(A)],
+      endpoints: { A: ['a1', 'a2'] },
+      script: {
+        a1: [{ result: upstream(503), takesMs: 10 }],
+        a2: [{ result: committed(), takesMs: 20, observe: (observer, time) => Promise.resolve(observer.event({ data: '{"choices":[{"delta":{"content":"x"}}]}' }, time.now() + 5)) }],
+      },
+    });
+    const report = await t.run();
+    expect(report.end).toBe('complete');
+    const retried = t.forwarder.startedAt[1] as number;
+    expect(t.liveness.workedAfter('a1', 9)).toBe(true); // its 503, at 10
+    expect(t.liveness.workedAfter('a2', retried + 24)).toBe(true); // the event, 5 ms after the first byte
   });
 });
 
