@@ -13,8 +13,12 @@
  *   instead. A client that accepts no bytes for `clientStallMs` is cut (`client_stalled`).
  * - A stream reaches the client whole events at a time: an event the engine has not finished is held
  *   until it is, so a stream cut mid-event ends with the error event, never half an event.
- * - With `stripUsageChunk`, the usage chunk the router asked for is removed, each event read and
- *   written by itself; with `rewrite`, each whole event is written as it says.
+ * - With `stripUsageChunk`, the usage chunk the router asked for is removed: the rest of its chunk
+ *   goes as the engine's bytes when the chunk starts and ends on event boundaries with valid UTF-8
+ *   (nearly always), else as the text read; with `rewrite`, each whole event is written as it says.
+ * - Once the answer is whole (a stream's last event, a sized body's last byte), neither the idle clock
+ *   nor the deadline cuts it: the engine gets the idle timeout from then to end its response, and
+ *   one that does not is cancelled with the client's response ended as it is, complete.
  * - A `resumable` stream that breaks, stalls or was cut is left open for the caller (director/resume.ts):
  *   nothing is written then, and the client is on an event boundary. A `continues` attempt appends
  *   to a response an earlier attempt committed.
@@ -180,12 +184,14 @@ export function relayResponse(spec: AttemptSpec, proxyRes: EngineResponse, res: 
   /** The chunk before ended in a line ending: the decoder holds no bytes of a character it cut. */
   let cleanEnd = true;
   /**
-   * The answer was whole before the deadline and its last bytes were held past it (the Responses
-   * record's write): the deadline no longer cuts it. The engine's end gets the idle timeout, a client
-   * still taking the last bytes the stall timeout.
+   * Once the answer is whole (`wasAnswered`, below) the deadline no longer cuts it: its last bytes may
+   * wait for the Responses record's write, up to and past it. The engine then gets the idle timeout,
+   * from when those bytes were written, to end its response (bytes it sends after them, keep-alive
+   * comments, do not extend it); one that does not is cancelled and the client's response ended as it
+   * is, complete: nothing is written after the answer's last event.
    */
-  let pastDeadlineWhole = false;
-  const left = (ms: number): number => (pastDeadlineWhole ? ms : Math.min(ms, spec.deadline - clock.now()));
+  let endBy: number | undefined;
+  const left = (ms: number): number => (wasAnswered ? ms : Math.min(ms, spec.deadline - clock.now()));
   // The idle clock is one timer per quiet stretch, not one per chunk (a stream is hundreds of chunks):
   // a chunk only notes when it came, and a timer that fires with a chunk come since is set again for
   // what is left. It fires idleMs after the last chunk, or at the deadline.
@@ -199,14 +205,25 @@ export function relayResponse(spec: AttemptSpec, proxyRes: EngineResponse, res: 
   const idleFired = (): void => {
     idleSet = false;
     const now = clock.now();
-    const due = pastDeadlineWhole ? lastData + spec.timeouts.idleMs : Math.min(lastData + spec.timeouts.idleMs, spec.deadline);
+    if (endBy !== undefined) {
+      if (now < endBy) return setIdle(endBy - now);
+      endWhole();
+      return;
+    }
+    const due = Math.min(lastData + spec.timeouts.idleMs, spec.deadline);
     if (now < due) return setIdle(due - now);
-    endBroken(now >= spec.deadline && !pastDeadlineWhole ? 'deadline' : 'idle_timeout');
+    endBroken(now >= spec.deadline ? 'deadline' : 'idle_timeout');
     proxyRes.destroy();
   };
   const idle = (): void => {
     lastData = clock.now();
-    if (!idleSet) setIdle(left(spec.timeouts.idleMs));
+    if (!idleSet) setIdle(endBy !== undefined ? endBy - lastData : left(spec.timeouts.idleMs));
+  };
+  /** The answer went whole to the client and the engine did not end its response in time: it is cancelled, the client's ended. */
+  const endWhole = (): void => {
+    if (!res.writableEnded && !res.destroyed) res.end();
+    finish('complete');
+    proxyRes.destroy();
   };
   const endBroken = (end: BrokenEnd): void => {
     if (spec.resumable && tap && end !== 'deadline') {
@@ -239,7 +256,7 @@ export function relayResponse(spec: AttemptSpec, proxyRes: EngineResponse, res: 
   };
   // The client is not reading: nothing is cut for the engine's silence while the router holds it.
   const stalled = (): void => {
-    if (clock.now() >= spec.deadline && !pastDeadlineWhole) {
+    if (!wasAnswered && clock.now() >= spec.deadline) {
       endBroken('deadline');
     } else {
       finish('client_stalled');
@@ -263,7 +280,11 @@ export function relayResponse(spec: AttemptSpec, proxyRes: EngineResponse, res: 
   let holding: Promise<unknown> | undefined;
   /** Runs `go` (which writes the answer's last bytes) now, or once `gate` settles. */
   const after = (gate: Promise<unknown> | undefined, go: () => void, bodyLeft: boolean): void => {
-    if (!gate) return go();
+    if (!gate) {
+      go();
+      if (bodyLeft) endBy = clock.now() + spec.timeouts.idleMs; // the timer set for the chunk finds it
+      return;
+    }
     if (bodyLeft) proxyRes.pause();
     // the answer is whole: neither the idle clock nor the deadline cuts it while it waits (a client gone meanwhile still ends it)
     control.disarm();
@@ -271,9 +292,9 @@ export function relayResponse(spec: AttemptSpec, proxyRes: EngineResponse, res: 
     holding = gate.then(() => {
       holding = undefined;
       if (res.destroyed || res.writableEnded) return; // the client left meanwhile
-      if (clock.now() >= spec.deadline) pastDeadlineWhole = true;
       go(); // written with the engine's body paused: no backpressure is taken up here, only below
       if (!bodyLeft) return;
+      endBy = clock.now() + spec.timeouts.idleMs;
       if (res.writableNeedDrain) drained();
       else {
         idle(); // what is left of the body (its end) comes on the idle clock again

@@ -11,6 +11,7 @@ import { ChunkBlocks, relayResponse, type AttemptControl, type BodySink, type En
 import { FakeTime } from '../helpers/fake-time.js';
 import { holdingObserver } from '../helpers/holding-observer.js';
 import { rawRequest } from '../helpers/http.js';
+import { waitFor } from '../helpers/sim.js';
 
 const closers: Array<() => Promise<void>> = [];
 afterEach(async () => {
@@ -124,15 +125,130 @@ describe('relayResponse: an answer held for what answered() returned', () => {
     hold.release();
     await new Promise((resolve) => setImmediate(resolve));
     expect(engine.log).toEqual(['pause', 'resume']);
-    // the engine never ends its response after the last event: the idle clock ends it, a whole idle
-    // timeout after the hold (the deadline, passed while the whole answer was held, no longer counts)
+    // the engine never ends its response after the last event: a whole idle timeout after the hold (the
+    // deadline, passed while the whole answer was held, no longer counts) it is cancelled, and the
+    // client's response ended as it is: nothing after the last event
     expect(time.pendingTimers).toBe(1);
     await time.advance(999);
     expect(engine.log).not.toContain('destroy');
     await time.advance(1);
     const answer = await response;
-    expect(answer.body.startsWith('data: {"choices":[{"delta":{"content":"a"}}]}\n\ndata: [DONE]\n\n')).toBe(true);
-    expect((await done).end).toBe('idle_timeout');
+    expect(answer.body).toBe('data: {"choices":[{"delta":{"content":"a"}}]}\n\ndata: [DONE]\n\n');
+    expect((await done).end).toBe('complete');
+    expect(engine.log).toContain('destroy');
+  });
+
+  const whole = 'data: {"choices":[{"delta":{"content":"a"}}]}\n\ndata: [DONE]\n\n';
+  const shortTimeouts = { connectMs: 1000, firstByteMs: 1000, idleMs: 1000, clientStallMs: 60_000 };
+
+  it('a hold that ends just before the deadline: the deadline does not cut the whole answer after it', async () => {
+    const time = new FakeTime();
+    const hold = holdingObserver();
+    const { url, ready } = await relayed({ 'content-type': 'text/event-stream' }, { observe: hold.observe, endOfStream: (e) => e.data === '[DONE]', timeouts: shortTimeouts, deadline: 1500 }, time);
+    const response = rawRequest(`${url}/x`, { body: '{}' });
+    const { sink, done } = await ready;
+    sink.data(Buffer.from(whole));
+    await time.advance(1499);
+    hold.release();
+    await new Promise((resolve) => setImmediate(resolve));
+    await time.advance(2); // past the deadline: the engine's end is still due within the idle timeout
+    sink.end();
+    expect((await response).body).toBe(whole);
+    expect((await done).end).toBe('complete');
+  });
+
+  it('no hold, an engine that sends keep-alive comments after its last event and never ends: ended complete an idle timeout after the answer', async () => {
+    const time = new FakeTime();
+    const { url, ready } = await relayed({ 'content-type': 'text/event-stream' }, { endOfStream: (e) => e.data === '[DONE]', timeouts: shortTimeouts, deadline: 60_000 }, time);
+    const response = rawRequest(`${url}/x`, { body: '{}' });
+    const { sink, engine, done } = await ready;
+    sink.data(Buffer.from(whole));
+    for (let i = 0; i < 3; i++) {
+      await time.advance(300);
+      sink.data(Buffer.from(': keep-alive\n\n')); // bytes after the answer do not extend the engine's time
+    }
+    expect(engine.log).not.toContain('destroy');
+    await time.advance(100); // 1000 ms after the answer
+    expect((await done).end).toBe('complete');
+    expect(engine.log).toContain('destroy');
+    expect((await response).body).toBe(`${whole}${': keep-alive\n\n'.repeat(3)}`);
+  });
+
+  it('a client that stops taking a whole answer is cut at the stall timeout, not at the deadline, and as stalled', async () => {
+    const time = new FakeTime();
+    const { url, ready } = await relayed(
+      { 'content-type': 'text/event-stream' },
+      { endOfStream: (e) => e.data === '[DONE]', timeouts: { ...shortTimeouts, clientStallMs: 5000 }, deadline: 1500 },
+      time,
+    );
+    // a client that reads nothing of the answer: the kernel's buffers fill, the router's write waits
+    const request = http.request(`${url}/x`, { method: 'POST', agent: false });
+    request.on('response', (res) => res.pause());
+    request.on('error', () => undefined);
+    request.end('{}');
+    const { sink, engine, done } = await ready;
+    let ended: string | undefined;
+    void done.then((d) => (ended = d.end));
+    sink.data(Buffer.from(`data: {"x":"${'y'.repeat(16 << 20)}"}\n\ndata: [DONE]\n\n`));
+    expect(engine.paused).toBe(true);
+    await time.advance(1600); // past the deadline: the whole answer is not cut for it
+    expect(ended).toBeUndefined();
+    await time.advance(3400);
+    expect(await done).toMatchObject({ end: 'client_stalled' });
+    request.destroy();
+  });
+
+  it('no hold: an answer whole just before the deadline waits an idle timeout for the engine’s end, not the deadline', async () => {
+    const time = new FakeTime();
+    const { url, ready } = await relayed({ 'content-type': 'text/event-stream' }, { endOfStream: (e) => e.data === '[DONE]', timeouts: shortTimeouts, deadline: 1500 }, time);
+    const response = rawRequest(`${url}/x`, { body: '{}' });
+    const { sink, engine, done } = await ready;
+    await time.advance(1000);
+    sink.data(Buffer.from(whole)); // the idle timer is set for the deadline, 500 ms on
+    await time.advance(600);
+    expect(engine.log).not.toContain('destroy');
+    sink.end();
+    expect((await done).end).toBe('complete');
+    expect((await response).body).toBe(whole);
+  });
+
+  it('the engine’s time to end counts from the answer’s last bytes, also when the client took them late', async () => {
+    const time = new FakeTime();
+    let client: http.IncomingMessage | undefined;
+    const { url, ready } = await relayed({ 'content-type': 'text/event-stream' }, { endOfStream: (e) => e.data === '[DONE]', timeouts: shortTimeouts, deadline: 60_000 }, time);
+    const request = http.request(`${url}/x`, { method: 'POST', agent: false });
+    request.on('response', (res) => {
+      client = res;
+      res.pause();
+    });
+    request.on('error', () => undefined);
+    request.end('{}');
+    const { sink, engine, done, res } = await ready;
+    sink.data(Buffer.from(`data: {"x":"${'y'.repeat(16 << 20)}"}\n\ndata: [DONE]\n\n`));
+    await time.advance(700);
+    const drained = new Promise((resolve) => res.once('drain', resolve));
+    await waitFor(() => client !== undefined, 'the client');
+    client?.resume(); // the client reads again: the answer's last bytes go out 700 ms after it was whole
+    await drained;
+    await time.advance(299);
+    expect(engine.log).not.toContain('destroy');
+    await time.advance(1); // 1000 ms after the answer was whole: the engine did not end its response
+    expect((await done).end).toBe('complete');
+    expect(engine.log).toContain('destroy');
+    request.destroy();
+  });
+
+  it('an engine that sends bytes before its last event past the deadline is still cut by it (the answer was not whole)', async () => {
+    const time = new FakeTime();
+    const { url, ready } = await relayed({ 'content-type': 'text/event-stream' }, { endOfStream: (e) => e.data === '[DONE]', timeouts: shortTimeouts, deadline: 1500 }, time);
+    const response = rawRequest(`${url}/x`, { body: '{}' });
+    const { sink, done } = await ready;
+    for (let i = 0; i < 4; i++) {
+      sink.data(Buffer.from(': keep-alive\n\n'));
+      await time.advance(400);
+    }
+    expect((await done).end).toBe('deadline');
+    expect((await response).body).toContain('upstream_timeout');
   });
 
   it('a hold that ends past the deadline leaves the engine its end: the answer ends complete, nothing after its last event', async () => {
