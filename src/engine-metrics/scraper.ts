@@ -25,17 +25,19 @@ export interface EngineMetricsScraperDeps {
   /** Scrapes in flight at once over all pools (default 16). */
   maxConcurrent?: number;
   /**
-   * A replica's scrapes began to fail (the first failure after a success, or its first scrape): what
-   * failed and why. Said once; a replica that keeps failing is not said again until it recovers.
+   * A replica's scrapes fail: {@link FAILING_AFTER} in a row, the last one's result and why. Said once;
+   * a replica that keeps failing is not said again until a scrape works.
    */
   onFailing?: (pool: string, endpoint: string, result: Exclude<ScrapeResult, 'ok'>, why: string) => void;
-  /** A replica whose scrapes were failing answered again, after `failed` failed scrapes. */
+  /** A replica said to be failing answered again, after `failed` failed scrapes. */
   onRecovered?: (pool: string, endpoint: string, failed: number) => void;
   /** The engine's counters of tokens processed went up since its last scrape (it is at work): at `now`. */
   onProgress?: (endpoint: string, now: number) => void;
 }
 
 const DEFAULT_MAX_CONCURRENT = 16;
+/** Failed scrapes in a row before a replica is said to be failing: one that fails now and then (a slow answer) is not. */
+export const FAILING_AFTER = 3;
 const DEFAULT_PATH = '/metrics';
 /** The tick follows the most frequent enabled pool, within these bounds (the upper one notices new pools). */
 const MIN_TICK_MS = 100;
@@ -217,7 +219,7 @@ export class EngineMetricsScraper implements EngineLoadSource {
     } catch (err) {
       if (controller.signal.aborted && !scrape.timedOut) return;
       result = scrape.timedOut || (err instanceof ScrapeError && err.code === 'SCRAPE_TIMEOUT') ? 'timeout' : 'error';
-      why = result === 'timeout' ? `no whole answer within ${settings.timeoutMs} ms` : err instanceof Error ? err.message : String(err);
+      why = result === 'timeout' ? `no whole answer within ${settings.timeoutMs} ms` : errorText(err);
     } finally {
       this.deps.scheduler.clearTimeout(watchdog);
     }
@@ -232,11 +234,12 @@ export class EngineMetricsScraper implements EngineLoadSource {
     if (result === 'ok') {
       if (failed === undefined) return;
       this.failing.delete(endpoint);
-      this.deps.onRecovered?.(pool, endpoint, failed);
+      if (failed >= FAILING_AFTER) this.deps.onRecovered?.(pool, endpoint, failed);
       return;
     }
-    this.failing.set(endpoint, (failed ?? 0) + 1);
-    if (failed === undefined) this.deps.onFailing?.(pool, endpoint, result, why);
+    const now = (failed ?? 0) + 1;
+    this.failing.set(endpoint, now);
+    if (now === FAILING_AFTER) this.deps.onFailing?.(pool, endpoint, result, why);
   }
 
   /** Stores the sample of a finished response; what went wrong otherwise. */
@@ -274,6 +277,19 @@ export class EngineMetricsScraper implements EngineLoadSource {
       .map((p) => p.routing.engineMetrics.intervalMs);
     return Math.max(MIN_TICK_MS, Math.min(MAX_TICK_MS, ...intervals));
   }
+}
+
+/**
+ * What went wrong, in words: an error's message, else its code. A connection refused at every address
+ * of a host name (Node's AggregateError, whose own message is empty) says each address's.
+ */
+export function errorText(err: unknown): string {
+  if (err instanceof AggregateError && err.message === '') {
+    const each = err.errors.map(errorText).filter((text) => text !== '');
+    if (each.length > 0) return each.join('; ');
+  }
+  if (err instanceof Error) return err.message || String((err as NodeJS.ErrnoException).code ?? err.name);
+  return String(err);
 }
 
 /** `work`, or a rejection as soon as `signal` aborts: an injected fetch may ignore the signal. */

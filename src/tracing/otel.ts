@@ -123,6 +123,14 @@ class OtelRequestTrace implements RequestTrace {
 /** How each batch of spans fared at the collector: `ok`, how many spans, and why it failed. */
 export type ExportWatch = (ok: boolean, spans: number, error?: Error) => void;
 
+/** The methods HTTP's semantic conventions name; any other is `_OTHER`, with the method as sent beside it. */
+const KNOWN_METHODS = new Set(['CONNECT', 'DELETE', 'GET', 'HEAD', 'OPTIONS', 'PATCH', 'POST', 'PUT', 'TRACE']);
+
+/** `http.request.method` as the conventions say it (and `http.request.method_original` for one they do not know). */
+export function methodAttributes(method: string): Attributes {
+  return KNOWN_METHODS.has(method) ? { 'http.request.method': method } : { 'http.request.method': '_OTHER', 'http.request.method_original': method };
+}
+
 /** The OTLP exporter, its results heard (through the SDK's documented SpanExporter interface): a collector that refuses is said, not silent. */
 class WatchedExporter implements SpanExporter {
   constructor(
@@ -159,7 +167,7 @@ export function createTracing(settings: TracingSettings, onExport?: ExportWatch)
   return {
     start(name, headers, agoMs, method) {
       const parent = propagator.extract(ROOT_CONTEXT, headers, headerGetter);
-      const span = tracer.startSpan(name, { kind: SpanKind.SERVER, startTime: Date.now() - agoMs, ...(method ? { attributes: { 'http.request.method': method } } : {}) }, parent);
+      const span = tracer.startSpan(name, { kind: SpanKind.SERVER, startTime: Date.now() - agoMs, ...(method ? { attributes: methodAttributes(method) } : {}) }, parent);
       return new OtelRequestTrace(tracer, span);
     },
     shutdown: () => provider.shutdown(),

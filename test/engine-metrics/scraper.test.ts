@@ -2,7 +2,7 @@ import { afterEach, describe, expect, it } from '@jest/globals';
 import { type Endpoint, type Engine, type PoolSpec, type RoutingSettings } from '../../src/core/types.js';
 import { ROUTING_DEFAULTS } from '../../src/balancer/settings.js';
 import { RESILIENCE_DEFAULTS } from '../../src/resilience/settings.js';
-import { EngineMetricsScraper, type ScrapeResult } from '../../src/engine-metrics/scraper.js';
+import { EngineMetricsScraper, errorText, type ScrapeResult } from '../../src/engine-metrics/scraper.js';
 import { ScrapeError } from '../../src/engine-metrics/fetch-text.js';
 import { FakeTime, flush } from '../helpers/fake-time.js';
 
@@ -164,7 +164,7 @@ describe('EngineMetricsScraper: a failed scrape drops the sample at once', () =>
     { name: 'a body over the cap', result: 'error', why: 'big', fail: (call) => call.fail(new ScrapeError('SCRAPE_BODY_TOO_LARGE', 'big')) },
   ];
 
-  it.each(failures)('$name → $result, said once with why, and its recovery', async ({ result, why, fail }) => {
+  it.each(failures)('$name → $result; three in a row said once with why, and the recovery', async ({ result, why, fail }) => {
     const ep = endpoint('llm');
     const { time, fetch, scraper, results, said } = setup([pool('llm', 'vllm', { intervalMs: 1000, timeoutMs: 500, staleAfterMs: 3000 })], { llm: [ep] });
     const first = scraper.runOnce();
@@ -179,17 +179,40 @@ describe('EngineMetricsScraper: a failed scrape drops the sample at once', () =>
     expect(scraper.load(ep.id)).toBeUndefined();
     expect([...scraper.samples()]).toEqual([]);
     expect(results.map((r) => r.result)).toEqual(['ok', result]);
+    const scrape = async (answer: (call: Call) => Promise<void>): Promise<void> => {
+      await time.advance(1000);
+      const round = scraper.runOnce();
+      await answer(fetch.last(ep));
+      await round;
+    };
+    await scrape((c) => fail(c, time));
+    expect(said).toEqual([]); // two in a row: not yet
+    await scrape((c) => fail(c, time));
     expect(said).toEqual([`failing llm ${ep.id} ${result}: ${why}`]);
-    // failing again is not said again; the first scrape that works is, with how many failed
-    await time.advance(1000);
-    const third = scraper.runOnce();
-    await fail(fetch.last(ep), time);
-    await third;
-    await time.advance(1000);
-    const fourth = scraper.runOnce();
-    await fetch.last(ep).answer(vllmPage(1, 1));
-    await fourth;
-    expect(said).toEqual([`failing llm ${ep.id} ${result}: ${why}`, `recovered llm ${ep.id} after 2`]);
+    await scrape((c) => fail(c, time)); // failing on is not said again
+    await scrape((c) => c.answer(vllmPage(1, 1)));
+    expect(said).toEqual([`failing llm ${ep.id} ${result}: ${why}`, `recovered llm ${ep.id} after 4`]);
+  });
+
+  it('a replica that fails now and then (every other scrape) is never said to be failing', async () => {
+    const ep = endpoint('llm');
+    const { time, fetch, scraper, said, results } = setup([pool('llm', 'vllm', { intervalMs: 100, timeoutMs: 1000 })], { llm: [ep] });
+    for (let i = 0; i < 20; i++) {
+      const round = scraper.runOnce();
+      await (i % 2 ? fetch.last(ep).answer(vllmPage(0, 0)) : fetch.last(ep).answer('busy', 503));
+      await round;
+      await time.advance(100);
+    }
+    expect(results.filter((r) => r.result === 'error')).toHaveLength(10);
+    expect(said).toEqual([]);
+  });
+
+  it('says why a connection refused at every address of a host name failed (an AggregateError, whose own message is empty)', () => {
+    const refused = Object.assign(new AggregateError([new Error('connect ECONNREFUSED ::1:8000'), new Error('connect ECONNREFUSED 127.0.0.1:8000')]), { code: 'ECONNREFUSED' });
+    expect(refused.message).toBe('');
+    expect(errorText(refused)).toBe('connect ECONNREFUSED ::1:8000; connect ECONNREFUSED 127.0.0.1:8000');
+    expect(errorText(Object.assign(new Error(''), { code: 'ECONNRESET' }))).toBe('ECONNRESET');
+    expect(errorText('odd')).toBe('odd');
   });
 
   it('aborts the fetch of a timed-out scrape', async () => {
@@ -327,22 +350,28 @@ describe('EngineMetricsScraper: scheduling', () => {
     expect(progress).toEqual([`${ep.id}@100`, `${ep.id}@400`]);
   });
 
-  it('forgets that a replica that left was failing: back and failing, it is said again', async () => {
+  it('forgets how often a replica that left had failed: back, it starts counting again', async () => {
     const ep = endpoint('llm');
     const endpoints = { llm: [ep] };
-    const { time, fetch, scraper, said } = setup([pool('llm', 'vllm', { intervalMs: 100, timeoutMs: 1000 })], endpoints);
-    const first = scraper.runOnce();
-    await fetch.last(ep).answer('gone', 503);
-    await first;
+    const { time, fetch, scraper, results, said } = setup([pool('llm', 'vllm', { intervalMs: 100, timeoutMs: 1000 })], endpoints);
+    const failOnce = async (): Promise<void> => {
+      const round = scraper.runOnce();
+      await fetch.last(ep).answer('gone', 503);
+      await round;
+      await time.advance(100);
+    };
+    await failOnce();
+    await failOnce();
     endpoints.llm = [];
-    await time.advance(100);
     await scraper.runOnce();
-    endpoints.llm = [ep];
     await time.advance(100);
-    const back = scraper.runOnce();
-    await fetch.last(ep).answer('gone', 503);
-    await back;
-    expect(said).toEqual([`failing llm ${ep.id} error: /metrics answered HTTP 503`, `failing llm ${ep.id} error: /metrics answered HTTP 503`]);
+    endpoints.llm = [ep];
+    await failOnce();
+    await failOnce();
+    expect(results.filter((r) => r.result === 'error')).toHaveLength(4);
+    expect(said).toEqual([]); // never three in a row since it came back
+    await failOnce();
+    expect(said).toEqual([`failing llm ${ep.id} error: /metrics answered HTTP 503`]);
   });
 
   it('drops the samples of a pool that gets disabled', async () => {

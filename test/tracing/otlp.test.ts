@@ -13,6 +13,7 @@ import { startTestRouter, KEY, type TestRouter, chatSetup } from '../helpers/rou
 import { type RunningRouter } from '../../src/main.js';
 import { startTestSim, waitFor } from '../helpers/sim.js';
 import { startTap } from '../helpers/tap.js';
+import { methodAttributes } from '../../src/tracing/otel.js';
 
 interface OtlpValue {
   stringValue?: string;
@@ -248,5 +249,12 @@ describe('OpenTelemetry traces', () => {
     expect(attr(missing, 'error.type')).toBeUndefined();
     expect(failed?.status?.code).toBe(2); // error
     expect(attr(failed, 'error.type')).toMatch(/^(upstream_connection_failed|no_ready_replica)$/);
+  });
+});
+
+describe('the request span’s method', () => {
+  it('is one HTTP’s conventions know, or _OTHER with the method as sent beside it', () => {
+    expect(methodAttributes('POST')).toEqual({ 'http.request.method': 'POST' });
+    expect(methodAttributes('PROPFIND')).toEqual({ 'http.request.method': '_OTHER', 'http.request.method_original': 'PROPFIND' });
   });
 });
