@@ -15,6 +15,11 @@ describe('SseTap', () => {
     expect(tap.atBoundary).toBe(true);
   });
 
+  it('a block whose lines end in a lone carriage return is read line by line, also when its blank line is two line feeds', () => {
+    expect(collect(['data: a\rdata: b\n\n']).events).toEqual([{ data: 'a\nb' }]);
+    expect(collect(['data: a\n\n', 'data: b\rdata: c\n\n']).events).toEqual([{ data: 'a' }, { data: 'b\nc' }]);
+  });
+
   it('knows when what was fed stops inside an event', () => {
     expect(collect(['data: {"a"']).tap.atBoundary).toBe(false);
     expect(collect(['data: {"a":1}\n']).tap.atBoundary).toBe(false);
