@@ -74,6 +74,8 @@ export interface LimiterEvents {
   onRejected?: (key: string, reason: 'requests' | 'tokens' | 'concurrency' | 'budget') => void;
   onTokens?: (key: string, prompt: number, completion: number) => void;
   onBudget?: (key: string, window: 'day' | 'month', remaining: number) => void;
+  /** A request of the key ended having spent `tokens` more of its budgets than its admission charged (fewer when negative). */
+  onBudgetSpent?: (key: string, window: 'day' | 'month', tokens: number) => void;
   /** Redis answered again (true), or stopped answering (false). */
   onShared?: (up: boolean, error?: Error) => void;
   onSharedError?: (op: RedisOp) => void;
@@ -498,6 +500,9 @@ export class Limiter {
     // as this one's answer came) was admitted on counts up to a flush interval old, past its budget.
     if (local) this.settleNow(lease.store, lease, used - lease.charged);
     else this.queue(lease.store, lease, used - lease.charged);
+    // the budget left as of this request's end, not its admission (which counted its estimate alone):
+    // the gauge lagged by its completion tokens
+    if (used !== lease.estimate) for (const budget of lease.checks.budgets) this.options.events?.onBudgetSpent?.(lease.checks.key, budget.window, used - lease.estimate);
     lease.charged = used;
     lease.unsent = 0;
     if (!lease.slotFreed) this.freeSlot(lease);

@@ -14,6 +14,7 @@ export interface LimitsRecorder {
   onRejected?: (key: string, reason: LimitReason) => void;
   onTokens?: (key: string, prompt: number, completion: number) => void;
   onBudget?: (key: string, window: 'day' | 'month', remaining: number) => void;
+  onBudgetSpent?: (key: string, window: 'day' | 'month', tokens: number) => void;
   /** The keys file now names these keys (at start, then at each reload): the series of a key it named before and no longer does are removed. */
   keysNow?: (names: ReadonlySet<string>) => void;
   onShared?: (up: boolean) => void;
@@ -73,7 +74,7 @@ export function limitsMetrics(registers: Registry[], options: { redis: boolean; 
     });
     const budget = new Gauge({
       name: 'modelgate_key_budget_remaining_tokens',
-      help: "Tokens left of each API key's budget (window: day, month), as of its last request. Opt-in: limits.keyMetrics.",
+      help: "Tokens left of each API key's budget (window: day, month), as of its last request's end on this router. Opt-in: limits.keyMetrics.",
       labelNames: ['key', 'window'],
       registers,
     });
@@ -86,7 +87,20 @@ export function limitsMetrics(registers: Registry[], options: { redis: boolean; 
       if (prompt > 0) tokens.inc({ key, type: 'prompt' }, prompt);
       if (completion > 0) tokens.inc({ key, type: 'completion' }, completion);
     };
-    events.onBudget = (key, window, remaining) => budget.set({ key, window }, remaining);
+    /** Each key's budget left as last set, per window (to take a request's settlement off it). */
+    const left = new Map<string, number>();
+    events.onBudget = (key, window, remaining) => {
+      left.set(`${key}\0${window}`, remaining);
+      budget.set({ key, window }, remaining);
+    };
+    events.onBudgetSpent = (key, window, tokens) => {
+      const id = `${key}\0${window}`;
+      const before = left.get(id);
+      if (before === undefined) return;
+      const now = Math.max(0, before - tokens);
+      left.set(id, now);
+      budget.set({ key, window }, now);
+    };
     // a key removed from the file (revoked, renamed) would keep its series, and its budget gauge, for
     // good. Only a key of the file has series (requests are authenticated first): the names the file
     // had before are the keys that may have them.
@@ -96,7 +110,10 @@ export function limitsMetrics(registers: Registry[], options: { redis: boolean; 
         if (names.has(key)) continue;
         for (const outcome of ['admitted', 'rate_limited', 'quota_exceeded']) requests.remove({ key, outcome });
         for (const type of ['prompt', 'completion']) tokens.remove({ key, type });
-        for (const window of ['day', 'month']) budget.remove({ key, window });
+        for (const window of ['day', 'month']) {
+          budget.remove({ key, window });
+          left.delete(`${key}\0${window}`);
+        }
       }
       known = names;
     };

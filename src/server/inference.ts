@@ -13,6 +13,7 @@ import { modelNotFound, NO_REPLICA_RETRY_AFTER_SECONDS, RouterError } from '../c
 import { passed } from '../core/phases.js';
 import { PRIORITIES, type Priority, type RequestTrace } from '../core/types.js';
 import { type RequestDirector } from '../director/director.js';
+import { type ExchangeReport } from '../director/exchange.js';
 import { type DeploymentNames, type Lease, type TokenUsage } from '../limits/limiter.js';
 import { type ModelCatalog } from '../registry/registry.js';
 import { type ChainRequest } from './app.js';
@@ -109,6 +110,19 @@ function promptOnce(api: ApiRoute, body: ValidRequest): (() => string) | undefin
   return () => (text ??= of(body));
 }
 
+/** A request an engine worked on whose answer the router never read: its prompt's estimate, and no completion tokens it could count. */
+const PROMPT_ONLY: TokenUsage = Object.freeze({ promptTokens: 0, completionTokens: 0, estimated: true });
+
+/**
+ * Whether an engine took the request and worked on it (an answer begun, a first byte that did not come
+ * in time, a client that left while it waited): then the prompt was read, and a request whose answer
+ * the router never read (cut, not read by its client, timed out) is charged its prompt's estimate,
+ * not refunded as one that never reached an engine is.
+ */
+function engineWorked(report: ExchangeReport): boolean {
+  return report.attempts.some((a) => a.outcome === 'committed' || a.outcome === 'first_byte_timeout' || a.outcome === 'client_gone');
+}
+
 /** What each streamed content event tells: the key's token limits, and the trace's first token. */
 function contentHook(lease: { streamed(): void } | undefined, trace: RequestTrace | undefined): () => void {
   if (!trace) return () => lease?.streamed();
@@ -182,8 +196,9 @@ export function inferenceHandler(deps: InferenceDeps, api: ApiRoute) {
     ctx.exchange = directed.then(
       (report) => {
         ctx.report = report;
-        lease?.finish(report.usage);
-        unlimited?.unlimited?.(principal, report.usage, report.usage?.estimated ? estimatePromptTokens(promptText, text) : 0);
+        const usage = report.usage ?? (engineWorked(report) ? PROMPT_ONLY : undefined);
+        lease?.finish(usage);
+        unlimited?.unlimited?.(principal, usage, usage?.estimated ? estimatePromptTokens(promptText, text) : 0);
       },
       () => {
         lease?.finish(undefined); // a route that cannot be planned is answered by the error handler below

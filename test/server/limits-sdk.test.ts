@@ -20,6 +20,7 @@ const STREAMER = 'sk-streamer-0123456789';
 const FREE = 'sk-free-0123456789';
 const BUSY = 'sk-busy-0123456789';
 const DEFAULTED = 'sk-defaulted-0123456789';
+const LEAVER = 'sk-leaver-0123456789';
 
 let sim: SimServer;
 let slowSim: SimServer;
@@ -40,6 +41,9 @@ const keysYaml = `
   limits: { requestsPerMinute: unlimited, concurrentRequests: 1 }
 - name: defaulted
   key: ${DEFAULTED}
+- name: leaver
+  key: ${LEAVER}
+  limits: { requestsPerMinute: unlimited, tokensPerDay: 100000 }
 - name: free
   key: ${FREE}
   limits: { requestsPerMinute: unlimited }
@@ -154,6 +158,24 @@ describe('rate limits through the openai client', () => {
     const metrics = await adminMetrics(gateway);
     expect(metricSum(metrics, 'modelgate_key_tokens_total', { key: 'streamer' })).toBe(completion);
     expect(metricSum(metrics, 'modelgate_key_requests_total', { key: 'streamer', outcome: 'admitted' })).toBe(1);
+    // the budget left, as of the request's end (it showed what was left at its admission, less its estimate only)
+    expect(metricSum(metrics, 'modelgate_key_budget_remaining_tokens', { key: 'streamer', window: 'month' })).toBe((await read()).tokens_per_month?.remaining);
+  });
+
+  it('charges a request an engine worked on and whose answer never came its prompt’s estimate (a client that left), not a refund', async () => {
+    type Limits = { tokens_per_day?: { used: number } };
+    const read = async (): Promise<Limits> => JSON.parse((await rawRequest(`${gateway.router.apiUrl}/v1/limits`, { headers: { authorization: `Bearer ${LEAVER}` } })).body) as Limits;
+    // non-streamed, about two seconds of generation: the client leaves after 300 ms, the engine's request is cancelled
+    const left = await rawRequest(`${gateway.router.apiUrl}/v1/chat/completions`, {
+      headers: { authorization: `Bearer ${LEAVER}` },
+      body: { model: 'slow', messages: [{ role: 'user', content: 'Tell me a long story about load balancers, please.' }] },
+      abortAfterMs: 300,
+    });
+    expect(left.error?.code).toBe('CLIENT_ABORT');
+    await waitFor(async () => ((await read()).tokens_per_day?.used ?? 0) > 0, 'the estimate charged');
+    const used = (await read()).tokens_per_day?.used ?? 0;
+    expect(used).toBeLessThan(50); // the prompt's estimate (about four characters a token), no completion tokens the router could count
+    expect(metricSum(await adminMetrics(gateway), 'modelgate_key_tokens_total', { key: 'leaver', type: 'prompt' })).toBe(used);
   });
 
   it('counts a key without limits in the per-key metrics too (showback covers every key, not only the limited ones)', async () => {
