@@ -56,6 +56,8 @@ export interface ExchangeReport {
   firstTokenAt?: number;
   /** Body bytes relayed from the engine. */
   bytes?: number;
+  /** An attempt's request went out to an engine, and no engine refused it with an error status. */
+  engineHad?: true;
 }
 
 export interface ExchangeEvents {
@@ -83,7 +85,7 @@ export interface ExchangeDeps {
   sleep: Sleep;
   random: () => number;
   events?: ExchangeEvents;
-  /** When each replica last showed it works: a timeout at one that worked meanwhile is the request's own (liveness.ts). */
+  /** When each replica last showed it works: a stream silent at one that worked meanwhile went silent on its own (liveness.ts). */
   liveness?: Liveness;
 }
 
@@ -188,7 +190,7 @@ export class ExchangeRunner {
         return this.fail(res, plan, report, new RouterError('UPSTREAM_TIMEOUT', 'The request ran past its total timeout while it waited for a replica.'));
       }
       at.tried.add(picked.endpoint.id);
-      const { result, meter, ownTimeout } = await this.attempt(req, res, plan, step, picked, deadline, report);
+      const { result, meter } = await this.attempt(req, res, plan, step, picked, deadline, report);
       if (result.kind === 'committed') {
         const ended = await this.committed(step, picked, result, meter, report, plan.requestId, plan.resume?.splice);
         return plan.resume ? this.resumeBroken(req, res, plan, plan.resume, at, ended, deadline) : ended;
@@ -198,7 +200,7 @@ export class ExchangeRunner {
       if (result.kind === 'upstream_error') report.upstreamStatus = result.status;
 
       const giveUp = (): ExchangeReport => (result.kind === 'upstream_error' ? this.passOn(res, plan, report, result) : this.fail(res, plan, report, failureError(result)));
-      if (!retryable(result) || ownTimeout || plan.signal.aborted) return giveUp();
+      if (!retryable(result) || plan.signal.aborted) return giveUp();
       const wait = retryWait(at.retries, result, step.pool.resilience.retries, this.deps.random);
       const mayRetry = wait !== undefined && clock.now() + wait < deadline;
       // This pool has had its chance when no replica is left untried or its retries are spent: move on.
@@ -224,7 +226,7 @@ export class ExchangeRunner {
     deadline: number,
     report: ExchangeReport,
     continuation?: Buffer,
-  ): Promise<{ result: AttemptResult; meter: ResponseMeter; ownTimeout: boolean }> {
+  ): Promise<{ result: AttemptResult; meter: ResponseMeter }> {
     const { clock, liveness } = this.deps;
     const { endpoint } = picked;
     const settings = step.pool.resilience;
@@ -267,13 +269,16 @@ export class ExchangeRunner {
     }
     if (continuation) spec.continues = true;
     const result = await this.deps.forwarder.attempt(req, res, spec);
-    // The replica answered (its first byte or an error status): it works. A first byte that did not come
-    // in time from a replica that worked meanwhile (for others, or its engine's counters went up) is this
-    // request's own length, any tenant's to ask for: no breaker failure, and no other replica is asked
-    // to spend as long on it (the liveness module says why).
-    if (liveness && (result.kind === 'committed' || result.kind === 'upstream_error')) liveness.mark(endpoint.id, clock.now());
-    const ownTimeout = result.kind === 'failed' && result.reason === 'first_byte_timeout' && liveness?.workedAfter(endpoint.id, started) === true;
-    picked.ticket.settle(ownTimeout ? 'unknown' : breakerOutcome(result));
+    // An answer begun shows the replica works (liveness.ts; an error status does not: a broken replica may answer some at once).
+    if (liveness && result.kind === 'committed') liveness.mark(endpoint.id, clock.now());
+    // The request went to an engine, and no engine refused it: it is charged its prompt whatever came of it.
+    if (meter.sent && result.kind !== 'upstream_error') report.engineHad = true;
+    // A first byte late at a second replica for the same request: the request is what takes long (a long
+    // non-streamed generation), not the replicas, and only its first such timeout counts against a breaker.
+    // (Counted at every replica it was retried on, four long requests of one tenant opened every breaker of
+    // a pool, and every other tenant got 503.)
+    const repeated = result.kind === 'failed' && result.reason === 'first_byte_timeout' && report.attempts.some((a) => a.outcome === 'first_byte_timeout');
+    picked.ticket.settle(repeated ? 'unknown' : breakerOutcome(result));
     const outcome = outcomeName(result);
     if (span) {
       span.set({ 'modelgate.outcome': outcome, 'http.response.status_code': result.kind === 'committed' || result.kind === 'upstream_error' ? result.status : undefined });
@@ -284,7 +289,7 @@ export class ExchangeRunner {
     report.endpoint = endpoint.id;
     report.attempts.push({ endpoint: endpoint.id, outcome, ms: Math.round(clock.now() - started) });
     this.deps.events?.onAttempt?.(step.pool.name, endpoint.id, outcome);
-    return { result, meter, ownTimeout };
+    return { result, meter };
   }
 
   /** The response reached the client: wait for it to end and report how. */
@@ -396,7 +401,7 @@ export class ExchangeRunner {
       at.tried.add(picked.endpoint.id);
       tries += 1;
       splice.begin();
-      const { result, meter, ownTimeout } = await this.attempt(req, res, plan, step, picked, deadline, report, splice.continuationBody(step.body));
+      const { result, meter } = await this.attempt(req, res, plan, step, picked, deadline, report, splice.continuationBody(step.body));
       if (result.kind === 'committed') {
         splice.resumed();
         await this.committed(step, picked, result, meter, report, plan.requestId, splice);
@@ -405,7 +410,7 @@ export class ExchangeRunner {
       picked.release();
       if (result.kind === 'client_gone') return 'client_gone';
       failure = result.kind === 'upstream_error' ? 'upstream_error' : result.reason === 'deadline' || result.reason.endsWith('timeout') ? 'timeout' : 'connection';
-      if (!retryable(result) || ownTimeout) return failure;
+      if (!retryable(result)) return failure;
     }
   }
 

@@ -53,7 +53,7 @@ export const ENGINE_SERIES: Readonly<Record<Engine, EngineSeries | undefined>> =
     running: ['sglang:num_running_reqs'],
     kvCacheUsage: ['sglang:token_usage'],
     cacheConfig: { name: 'sglang:cache_config_info', blockSize: 'page_size', blocks: 'num_pages' },
-    progress: ['sglang:prompt_tokens_total', 'sglang:generation_tokens_total'],
+    // no progress: SGLang adds to its token counters when a request finishes, not while it runs
   },
   tgi: { waiting: ['tgi_queue_size'], running: ['tgi_batch_current_size'], kvCacheUsage: [] },
   tei: { waiting: ['te_queue_size'], running: [], kvCacheUsage: [] },

@@ -31,8 +31,12 @@ export interface EngineMetricsScraperDeps {
   onFailing?: (pool: string, endpoint: string, result: Exclude<ScrapeResult, 'ok'>, why: string) => void;
   /** A replica said to be failing answered again, after `failed` failed scrapes. */
   onRecovered?: (pool: string, endpoint: string, failed: number) => void;
-  /** The engine's counters of tokens processed went up since its last scrape (it is at work): at `now`. */
-  onProgress?: (endpoint: string, now: number) => void;
+  /**
+   * The engine's counters of tokens processed went up between two scrapes: it worked after `since`, the
+   * earlier scrape's time (the latest time the work is known to be after; a replica that hung since is
+   * not taken for working).
+   */
+  onProgress?: (endpoint: string, since: number) => void;
 }
 
 const DEFAULT_MAX_CONCURRENT = 16;
@@ -70,8 +74,8 @@ export class EngineMetricsScraper implements EngineLoadSource {
   private readonly lastStart = new Map<string, number>();
   /** Replicas whose scrapes are failing: how many have failed in a row. */
   private readonly failing = new Map<string, number>();
-  /** Each replica's progress counters at its last scrape that had them. */
-  private readonly progress = new Map<string, number>();
+  /** Each replica's progress counters at its last scrape that had them, and that scrape's time. */
+  private readonly progress = new Map<string, { value: number; at: number }>();
   /** Every endpoint with a scrape queued or in flight. */
   private readonly busy = new Map<string, Scrape>();
   private readonly queue: Scrape[] = [];
@@ -254,8 +258,8 @@ export class EngineMetricsScraper implements EngineLoadSource {
     this.current.set(scrape.endpoint.id, { pool: scrape.pool.name, load: Object.freeze(load), staleAfterMs: scrape.pool.routing.engineMetrics.staleAfterMs });
     if (progress !== undefined) {
       const before = this.progress.get(scrape.endpoint.id);
-      this.progress.set(scrape.endpoint.id, progress); // lower after the engine restarted: the new count goes on from there
-      if (before !== undefined && progress > before) this.deps.onProgress?.(scrape.endpoint.id, at);
+      this.progress.set(scrape.endpoint.id, { value: progress, at }); // lower after the engine restarted: the new count goes on from there
+      if (before !== undefined && progress > before.value) this.deps.onProgress?.(scrape.endpoint.id, before.at);
     }
     return 'ok';
   }

@@ -67,6 +67,8 @@ export interface AttemptSpec {
 }
 
 export interface ResponseObserver {
+  /** The request went out to the engine (undici started writing it on a connection). */
+  requestSent?(): void;
   /** `at`: when it was read, on the injected clock (the events of one chunk share a reading). */
   event(event: SseEvent, at?: number): void;
   body(chunk: Buffer): void;
@@ -238,6 +240,7 @@ class Attempt implements AttemptControl, Dispatcher.DispatchHandler, EngineRespo
       return;
     }
     passed(this.res, 'sent');
+    this.spec.observe?.requestSent?.();
   }
 
   onResponseStart(_controller: Dispatcher.DispatchController, status: number, headers: IncomingHttpHeaders): void {

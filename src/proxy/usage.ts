@@ -124,6 +124,12 @@ export class ResponseMeter implements ResponseObserver {
   ttftMs: number | undefined;
   /** The Responses API answer's `id`, once seen. */
   responseId: string | undefined;
+  /** The request went out to the engine. */
+  sent = false;
+
+  requestSent(): void {
+    this.sent = true;
+  }
 
   /** When the first content event came, on the clock (the attempt's send plus {@link ttftMs}). */
   get firstTokenAt(): number | undefined {

@@ -1,13 +1,14 @@
 /**
- * When each replica last showed that it works: bytes of an answer to any of this router's requests,
- * an error status it answered with, or its engine's own counter of tokens processed going up between
- * two scrapes of its `/metrics` (vLLM, SGLang).
+ * When each replica last showed that it works: bytes of an answer to any of this router's requests
+ * (an answer begun, a stream's events, at most once a second each), or its engine's own counters of
+ * tokens processed going up between two scrapes of its `/metrics` (vLLM, which adds to them every
+ * scheduler step; marked at the earlier scrape's time). An error status is no sign: a broken replica
+ * may answer some requests at once and hang the rest.
  *
- * A timeout tells the breaker nothing about a replica that worked meanwhile: the request was what
- * took long (a long non-streamed generation past `timeouts.firstByteMs`, a stream whose text the
- * engine holds back for a stop string past `timeouts.idleMs`), and any tenant can send such
- * requests. Counted as failures, a few of them opened every breaker of a pool, and every other
- * tenant got 503. A replica that hung shows nothing, and its timeouts count as before.
+ * A stream that goes silent past `timeouts.idleMs` at a replica that worked after its last bytes went
+ * silent on its own (its text held back for a stop string, which any tenant can ask for) and moves no
+ * breaker: counted as failures, ten such streams of one tenant opened every breaker of a pool and every
+ * other tenant got 503. A replica that hung shows nothing, and its silent streams count as before.
  */
 
 /** Marks older than this are dropped (no timeout is that long: the longest default is 30 minutes). */

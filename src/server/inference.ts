@@ -114,13 +114,13 @@ function promptOnce(api: ApiRoute, body: ValidRequest): (() => string) | undefin
 const PROMPT_ONLY: TokenUsage = Object.freeze({ promptTokens: 0, completionTokens: 0, estimated: true });
 
 /**
- * Whether an engine took the request and worked on it (an answer begun, a first byte that did not come
- * in time, a client that left while it waited): then the prompt was read, and a request whose answer
- * the router never read (cut, not read by its client, timed out) is charged its prompt's estimate,
- * not refunded as one that never reached an engine is.
+ * Whether the request went out to an engine that did not refuse it (exchange.ts `engineHad`): a request
+ * whose answer the router then never read (cut, not read by its client, timed out) is charged its
+ * prompt's estimate, not refunded as one that never reached an engine is. The router cannot tell an
+ * engine that read the prompt from one that hung.
  */
 function engineWorked(report: ExchangeReport): boolean {
-  return report.attempts.some((a) => a.outcome === 'committed' || a.outcome === 'first_byte_timeout' || a.outcome === 'client_gone');
+  return report.engineHad === true;
 }
 
 /** What each streamed content event tells: the key's token limits, and the trace's first token. */

@@ -150,6 +150,9 @@ function upstream(status: number, opts: { retryAfterMs?: number; headers?: Recor
   return { kind: 'upstream_error', status, error: normaliseUpstreamError(status, body), headers: opts.headers ?? {}, retryAfterMs: opts.retryAfterMs };
 }
 
+/** What a scripted attempt shows its observer when its request went out to the engine. */
+const sent = (observer: ResponseObserver): Promise<void> => Promise.resolve(observer.requestSent?.());
+
 const committed = (end: StreamEnd = 'complete', bytes = 42): AttemptResult => ({ kind: 'committed', status: 200, done: Promise.resolve({ end, bytes }) });
 
 function deferred<T>(): { promise: Promise<T>; resolve: (value: T) => void } {
@@ -470,22 +473,24 @@ describe('ExchangeRunner: moving on to the next pool', () => {
   });
 });
 
-describe('ExchangeRunner: a timeout at a replica that worked meanwhile is the request’s own', () => {
-  it('a first byte late from a replica that answered others meanwhile: no breaker failure, no other replica asked, 504', async () => {
+describe('ExchangeRunner: what a timeout says of the replica, and of the request', () => {
+  it('a first byte late at a second replica for the same request is the request’s own: only the first counts against a breaker; retries go on', async () => {
     const A = pool('A');
-    const t = setup({ route: [step(A)], endpoints: { A: ['a1', 'a2'] }, script: { a1: [{ result: failed('first_byte_timeout'), takesMs: 500 }], a2: [committed()] } });
-    t.time.setTimeout(() => t.liveness.mark('a1', t.time.now()), 200); // another request's bytes, or the engine's token counters going up
+    const t = setup({
+      route: [step(A)],
+      endpoints: { A: ['a1', 'a2', 'a3'] },
+      script: { a1: [{ result: failed('first_byte_timeout'), takesMs: 500 }], a2: [{ result: failed('first_byte_timeout'), takesMs: 500 }], a3: [committed()] },
+    });
     const report = await t.run();
-    expect(t.forwarder.endpoints).toEqual(['a1']);
-    expect(t.picker.picks).toEqual([{ endpoint: 'a1', outcomes: ['unknown'], released: 1 }]);
-    expect(report.failure).toBe('upstream_timeout');
-    expect(t.res.status).toBe(504);
+    expect(t.forwarder.endpoints).toEqual(['a1', 'a2', 'a3']);
+    expect(t.picker.picks.map((p) => p.outcomes)).toEqual([['failure'], ['unknown'], ['success']]);
+    expect(report.end).toBe('complete');
   });
 
-  it('a first byte late from a replica that showed nothing since the attempt began: a failure, and another replica is tried', async () => {
+  it('a slow replica: its late first byte counts, and another replica answers the request', async () => {
     const A = pool('A');
     const t = setup({ route: [step(A)], endpoints: { A: ['a1', 'a2'] }, script: { a1: [{ result: failed('first_byte_timeout'), takesMs: 500 }], a2: [committed()] } });
-    t.liveness.mark('a1', 0); // before (at) the attempt's start: says nothing of it
+    t.liveness.mark('a1', 200); // busy with other requests: says nothing of this one's wait
     const report = await t.run();
     expect(t.forwarder.endpoints).toEqual(['a1', 'a2']);
     expect(t.picker.picks.map((p) => p.outcomes)).toEqual([['failure'], ['success']]);
@@ -505,7 +510,7 @@ describe('ExchangeRunner: a timeout at a replica that worked meanwhile is the re
     expect(report.failure).toBe('upstream_timeout');
   });
 
-  it('an answer’s bytes, an engine’s error status and a first byte mark the replica as working', async () => {
+  it('an answer begun and its events mark the replica as working; an error status does not', async () => {
     const A = pool('A');
     const t = setup({
       route: [step(A)],
@@ -518,8 +523,28 @@ describe('ExchangeRunner: a timeout at a replica that worked meanwhile is the re
     const report = await t.run();
     expect(report.end).toBe('complete');
     const retried = t.forwarder.startedAt[1] as number;
-    expect(t.liveness.workedAfter('a1', 9)).toBe(true); // its 503, at 10
+    expect(t.liveness.workedAfter('a1', 0)).toBe(false); // its 503 is no sign
     expect(t.liveness.workedAfter('a2', retried + 24)).toBe(true); // the event, 5 ms after the first byte
+  });
+
+  it.each([
+    ['sent, and the client left before an answer', [{ result: { kind: 'client_gone' }, observe: sent }], true],
+    [
+      'sent, and no first byte in time',
+      [
+        { result: failed('first_byte_timeout'), observe: sent },
+        { result: failed('first_byte_timeout'), observe: sent },
+        { result: failed('first_byte_timeout'), observe: sent },
+      ],
+      true,
+    ],
+    ['never sent (no connection)', [failed('connect'), failed('connect'), failed('connect')], undefined],
+    ['sent, and refused by the engine', [{ result: upstream(400), observe: sent }], undefined],
+  ] as Array<[string, Array<Scripted | AttemptResult>, true | undefined]>)('an engine had the request (it is charged its prompt): %s → %s', async (_case, script, had) => {
+    const A = pool('A');
+    const t = setup({ route: [step(A)], endpoints: { A: ['a1'] }, script: { a1: script } });
+    const report = await t.run();
+    expect(report.engineHad).toBe(had);
   });
 });
 
