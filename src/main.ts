@@ -28,7 +28,6 @@ import { AdmissionQueues } from './resilience/admission.js';
 import { BreakerRegistry } from './resilience/breaker.js';
 import { HealthChecker } from './resilience/health-checker.js';
 import { EngineMetricsScraper } from './engine-metrics/scraper.js';
-import { Liveness } from './resilience/liveness.js';
 import { KvEventsHub } from './kv-events/hub.js';
 import { kvEventsMetrics } from './metrics/kv-events.js';
 import { AdapterLoader } from './engine-metrics/adapter-loader.js';
@@ -159,7 +158,6 @@ export async function createRouter(config: Config, options: RouterOptions = {}):
       onCleared: (endpoint) => prefixIndex.forget(endpoint),
     },
   });
-  const liveness = new Liveness();
   const scrapeLog = logger.child({ component: 'engine-metrics' });
   const engineMetrics = new EngineMetricsScraper({
     endpoints: discovery.endpoints,
@@ -171,7 +169,6 @@ export async function createRouter(config: Config, options: RouterOptions = {}):
     onFailing: (pool, endpoint, result, why) =>
       scrapeLog.warn({ pool, endpoint, result, error: why }, "engine metrics scrape failed: the replica is scored without its engine's load until a scrape works again"),
     onRecovered: (pool, endpoint, failed) => scrapeLog.info({ pool, endpoint, failed }, 'engine metrics scrape works again'),
-    onProgress: (endpoint, now) => liveness.mark(endpoint, now),
   });
   const adapterPlacements = new AdapterPlacements();
   const loraLog = logger.child({ component: 'lora' });
@@ -234,7 +231,6 @@ export async function createRouter(config: Config, options: RouterOptions = {}):
     clock,
     sleep: systemSleep,
     random,
-    liveness,
     events: {
       onAttempt: (pool, endpoint, outcome) => metrics.recordAttempt(pool, endpoint, attemptOutcome(outcome)),
       onRetry: (pool, reason) => metrics.recordRetry(pool, retryReason(reason)),

@@ -44,6 +44,23 @@ function streamChoicesOf(api: string, body: ValidRequest): { streamChoices?: num
   return choices > 1 ? { streamChoices: choices } : {};
 }
 
+/**
+ * The shortest stop string that may hold a stream's text back long enough to matter: an engine holds
+ * back up to a stop string's length less one character of text that could be its start (vLLM), so a
+ * stream of a request with a stop string this long may go silent with nothing wrong with the replica.
+ */
+export const HOLD_BACK_CHARS = 32;
+
+/** Whether the request names a stop string of {@link HOLD_BACK_CHARS} or more (`stop`, or the Messages API's `stop_sequences`). */
+export function holdsBackText(body: ValidRequest): boolean {
+  const fields = body as { stop?: unknown; stop_sequences?: unknown };
+  for (const stop of [fields.stop, fields.stop_sequences]) {
+    if (typeof stop === 'string' && stop.length >= HOLD_BACK_CHARS) return true;
+    if (Array.isArray(stop) && stop.some((s) => typeof s === 'string' && s.length >= HOLD_BACK_CHARS)) return true;
+  }
+  return false;
+}
+
 /** A validated, authorised request, as the server hands it over. */
 export interface DirectedRequest {
   api: ApiRoute;
@@ -177,6 +194,7 @@ export class Director {
       dialect: api.dialect,
       knownStreamEnd: KNOWN_STREAM_END.has(api.name),
       ...streamChoicesOf(api.name, body),
+      ...(holdsBackText(body) ? { holdsBackText: true } : {}),
       ...(request.onContent ? { onContent: request.onContent } : {}),
       ...(request.onAnswered ? { onAnswered: request.onAnswered } : {}),
       // a stored Responses API answer is recorded as soon as its id is read, and its last bytes wait

@@ -20,7 +20,6 @@ import { type AttemptResult, type AttemptSpec, type Forwarder, type StreamEnd } 
 import { brokenError, streamEnd } from '../proxy/relay.js';
 import { streamError } from '../proxy/upstream-errors.js';
 import { ResponseMeter, type MeterWatch, type TokenUsage } from '../proxy/usage.js';
-import { type Liveness } from '../resilience/liveness.js';
 import { type EndpointPicker, type Picked, type PickRequest } from '../resilience/picker.js';
 import { MAX_RESUMPTIONS, RESUMING_ENGINES, type FailedReason, type ResumePlan, type StreamSplice } from './resume.js';
 import { breakerOutcome, failureError, outcomeName, retryable, retryWait } from './retry-policy.js';
@@ -85,8 +84,6 @@ export interface ExchangeDeps {
   sleep: Sleep;
   random: () => number;
   events?: ExchangeEvents;
-  /** When each replica last showed it works: a stream silent at one that worked meanwhile went silent on its own (liveness.ts). */
-  liveness?: Liveness;
 }
 
 export interface ExchangePlan {
@@ -112,6 +109,8 @@ export interface ExchangePlan {
   knownStreamEnd?: boolean;
   /** The choices a chat or completions stream carries (the request's `n`, when over 1): each must finish before the stream has. */
   streamChoices?: number;
+  /** The request names a long stop string (director.ts `holdsBackText`): its stream may go silent with nothing wrong with the replica. */
+  holdsBackText?: boolean;
   /** Each inter-token gap of a committed stream, in ms, with the pool that streams it. */
   onInterToken?: (pool: string, ms: number) => void;
   /** Each content event of a stream (a token on its way to the client). */
@@ -192,7 +191,7 @@ export class ExchangeRunner {
       at.tried.add(picked.endpoint.id);
       const { result, meter } = await this.attempt(req, res, plan, step, picked, deadline, report);
       if (result.kind === 'committed') {
-        const ended = await this.committed(step, picked, result, meter, report, plan.requestId, plan.resume?.splice);
+        const ended = await this.committed(step, picked, result, meter, report, plan, plan.resume?.splice);
         return plan.resume ? this.resumeBroken(req, res, plan, plan.resume, at, ended, deadline) : ended;
       }
       picked.release();
@@ -227,7 +226,7 @@ export class ExchangeRunner {
     report: ExchangeReport,
     continuation?: Buffer,
   ): Promise<{ result: AttemptResult; meter: ResponseMeter }> {
-    const { clock, liveness } = this.deps;
+    const { clock } = this.deps;
     const { endpoint } = picked;
     const settings = step.pool.resilience;
     const started = clock.now();
@@ -243,7 +242,6 @@ export class ExchangeRunner {
     if (onInterToken) watch.interToken = (ms: number) => onInterToken(step.pool.name, ms);
     if (onContent) watch.content = onContent;
     if (onResponseId) watch.responseId = (id: string) => onResponseId(id, endpoint.id, step.pool.name);
-    if (liveness) watch.progress = (at: number) => liveness.mark(endpoint.id, at);
     const meter = new ResponseMeter(clock, started, dialect, watch);
     const span = plan.trace?.attempt(endpoint);
     // a stream that may be resumed is written whole events at a time, and left open when it breaks
@@ -269,8 +267,6 @@ export class ExchangeRunner {
     }
     if (continuation) spec.continues = true;
     const result = await this.deps.forwarder.attempt(req, res, spec);
-    // An answer begun shows the replica works (liveness.ts; an error status does not: a broken replica may answer some at once).
-    if (liveness && result.kind === 'committed') liveness.mark(endpoint.id, clock.now());
     // The request went to an engine, and no engine refused it: it is charged its prompt whatever came of it.
     if (meter.sent && result.kind !== 'upstream_error') report.engineHad = true;
     // A first byte late at a second replica for the same request: the request is what takes long (a long
@@ -299,11 +295,12 @@ export class ExchangeRunner {
     result: Extract<AttemptResult, { kind: 'committed' }>,
     meter: ResponseMeter,
     report: ExchangeReport,
-    requestId: string,
+    plan: Pick<ExchangePlan, 'requestId' | 'holdsBackText'>,
     splice?: StreamSplice,
   ): Promise<ExchangeReport> {
+    const { requestId, holdsBackText } = plan;
     report.upstreamStatus = result.status;
-    const { end, bytes, engineError, lastDataAt } = await result.done;
+    const { end, bytes, engineError } = await result.done;
     picked.release();
     report.end = end;
     report.bytes = (report.bytes ?? 0) + bytes;
@@ -316,9 +313,9 @@ export class ExchangeRunner {
       report.firstTokenAt = meter.firstTokenAt;
     }
     if (end === 'upstream_broken' || end === 'idle_timeout') {
-      // a stream silent past the idle timeout while its replica worked (for others, or its engine's counters
-      // went up: text held back for a stop string) went silent on its own: no breaker failure
-      const ownSilence = end === 'idle_timeout' && lastDataAt !== undefined && this.deps.liveness?.workedAfter(picked.endpoint.id, lastDataAt) === true;
+      // a stream whose request names a long stop string may go silent on its own (the engine holds its text
+      // back while it could be the stop string's start): any tenant can ask for that, so it moves no breaker
+      const ownSilence = end === 'idle_timeout' && holdsBackText === true;
       if (!ownSilence) this.deps.picker.recordStreamFailure(step.pool, picked.endpoint.id, requestId);
       report.failure = end === 'upstream_broken' ? 'upstream_stream_broken' : 'upstream_timeout';
     } else if (end === 'deadline') report.failure = 'upstream_timeout';
@@ -404,7 +401,7 @@ export class ExchangeRunner {
       const { result, meter } = await this.attempt(req, res, plan, step, picked, deadline, report, splice.continuationBody(step.body));
       if (result.kind === 'committed') {
         splice.resumed();
-        await this.committed(step, picked, result, meter, report, plan.requestId, splice);
+        await this.committed(step, picked, result, meter, report, plan, splice);
         return undefined;
       }
       picked.release();

@@ -24,19 +24,10 @@ export interface EngineSeries {
    * requests and the adapter slots; its value a timestamp (the series with the latest is current).
    */
   readonly lora?: { readonly name: string; readonly running: string; readonly waiting: string; readonly maxLora: string; readonly rank: string };
-  /**
-   * Counters of tokens the engine processed, updated as it works (every scheduler step), all summed:
-   * one that went up between two scrapes shows the replica at work (resilience/liveness.ts). Only
-   * engines that update them while requests run, not when they end.
-   */
-  readonly progress?: readonly string[];
 }
 
 /** The load figures a page yields; `at` and `localAtSample` are the scraper's to add. */
-export type ParsedLoad = Pick<EngineLoad, 'waiting' | 'running' | 'kvCacheUsage' | 'cacheTokens' | 'lora'> & {
-  /** The sum of the engine's {@link EngineSeries.progress} counters, when it has any. */
-  progress?: number;
-};
+export type ParsedLoad = Pick<EngineLoad, 'waiting' | 'running' | 'kvCacheUsage' | 'cacheTokens' | 'lora'>;
 
 /** Per engine; undefined means the engine exposes nothing we use (`openai`: never scraped). */
 export const ENGINE_SERIES: Readonly<Record<Engine, EngineSeries | undefined>> = {
@@ -46,14 +37,12 @@ export const ENGINE_SERIES: Readonly<Record<Engine, EngineSeries | undefined>> =
     kvCacheUsage: ['vllm:kv_cache_usage_perc', 'vllm:gpu_cache_usage_perc'],
     cacheConfig: { name: 'vllm:cache_config_info', blockSize: 'block_size', blocks: 'num_gpu_blocks' },
     lora: { name: 'vllm:lora_requests_info', running: 'running_lora_adapters', waiting: 'waiting_lora_adapters', maxLora: 'max_lora', rank: 'engine' },
-    progress: ['vllm:prompt_tokens_total', 'vllm:generation_tokens_total'],
   },
   sglang: {
     waiting: ['sglang:num_queue_reqs'],
     running: ['sglang:num_running_reqs'],
     kvCacheUsage: ['sglang:token_usage'],
     cacheConfig: { name: 'sglang:cache_config_info', blockSize: 'page_size', blocks: 'num_pages' },
-    // no progress: SGLang adds to its token counters when a request finishes, not while it runs
   },
   tgi: { waiting: ['tgi_queue_size'], running: ['tgi_batch_current_size'], kvCacheUsage: [] },
   tei: { waiting: ['te_queue_size'], running: [], kvCacheUsage: [] },
@@ -93,13 +82,6 @@ export function readEngineLoad(series: EngineSeries, text: string): ParsedLoad |
   if (cacheTokens !== undefined) load.cacheTokens = cacheTokens;
   const lora = series.lora && loraLoad(text, series.lora);
   if (lora !== undefined) load.lora = lora;
-  if (series.progress) {
-    let progress: number | undefined;
-    scanSamples(text, series.progress, (_i, value) => {
-      if (Number.isFinite(value)) progress = (progress ?? 0) + value;
-    });
-    if (progress !== undefined) load.progress = progress;
-  }
   return load;
 }
 

@@ -31,12 +31,6 @@ export interface EngineMetricsScraperDeps {
   onFailing?: (pool: string, endpoint: string, result: Exclude<ScrapeResult, 'ok'>, why: string) => void;
   /** A replica said to be failing answered again, after `failed` failed scrapes. */
   onRecovered?: (pool: string, endpoint: string, failed: number) => void;
-  /**
-   * The engine's counters of tokens processed went up between two scrapes: it worked after `since`, the
-   * earlier scrape's time (the latest time the work is known to be after; a replica that hung since is
-   * not taken for working).
-   */
-  onProgress?: (endpoint: string, since: number) => void;
 }
 
 const DEFAULT_MAX_CONCURRENT = 16;
@@ -74,8 +68,6 @@ export class EngineMetricsScraper implements EngineLoadSource {
   private readonly lastStart = new Map<string, number>();
   /** Replicas whose scrapes are failing: how many have failed in a row. */
   private readonly failing = new Map<string, number>();
-  /** Each replica's progress counters at its last scrape that had them, and that scrape's time. */
-  private readonly progress = new Map<string, { value: number; at: number }>();
   /** Every endpoint with a scrape queued or in flight. */
   private readonly busy = new Map<string, Scrape>();
   private readonly queue: Scrape[] = [];
@@ -161,7 +153,6 @@ export class EngineMetricsScraper implements EngineLoadSource {
     for (const id of this.current.keys()) if (!eligible.has(id)) this.current.delete(id);
     for (const id of this.lastStart.keys()) if (!eligible.has(id)) this.lastStart.delete(id);
     for (const id of this.failing.keys()) if (!eligible.has(id)) this.failing.delete(id);
-    for (const id of this.progress.keys()) if (!eligible.has(id)) this.progress.delete(id);
     for (const [id, scrape] of this.busy) if (!eligible.has(id)) scrape.controller.abort();
   }
 
@@ -253,14 +244,8 @@ export class EngineMetricsScraper implements EngineLoadSource {
     const localAtSample = this.deps.localCount(scrape.endpoint.id);
     const parsed = readEngineLoad(scrape.series, text);
     if (!parsed) return 'unparsable';
-    const { progress, ...figures } = parsed;
-    const load: EngineLoad = { ...figures, at, localAtSample };
+    const load: EngineLoad = { ...parsed, at, localAtSample };
     this.current.set(scrape.endpoint.id, { pool: scrape.pool.name, load: Object.freeze(load), staleAfterMs: scrape.pool.routing.engineMetrics.staleAfterMs });
-    if (progress !== undefined) {
-      const before = this.progress.get(scrape.endpoint.id);
-      this.progress.set(scrape.endpoint.id, { value: progress, at }); // lower after the engine restarted: the new count goes on from there
-      if (before !== undefined && progress > before.value) this.deps.onProgress?.(scrape.endpoint.id, before.at);
-    }
     return 'ok';
   }
 

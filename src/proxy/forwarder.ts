@@ -89,8 +89,6 @@ export interface StreamDone {
   bytes: number;
   /** The engine's own error event ended the stream (relayed in the router's envelope): its status and code. */
   engineError?: { status: number; code: string };
-  /** An `idle_timeout`'s: when the engine's last bytes came, on the clock. */
-  lastDataAt?: number;
 }
 
 export type AttemptResult =

@@ -164,7 +164,6 @@ export function relayResponse(spec: AttemptSpec, proxyRes: EngineResponse, res: 
       control.disarm();
       const done: StreamDone = { end, bytes };
       if (engineError) done.engineError = engineError;
-      if (end === 'idle_timeout') done.lastDataAt = lastData;
       resolve(done);
     };
   });

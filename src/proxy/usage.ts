@@ -110,12 +110,7 @@ export interface MeterWatch {
    * holds the answer's last bytes until it settles.
    */
   responseId?: (id: string) => Promise<boolean> | undefined;
-  /** Bytes of the answer came (the replica is at work), said at most every {@link PROGRESS_EVERY_MS}: when, on the clock. */
-  progress?: (at: number) => void;
 }
-
-/** How often a stream tells that its replica is at work (resilience/liveness.ts): once a second is plenty for timeouts of seconds. */
-export const PROGRESS_EVERY_MS = 1000;
 
 /** Reads a response as it passes (the forwarder's {@link ResponseObserver}): usage, timing, the Responses API's id. */
 export class ResponseMeter implements ResponseObserver {
@@ -161,18 +156,8 @@ export class ResponseMeter implements ResponseObserver {
     return event.event !== undefined ? RESPONSES_DELTA.test(event.event) : RESPONSES_DELTA_DATA.test(event.data);
   }
 
-  /** When the answer last told {@link MeterWatch.progress}. */
-  private progressAt = -Infinity;
-
-  private progressed(at: number): void {
-    if (at - this.progressAt < PROGRESS_EVERY_MS) return;
-    this.progressAt = at;
-    this.watch.progress?.(at);
-  }
-
   /** `at`: when the event was read (the clock's; one reading serves the events of a chunk, read together). */
   event(event: SseEvent, at?: number): void {
-    if (this.watch.progress) this.progressed(at ?? this.clock.now());
     if (event.data === '[DONE]') return;
     if (this.isContent(event)) {
       this.contentEvents += 1;
@@ -215,7 +200,6 @@ export class ResponseMeter implements ResponseObserver {
   }
 
   body(chunk: Buffer): void {
-    if (this.watch.progress) this.progressed(this.clock.now());
     if (!this.overflow && this.headBytes + chunk.length <= BODY_HEAD) {
       this.head.push(chunk);
       this.headBytes += chunk.length;

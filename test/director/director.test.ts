@@ -8,7 +8,7 @@ import { ResponseLocations } from '../../src/balancer/response-locations.js';
 import { ROUTING_DEFAULTS } from '../../src/balancer/settings.js';
 import { RouterError } from '../../src/core/errors.js';
 import { type ApiName, type Capability, type Deployment, type PoolSpec } from '../../src/core/types.js';
-import { Director, type DirectedRequest, type ResponseMetrics } from '../../src/director/director.js';
+import { Director, HOLD_BACK_CHARS, type DirectedRequest, type ResponseMetrics } from '../../src/director/director.js';
 import { type ExchangePlan, type ExchangeReport } from '../../src/director/exchange.js';
 import { Registry } from '../../src/registry/registry.js';
 import { RESILIENCE_DEFAULTS } from '../../src/resilience/settings.js';
@@ -161,6 +161,18 @@ describe('Director.direct: the plan', () => {
     const plan = t.plans[0];
     expect(plan?.stripUsageChunk).toBe(strip);
     expect((JSON.parse(plan?.route[0]?.body.toString() ?? '{}') as { stream_options?: unknown }).stream_options).toEqual(options);
+  });
+
+  it.each([
+    ['a long stop string', { stop: 'x'.repeat(HOLD_BACK_CHARS) }, true],
+    ['a long one in a list', { stop: ['\n', 'y'.repeat(HOLD_BACK_CHARS + 5)] }, true],
+    ['a long stop sequence (the Messages API’s)', { stop_sequences: ['z'.repeat(HOLD_BACK_CHARS)] }, true],
+    ['short stop strings', { stop: ['\n\n', 'User:', 'x'.repeat(HOLD_BACK_CHARS - 1)] }, undefined],
+    ['none', {}, undefined],
+  ])('marks a request with %s as one whose stream may go silent on its own', async (_case, stop, holds) => {
+    const t = setup();
+    await t.director.direct(req, res, request('chat', MAIN, { ...chat, ...stop }));
+    expect(t.plans[0]?.holdsBackText).toBe(holds);
   });
 
   it('embeddings: the embeddings path, no prompt for prefix affinity, no usage override', async () => {

@@ -14,7 +14,6 @@ import { retryDelay } from '../../src/director/retry-policy.js';
 import { type AttemptResult, type AttemptSpec, type FailureReason, type Forwarder, type ResponseObserver, type StreamEnd } from '../../src/proxy/forwarder.js';
 import { normaliseUpstreamError } from '../../src/proxy/upstream-errors.js';
 import { type AttemptOutcome } from '../../src/resilience/breaker.js';
-import { Liveness } from '../../src/resilience/liveness.js';
 import { type EndpointPicker, type Picked, type PickRequest } from '../../src/resilience/picker.js';
 import { mergeResilience, RESILIENCE_DEFAULTS, type ResilienceOverrides } from '../../src/resilience/settings.js';
 import { FakeTime, flush } from '../helpers/fake-time.js';
@@ -186,7 +185,6 @@ interface Setup {
 
 function setup({ route, endpoints, script }: Setup) {
   const time = new FakeTime();
-  const liveness = new Liveness();
   const forwarder = new FakeForwarder(time, new Map(Object.entries(script).map(([id, results]) => [id, [...results]])));
   const picker = new FakePicker(Object.fromEntries(Object.entries(endpoints).map(([name, ids]) => [name, ids.map((id) => endpoint(id, name))])));
   const events: string[] = [];
@@ -201,7 +199,6 @@ function setup({ route, endpoints, script }: Setup) {
       return time.sleep(ms, signal);
     },
     random: () => DRAW,
-    liveness,
     events: {
       onAttempt: (p, ep, outcome) => events.push(`attempt ${p}/${ep} ${outcome}`),
       onRetry: (p, reason) => events.push(`retry ${p} ${reason}`),
@@ -234,7 +231,7 @@ function setup({ route, endpoints, script }: Setup) {
     }
     throw new Error('the exchange did not end in 50 turns');
   };
-  return { time, forwarder, picker, events, sleeps, interTokens, res, controller, plan, start, run, liveness };
+  return { time, forwarder, picker, events, sleeps, interTokens, res, controller, plan, start, run };
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -490,7 +487,6 @@ describe('ExchangeRunner: what a timeout says of the replica, and of the request
   it('a slow replica: its late first byte counts, and another replica answers the request', async () => {
     const A = pool('A');
     const t = setup({ route: [step(A)], endpoints: { A: ['a1', 'a2'] }, script: { a1: [{ result: failed('first_byte_timeout'), takesMs: 500 }], a2: [committed()] } });
-    t.liveness.mark('a1', 200); // busy with other requests: says nothing of this one's wait
     const report = await t.run();
     expect(t.forwarder.endpoints).toEqual(['a1', 'a2']);
     expect(t.picker.picks.map((p) => p.outcomes)).toEqual([['failure'], ['success']]);
@@ -498,33 +494,16 @@ describe('ExchangeRunner: what a timeout says of the replica, and of the request
   });
 
   it.each([
-    ['worked after its last bytes', 150, []],
-    ['showed nothing after its last bytes', 100, ['A/a1']],
-  ])('a stream silent past the idle timeout at a replica that %s: breaker failure %j', async (_case, markedAt, failures) => {
+    ['names a long stop string (its text may be held back)', true, []],
+    ['names none', undefined, ['A/a1']],
+  ])('a stream silent past the idle timeout whose request %s: breaker failure %j', async (_case, holdsBackText, failures) => {
     const A = pool('A');
-    const silent: AttemptResult = { kind: 'committed', status: 200, done: Promise.resolve({ end: 'idle_timeout', bytes: 10, lastDataAt: 100 }) };
+    const silent: AttemptResult = { kind: 'committed', status: 200, done: Promise.resolve({ end: 'idle_timeout', bytes: 10 }) };
     const t = setup({ route: [step(A)], endpoints: { A: ['a1'] }, script: { a1: [silent] } });
-    t.liveness.mark('a1', markedAt);
+    if (holdsBackText) t.plan.holdsBackText = true;
     const report = await t.run();
     expect(t.picker.streamFailures).toEqual(failures);
     expect(report.failure).toBe('upstream_timeout');
-  });
-
-  it('an answer begun and its events mark the replica as working; an error status does not', async () => {
-    const A = pool('A');
-    const t = setup({
-      route: [step(A)],
-      endpoints: { A: ['a1', 'a2'] },
-      script: {
-        a1: [{ result: upstream(503), takesMs: 10 }],
-        a2: [{ result: committed(), takesMs: 20, observe: (observer, time) => Promise.resolve(observer.event({ data: '{"choices":[{"delta":{"content":"x"}}]}' }, time.now() + 5)) }],
-      },
-    });
-    const report = await t.run();
-    expect(report.end).toBe('complete');
-    const retried = t.forwarder.startedAt[1] as number;
-    expect(t.liveness.workedAfter('a1', 0)).toBe(false); // its 503 is no sign
-    expect(t.liveness.workedAfter('a2', retried + 24)).toBe(true); // the event, 5 ms after the first byte
   });
 
   it.each([

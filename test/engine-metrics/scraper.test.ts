@@ -94,8 +94,6 @@ function setup(pools: PoolSpec[], endpoints: Record<string, Endpoint[]>, maxConc
   const local = new Map<string, number>();
   /** What the scraper said of replicas failing and recovering (the router logs it). */
   const said: string[] = [];
-  /** Each replica whose engine showed progress, and when. */
-  const progress: string[] = [];
   const scraper = new EngineMetricsScraper({
     endpoints: { snapshot: (name) => endpoints[name] ?? [] },
     pools: () => pools,
@@ -106,11 +104,10 @@ function setup(pools: PoolSpec[], endpoints: Record<string, Endpoint[]>, maxConc
     onScrape: (p, e, result) => results.push({ pool: p, endpoint: e, result, at: time.now() }),
     onFailing: (p, e, result, why) => said.push(`failing ${p} ${e} ${result}: ${why}`),
     onRecovered: (p, e, failed) => said.push(`recovered ${p} ${e} after ${failed}`),
-    onProgress: (e, now) => progress.push(`${e}@${now}`),
     ...(maxConcurrent === undefined ? {} : { maxConcurrent }),
   });
   scrapers.push(scraper);
-  return { time, fetch, results, local, scraper, said, progress };
+  return { time, fetch, results, local, scraper, said };
 }
 
 describe('EngineMetricsScraper: samples', () => {
@@ -335,20 +332,6 @@ describe('EngineMetricsScraper: scheduling', () => {
     expect(scraper.load(leaves.id)).toBeUndefined();
     expect([...scraper.samples()].map((s) => s.endpoint)).toEqual([stays.id]);
     expect(results.filter((r) => r.endpoint === leaves.id).map((r) => r.result)).toEqual(['ok']);
-  });
-
-  it('says a replica is at work when its engine’s token counters went up since its last scrape (not at its first, nor when they stood still or fell)', async () => {
-    const ep = endpoint('llm');
-    const { time, fetch, scraper, progress } = setup([pool('llm', 'vllm', { intervalMs: 100, timeoutMs: 1000 })], { llm: [ep] });
-    const page = (tokens: number): string => `${vllmPage(0, 1)}vllm:generation_tokens_total{engine="0"} ${tokens}\n`;
-    for (const tokens of [10, 25, 25, 3, 4]) {
-      const round = scraper.runOnce();
-      await fetch.last(ep).answer(page(tokens));
-      await round;
-      await time.advance(100);
-    }
-    // marked at the earlier scrape's time: the work is known to be after it, not when
-    expect(progress).toEqual([`${ep.id}@0`, `${ep.id}@300`]);
   });
 
   it('forgets how often a replica that left had failed: back, it starts counting again', async () => {
