@@ -75,6 +75,19 @@ async function relayed(
   return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, ready: setUp };
 }
 
+const whole = 'data: {"choices":[{"delta":{"content":"a"}}]}\n\ndata: [DONE]\n\n';
+const shortTimeouts = { connectMs: 1000, firstByteMs: 1000, idleMs: 1000, clientStallMs: 60_000 };
+
+/** A stream whose answer's last bytes wait for `hold`, its idle timeout 1 s and its deadline at 1.5 s of fake time, and a client asking for it. */
+async function heldStream(
+  time: FakeTime,
+): Promise<{ hold: ReturnType<typeof holdingObserver>; response: ReturnType<typeof rawRequest>; sink: BodySink; engine: HandEngine; done: Promise<StreamDone> }> {
+  const hold = holdingObserver();
+  const { url, ready } = await relayed({ 'content-type': 'text/event-stream' }, { observe: hold.observe, endOfStream: (e) => e.data === '[DONE]', timeouts: shortTimeouts, deadline: 1500 }, time);
+  const response = rawRequest(`${url}/x`, { body: '{}' });
+  return { hold, response, ...(await ready) };
+}
+
 describe('relayResponse: an answer held for what answered() returned', () => {
   it("the engine's end arriving while the last bytes are held waits behind them: the client gets the whole body, then the end", async () => {
     const hold = holdingObserver();
@@ -109,14 +122,7 @@ describe('relayResponse: an answer held for what answered() returned', () => {
 
   it('a hold longer than the idle timeout and the deadline cuts nothing (the answer is whole); the idle clock runs again after it', async () => {
     const time = new FakeTime();
-    const hold = holdingObserver();
-    const { url, ready } = await relayed(
-      { 'content-type': 'text/event-stream' },
-      { observe: hold.observe, endOfStream: (e) => e.data === '[DONE]', timeouts: { connectMs: 1000, firstByteMs: 1000, idleMs: 1000, clientStallMs: 60_000 }, deadline: 1500 },
-      time,
-    );
-    const response = rawRequest(`${url}/x`, { body: '{}' });
-    const { sink, engine, done } = await ready;
+    const { hold, response, sink, engine, done } = await heldStream(time);
     sink.data(Buffer.from('data: {"choices":[{"delta":{"content":"a"}}]}\n\n'));
     sink.data(Buffer.from('data: [DONE]\n\n'));
     expect(hold.asked()).toBe(true);
@@ -138,15 +144,9 @@ describe('relayResponse: an answer held for what answered() returned', () => {
     expect(engine.log).toContain('destroy');
   });
 
-  const whole = 'data: {"choices":[{"delta":{"content":"a"}}]}\n\ndata: [DONE]\n\n';
-  const shortTimeouts = { connectMs: 1000, firstByteMs: 1000, idleMs: 1000, clientStallMs: 60_000 };
-
   it('a hold that ends just before the deadline: the deadline does not cut the whole answer after it', async () => {
     const time = new FakeTime();
-    const hold = holdingObserver();
-    const { url, ready } = await relayed({ 'content-type': 'text/event-stream' }, { observe: hold.observe, endOfStream: (e) => e.data === '[DONE]', timeouts: shortTimeouts, deadline: 1500 }, time);
-    const response = rawRequest(`${url}/x`, { body: '{}' });
-    const { sink, done } = await ready;
+    const { hold, response, sink, done } = await heldStream(time);
     sink.data(Buffer.from(whole));
     await time.advance(1499);
     hold.release();
@@ -253,14 +253,7 @@ describe('relayResponse: an answer held for what answered() returned', () => {
 
   it('a hold that ends past the deadline leaves the engine its end: the answer ends complete, nothing after its last event', async () => {
     const time = new FakeTime();
-    const hold = holdingObserver();
-    const { url, ready } = await relayed(
-      { 'content-type': 'text/event-stream' },
-      { observe: hold.observe, endOfStream: (e) => e.data === '[DONE]', timeouts: { connectMs: 1000, firstByteMs: 1000, idleMs: 1000, clientStallMs: 60_000 }, deadline: 1500 },
-      time,
-    );
-    const response = rawRequest(`${url}/x`, { body: '{}' });
-    const { sink, done } = await ready;
+    const { hold, response, sink, done } = await heldStream(time);
     sink.data(Buffer.from('data: {"choices":[{"delta":{"content":"a"}}]}\n\ndata: [DONE]\n\n'));
     await time.advance(1600); // the hold outlasts the deadline
     hold.release();
