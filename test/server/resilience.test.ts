@@ -159,6 +159,23 @@ describe('timeouts', () => {
     expect((await chat(g)).status).toBe(200);
   });
 
+  it('streams silent past the idle timeout because their long stop string holds their text back move no breaker; the next request is served', async () => {
+    // a hostile tenant's streams: the whole answer is the start of the stop string, so the engine holds
+    // back every token (as vLLM holds back text that may be a stop string's start) and the stream goes
+    // silent. Counted as the replica's failures, two of them opened its breaker: every tenant got 503.
+    const [replica] = await sims(1, { itlMs: 5 });
+    const g = await gateway([replica!.url], { ...fast, timeouts: { idleMs: 300 } });
+    const ask = { messages: [{ role: 'user', content: 'tell me a long story' }], max_tokens: 200, ignore_eos: true, seed: 7 };
+    // the simulator's text for this seed, as its own client would see it
+    const learned = await rawRequest(`${replica!.url}/v1/chat/completions`, { body: { model: 'served/llm', ...ask } });
+    const text = (JSON.parse(learned.body) as { choices: Array<{ message: { content: string } }> }).choices[0]?.message.content ?? '';
+    expect(text.length).toBeGreaterThan(100);
+    const silent = await Promise.all(Array.from({ length: 3 }, () => chat(g, { ...ask, stream: true, stop: [`${text} and then`] })));
+    for (const res of silent) expect(res.body).toContain('upstream_timeout');
+    expect(breakerOf(g, replica!.url) ?? 'closed').toBe('closed');
+    expect((await chat(g)).status).toBe(200);
+  });
+
   it('does not treat a stream’s early headers as its first byte: a stuck prefill is retried', async () => {
     const [stuck, ok] = await sims(2);
     stuck!.configure({ fault: 'slow-start=5000' }); // 200 and headers at once, no data
