@@ -314,7 +314,7 @@ export class ExchangeRunner {
     }
     if (end === 'upstream_broken' || end === 'idle_timeout') {
       // a stream whose request names a long stop string may go silent on its own (the engine holds its text
-      // back while it could be the stop string's start): any tenant can ask for that, so it moves no breaker
+      // back while it could be the stop string's start), which every tenant may ask for: it moves no breaker
       const ownSilence = end === 'idle_timeout' && holdsBackText === true;
       if (!ownSilence) this.deps.picker.recordStreamFailure(step.pool, picked.endpoint.id, requestId);
       report.failure = end === 'upstream_broken' ? 'upstream_stream_broken' : 'upstream_timeout';

@@ -13,7 +13,6 @@ import { modelNotFound, NO_REPLICA_RETRY_AFTER_SECONDS, RouterError } from '../c
 import { passed } from '../core/phases.js';
 import { PRIORITIES, type Priority, type RequestTrace } from '../core/types.js';
 import { type RequestDirector } from '../director/director.js';
-import { type ExchangeReport } from '../director/exchange.js';
 import { type DeploymentNames, type Lease, type TokenUsage } from '../limits/limiter.js';
 import { type ModelCatalog } from '../registry/registry.js';
 import { type ChainRequest } from './app.js';
@@ -110,18 +109,13 @@ function promptOnce(api: ApiRoute, body: ValidRequest): (() => string) | undefin
   return () => (text ??= of(body));
 }
 
-/** A request an engine worked on whose answer the router never read: its prompt's estimate, and no completion tokens it could count. */
-const PROMPT_ONLY: TokenUsage = Object.freeze({ promptTokens: 0, completionTokens: 0, estimated: true });
-
 /**
- * Whether the request went out to an engine that did not refuse it (exchange.ts `engineHad`): a request
- * whose answer the router then never read (cut, not read by its client, timed out) is charged its
- * prompt's estimate, not refunded as one that never reached an engine is. The router cannot tell an
- * engine that read the prompt from one that hung.
+ * What a request that went out to an engine that did not refuse it (exchange.ts `engineHad`), but whose
+ * answer the router never read (cut, not read by its client, timed out), is charged: its prompt's
+ * estimate, not refunded as one that never reached an engine is (the router cannot tell an engine that
+ * read the prompt from one that hung), and no completion tokens it could count.
  */
-function engineWorked(report: ExchangeReport): boolean {
-  return report.engineHad === true;
-}
+const PROMPT_ONLY: TokenUsage = Object.freeze({ promptTokens: 0, completionTokens: 0, estimated: true });
 
 /** What each streamed content event tells: the key's token limits, and the trace's first token. */
 function contentHook(lease: { streamed(): void } | undefined, trace: RequestTrace | undefined): () => void {
@@ -196,7 +190,7 @@ export function inferenceHandler(deps: InferenceDeps, api: ApiRoute) {
     ctx.exchange = directed.then(
       (report) => {
         ctx.report = report;
-        const usage = report.usage ?? (engineWorked(report) ? PROMPT_ONLY : undefined);
+        const usage = report.usage ?? (report.engineHad ? PROMPT_ONLY : undefined);
         lease?.finish(usage);
         unlimited?.unlimited?.(principal, usage, usage?.estimated ? estimatePromptTokens(promptText, text) : 0);
       },
