@@ -181,7 +181,11 @@ async function readJson(dir: string, file: string): Promise<Record<string, unkno
 
 /** Reads a tokenizer directory and loads both libraries (by dynamic import: only a pool in this mode pays for them). */
 export async function loadHfModel(dir: string): Promise<HfModel> {
-  const [tokenizerJson, config] = await Promise.all([readJson(dir, TOKENIZER_FILES[0]), readJson(dir, TOKENIZER_FILES[1])]);
+  // both read at once; when both fail, tokenizer.json's error is the one said (whichever failed first was a race)
+  const [tokenizerRead, configRead] = await Promise.allSettled([readJson(dir, TOKENIZER_FILES[0]), readJson(dir, TOKENIZER_FILES[1])]);
+  if (tokenizerRead.status === 'rejected') throw tokenizerRead.reason;
+  if (configRead.status === 'rejected') throw configRead.reason;
+  const [tokenizerJson, config] = [tokenizerRead.value, configRead.value];
   const [tokenizers, { Template }] = await Promise.all([import('@huggingface/tokenizers'), import('@huggingface/jinja')]);
   const Tokenizer = tokenizers.Tokenizer as unknown as new (tokenizerJson: object, config: object) => HfTokenizer;
   let tokenizer: HfTokenizer;
