@@ -79,7 +79,7 @@ export interface RouteStep {
 /** What the exchange needs of its collaborators (tests hand it stand-ins). */
 export interface ExchangeDeps {
   forwarder: Pick<Forwarder, 'attempt'>;
-  picker: Pick<EndpointPicker, 'pick' | 'hasUntried' | 'recordStreamFailure'>;
+  picker: Pick<EndpointPicker, 'pick' | 'hasUntried' | 'recordAnswerEnd'>;
   clock: Clock;
   sleep: Sleep;
   random: () => number;
@@ -312,21 +312,29 @@ export class ExchangeRunner {
       report.ttftMs = meter.ttftMs;
       report.firstTokenAt = meter.firstTokenAt;
     }
+    // The attempt counted nothing when the answer began (`answered`): its breaker hears how it ended. A
+    // success counted at the first byte reset the failure count, so a replica whose every stream broke
+    // after a few tokens was never taken out.
+    let counted: 'success' | 'failure' | undefined = 'success';
     if (end === 'upstream_broken' || end === 'idle_timeout') {
       // a stream whose request names a long stop string may go silent on its own (the engine holds its text
       // back while it could be the stop string's start), which every tenant may ask for: it moves no breaker
       const ownSilence = end === 'idle_timeout' && holdsBackText === true;
-      if (!ownSilence) this.deps.picker.recordStreamFailure(step.pool, picked.endpoint.id, requestId);
+      counted = ownSilence ? undefined : 'failure';
       report.failure = end === 'upstream_broken' ? 'upstream_stream_broken' : 'upstream_timeout';
-    } else if (end === 'deadline') report.failure = 'upstream_timeout';
-    else if (end === 'client_gone' || end === 'client_stalled')
-      report.failure = end; // the client's doing: no breaker failure
-    else if (engineError) {
+    } else if (end === 'deadline') {
+      counted = undefined; // the request's own time ran out: nothing said of the engine
+      report.failure = 'upstream_timeout';
+    } else if (end === 'client_gone' || end === 'client_stalled') {
+      counted = undefined; // the client's doing: nothing said of the engine either way
+      report.failure = end;
+    } else if (engineError) {
       // the engine ended the stream with its own error: a server error counts against its breaker
       report.failure = engineError.code;
       report.engineError = engineError.code;
-      if (engineError.status >= 500) this.deps.picker.recordStreamFailure(step.pool, picked.endpoint.id, requestId);
+      if (engineError.status >= 500) counted = 'failure';
     }
+    if (counted) this.deps.picker.recordAnswerEnd(step.pool, picked.endpoint.id, counted, requestId);
     return report;
   }
 

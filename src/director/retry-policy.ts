@@ -20,7 +20,7 @@ export function retryable(result: AttemptResult): boolean {
 export function breakerOutcome(result: AttemptResult): AttemptOutcome {
   switch (result.kind) {
     case 'committed':
-      return 'success';
+      return 'answered'; // counted when the answer ends (the exchange reports how: EndpointBreaker.answerEnded)
     case 'upstream_error':
       if (result.status === 429 || result.status === 503) return 'backpressure';
       return result.status >= 500 ? 'failure' : 'success';

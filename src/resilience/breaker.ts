@@ -13,7 +13,12 @@
  * attempt begun before the cool-down that ends during it moves the failure count, not the breaker.
  *
  * Outcomes: `failure` — connection errors, timeouts, 5xx (but 503); `success` — a response the engine
- * produced normally, including 4xx the request caused; `backpressure` — 429 or 503, the engine is alive
+ * produced normally, including 4xx the request caused; `answered` — the engine's answer began and is
+ * being relayed: it counts when it ends ({@link EndpointBreaker.answerEnded}: whole, a success; cut by
+ * the engine, a failure), so a replica whose every stream breaks after its first tokens is taken out
+ * (counted a success at each stream's start, its failure count never reached the threshold); to a
+ * half-open probe it is the engine answering, which closes the breaker (an answer that then breaks is
+ * the failure that re-opens it during probation); `backpressure` — 429 or 503, the engine is alive
  * but busy, which counts as neither (the request is routed elsewhere, the breaker is not moved) — except
  * on a half-open probe, where opossum takes it for the success it filters it as: the engine answered;
  * `unknown` — the engine did not answer, for a reason not its own (the client left before the first
@@ -25,7 +30,7 @@ import CircuitBreaker from 'opossum';
 import { type Scheduler, systemScheduler } from '../core/clock.js';
 
 export type BreakerState = 'closed' | 'open' | 'half-open';
-export type AttemptOutcome = 'success' | 'failure' | 'backpressure' | 'unknown';
+export type AttemptOutcome = 'success' | 'failure' | 'answered' | 'backpressure' | 'unknown';
 
 export interface BreakerSettings {
   failureThreshold: number;
@@ -169,10 +174,13 @@ export class EndpointBreaker {
     this.count(outcome);
   }
 
-  /** A failure seen outside an attempt's outcome (a stream the engine broke after it started). */
-  recordFailure(cause?: string): void {
+  /**
+   * How an answer that began (its attempt settled `answered`) ended: `success` whole, `failure` when
+   * the engine broke it (or its stream went silent, or ended in the engine's own server error).
+   */
+  answerEnded(outcome: 'success' | 'failure', cause?: string): void {
     this.cause = cause;
-    this.count('failure');
+    this.count(outcome);
   }
 
   shutdown(): void {

@@ -377,9 +377,9 @@ export class EndpointPicker {
     return this.usable(pool, request).endpoints.some((ep) => !tried.has(ep.id));
   }
 
-  /** A committed stream that the engine broke counts against its endpoint's breaker. */
-  recordStreamFailure(pool: PoolSpec, endpointId: string, requestId?: string): void {
-    this.deps.breakers.get(endpointId, pool.name, pool.resilience.breaker).recordFailure(requestId);
+  /** How an answer that reached the client ended, for its endpoint's breaker: whole, or broken by the engine. */
+  recordAnswerEnd(pool: PoolSpec, endpointId: string, outcome: 'success' | 'failure', requestId?: string): void {
+    this.deps.breakers.get(endpointId, pool.name, pool.resilience.breaker).answerEnded(outcome, requestId);
   }
 
   /** The endpoints of the pool this request may go to (all, or only the one it is pinned to) that can take traffic now. */

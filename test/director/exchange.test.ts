@@ -60,11 +60,12 @@ interface Ticketed {
   released: number;
 }
 
-class FakePicker implements Pick<EndpointPicker, 'pick' | 'hasUntried' | 'recordStreamFailure'> {
+class FakePicker implements Pick<EndpointPicker, 'pick' | 'hasUntried' | 'recordAnswerEnd'> {
   /** One entry per pick that returned an endpoint: its breaker outcomes and release count. */
   readonly picks: Ticketed[] = [];
   readonly requests: Array<{ pool: string; tried: string[]; request: PickRequest | undefined }> = [];
-  readonly streamFailures: string[] = [];
+  /** How each answer that reached the client ended, as its breaker heard it: `pool/endpoint outcome`. */
+  readonly answerEnds: string[] = [];
   /** Pools whose picks wait until the client leaves (a queue that never moves). */
   readonly stuck = new Set<string>();
   /** Pools whose picks fail with this error (instead of NO_READY_REPLICA for an empty pool). */
@@ -97,8 +98,13 @@ class FakePicker implements Pick<EndpointPicker, 'pick' | 'hasUntried' | 'record
     return (this.pools[pool.name] ?? []).some((e) => !tried.has(e.id));
   }
 
-  recordStreamFailure(pool: PoolSpec, endpointId: string): void {
-    this.streamFailures.push(`${pool.name}/${endpointId}`);
+  recordAnswerEnd(pool: PoolSpec, endpointId: string, outcome: 'success' | 'failure'): void {
+    this.answerEnds.push(`${pool.name}/${endpointId} ${outcome}`);
+  }
+
+  /** The answers whose end counted against their breaker. */
+  get streamFailures(): string[] {
+    return this.answerEnds.filter((e) => e.endsWith(' failure')).map((e) => e.slice(0, -' failure'.length));
   }
 }
 
@@ -237,12 +243,13 @@ function setup({ route, endpoints, script }: Setup) {
 // ---------------------------------------------------------------------------------------------------
 
 describe('ExchangeRunner: success and retries within a pool', () => {
-  it('success on the first try: one attempt, ticket settled as success, released after the response ended', async () => {
+  it('success on the first try: one attempt, ticket settled as answered, the whole answer counted a success, released after the response ended', async () => {
     const A = pool('A');
     const t = setup({ route: [step(A)], endpoints: { A: ['a1', 'a2'] }, script: { a1: [{ result: committed('complete', 99), takesMs: 40 }] } });
     const report = await t.run();
     expect(report).toEqual({ attempts: [{ endpoint: 'a1', outcome: 'committed', ms: 40 }], endpoint: 'a1', upstreamStatus: 200, end: 'complete', bytes: 99 });
-    expect(t.picker.picks).toEqual([{ endpoint: 'a1', outcomes: ['success'], released: 1 }]);
+    expect(t.picker.picks).toEqual([{ endpoint: 'a1', outcomes: ['answered'], released: 1 }]);
+    expect(t.picker.answerEnds).toEqual(['A/a1 success']);
     expect(t.events).toEqual(['attempt A/a1 committed']);
     expect(t.sleeps).toEqual([]);
     expect(t.res.writes).toBe(0);
@@ -288,7 +295,7 @@ describe('ExchangeRunner: success and retries within a pool', () => {
     expect(report.pool).toBeUndefined();
     expect(t.picker.picks).toEqual([
       { endpoint: 'a1', outcomes: ['failure'], released: 1 },
-      { endpoint: 'a2', outcomes: ['success'], released: 1 },
+      { endpoint: 'a2', outcomes: ['answered'], released: 1 },
     ]);
   });
 
@@ -480,7 +487,7 @@ describe('ExchangeRunner: what a timeout says of the replica, and of the request
     });
     const report = await t.run();
     expect(t.forwarder.endpoints).toEqual(['a1', 'a2', 'a3']);
-    expect(t.picker.picks.map((p) => p.outcomes)).toEqual([['failure'], ['unknown'], ['success']]);
+    expect(t.picker.picks.map((p) => p.outcomes)).toEqual([['failure'], ['unknown'], ['answered']]);
     expect(report.end).toBe('complete');
   });
 
@@ -489,7 +496,7 @@ describe('ExchangeRunner: what a timeout says of the replica, and of the request
     const t = setup({ route: [step(A)], endpoints: { A: ['a1', 'a2'] }, script: { a1: [{ result: failed('first_byte_timeout'), takesMs: 500 }], a2: [committed()] } });
     const report = await t.run();
     expect(t.forwarder.endpoints).toEqual(['a1', 'a2']);
-    expect(t.picker.picks.map((p) => p.outcomes)).toEqual([['failure'], ['success']]);
+    expect(t.picker.picks.map((p) => p.outcomes)).toEqual([['failure'], ['answered']]);
     expect(report.end).toBe('complete');
   });
 
@@ -651,30 +658,30 @@ describe('ExchangeRunner: the client leaves', () => {
 });
 
 describe('ExchangeRunner: a committed response', () => {
-  it.each<{ end: StreamEnd; failure: string | undefined; breakerFailure: boolean }>([
-    { end: 'complete', failure: undefined, breakerFailure: false },
-    { end: 'upstream_broken', failure: 'upstream_stream_broken', breakerFailure: true },
-    { end: 'idle_timeout', failure: 'upstream_timeout', breakerFailure: true },
-    { end: 'deadline', failure: 'upstream_timeout', breakerFailure: false },
-    { end: 'client_stalled', failure: 'client_stalled', breakerFailure: false },
-    { end: 'client_gone', failure: 'client_gone', breakerFailure: false },
-  ])('ending $end: failure $failure, stream failure recorded on the breaker: $breakerFailure', async ({ end, failure, breakerFailure }) => {
+  it.each<{ end: StreamEnd; failure: string | undefined; counted: 'success' | 'failure' | undefined }>([
+    { end: 'complete', failure: undefined, counted: 'success' },
+    { end: 'upstream_broken', failure: 'upstream_stream_broken', counted: 'failure' },
+    { end: 'idle_timeout', failure: 'upstream_timeout', counted: 'failure' },
+    { end: 'deadline', failure: 'upstream_timeout', counted: undefined },
+    { end: 'client_stalled', failure: 'client_stalled', counted: undefined },
+    { end: 'client_gone', failure: 'client_gone', counted: undefined },
+  ])('ending $end: failure $failure; its breaker counts the answer’s end as $counted (nothing at its first byte)', async ({ end, failure, counted }) => {
     const A = pool('A');
     const t = setup({ route: [step(A)], endpoints: { A: ['a1', 'a2'] }, script: { a1: [committed(end, 7)] } });
     const report = await t.run();
     expect(report.end).toBe(end);
     expect(report.bytes).toBe(7);
     expect(report.failure).toBe(failure);
-    expect(t.picker.streamFailures).toEqual(breakerFailure ? ['A/a1'] : []);
+    expect(t.picker.answerEnds).toEqual(counted ? [`A/a1 ${counted}`] : []);
     expect(t.forwarder.endpoints).toEqual(['a1']); // committed: never retried
-    expect(t.picker.picks).toEqual([{ endpoint: 'a1', outcomes: ['success'], released: 1 }]);
+    expect(t.picker.picks).toEqual([{ endpoint: 'a1', outcomes: ['answered'], released: 1 }]);
     expect(t.res.writes).toBe(0);
   });
 
   it.each([
-    [500, 'server_error', true],
-    [400, 'invalid_request_error', false],
-  ])('a stream the engine ended with its own error event (status %i): failure %s, a breaker failure only for a server error: %s', async (status, code, breakerFailure) => {
+    [500, 'server_error', 'failure'],
+    [400, 'invalid_request_error', 'success'],
+  ])('a stream the engine ended with its own error event (status %i): failure %s; its breaker counts a server error a failure, else a success: %s', async (status, code, counted) => {
     const A = pool('A');
     const errored: AttemptResult = { kind: 'committed', status: 200, done: Promise.resolve({ end: 'complete', bytes: 7, engineError: { status, code } }) };
     const t = setup({ route: [step(A)], endpoints: { A: ['a1'] }, script: { a1: [errored] } });
@@ -682,7 +689,7 @@ describe('ExchangeRunner: a committed response', () => {
     expect(report.end).toBe('complete');
     expect(report.failure).toBe(code);
     expect(report.engineError).toBe(code);
-    expect(t.picker.streamFailures).toEqual(breakerFailure ? ['A/a1'] : []);
+    expect(t.picker.answerEnds).toEqual([`A/a1 ${counted}`]);
   });
 
   it('keeps the replica’s slot until the response has ended', async () => {
@@ -692,7 +699,7 @@ describe('ExchangeRunner: a committed response', () => {
     let finished = false;
     const done = t.start().finally(() => (finished = true));
     await flush();
-    expect(t.picker.picks).toEqual([{ endpoint: 'a1', outcomes: ['success'], released: 0 }]);
+    expect(t.picker.picks).toEqual([{ endpoint: 'a1', outcomes: ['answered'], released: 0 }]);
     expect(finished).toBe(false);
     ended.resolve({ end: 'complete', bytes: 5 });
     const report = await done;
@@ -773,7 +780,7 @@ describe('ExchangeRunner: breaker tickets', () => {
       { endpoint: 'a2', outcomes: ['backpressure'], released: 1 },
       { endpoint: 'a3', outcomes: ['failure'], released: 1 },
       { endpoint: 'a4', outcomes: ['failure'], released: 1 },
-      { endpoint: 'a5', outcomes: ['success'], released: 1 },
+      { endpoint: 'a5', outcomes: ['answered'], released: 1 },
     ]);
     expect(report.attempts.map((a) => a.outcome)).toEqual(['reset', 'upstream_429', 'upstream_502', 'first_byte_timeout', 'committed']);
   });

@@ -45,7 +45,7 @@ describe('retryable', () => {
 
 describe('breakerOutcome', () => {
   it.each<[string, AttemptResult, AttemptOutcome]>([
-    ['committed', committed, 'success'],
+    ['committed (counted when the answer ends)', committed, 'answered'],
     ['429 (busy, alive)', upstream(429), 'backpressure'],
     ['503 (busy, alive)', upstream(503), 'backpressure'],
     ['500', upstream(500), 'failure'],

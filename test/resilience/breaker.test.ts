@@ -146,15 +146,47 @@ describe('EndpointBreaker', () => {
     breaker.shutdown();
   });
 
-  it('counts a broken stream reported after the attempt as a failure', async () => {
-    const { breaker } = setup();
-    for (let i = 0; i < 3; i++) {
-      run(breaker, 'success');
-      breaker.recordFailure();
+  it('counts an answer when it ends, not when it begins: answers that each break after their first bytes open it', async () => {
+    const { breaker, states } = setup();
+    for (let i = 0; i < settings.failureThreshold - 1; i++) {
+      run(breaker, 'answered'); // the first byte: nothing counted, the failure count not reset
+      breaker.answerEnded('failure');
     }
     await flush();
-    expect(breaker.state).toBe('closed'); // each success reset the count
-    for (let i = 0; i < 3; i++) breaker.recordFailure();
+    expect(breaker.state).toBe('closed');
+    run(breaker, 'answered');
+    breaker.answerEnded('failure', 'req-3');
+    await flush();
+    expect(breaker.state).toBe('open');
+    expect(states).toEqual(['open']);
+    breaker.shutdown();
+  });
+
+  it('a whole answer is a success: it resets the failure count', async () => {
+    const { breaker } = setup();
+    run(breaker, 'failure');
+    run(breaker, 'failure');
+    run(breaker, 'answered');
+    breaker.answerEnded('success');
+    run(breaker, 'failure');
+    run(breaker, 'failure');
+    await flush();
+    expect(breaker.state).toBe('closed'); // two in a row since the whole answer
+    run(breaker, 'failure');
+    await flush();
+    expect(breaker.state).toBe('open');
+    breaker.shutdown();
+  });
+
+  it('closes when the half-open probe is answered, and re-opens when that answer breaks during probation', async () => {
+    const { breaker, time } = setup();
+    await opened(breaker);
+    await time.advance(settings.cooldownMs);
+    expect(breaker.state).toBe('half-open');
+    expect(run(breaker, 'answered')).toBe(true);
+    await flush();
+    expect(breaker.state).toBe('closed');
+    breaker.answerEnded('failure');
     await flush();
     expect(breaker.state).toBe('open');
     breaker.shutdown();

@@ -81,7 +81,7 @@ function setup(ids: Array<string | Endpoint>, health?: (time: FakeTime, snapshot
   });
   const open = (spec: PoolSpec, id: string): void => {
     const breaker = breakers.get(id, spec.name, spec.resilience.breaker);
-    for (let i = 0; i < spec.resilience.breaker.failureThreshold; i++) breaker.recordFailure();
+    for (let i = 0; i < spec.resilience.breaker.failureThreshold; i++) breaker.answerEnded('failure');
     expect(breaker.state).toBe('open');
   };
   return {
@@ -247,12 +247,14 @@ describe('EndpointPicker: what a pick holds', () => {
     (await t.picker.pick(spec, new Set())).release();
   });
 
-  it('recordStreamFailure counts against the endpoint’s breaker', async () => {
+  it('recordAnswerEnd counts an answer’s end on the endpoint’s breaker: a success resets the count, failures open it', async () => {
     const t = setup(['a', 'b']);
     const spec = pool({ breaker: { failureThreshold: 2 } });
-    t.picker.recordStreamFailure(spec, 'a');
+    t.picker.recordAnswerEnd(spec, 'a', 'failure');
+    t.picker.recordAnswerEnd(spec, 'a', 'success');
+    t.picker.recordAnswerEnd(spec, 'a', 'failure');
     expect(t.breakers.get('a', 'p', spec.resilience.breaker).state).toBe('closed');
-    t.picker.recordStreamFailure(spec, 'a');
+    t.picker.recordAnswerEnd(spec, 'a', 'failure');
     expect(t.breakers.get('a', 'p', spec.resilience.breaker).state).toBe('open');
     for (const draw of [0, 0.99]) {
       t.setDraw(draw);

@@ -265,6 +265,43 @@ describe('active health checks', () => {
   });
 });
 
+describe('a replica whose answers break after their first tokens', () => {
+  // Each stream's first byte used to count a success, resetting the failure count its broken end had
+  // just added: a replica whose every stream stalled, died or errored a few tokens in was never taken out.
+  it.each([
+    ['stall (silent past the idle timeout)', 'stall-after=2', 'upstream_timeout'],
+    ['die (the connection dropped)', 'die-after=2', 'upstream_stream_broken'],
+    ['end in the engine’s own server error', 'error-after=2', undefined],
+  ])('streams that %s open its breaker; then every stream is served whole by the healthy replica', async (_case, fault, code) => {
+    const [bad, good] = await sims(2);
+    bad!.configure({ fault });
+    const g = await gateway([bad!.url, good!.url], { ...fast, timeouts: { idleMs: 200 } });
+    const broken: RawResponse[] = [];
+    await untilOpen(g, bad!.url, async () => {
+      const res = await chat(g, { stream: true, max_tokens: 20, ignore_eos: true });
+      if (res.headers['x-sim-replica'] === 'r0') broken.push(res);
+      return res;
+    });
+    // the client saw each broken stream end with an error event after its first tokens
+    expect(broken.length).toBe(2); // failureThreshold: 2, with the healthy replica's answers between them
+    for (const res of broken) {
+      const events = sseData(res.body);
+      expect(contentTimes(res).length).toBeGreaterThanOrEqual(1);
+      const error = events.map((e) => (e === '[DONE]' ? undefined : (JSON.parse(e) as { error?: { code?: string } }).error)).find((e) => e !== undefined);
+      expect(error).toBeDefined();
+      if (code) expect(error).toMatchObject({ code });
+    }
+    // the operator sees it open; every stream after it goes to the healthy replica and ends whole
+    expect(metricSum(await metrics(g), 'modelgate_breaker_state', { endpoint: bad!.url })).toBe(2);
+    for (let i = 0; i < 4; i++) {
+      const res = await chat(g, { stream: true, max_tokens: 20, ignore_eos: true });
+      expect(res.headers['x-sim-replica']).toBe('r1');
+      expect(sseData(res.body).at(-1)).toBe('[DONE]');
+      expect(contentTimes(res)).toHaveLength(20);
+    }
+  });
+});
+
 describe('breaker recovery', () => {
   it('half-opens after the cool-down and closes when the replica answers again', async () => {
     const [a, b] = await sims(2);

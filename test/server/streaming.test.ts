@@ -13,12 +13,12 @@ let gateway: TestRouter<RunningRouter>;
 beforeAll(async () => {
   sims = await Promise.all([startTestSim({ model: ['served/llm'], itlMs: 20 }), startTestSim({ model: ['served/llm'], itlMs: 20 })]);
   // the simulator's per-request fault header is not on the default allow-list: forwarded as an operator would
-  gateway = await startTestRouter(
-    chatSetup(
-      sims.map((s) => s.url),
-      { server: { forwardHeaders: ['x-sim-fault'] } },
-    ),
-  );
+  // The faults here are each request's own (the header), not a replica's, and every test shares these two
+  // replicas: their breakers must not take them out (a broken stream is a breaker failure; the storm below
+  // breaks 15 and has 8 more answered 500).
+  const endpoints = sims.map((s) => s.url);
+  const pools = [{ name: 'llm', servedModelName: 'served/llm', capabilities: ['chat'], endpoints, resilience: { breaker: { failureThreshold: 1000 } } }];
+  gateway = await startTestRouter(chatSetup(endpoints, { server: { forwardHeaders: ['x-sim-fault'] }, pools }));
 });
 afterAll(async () => {
   await gateway.close();
