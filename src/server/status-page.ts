@@ -133,7 +133,8 @@ function deploymentSection(d: DeploymentStatus, pools: ReadonlyMap<string, PoolS
     const pool = pools.get(t.pool);
     return pool ? poolCard(pool, bucketSeconds, t.weight) : `<p class="bad">pool ${escapeHtml(t.pool)} is not known</p>`;
   });
-  return `<section class="deployment" data-deployment="${escapeHtml(d.name)}"><h2>${escapeHtml(d.name)} <span class="mute">model ${escapeHtml(d.model)}</span>${fallbacks}</h2>${cards.join('')}</section>`;
+  const namespace = d.namespace === undefined ? '' : ` <span class="mute">in ${escapeHtml(d.namespace)}</span>`;
+  return `<section class="deployment" data-deployment="${escapeHtml(d.name)}"><h2>${escapeHtml(d.name)}${namespace} <span class="mute">model ${escapeHtml(d.model)}</span>${fallbacks}</h2>${cards.join('')}</section>`;
 }
 
 /** The status page for `s`. */

@@ -78,6 +78,8 @@ export interface PoolStatus {
 
 export interface DeploymentStatus {
   name: string;
+  /** The ModelDeployment's namespace (Kubernetes mode, where two namespaces may each have a deployment of one name); absent in static mode. */
+  namespace?: string;
   model: string;
   targets: Array<{ pool: string; weight: number }>;
   fallbacks: string[];
@@ -253,7 +255,13 @@ export function buildStatusSnapshot(sources: StatusSources): StatusSnapshot {
     deployments: sources
       .catalog()
       .deployments()
-      .map((d) => ({ name: d.id, model: d.model, targets: d.targets.map((t) => ({ pool: t.pool, weight: t.weight })), fallbacks: [...d.fallbacks] })),
+      .map((d) => ({
+        name: d.id,
+        ...(d.namespace !== undefined ? { namespace: d.namespace } : {}),
+        model: d.model,
+        targets: d.targets.map((t) => ({ pool: t.pool, weight: t.weight })),
+        fallbacks: [...d.fallbacks],
+      })),
     pools,
   };
 }

@@ -53,14 +53,28 @@ describe('renderStatusPage', () => {
   it('escapes deployment, model, pool, replica names, fallbacks and readiness reasons', () => {
     const html = renderStatusPage({
       ...snapshot([pool(EVIL, [replica(EVIL, 'closed')])]),
-      deployments: [{ name: EVIL, model: EVIL, targets: [{ pool: EVIL, weight: 1 }], fallbacks: [EVIL] }],
+      deployments: [{ name: EVIL, namespace: EVIL, model: EVIL, targets: [{ pool: EVIL, weight: 1 }], fallbacks: [EVIL] }],
       notReady: [EVIL],
     });
     expect(html).not.toContain('<img');
     expect(html).not.toContain(`onerror="`);
     const escaped = escapeHtml(EVIL);
-    // heading, model, fallback, pool heading, pool attribute, replica cell, replica attribute, readiness
-    expect(html.split(escaped).length - 1).toBeGreaterThanOrEqual(8);
+    // heading, namespace, model, fallback, pool heading, pool attribute, replica cell, replica attribute, readiness
+    expect(html.split(escaped).length - 1).toBeGreaterThanOrEqual(9);
+  });
+
+  it('tells deployments of one name in two namespaces apart (Kubernetes mode), and shows no namespace in static mode', () => {
+    const base = snapshot([pool('p', [])]);
+    const html = renderStatusPage({
+      ...base,
+      deployments: [
+        { name: 'llm', namespace: 'team-a', model: 'm', targets: [], fallbacks: [] },
+        { name: 'llm', namespace: 'team-b', model: 'm', targets: [], fallbacks: [] },
+      ],
+    });
+    expect(html).toContain('<h2>llm <span class="mute">in team-a</span> <span class="mute">model m</span></h2>');
+    expect(html).toContain('<h2>llm <span class="mute">in team-b</span> <span class="mute">model m</span></h2>');
+    expect(renderStatusPage(base)).toContain('<h2>dep <span class="mute">model chat</span></h2>');
   });
 
   it('shows each breaker state, health and readiness of a replica, in text and as data attributes', () => {

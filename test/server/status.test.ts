@@ -129,6 +129,7 @@ function sources(overrides: Partial<StatusSources> = {}): StatusSources {
           fallbacks: ['other'],
           created: 0,
         },
+        { id: 'dep', namespace: 'team-b', model: 'chat', aliases: [], targets: [{ pool: 'team-b/c', weight: 1 }], fallbacks: [], created: 0 },
       ],
     }),
     pools: () => pools,
@@ -192,8 +193,11 @@ describe('buildStatusSnapshot', () => {
           ],
           fallbacks: ['other'],
         },
+        // Kubernetes mode: a deployment of the same name in another namespace, told apart by it
+        { name: 'dep', namespace: 'team-b', model: 'chat', targets: [{ pool: 'team-b/c', weight: 1 }], fallbacks: [] },
       ],
     });
+    expect(snapshot.deployments[0]).not.toHaveProperty('namespace'); // static mode: none
   });
 
   it('carries the recent traffic of each pool and nothing secret', () => {
