@@ -6,7 +6,7 @@
  * `sim` never loads the router (test/startup/lazy-loading.test.ts).
  */
 import { parseArgs } from 'node:util';
-import { readKeysFile } from './config/keys-file.js';
+import { describeUnknownModelName, readKeysFile, unknownModelNames } from './config/keys-file.js';
 import { ConfigError, loadConfig } from './config/load.js';
 
 const USAGE = `Usage: modelgate <command> [flags]
@@ -95,7 +95,10 @@ export async function validateCommand(args: string[], env: NodeJS.ProcessEnv): P
   const keys = await readKeysFile(config.auth.keysFile);
   const endpoints = config.pools.reduce((n, p) => n + p.endpoints.length, 0);
   const count = (n: number, noun: string): string => `${n} ${noun}${n === 1 ? '' : 's'}`;
-  return `config OK: ${count(config.pools.length, 'pool')}, ${count(endpoints, 'endpoint')}, ${count(config.deployments.length, 'deployment')}, ${count(keys.length, 'key')}\n`;
+  // in static mode every deployment is known: a key naming none of them is said (not refused)
+  const unknown = config.discovery.mode === 'kubernetes' ? [] : unknownModelNames(keys, config.deployments);
+  const warnings = unknown.map((u) => `warning: ${describeUnknownModelName(u)}\n`).join('');
+  return `config OK: ${count(config.pools.length, 'pool')}, ${count(endpoints, 'endpoint')}, ${count(config.deployments.length, 'deployment')}, ${count(keys.length, 'key')}\n${warnings}`;
 }
 
 async function demoCommand(args: string[]): Promise<void> {

@@ -33,6 +33,7 @@ import { kvEventsMetrics } from './metrics/kv-events.js';
 import { AdapterLoader } from './engine-metrics/adapter-loader.js';
 import { EndpointPicker } from './resilience/picker.js';
 import { HoldReporter, poolDemand } from './wiring/demand.js';
+import { unknownModelNames } from './config/keys-file.js';
 import { poolResolver } from './config/pool-settings.js';
 import { buildApp } from './server/app.js';
 import { RecentTraffic, statusBoard } from './server/status.js';
@@ -113,6 +114,12 @@ export async function createRouter(config: Config, options: RouterOptions = {}):
         logger.info({ keys: result.keys }, 'API keys reloaded');
         keysReloaded();
       } else logger.error({ error: result.error.message }, 'API keys file rejected; keeping the previous keys');
+    },
+    // in static mode every deployment is known: a key naming none of them (a typo, a deployment not in
+    // the config) cannot use it, or its limit never applies; said at start-up and on each reload
+    onLoaded: (entries) => {
+      if (config.discovery.mode === 'kubernetes') return;
+      for (const u of unknownModelNames(entries, config.deployments)) logger.warn({ key: u.key, field: u.field, name: u.name }, 'API key names no deployment');
     },
   });
   await keys.load();

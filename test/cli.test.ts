@@ -35,6 +35,25 @@ describe('modelgate validate', () => {
     });
   });
 
+  it('warns of a key that names no deployment (static mode, where every deployment is known), and still passes', async () => {
+    const keys = [
+      '- name: a',
+      '  key: sk-aaaaaaaa',
+      '  models: [llama-prod, default, llama-3.1-8b-instruct, llama-70b-prod]', // ID, alias, model name; and a typo
+      '  limits:',
+      '    deployments: { default: { requestsPerMinute: 5 }, text-embedding-3-small: { requestsPerMinute: 5 } }',
+      "- name: b\n  key: sk-bbbbbbbb\n  models: ['*']",
+      '',
+    ].join('\n');
+    await withFiles({ 'modelgate.yaml': config, 'keys.yaml': keys }, async (dir) => {
+      expect(await validateCommand(['--config', join(dir, 'modelgate.yaml')], {})).toBe(
+        'config OK: 1 pool, 2 endpoints, 1 deployment, 2 keys\n' +
+          'warning: key "a": models names "llama-70b-prod", which is no deployment\'s ID, model name or alias\n' +
+          'warning: key "a": limits.deployments names "text-embedding-3-small", which is no deployment\'s ID, model name or alias\n',
+      );
+    });
+  });
+
   it('exits 2 with a message naming the field', async () => {
     await withFiles({ 'modelgate.yaml': config.replace('servedModelName', 'servedModel'), 'keys.yaml': '[]' }, async (dir) => {
       const err = await validateCommand(['--config', join(dir, 'modelgate.yaml')], {}).catch((e: unknown) => e);

@@ -60,6 +60,8 @@ const ownBytes = new TextEncoder();
 
 export interface KeyStoreEvents {
   onReload?: (result: { ok: true; keys: number } | { ok: false; error: Error }) => void;
+  /** The file was read and taken (at start-up and on each reload that succeeds): its entries. */
+  onLoaded?: (entries: readonly KeyEntry[]) => void;
 }
 
 /** One-shot `crypto.hash` (no Hash object per request: it halved the cost of authenticating a request). */
@@ -113,8 +115,10 @@ export class KeyStore {
 
   /** Loads the file; throws on a bad file (use at start-up, where a bad file must stop the process). */
   async load(): Promise<void> {
-    this.keys = toStored(await readKeysFile(this.file));
+    const entries = await readKeysFile(this.file);
+    this.keys = toStored(entries);
     this.generation += 1;
+    this.events.onLoaded?.(entries);
   }
 
   /** Re-reads the file; on failure keeps the current keys and reports the error. */

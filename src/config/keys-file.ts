@@ -93,3 +93,37 @@ export async function readKeysFile(path: string): Promise<KeyEntry[]> {
   }
   return parseKeysFile(text, path);
 }
+
+/** What a key may name a deployment by: its ID, its model name or one of its aliases. */
+export interface NamedDeployment {
+  id: string;
+  model: string;
+  aliases: readonly string[];
+}
+
+/** A name a key gives that no deployment answers to. */
+export interface UnknownModelName {
+  key: string;
+  field: 'models' | 'limits.deployments';
+  name: string;
+}
+
+/**
+ * The names a key's `models` or `limits.deployments` gives that no deployment answers to: in static
+ * mode every deployment is known, so such a name is a typo or a deployment not (yet) in the config, and
+ * the key cannot use it (or the limit never applies). Said, not refused; `*` and absent fields name nothing.
+ */
+export function unknownModelNames(entries: readonly Pick<KeyEntry, 'name' | 'models' | 'limits'>[], deployments: readonly NamedDeployment[]): UnknownModelName[] {
+  const known = new Set(deployments.flatMap((d) => [d.id, d.model, ...d.aliases]));
+  const out: UnknownModelName[] = [];
+  for (const entry of entries) {
+    for (const name of entry.models ?? []) if (name !== '*' && !known.has(name)) out.push({ key: entry.name, field: 'models', name });
+    for (const name of Object.keys(entry.limits?.deployments ?? {})) if (!known.has(name)) out.push({ key: entry.name, field: 'limits.deployments', name });
+  }
+  return out;
+}
+
+/** One line for {@link UnknownModelName}. */
+export function describeUnknownModelName(u: UnknownModelName): string {
+  return `key "${u.key}": ${u.field} names "${u.name}", which is no deployment's ID, model name or alias`;
+}

@@ -142,6 +142,34 @@ describe('keys file reload', () => {
       await local.close();
     }
   });
+
+  it('warns of a key that names no deployment (static mode), at start-up and on each reload, and serves on', async () => {
+    const keysYaml = `- name: team-c\n  key: ${KEY}\n  models: [chat-prod, llama-70b-prod]\n  limits: { deployments: { embed-prod: { requestsPerMinute: 1 } } }\n`;
+    const local = await buildTestRouter({
+      pools: [{ name: 'p', servedModelName: 'served/chat', endpoints: ['http://127.0.0.1:9'] }],
+      deployments: [{ id: 'chat-prod', model: 'chat', targets: [{ pool: 'p' }] }],
+      keysYaml,
+    });
+    const warnings = (): Array<Record<string, unknown>> => local.logs.map((l) => JSON.parse(l) as Record<string, unknown>).filter((l) => l.msg === 'API key names no deployment');
+    try {
+      expect(warnings()).toEqual([
+        expect.objectContaining({ level: 40, key: 'team-c', field: 'models', name: 'llama-70b-prod' }),
+        expect.objectContaining({ level: 40, key: 'team-c', field: 'limits.deployments', name: 'embed-prod' }),
+      ]);
+      // the key still works for what it names that exists
+      const listed = await request(local.router.api).get('/v1/models').set('Authorization', `Bearer ${KEY}`);
+      expect((listed.body as { data: Array<{ id: string }> }).data.map((m) => m.id)).toContain('chat-prod');
+      // a reload with the names fixed says nothing more; one with a new typo says it
+      await writeFile(local.keysFile, `- name: team-c\n  key: ${KEY}\n  models: [chat-prod, chat]\n`);
+      await waitFor(() => local.logs.join('').includes('API keys reloaded'), 'the fixed file to be loaded');
+      expect(warnings()).toHaveLength(2);
+      await writeFile(local.keysFile, `- name: team-c\n  key: ${KEY}\n  models: [chat-prdo]\n`);
+      await waitFor(() => warnings().length === 3, 'the typo to be said');
+      expect(warnings()[2]).toMatchObject({ key: 'team-c', field: 'models', name: 'chat-prdo' });
+    } finally {
+      await local.close();
+    }
+  });
 });
 
 describe('content type and size', () => {
