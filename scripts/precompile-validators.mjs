@@ -19,6 +19,7 @@ const { routingOverridesSchema } = await load('balancer/settings.js');
 
 /** Every validator the router makes, by kind: [name, schema] (the names validatorFor is called with). */
 const SCHEMAS = {
+  requestFirst: API_ROUTES.map((route) => [route.name, route.schema]),
   request: API_ROUTES.map((route) => [route.name, route.schema]),
   config: [['config', configSchema]],
   keys: [['keys', keysFileSchema]],

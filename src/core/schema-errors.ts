@@ -8,6 +8,8 @@ export interface SchemaError {
   keyword: string;
   params: Record<string, unknown>;
   message?: string;
+  /** Where in the schema it failed (`#/properties/prompt/anyOf/2/items/type`): which branch of a union. */
+  schemaPath?: string;
   /** Present with ajv's `verbose: true`; unions use its `description` in their message. */
   parentSchema?: { description?: string };
 }
@@ -63,42 +65,90 @@ export function describeSchemaError(err: SchemaError): DescribedError {
 
 /**
  * The most useful errors of a failed validation, most specific first. For a union (`anyOf`/`oneOf`):
- * when a branch got past its type check, its deeper errors explain the problem (`stop[1] must be
- * string`); when only the branch types (or a branch's one literal, `const`) mismatched, the union is reported once with its schema's
- * `description` (`stop must be a string or a list of at most 4 strings`). Needs ajv's `verbose` mode.
+ * when one branch got past its type check, its deeper errors explain the problem (`stop[1] must be
+ * string`); when only the branch types (or a branch's one literal, `const`) mismatched, or the errors
+ * beneath come from two or more branches (none is the one the value was meant for), the union is
+ * reported once with its schema's `description` (`stop must be a string or a list of at most 4
+ * strings`). A union nested in another is the outer one's explanation. Needs ajv's `verbose` mode.
  */
 export function describeSchemaErrors(errors: readonly SchemaError[]): DescribedError[] {
   return describeFirstSchemaErrors(errors, Infinity).described;
 }
 
+/** The parent of a JSON pointer (`/a/0` → `/a`; `/a` → ``). */
+const parentPointer = (pointer: string): string => pointer.slice(0, Math.max(0, pointer.lastIndexOf('/')));
+
 /**
  * The first `limit` of {@link describeSchemaErrors}, and how many more errors there are (counted, not
  * described: a request body of a million bad items has a million errors, and describing each cost the
- * router's event loop seconds). Linear in the errors.
+ * router's event loop seconds). Linear in the errors (times the nesting depth).
  */
 export function describeFirstSchemaErrors(errors: readonly SchemaError[], limit: number): { described: DescribedError[]; more: number } {
   const isUnion = (e: SchemaError): boolean => e.keyword === 'anyOf' || e.keyword === 'oneOf';
-  const unionPaths = new Set<string>();
-  for (const e of errors) if (isUnion(e)) unionPaths.add(e.instancePath);
+  const unionsAt = new Map<string, SchemaError[]>();
+  for (const e of errors) if (isUnion(e)) unionsAt.set(e.instancePath, [...(unionsAt.get(e.instancePath) ?? []), e]);
   // a branch that is one literal (`const`) and was not given it mismatched like a type
-  const branchTypeMismatch = (e: SchemaError): boolean => (e.keyword === 'type' || e.keyword === 'const') && unionPaths.has(e.instancePath);
-  // a union is explained by an error of its own at its place or below it: every place such an error is at or below
-  const explainedAt = new Set<string>();
-  if (unionPaths.size > 0) {
-    for (const o of errors) {
-      if (isUnion(o) || branchTypeMismatch(o)) continue;
-      for (let path = o.instancePath; !explainedAt.has(path); path = path.slice(0, Math.max(0, path.lastIndexOf('/')))) {
-        explainedAt.add(path);
+  const branchTypeMismatch = (e: SchemaError): boolean => (e.keyword === 'type' || e.keyword === 'const') && unionsAt.has(e.instancePath);
+  // an error that says what is wrong beneath a union (`if` only says its `then` or `else` failed, which say it themselves)
+  const explains = (e: SchemaError): boolean => !isUnion(e) && e.keyword !== 'if' && !branchTypeMismatch(e);
+  // each explaining error's nearest union (at its place or above, its schema within the union's) and which branch it is in
+  const ownerOf = new Map<SchemaError, { union: SchemaError; branch: string }>();
+  /** Per union, its branches that errors beneath it come from: true for a branch with an error past an item's type. */
+  const branchesOf = new Map<SchemaError, Map<string, boolean>>();
+  const weak = (e: SchemaError): boolean => e.keyword === 'type' || e.keyword === 'const';
+  if (unionsAt.size > 0) {
+    for (const e of errors) {
+      if (!explains(e) || e.schemaPath === undefined) continue;
+      for (let path = e.instancePath; ; path = parentPointer(path)) {
+        const union = unionsAt.get(path)?.find((u) => u.schemaPath !== undefined && e.schemaPath!.startsWith(`${u.schemaPath}/`));
+        if (union) {
+          const branch = e.schemaPath.slice(union.schemaPath!.length + 1).split('/', 1)[0] as string;
+          ownerOf.set(e, { union, branch });
+          const branches = branchesOf.get(union) ?? new Map<string, boolean>();
+          branches.set(branch, (branches.get(branch) ?? false) || !weak(e));
+          branchesOf.set(union, branches);
+          break;
+        }
         if (path === '') break;
       }
+    }
+  }
+  // A branch with an error past an item's type (a minimum, a missing field) is the one the value was
+  // meant for: it explains the union, and the other branches' item type mismatches are not said. When
+  // every branch beneath refused items by their type alone and two or more did, none is the one: the
+  // union is named by its description (when it has one).
+  const named = new Set<SchemaError>();
+  const unsaid = (e: SchemaError): boolean => {
+    const owner = ownerOf.get(e);
+    if (!owner) return false;
+    if (named.has(owner.union)) return true;
+    const branches = branchesOf.get(owner.union) as Map<string, boolean>;
+    return !branches.get(owner.branch) && [...branches.values()].some(Boolean);
+  };
+  for (const [union, branches] of branchesOf) {
+    if (branches.size >= 2 && ![...branches.values()].some(Boolean) && union.parentSchema?.description) named.add(union);
+  }
+  // a union is explained by what is said at its place or below it: every place such an error is at or below
+  const explainedAt = new Set<string>();
+  const mark = (from: string): void => {
+    for (let path = from; !explainedAt.has(path); path = parentPointer(path)) {
+      explainedAt.add(path);
+      if (path === '') break;
+    }
+  };
+  if (unionsAt.size > 0) {
+    for (const e of errors) {
+      if (explains(e) && !unsaid(e)) mark(e.instancePath);
+      // a union is said (named, or explained) at its place, so the places above it are explained
+      else if (isUnion(e) && e.instancePath !== '') mark(parentPointer(e.instancePath));
     }
   }
   const described: DescribedError[] = [];
   const seen = new Set<string>();
   let more = 0;
   for (const err of errors) {
-    if (err.keyword === 'if' || branchTypeMismatch(err)) continue;
-    if (isUnion(err) && explainedAt.has(err.instancePath)) continue;
+    if (err.keyword === 'if' || branchTypeMismatch(err) || unsaid(err)) continue;
+    if (isUnion(err) && !named.has(err) && explainedAt.has(err.instancePath)) continue;
     if (described.length >= limit) {
       more += 1;
       continue;

@@ -65,7 +65,7 @@ function parseBody(text: string, maxDepth: number): unknown {
 /** A JSON body, validated, as the engine will get it ({@link effectiveRequest}). */
 function readJson(api: ApiRoute, raw: Buffer, maxJsonDepth: number): { body: ValidRequest; text: string; form?: FormPart[] } {
   const text = raw.toString('utf8');
-  return { body: validateRequest(api, effectiveRequest(parseBody(text, maxJsonDepth))), text };
+  return { body: validateRequest(api, effectiveRequest(parseBody(text, maxJsonDepth)), text.length), text };
 }
 
 const isObject = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);

@@ -21,6 +21,7 @@ const requireCjs = createRequire(import.meta.url);
 
 /** Every validator the router asks for, as src/ declares them. */
 const SCHEMAS: Record<ValidatorKind, [string, object][]> = {
+  requestFirst: API_ROUTES.map((route) => [route.name, route.schema]),
   request: API_ROUTES.map((route) => [route.name, route.schema]),
   config: [['config', configSchema]],
   keys: [['keys', keysFileSchema]],

@@ -1,6 +1,6 @@
 import { describe, expect, it } from '@jest/globals';
 import { API_ROUTES, type ApiRoute } from '../../src/api/routes.js';
-import { validateRequest } from '../../src/api/validate.js';
+import { ALL_ERRORS_MAX_CHARS, validateRequest } from '../../src/api/validate.js';
 import { type RouterError } from '../../src/core/errors.js';
 import { describeFirstSchemaErrors, describeSchemaErrors, pointerToPath } from '../../src/core/schema-errors.js';
 
@@ -14,6 +14,38 @@ describe('pointerToPath', () => {
     ['/0', '[0]'],
   ])('turns %j into %j', (pointer, path) => {
     expect(pointerToPath(pointer)).toBe(path);
+  });
+});
+
+describe('unions: which branch explains a refusal', () => {
+  const route = (name: string): ApiRoute => API_ROUTES.find((r) => r.name === name) as ApiRoute;
+  const message = (name: string, body: object, chars?: number): string => {
+    try {
+      validateRequest(route(name), body, chars);
+    } catch (err) {
+      return `${(err as RouterError).param} | ${(err as RouterError).message}`;
+    }
+    throw new Error('the body was accepted');
+  };
+
+  it.each([0, ALL_ERRORS_MAX_CHARS + 1])('a union nested in another (a rerank document that is a number, under an if/then) is named once, with its description (body %i chars)', (chars) => {
+    // was "Invalid request: ." with param null: the if's error counted as the explanation, then was not said
+    expect(message('rerank', { model: 'm', query: 'q', documents: [1] }, chars)).toBe('documents[0] | Invalid request: documents[0] must be a string or an object with a text or a content list.');
+  });
+
+  it.each([0, ALL_ERRORS_MAX_CHARS + 1])('an item that two or more branches refuse names the union, not each branch (body %i chars)', (chars) => {
+    // was "prompt[0] must be string; prompt[0] must be integer; prompt[0] must be array"
+    expect(message('completions', { model: 'm', prompt: [true] }, chars)).toBe(
+      'prompt | Invalid request: prompt must be a string, a list of strings, a list of token ids, or a list of token-id lists.',
+    );
+    expect(message('embeddings', { model: 'm', input: [{}] }, chars)).toMatch(/^input \| Invalid request: input must be a non-empty string, a non-empty list/);
+  });
+
+  it('a branch that got past its type still explains its union (one branch only)', () => {
+    expect(message('chat', { model: 'm', messages: [{ role: 'user', content: 'x' }], stop: ['a', 1] })).toBe('stop[1] | Invalid request: stop[1] must be string.');
+    // a list of mixed items is none of the lists a prompt may be: every list branch refuses some item
+    expect(message('completions', { model: 'm', prompt: ['a', 5] })).toBe('prompt | Invalid request: prompt must be a string, a list of strings, a list of token ids, or a list of token-id lists.');
+    expect(message('chat', { model: 'm', messages: [{ role: 'user', content: [{ type: 'text' }] }] })).toMatch(/^messages\[0\]\.content\[0\]/);
   });
 });
 
@@ -35,6 +67,20 @@ describe('request validation errors: the first five described, the rest counted'
     expect(err.message.startsWith('Invalid request: messages[0].role must be one of: "system"')).toBe(true);
     expect(err.message.match(/messages\[\d+\]\.role must be one of/g)).toHaveLength(5);
     expect(err.message.endsWith(' (and 9995 more).')).toBe(true);
+  });
+
+  it('a body over ALL_ERRORS_MAX_CHARS is described by the first error found, without counting the rest (collecting every error of millions of items exhausted the heap)', () => {
+    const body = { model: 'm', messages: Array.from({ length: 10_000 }, () => ({ role: 'x' })) };
+    let err: RouterError | undefined;
+    try {
+      validateRequest(chat, body, ALL_ERRORS_MAX_CHARS + 1);
+    } catch (e) {
+      err = e as RouterError;
+    }
+    expect(err?.param).toBe('messages[0].role');
+    expect(err?.message).toBe('Invalid request: messages[0].role must be one of: "system", "developer", "user", "assistant", "tool", "function".');
+    // at the limit, every error is collected as before
+    expect(() => validateRequest(chat, body, ALL_ERRORS_MAX_CHARS)).toThrow(/ \(and 9995 more\)\.$/);
   });
 
   it('a union whose branch got past its type is explained by that branch; one whose branches all mismatched is named with its description', () => {

@@ -275,3 +275,33 @@ describe('hidden models', () => {
     expect(logLines(g).find((l) => l.msg === 'request' && l.model === 'llm')).toMatchObject({ failure: 'model_not_allowed', deployment: 'llm-prod' });
   });
 });
+
+describe('a body of millions of items', () => {
+  // Validation collected every error: 4.5 million bad rerank documents (8.6 MiB, under the default body
+  // limit) held the event loop 77 s, for every tenant, and then exhausted the heap; a valid list of
+  // millions of token ids that a union's first branch rejected item by item cost seconds too.
+  const big = (items: string): string => `[${`${items},`.repeat(4_500_000 - 1)}${items}]`;
+
+  it('refused: one pass over it, the first bad item named; the router serves on', async () => {
+    const g = await gateway({
+      pools: [{ name: 'rr', servedModelName: 'served/rr', capabilities: ['rerank'], endpoints: [upstream.url] }],
+      deployments: [{ id: 'rr', model: 'rr', targets: [{ pool: 'rr' }] }],
+    });
+    const body = `{"model":"rr","query":"q","documents":${big('1')}}`;
+    expect(body.length).toBeLessThan(10 * 1024 * 1024); // under the default server.maxBodyBytes
+    const res = await rawRequest(`${g.router.apiUrl}/v1/rerank`, { headers: { authorization: `Bearer ${KEY}` }, body });
+    expect(res.status).toBe(400);
+    expect(JSON.parse(res.body)).toEqual({
+      error: { message: 'Invalid request: documents[0] must be a string or an object with a text or a content list.', type: 'invalid_request_error', param: 'documents[0]', code: 'invalid_request' },
+    });
+    expect(upstream.requests).toHaveLength(0);
+    expect((await rawRequest(`${g.router.adminUrl}/livez`)).status).toBe(200);
+  });
+
+  it('valid: a completions prompt of millions of token ids reaches the engine', async () => {
+    const g = await gateway();
+    const res = await rawRequest(`${g.router.apiUrl}/v1/completions`, { headers: { authorization: `Bearer ${KEY}` }, body: `{"model":"llm","prompt":${big('7')},"max_tokens":1}` });
+    expect(res.status).toBe(200);
+    expect(upstream.requests).toHaveLength(1);
+  });
+});

@@ -101,7 +101,7 @@ describe('a static-mode router, after answering requests', () => {
       '/dist/proxy/forwarder.js',
       '/node_modules/undici/lib/dispatcher/agent.js',
       '/node_modules/prom-client/',
-      '/dist/api/precompiled-validators-request.cjs',
+      '/dist/api/precompiled-validators-requestFirst.cjs',
       'node-internal:NativeModule http',
     ]) {
       expect(loaded.some((url) => url.includes(module))).toBe(true);
@@ -133,6 +133,8 @@ describe('a static-mode router, after answering requests', () => {
     // the validators are compiled by the build (src/api/schema-validator.ts); only ajv's small runtime helpers load
     ["ajv's schema compiler", '/node_modules/ajv/dist/ajv.js'],
     ["ajv's code generator", '/node_modules/ajv/dist/compile/'],
+    // every request it answered was valid: the validators that collect every error of a refused body load at the first refusal
+    ['the all-errors request validators', '/dist/api/precompiled-validators-request.cjs'],
     // an ESM import of node:http reads its lazy WebSocket exports, which load Node's fetch (src/core/node-http.ts)
     ["Node's fetch implementation (its own undici)", 'internal/deps/undici'],
     // the engine client is undici's dispatcher alone (src/proxy/engine-agent.ts): not the package's entry point, which loads all of it
