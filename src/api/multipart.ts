@@ -17,15 +17,27 @@ export type FormPart = { name: string; value: string } | { name: string; file: F
  */
 export const MAX_FORM_PARTS = 1000;
 
+/** The characters RFC 2046 allows in a boundary (`bchars`); a space only inside it. */
+const BOUNDARY_CHARS = /^[0-9A-Za-z'()+_,\-./:=? ]{0,69}[0-9A-Za-z'()+_,\-./:=?]$/;
+
 /**
- * Whether `raw` holds more than `max` parts of the form `contentType` names (its boundary delimiters
- * counted, without parsing anything): false when the type names no boundary (the parser refuses it).
+ * The boundary `contentType` names, its quoted-pair escapes undone (`"a\b"` is `ab`, as the platform's
+ * parser reads it); undefined when it names none. INVALID_REQUEST for one RFC 2046 does not allow.
  */
-export function tooManyParts(raw: Buffer, contentType: string, max = MAX_FORM_PARTS): boolean {
-  const boundary = /;\s*boundary=(?:"([^"]+)"|([^;\s]+))/i.exec(contentType);
-  const name = boundary?.[1] ?? boundary?.[2];
-  if (!name) return false;
-  const delimiter = Buffer.from(`--${name}`);
+export function formBoundary(contentType: string): string | undefined {
+  const match = /;\s*boundary=(?:"((?:[^"\\]|\\.)*)"|([^;\s]+))/i.exec(contentType);
+  if (!match) return undefined;
+  const name = match[1] !== undefined ? match[1].replace(/\\(.)/g, '$1') : (match[2] as string);
+  if (!BOUNDARY_CHARS.test(name)) throw new RouterError('INVALID_REQUEST', "The multipart/form-data boundary is not valid: 1 to 70 letters, digits or '()+_,-./:=? and inner spaces.");
+  return name;
+}
+
+/**
+ * Whether `raw` holds more than `max` parts of a form whose boundary is `boundary` (its delimiters
+ * counted, without parsing anything).
+ */
+export function tooManyParts(raw: Buffer, boundary: string, max = MAX_FORM_PARTS): boolean {
+  const delimiter = Buffer.from(`--${boundary}`);
   // every part starts with a delimiter, and the body ends with one more (`--boundary--`)
   let count = 0;
   for (let at = raw.indexOf(delimiter); at >= 0; at = raw.indexOf(delimiter, at + delimiter.length)) {
@@ -35,12 +47,20 @@ export function tooManyParts(raw: Buffer, contentType: string, max = MAX_FORM_PA
   return false;
 }
 
-/** The parts of a multipart body, in order; INVALID_REQUEST when it is not a readable form, or has more than {@link MAX_FORM_PARTS} parts. */
+/**
+ * The parts of a multipart body, in order; INVALID_REQUEST when it is not a readable form, or has more
+ * than {@link MAX_FORM_PARTS} parts. The parser is given the boundary the parts were counted by, in a
+ * content type of the router's own writing: read from the client's by two parsers, a boundary spelled
+ * with an escape (`"a\b"`) was `a\b` to the count (no part found) and `ab` to the parser (every part).
+ */
 export async function parseForm(raw: Buffer, contentType: string): Promise<FormPart[]> {
-  if (tooManyParts(raw, contentType)) throw new RouterError('INVALID_REQUEST', `The multipart/form-data body has more than ${MAX_FORM_PARTS} parts.`);
+  const boundary = formBoundary(contentType);
+  if (boundary !== undefined && tooManyParts(raw, boundary)) throw new RouterError('INVALID_REQUEST', `The multipart/form-data body has more than ${MAX_FORM_PARTS} parts.`);
   let form: FormData;
   try {
-    form = await new Response(raw, { headers: { 'content-type': contentType } }).formData();
+    // without a boundary the client's type goes as it came, and the parser refuses it
+    const type = boundary === undefined ? contentType : `multipart/form-data; boundary="${boundary}"`;
+    form = await new Response(raw, { headers: { 'content-type': type } }).formData();
   } catch (err) {
     throw new RouterError('INVALID_REQUEST', `The multipart/form-data body could not be read (${(err as Error).message}).`);
   }

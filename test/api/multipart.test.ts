@@ -1,6 +1,6 @@
 /** Multipart forms: read with the platform's parser, shown to validation as fields, written again with a new model name. */
 import { describe, expect, it } from '@jest/globals';
-import { encodeForm, formFields, MAX_FORM_PARTS, parseForm, tooManyParts, withField } from '../../src/api/multipart.js';
+import { encodeForm, formBoundary, formFields, MAX_FORM_PARTS, parseForm, tooManyParts, withField } from '../../src/api/multipart.js';
 import { RouterError } from '../../src/core/errors.js';
 
 /** A form as a browser or the openai SDK would send it, via the fetch API's own encoder. */
@@ -46,25 +46,48 @@ describe('multipart forms', () => {
     const form = new FormData();
     for (let i = 0; i < MAX_FORM_PARTS; i++) form.append('x', String(i));
     const { raw, contentType } = await encoded(form);
-    expect(tooManyParts(raw, contentType)).toBe(false);
+    expect(tooManyParts(raw, formBoundary(contentType)!)).toBe(false);
     const fields = formFields(await parseForm(raw, contentType));
     expect(fields.x).toEqual(Array.from({ length: MAX_FORM_PARTS }, (_, i) => String(i)));
     form.append('x', 'one more');
     const over = await encoded(form);
-    expect(tooManyParts(over.raw, over.contentType)).toBe(true);
+    expect(tooManyParts(over.raw, formBoundary(over.contentType)!)).toBe(true);
     const err = await parseForm(over.raw, over.contentType).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(RouterError);
     expect((err as RouterError).code).toBe('INVALID_REQUEST');
     expect((err as RouterError).message).toBe(`The multipart/form-data body has more than ${MAX_FORM_PARTS} parts.`);
   });
 
-  it('counts parts by the boundary the content type names, quoted or not, and leaves a type without one to the parser', () => {
+  it('reads the boundary the content type names, quoted or not, its escapes undone as the parser undoes them; none when it names none', () => {
+    expect(formBoundary('multipart/form-data; boundary="a b"')).toBe('a b');
+    expect(formBoundary('multipart/form-data; charset=utf-8; BOUNDARY=xyz')).toBe('xyz');
+    expect(formBoundary('multipart/form-data; boundary="a\\b"')).toBe('ab');
+    expect(formBoundary('multipart/form-data')).toBeUndefined();
     const body = (boundary: string, parts: number): Buffer =>
       Buffer.from(`${Array.from({ length: parts }, (_, i) => `--${boundary}\r\nContent-Disposition: form-data; name="f${i}"\r\n\r\nv\r\n`).join('')}--${boundary}--\r\n`);
-    expect(tooManyParts(body('a b', 3), 'multipart/form-data; boundary="a b"', 2)).toBe(true);
-    expect(tooManyParts(body('a b', 2), 'multipart/form-data; boundary="a b"', 2)).toBe(false);
-    expect(tooManyParts(body('xyz', 3), 'multipart/form-data; charset=utf-8; BOUNDARY=xyz', 2)).toBe(true);
-    expect(tooManyParts(body('xyz', 3), 'multipart/form-data', 2)).toBe(false);
+    expect(tooManyParts(body('a b', 3), 'a b', 2)).toBe(true);
+    expect(tooManyParts(body('a b', 2), 'a b', 2)).toBe(false);
+  });
+
+  it.each([
+    ['a quote inside', 'multipart/form-data; boundary="a\\"b"'],
+    ['a backslash inside', 'multipart/form-data; boundary="a\\\\b"'],
+    ['ending in a space', 'multipart/form-data; boundary="ab "'],
+    ['longer than 70 characters', `multipart/form-data; boundary=${'a'.repeat(71)}`],
+    ['a character RFC 2046 does not allow', 'multipart/form-data; boundary=a{b'],
+  ])('refuses a boundary RFC 2046 does not allow (%s) before reading the body', async (_case, contentType) => {
+    const err = await parseForm(Buffer.from('--x\r\n'), contentType).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(RouterError);
+    expect((err as RouterError).message).toMatch(/^The multipart\/form-data boundary is not valid/);
+  });
+
+  it(`counts the parts by the boundary the parser reads: one spelled with an escape ("a\\b" is ab) cannot slip past the ${MAX_FORM_PARTS}-part limit`, async () => {
+    const parts = (n: number): Buffer => Buffer.from(`${Array.from({ length: n }, (_, i) => `--ab\r\nContent-Disposition: form-data; name="f${i}"\r\n\r\nv\r\n`).join('')}--ab--\r\n`);
+    const escaped = 'multipart/form-data; boundary="a\\b"';
+    const err = await parseForm(parts(MAX_FORM_PARTS + 1), escaped).catch((e: unknown) => e);
+    expect((err as RouterError).message).toBe(`The multipart/form-data body has more than ${MAX_FORM_PARTS} parts.`);
+    // and a form so spelled within the limit is read whole, as the parser reads it
+    expect(Object.keys(formFields(await parseForm(parts(3), escaped)))).toEqual(['f0', 'f1', 'f2']);
   });
 
   it.each([
