@@ -42,6 +42,20 @@ export function completionsPromptText(body: ValidRequest): string {
   return Array.isArray(prompt) && typeof prompt[0] === 'string' ? prompt[0] : '';
 }
 
+/**
+ * A completions prompt's tokens when it is token ids: a list of ids is that many tokens, a list of such
+ * lists (one engine prompt each) their sum. Undefined for a prompt of text (its text is estimated).
+ */
+export function completionsPromptTokens(body: ValidRequest): number | undefined {
+  const prompt = body.prompt;
+  if (!Array.isArray(prompt) || prompt.length === 0) return undefined;
+  if (typeof prompt[0] === 'number') return prompt.length;
+  if (!Array.isArray(prompt[0])) return undefined;
+  let tokens = 0;
+  for (const ids of prompt) tokens += Array.isArray(ids) ? ids.length : 0;
+  return tokens;
+}
+
 const stringOr = (value: unknown): string => (typeof value === 'string' ? value : '');
 
 /**

@@ -6,7 +6,7 @@
  */
 import { type ApiName, type Capability, type WireDialect } from '../core/types.js';
 import { chatCrossField, completionsCrossField, messagesCrossField, responsesCrossField, tokenizeCrossField } from './cross-field.js';
-import { chatPromptText, completionsPromptText, messagesPromptText, responsesPromptText } from './prompt-text.js';
+import { chatPromptText, completionsPromptText, completionsPromptTokens, messagesPromptText, responsesPromptText } from './prompt-text.js';
 import { chatRequestSchema, embeddingsRequestSchema } from './schemas.js';
 import { completionsRequestSchema, messagesRequestSchema, responsesRequestSchema } from './schemas-generation.js';
 import { detokenizeRequestSchema, rerankRequestSchema, scoreRequestSchema, tokenizeRequestSchema, transcriptionFormSchema } from './schemas-pooling.js';
@@ -28,6 +28,8 @@ export interface ApiRoute {
   check?: (body: ValidRequest) => void;
   /** The prompt's text, for prefix affinity. */
   promptText?: (body: ValidRequest) => string;
+  /** The prompt's tokens when the request names them (token ids): what the limits charge before the engine reports usage. */
+  promptTokens?: (body: ValidRequest) => number | undefined;
   /** A stream reports tokens only when asked (`stream_options.include_usage`): the router asks, and strips the answer the client did not ask for. */
   asksStreamUsage?: true;
   /** Each answer is stored on the replica that made it, by its `id`; a request naming one in this field must reach that replica. */
@@ -55,6 +57,7 @@ export const API_ROUTES: readonly ApiRoute[] = [
     schema: completionsRequestSchema,
     check: completionsCrossField,
     promptText: completionsPromptText,
+    promptTokens: completionsPromptTokens,
     asksStreamUsage: true,
   },
   { name: 'embeddings', paths: ['/v1/embeddings'], capability: 'embeddings', body: 'json', dialect: 'openai', schema: embeddingsRequestSchema },

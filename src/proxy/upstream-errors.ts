@@ -40,9 +40,12 @@ function shownText(status: number, text: string): string | undefined {
   return status >= 500 || text.startsWith('<') ? undefined : str(text);
 }
 
+/** An engine's exception class as a code (vLLM's `InternalServerError`, `BadRequestError`): its insides, not an OpenAI code. */
+const EXCEPTION_NAME = /^[A-Z][A-Za-z0-9]*(?:Error|Exception)$/;
+
 /** OpenAI's string codes where an engine's error means the same thing. */
 function codeFor(status: number, message: string, param: string | null, upstreamCode: unknown): string | null {
-  if (typeof upstreamCode === 'string' && upstreamCode !== '') return upstreamCode;
+  if (typeof upstreamCode === 'string' && upstreamCode !== '' && !EXCEPTION_NAME.test(upstreamCode)) return upstreamCode;
   if (status === 404 && param === 'model') return 'model_not_found';
   if (status === 400 && /maximum context length|exceeds the available context size/i.test(message)) return 'context_length_exceeded';
   return null;
@@ -77,7 +80,8 @@ export function normaliseUpstreamError(status: number, body: Buffer): Normalised
   try {
     parsed = fromJson(status, JSON.parse(text) as unknown);
   } catch {
-    plain = shownText(status, text);
+    // JSON that does not parse (a body cut at MAX_ERROR_BODY_BYTES) is no message: the status is named instead
+    plain = /^[[{]/.test(text) ? undefined : shownText(status, text);
   }
   if (status >= 300 && status < 400) {
     const redirect = new RouterError('UPSTREAM_REDIRECT', `The model server answered with a redirect (status ${status}), which the router does not follow; check the pool's endpoint URL.`);

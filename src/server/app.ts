@@ -222,7 +222,8 @@ export function buildApp(deps: AppDeps): BuiltApp {
       requestId: requestIdOf(req),
       started: deps.clock.now(),
       route: api ? api.name : otherRoute(path, origin),
-      dialect: api ? api.dialect : 'openai',
+      // a path under the Messages API's that is no route (`/v1/messages/count_tokens`) is refused in Anthropic's envelope, which its SDK reads
+      dialect: api ? api.dialect : origin && path.startsWith('/v1/messages/') ? 'anthropic' : 'openai',
       // an inference route's path is the one forwarded; any other is only shown, at most 200 characters of it
       path: origin && api ? path : (origin ? path : (req.url ?? '')).slice(0, 200),
       forwarded: forwardedFor(req, trustedProxies),

@@ -96,7 +96,8 @@ async function readForm(api: ApiRoute, raw: Buffer, contentType: string): Promis
  * up front. The engine's usage replaces the estimate when the response ends, and the limiter learns
  * from it how far this kind of request's estimates fall short (a chat template's tokens).
  */
-export function estimatePromptTokens(promptText: (() => string) | undefined, text: string): number {
+export function estimatePromptTokens(promptText: (() => string) | undefined, text: string, promptTokens?: number): number {
+  if (promptTokens !== undefined) return promptTokens; // token ids: counted, not estimated
   const chars = promptText ? promptText().length : text.length;
   return Math.ceil(chars / 4);
 }
@@ -149,11 +150,12 @@ export function inferenceHandler(deps: InferenceDeps, api: ApiRoute) {
     trace?.rename(`${api.name} ${body.model.slice(0, 200)}`);
     if (ctx.closed) return; // the client left while the body was read
     const promptText = promptOnce(api, body);
+    const promptTokens = api.promptTokens?.(body);
     const limits = deps.limits?.limitsOf(principal) ? deps.limits : undefined;
     let lease: Pick<Lease, 'headers' | 'streamed' | 'answered' | 'finish'> | undefined;
     if (limits) {
       const admission = trace?.child('modelgate.admission');
-      lease = await limits.admit(principal, deployment, estimatePromptTokens(promptText, text), `${deployment.id} ${api.name}`);
+      lease = await limits.admit(principal, deployment, estimatePromptTokens(promptText, text, promptTokens), `${deployment.id} ${api.name}`);
       admission?.end();
       if (lease) for (const [name, value] of Object.entries(lease.headers)) res.setHeader(name, value);
       if (ctx.closed) {
@@ -192,7 +194,7 @@ export function inferenceHandler(deps: InferenceDeps, api: ApiRoute) {
         ctx.report = report;
         const usage = report.usage ?? (report.engineHad ? PROMPT_ONLY : undefined);
         lease?.finish(usage);
-        unlimited?.unlimited?.(principal, usage, usage?.estimated ? estimatePromptTokens(promptText, text) : 0);
+        unlimited?.unlimited?.(principal, usage, usage?.estimated ? estimatePromptTokens(promptText, text, promptTokens) : 0);
       },
       () => {
         lease?.finish(undefined); // a route that cannot be planned is answered by the error handler below

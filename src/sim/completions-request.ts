@@ -74,7 +74,8 @@ export function parseCompletionRequest(raw: unknown, limits: { models: readonly 
     maxTokens: requested === undefined ? Math.min(DEFAULT_MAX_TOKENS, fitContext(p.tokens, undefined, limits.maxModelLen)) : fitContext(p.tokens, requested, limits.maxModelLen),
   }));
   const minTokens = optionalInt(body, 'min_tokens', 0) ?? 0;
-  const smallest = Math.min(...prompts.map((p) => p.maxTokens));
+  // a fold, not Math.min(...list): a batch of 150,000 prompts overflowed the call stack (a 500 for a request vLLM serves)
+  const smallest = prompts.reduce((least, p) => Math.min(least, p.maxTokens), Infinity);
   if (minTokens > smallest) fail(`min_tokens must be less than or equal to max_tokens=${smallest}, got ${minTokens}.`, 'min_tokens');
   return {
     model,

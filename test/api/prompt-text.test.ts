@@ -1,6 +1,7 @@
 /** The prompt text prefix affinity hashes. */
 import { describe, expect, it } from '@jest/globals';
-import { chatPromptText, completionsPromptText, messagesPromptText, responsesPromptText } from '../../src/api/prompt-text.js';
+import { chatPromptText, completionsPromptText, completionsPromptTokens, messagesPromptText, responsesPromptText } from '../../src/api/prompt-text.js';
+import { estimatePromptTokens } from '../../src/server/inference.js';
 import { type ValidRequest } from '../../src/api/validate.js';
 
 const chat = (over: Record<string, unknown>): ValidRequest => ({ model: 'm', ...over });
@@ -62,6 +63,23 @@ describe('completionsPromptText', () => {
     ['prompt_embeds alone: no text', { prompt_embeds: 'AAAA' }, ''],
   ])('%s', (_name, body, expected) => {
     expect(completionsPromptText(chat(body))).toBe(expected);
+  });
+});
+
+describe('completionsPromptTokens: what the limits charge for a prompt of token ids (a prompt without text was charged nothing up front)', () => {
+  it.each([
+    ['token ids: that many', { prompt: [5, 6, 7] }, 3],
+    ['a batch of token-id lists: their sum', { prompt: [[1, 2], [3], [4, 5, 6]] }, 6],
+    ['a string: estimated from its text instead', { prompt: 'Once upon a time' }, undefined],
+    ['a list of strings: estimated from its text instead', { prompt: ['a', 'b'] }, undefined],
+    ['prompt_embeds alone', { prompt_embeds: 'AAAA' }, undefined],
+  ])('%s', (_name, body, expected) => {
+    expect(completionsPromptTokens(chat(body))).toBe(expected);
+  });
+
+  it('estimatePromptTokens takes them over the text', () => {
+    expect(estimatePromptTokens(() => '', '{"model":"m","prompt":[5,6,7]}', 3)).toBe(3);
+    expect(estimatePromptTokens(() => 'x'.repeat(40), '{}')).toBe(10);
   });
 });
 

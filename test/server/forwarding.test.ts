@@ -202,6 +202,24 @@ describe('upstream errors', () => {
     ['HTML error page', 502, '<html><body><h1>502 Bad Gateway</h1><hr>nginx/1.22.1</body></html>', { 'content-type': 'text/html' }, 502, { message: 'The model server answered with status 502.' }],
     ['HTML page on a 4xx', 404, '<!DOCTYPE html><title>Not Found</title>', { 'content-type': 'text/html' }, 404, { message: 'The model server answered with status 404.' }],
     ['empty body', 503, '', {}, 503, { message: 'The model server answered with status 503.', type: 'server_error' }],
+    // a body past MAX_ERROR_BODY_BYTES is cut: the JSON that is left does not parse, and is no message (it was passed on as text)
+    [
+      'JSON body cut at 64 KiB',
+      404,
+      `{"error":{"message":"Response with id '${'a'.repeat(100_000)}' not found.","type":"NotFoundError","code":404}}`,
+      {},
+      404,
+      { message: 'The model server answered with status 404.', type: 'invalid_request_error', param: null, code: null },
+    ],
+    // vLLM names its exception class in `type`, and some of its errors in a string `code`: its insides, not an OpenAI code
+    [
+      'exception class as the code',
+      500,
+      '{"error":{"message":"boom","type":"InternalServerError","code":"InternalServerError"}}',
+      {},
+      500,
+      { message: 'boom', type: 'server_error', param: null, code: null },
+    ],
     ['engine refusing the router credentials', 401, '{"error":"Unauthorized"}', {}, 502, { type: 'server_error', code: 'upstream_auth_failed' }],
   ];
   it.each(table)('wraps a %s in the OpenAI envelope', async (_name, status, body, headers, expectedStatus, expected) => {

@@ -316,4 +316,11 @@ describe('routes', () => {
     expectError(await request(gateway.router.api).get('/v1/chat/completions'), 405, 'method_not_allowed');
     expectError(await request(gateway.router.api).delete('/v1/models'), 405, 'method_not_allowed');
   });
+
+  it('answers an unknown path under /v1/messages/ (the Anthropic SDK’s countTokens) in Anthropic’s envelope, which its SDK reads', async () => {
+    const res = await request(gateway.router.api).post('/v1/messages/count_tokens').set('x-api-key', KEY).send({ model: 'chat', messages: hello });
+    expect(res.status).toBe(404);
+    expect(res.body).toEqual({ type: 'error', error: { type: 'not_found_error', message: expect.stringContaining('Unknown route POST /v1/messages/count_tokens') } });
+    expect(res.headers['request-id']).toBeUndefined(); // no route of the Messages API: only its envelope
+  });
 });

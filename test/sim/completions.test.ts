@@ -149,3 +149,12 @@ describe('completions in vLLM’s exact shapes', () => {
     expect((JSON.parse(res.body) as { error: { param: string | null; code: number } }).error).toMatchObject({ param, code: status });
   });
 });
+
+describe('a batch of many prompts', () => {
+  it('is read without a stack overflow (Math.min over 150,000 prompts answered 500)', async () => {
+    const res = await completions({ prompt: Array.from({ length: 150_000 }, () => 'a'), max_tokens: 1, min_tokens: 2 });
+    // min_tokens over the smallest max_tokens: vLLM's 400, reached only once every prompt was read
+    expect(res.status).toBe(400);
+    expect(res.body).toContain('min_tokens must be less than or equal to max_tokens=1');
+  });
+});

@@ -1,0 +1,17 @@
+/** Engine error events inside a stream, re-wrapped in the router's envelope for the stream's dialect. */
+import { describe, expect, it } from '@jest/globals';
+import { streamError } from '../../src/proxy/upstream-errors.js';
+
+describe('streamError', () => {
+  it('maps an engine exception class given as the code to OpenAI’s code for the status (it was relayed as the code)', () => {
+    const err = streamError('responses', { event: 'error', data: '{"type":"error","code":"InternalServerError","message":"boom","param":null}' });
+    expect(err?.status).toBe(500);
+    expect(err?.code).toBe('server_error');
+    expect(err?.text).not.toContain('InternalServerError');
+  });
+
+  it('keeps a code that is an OpenAI code', () => {
+    const err = streamError('openai', { data: '{"error":{"message":"too long","type":"BadRequestError","code":"context_length_exceeded"}}' });
+    expect(err?.code).toBe('context_length_exceeded');
+  });
+});
