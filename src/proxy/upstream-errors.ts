@@ -147,7 +147,8 @@ export function streamError(dialect: WireDialect, event: { data: string; event?:
   if (dialect === 'anthropic') return { status, code, text: `event: error\ndata: ${JSON.stringify(errorBody(wrapped, status, 'anthropic'))}\n\n` };
   if (dialect === 'responses') {
     const sequence = typeof inner.sequence_number === 'number' ? { sequence_number: inner.sequence_number } : {};
-    return { status, code, text: `event: error\ndata: ${JSON.stringify({ type: 'error', code: error.code, message: error.message, param: error.param, ...sequence })}\n\n` };
+    // the event has no type of error beside its code: a code-less error is named by its type (`server_error`, as OpenAI's events are)
+    return { status, code, text: `event: error\ndata: ${JSON.stringify({ type: 'error', code, message: error.message, param: error.param, ...sequence })}\n\n` };
   }
   return { status, code, text: `data: ${JSON.stringify(wrapped)}\n\n` };
 }

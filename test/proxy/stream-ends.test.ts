@@ -361,8 +361,9 @@ describe('the engine’s own error event in a stream', () => {
 
   it('keeps the dialect: the Responses API’s error event with its sequence number, Anthropic’s envelope on the Messages API', async () => {
     const responses = await post('/v1/responses', { input: 'responses-error', stream: true });
-    expect(responses.body.split('\n\n').filter(Boolean).at(-1)).toBe('event: error\ndata: {"type":"error","code":"InternalServerError","message":"boom","param":null,"sequence_number":1}');
-    expect((await accessLine(responses.headers['x-request-id'] as string)).failure).toBe('InternalServerError');
+    // the engine named its exception class as the code: the client gets OpenAI's code for a server error instead
+    expect(responses.body.split('\n\n').filter(Boolean).at(-1)).toBe('event: error\ndata: {"type":"error","code":"server_error","message":"boom","param":null,"sequence_number":1}');
+    expect((await accessLine(responses.headers['x-request-id'] as string)).failure).toBe('server_error');
     const messages = await post('/v1/messages', { max_tokens: 8, messages: [{ role: 'user', content: 'messages-error' }], stream: true }, { 'x-api-key': KEY });
     expect(messages.body.split('\n\n').filter(Boolean).at(-1)).toBe('event: error\ndata: {"type":"error","error":{"type":"api_error","message":"boom"}}');
     expect(messages.body).not.toContain('upstream_stream_broken');

@@ -7,7 +7,7 @@ describe('streamError', () => {
     const err = streamError('responses', { event: 'error', data: '{"type":"error","code":"InternalServerError","message":"boom","param":null}' });
     expect(err?.status).toBe(500);
     expect(err?.code).toBe('server_error');
-    expect(err?.text).not.toContain('InternalServerError');
+    expect(err?.text).toBe('event: error\ndata: {"type":"error","code":"server_error","message":"boom","param":null}\n\n');
   });
 
   it('keeps a code that is an OpenAI code', () => {
