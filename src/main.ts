@@ -126,10 +126,17 @@ export async function createRouter(config: Config, options: RouterOptions = {}):
   const agent = createEngineAgent();
   // A transition a request's outcome triggered is logged on that request's child logger (its id bound).
   const breakerLog = logger.child({ component: 'breaker' });
-  const breakers = new BreakerRegistry((pool, endpoint, state, cause) => {
-    const log = cause === undefined ? breakerLog : breakerLog.child({ requestId: cause });
-    log[state === 'open' ? 'warn' : 'info']({ pool, endpoint, state }, `circuit breaker ${state}`);
-  }, systemScheduler);
+  const breakers = new BreakerRegistry(
+    (pool, endpoint, state, cause) => {
+      const log = cause === undefined ? breakerLog : breakerLog.child({ requestId: cause });
+      log[state === 'open' ? 'warn' : 'info']({ pool, endpoint, state }, `circuit breaker ${state}`);
+    },
+    systemScheduler,
+    // one key's server errors ask the replica's health check before they open its breaker
+    (pool, endpoint) => health.confirm(pool, endpoint),
+    (pool, endpoint, key, failures) =>
+      breakerLog.warn({ pool, endpoint, key, failures }, 'circuit breaker kept closed: one key’s requests got server errors from a replica that passes its health check'),
+  );
   const admission = new AdmissionQueues(systemScheduler, () => clock.now(), {
     onDequeued: (pool, ms, result) => metrics.recordQueueWait(pool, ms / 1000, result),
     onRejected: (pool, reason) => metrics.recordRejected(pool, reason),

@@ -274,7 +274,8 @@ export class ExchangeRunner {
     // (Counted at every replica it was retried on, four long requests of one tenant opened every breaker of
     // a pool, and every other tenant got 503.)
     const repeated = result.kind === 'failed' && result.reason === 'first_byte_timeout' && report.attempts.some((a) => a.outcome === 'first_byte_timeout');
-    picked.ticket.settle(repeated ? 'unknown' : breakerOutcome(result));
+    // an error the engine answered may be the request's doing: its key is said, so one key's alone cannot open the breaker unasked (breaker.ts)
+    picked.ticket.settle(repeated ? 'unknown' : breakerOutcome(result), { key: plan.request.tenant, answered: result.kind === 'upstream_error' && result.status === 500 });
     const outcome = outcomeName(result);
     if (span) {
       span.set({ 'modelgate.outcome': outcome, 'http.response.status_code': result.kind === 'committed' || result.kind === 'upstream_error' ? result.status : undefined });
@@ -295,7 +296,7 @@ export class ExchangeRunner {
     result: Extract<AttemptResult, { kind: 'committed' }>,
     meter: ResponseMeter,
     report: ExchangeReport,
-    plan: Pick<ExchangePlan, 'requestId' | 'holdsBackText'>,
+    plan: Pick<ExchangePlan, 'requestId' | 'holdsBackText' | 'request'>,
     splice?: StreamSplice,
   ): Promise<ExchangeReport> {
     const { requestId, holdsBackText } = plan;
@@ -334,7 +335,8 @@ export class ExchangeRunner {
       report.engineError = engineError.code;
       if (engineError.status >= 500) counted = 'failure';
     }
-    if (counted) this.deps.picker.recordAnswerEnd(step.pool, picked.endpoint.id, counted, requestId);
+    // the engine's own server-error event is an answer a request may cause; a cut or silent stream is not
+    if (counted) this.deps.picker.recordAnswerEnd(step.pool, picked.endpoint.id, counted, requestId, { key: plan.request.tenant, answered: engineError !== undefined });
     return report;
   }
 

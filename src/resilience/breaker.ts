@@ -42,11 +42,29 @@ export interface BreakerEvents {
   onStateChange?: (state: BreakerState, cause?: string) => void;
   /** What {@link EndpointBreaker.available} answers may have changed (a transition, or the half-open probe taken). */
   onAvailabilityChange?: () => void;
+  /** One key's server errors reached the threshold, and the replica passed its health check: the breaker stays closed. */
+  onKeptClosed?: (key: string, failures: number) => void;
 }
+
+/**
+ * Whose failure it was, and of what kind. `answered`: the engine answered with a server error (an
+ * error status, or its own error event in a stream), which a request can cause; a connection error, a
+ * timeout or a broken stream is not `answered`.
+ */
+export interface FailureSource {
+  key?: string;
+  answered?: boolean;
+}
+
+/**
+ * Asks the replica's health check (`true`: it passes), when one key's answered server errors would
+ * open its breaker; undefined when the pool has no health path to ask.
+ */
+export type HealthConfirm = () => Promise<boolean> | undefined;
 
 /** The token of one attempt through a breaker: report its outcome exactly once. */
 export interface BreakerTicket {
-  settle(outcome: AttemptOutcome): void;
+  settle(outcome: AttemptOutcome, source?: FailureSource): void;
 }
 
 class Backpressure extends Error {
@@ -102,10 +120,10 @@ class ClosedTicket implements BreakerTicket {
     private readonly cause: string | undefined,
   ) {}
 
-  settle(outcome: AttemptOutcome): void {
+  settle(outcome: AttemptOutcome, source?: FailureSource): void {
     if (this.settled) return;
     this.settled = true;
-    this.breaker.settleClosed(outcome, this.cause);
+    this.breaker.settleClosed(outcome, this.cause, source);
   }
 }
 
@@ -116,11 +134,21 @@ export class EndpointBreaker {
   private probation = 0;
   /** The request whose outcome was counted last: the cause of a transition it triggers. */
   private cause: string | undefined;
+  /**
+   * The keys whose answered server errors make up the current run of failures, or `mixed` once it
+   * holds a failure of any other kind (or one of no key): only a run of one key's answered server
+   * errors asks the health check before it opens the breaker.
+   */
+  private runKeys: Set<string> | 'mixed' = new Set();
+  /** A health check asked and not yet answered. */
+  private confirming = false;
+  private stopped = false;
 
   constructor(
     private readonly settings: BreakerSettings,
     private readonly events: BreakerEvents = {},
     private readonly scheduler: Scheduler = systemScheduler,
+    private readonly confirm?: HealthConfirm,
   ) {
     this.circuit = this.watch(new CircuitBreaker(attempt, { ...OPTIONS }));
   }
@@ -158,32 +186,33 @@ export class EndpointBreaker {
     this.events.onAvailabilityChange?.(); // the probe slot is taken
     let settled = false;
     return {
-      settle: (outcome) => {
+      settle: (outcome, source) => {
         if (settled) return;
         settled = true;
         this.cause = cause;
-        this.count(outcome);
+        this.count(outcome, source);
         settle(outcome);
       },
     };
   }
 
   /** An attempt begun while the circuit was closed ended (see {@link ClosedTicket}). */
-  settleClosed(outcome: AttemptOutcome, cause: string | undefined): void {
+  settleClosed(outcome: AttemptOutcome, cause: string | undefined, source?: FailureSource): void {
     this.cause = cause;
-    this.count(outcome);
+    this.count(outcome, source);
   }
 
   /**
    * How an answer that began (its attempt settled `answered`) ended: `success` whole, `failure` when
    * the engine broke it (or its stream went silent, or ended in the engine's own server error).
    */
-  answerEnded(outcome: 'success' | 'failure', cause?: string): void {
+  answerEnded(outcome: 'success' | 'failure', cause?: string, source?: FailureSource): void {
     this.cause = cause;
-    this.count(outcome);
+    this.count(outcome, source);
   }
 
   shutdown(): void {
+    this.stopped = true;
     this.scheduler.clearTimeout(this.cooldown);
     this.cooldown = undefined;
     this.circuit.shutdown();
@@ -200,6 +229,7 @@ export class EndpointBreaker {
     circuit.on('close', () => {
       this.probation = Math.max(0, this.settings.closeAfterSuccesses - 1);
       this.consecutiveFailures = 0;
+      this.runKeys = new Set();
       this.events.onAvailabilityChange?.();
       this.events.onStateChange?.('closed', this.cause);
     });
@@ -216,15 +246,50 @@ export class EndpointBreaker {
     this.events.onStateChange?.('half-open');
   }
 
-  private count(outcome: AttemptOutcome): void {
+  private count(outcome: AttemptOutcome, source?: FailureSource): void {
     if (outcome === 'success') {
       this.consecutiveFailures = 0;
+      this.runKeys = new Set();
       if (this.probation > 0) this.probation -= 1;
     } else if (outcome === 'failure') {
       this.consecutiveFailures += 1;
+      if (this.runKeys !== 'mixed') {
+        if (source?.answered && source.key !== undefined) this.runKeys.add(source.key);
+        else this.runKeys = 'mixed';
+      }
       // opossum settles a half-open probe itself; a closed breaker we open from the count
-      if (this.circuit.closed && this.shouldOpen()) this.circuit.open();
+      if (this.circuit.closed && this.shouldOpen()) this.openOrAsk();
     }
+  }
+
+  /**
+   * Opens the closed circuit, unless the run is one key's answered server errors (outside probation):
+   * a tenant whose requests make the engine fail on purpose would open it for everyone. Then the
+   * replica's health check decides: failing (or not answering), the circuit opens; passing, the run is
+   * forgotten and the circuit stays closed (an engine that died fails its health path too: vLLM's
+   * answers 500 once its engine core is dead).
+   */
+  private openOrAsk(): void {
+    const keys = this.runKeys;
+    if (this.probation > 0 || keys === 'mixed' || keys.size !== 1) return void this.circuit.open();
+    if (this.confirming) return;
+    const asked = this.confirm?.();
+    if (!asked) return void this.circuit.open();
+    this.confirming = true;
+    const circuit = this.circuit;
+    const [key] = keys;
+    void asked
+      .catch(() => false)
+      .then((healthy) => {
+        this.confirming = false;
+        if (this.stopped || circuit !== this.circuit || !circuit.closed) return; // moved on meanwhile (shut down, opened by another failure)
+        if (!healthy) return void circuit.open();
+        if (this.runKeys === 'mixed' || this.runKeys.size !== 1) return void (this.shouldOpen() && circuit.open()); // other failures came meanwhile
+        const failures = this.consecutiveFailures;
+        this.consecutiveFailures = 0;
+        this.runKeys = new Set();
+        this.events.onKeptClosed?.(key as string, failures);
+      });
   }
 
   private shouldOpen(): boolean {
@@ -245,13 +310,22 @@ export class BreakerRegistry {
     private readonly onStateChange?: (pool: string, endpoint: string, state: BreakerState, cause?: string) => void,
     /** Runs the cool-downs; tests pass fake time. */
     private readonly scheduler: Scheduler = systemScheduler,
+    /** Asks an endpoint's health check before one key's server errors open its breaker (see {@link HealthConfirm}). */
+    private readonly confirm?: (pool: string, endpoint: string) => Promise<boolean> | undefined,
+    /** One key's server errors did not open a breaker: its replica passed the health check. */
+    private readonly onKeptClosed?: (pool: string, endpoint: string, key: string, failures: number) => void,
   ) {}
 
   get(endpoint: string, pool: string, settings: BreakerSettings): EndpointBreaker {
     let entry = this.breakers.get(endpoint);
     if (!entry) {
-      const events: BreakerEvents = { onStateChange: (state, cause) => this.onStateChange?.(pool, endpoint, state, cause), onAvailabilityChange: this.changed };
-      entry = { pool, breaker: new EndpointBreaker(settings, events, this.scheduler) };
+      const events: BreakerEvents = {
+        onStateChange: (state, cause) => this.onStateChange?.(pool, endpoint, state, cause),
+        onAvailabilityChange: this.changed,
+        onKeptClosed: (key, failures) => this.onKeptClosed?.(pool, endpoint, key, failures),
+      };
+      const confirm = this.confirm;
+      entry = { pool, breaker: new EndpointBreaker(settings, events, this.scheduler, confirm && (() => confirm(pool, endpoint))) };
       this.breakers.set(endpoint, entry);
     }
     return entry.breaker;

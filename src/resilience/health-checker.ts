@@ -64,6 +64,19 @@ export class HealthChecker {
     return this.states.get(endpointId)?.healthy ?? unknown;
   }
 
+  /**
+   * One probe of an endpoint of a pool, now, on the pool's health path (whether or not the pool runs
+   * checks): what a breaker asks before one key's server errors open it (breaker.ts). Undefined when
+   * the pool or endpoint is not known, or its engine has no health path. Its verdict is not kept.
+   */
+  confirm(poolName: string, endpointId: string): Promise<boolean> | undefined {
+    const pool = this.deps.pools().find((p) => p.name === poolName);
+    const path = pool && (pool.resilience.healthCheck.path ?? HEALTH_PATHS[pool.engine]);
+    const endpoint = path === undefined ? undefined : this.deps.endpoints.snapshot(poolName).find((ep) => ep.id === endpointId);
+    if (!pool || path === undefined || !endpoint) return undefined;
+    return (this.deps.probe ?? httpProbe)(new URL(path, endpoint.url), pool.resilience.healthCheck.timeoutMs);
+  }
+
   /** Grows whenever what `isHealthy` answers for some endpoint may have changed. */
   get version(): number {
     return this.changes;

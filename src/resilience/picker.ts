@@ -36,7 +36,7 @@ import {
   unprobedCountsHealthy,
 } from '../core/types.js';
 import { shedError, type AdmissionQueues } from './admission.js';
-import { type BreakerRegistry, type BreakerTicket } from './breaker.js';
+import { type BreakerRegistry, type BreakerTicket, type FailureSource } from './breaker.js';
 
 export interface Picked {
   endpoint: Endpoint;
@@ -378,8 +378,8 @@ export class EndpointPicker {
   }
 
   /** How an answer that reached the client ended, for its endpoint's breaker: whole, or broken by the engine. */
-  recordAnswerEnd(pool: PoolSpec, endpointId: string, outcome: 'success' | 'failure', requestId?: string): void {
-    this.deps.breakers.get(endpointId, pool.name, pool.resilience.breaker).answerEnded(outcome, requestId);
+  recordAnswerEnd(pool: PoolSpec, endpointId: string, outcome: 'success' | 'failure', requestId?: string, source?: FailureSource): void {
+    this.deps.breakers.get(endpointId, pool.name, pool.resilience.breaker).answerEnded(outcome, requestId, source);
   }
 
   /** The endpoints of the pool this request may go to (all, or only the one it is pinned to) that can take traffic now. */

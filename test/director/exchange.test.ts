@@ -13,7 +13,7 @@ import { ExchangeRunner, type ExchangePlan, type ExchangeReport, type RouteStep 
 import { retryDelay } from '../../src/director/retry-policy.js';
 import { type AttemptResult, type AttemptSpec, type FailureReason, type Forwarder, type ResponseObserver, type StreamEnd } from '../../src/proxy/forwarder.js';
 import { normaliseUpstreamError } from '../../src/proxy/upstream-errors.js';
-import { type AttemptOutcome } from '../../src/resilience/breaker.js';
+import { type AttemptOutcome, type FailureSource } from '../../src/resilience/breaker.js';
 import { type EndpointPicker, type Picked, type PickRequest } from '../../src/resilience/picker.js';
 import { mergeResilience, RESILIENCE_DEFAULTS, type ResilienceOverrides } from '../../src/resilience/settings.js';
 import { FakeTime, flush } from '../helpers/fake-time.js';
@@ -66,6 +66,8 @@ class FakePicker implements Pick<EndpointPicker, 'pick' | 'hasUntried' | 'record
   readonly requests: Array<{ pool: string; tried: string[]; request: PickRequest | undefined }> = [];
   /** How each answer that reached the client ended, as its breaker heard it: `pool/endpoint outcome`. */
   readonly answerEnds: string[] = [];
+  /** Whose each failure was, and whether the engine answered it, as the breakers heard it. */
+  readonly sources: Array<FailureSource | undefined> = [];
   /** Pools whose picks wait until the client leaves (a queue that never moves). */
   readonly stuck = new Set<string>();
   /** Pools whose picks fail with this error (instead of NO_READY_REPLICA for an empty pool). */
@@ -89,7 +91,12 @@ class FakePicker implements Pick<EndpointPicker, 'pick' | 'hasUntried' | 'record
     this.picks.push(record);
     return Promise.resolve({
       endpoint,
-      ticket: { settle: (outcome) => record.outcomes.push(outcome) },
+      ticket: {
+        settle: (outcome, source) => {
+          record.outcomes.push(outcome);
+          if (outcome === 'failure') this.sources.push(source);
+        },
+      },
       release: () => (record.released += 1),
     });
   }
@@ -98,8 +105,9 @@ class FakePicker implements Pick<EndpointPicker, 'pick' | 'hasUntried' | 'record
     return (this.pools[pool.name] ?? []).some((e) => !tried.has(e.id));
   }
 
-  recordAnswerEnd(pool: PoolSpec, endpointId: string, outcome: 'success' | 'failure'): void {
+  recordAnswerEnd(pool: PoolSpec, endpointId: string, outcome: 'success' | 'failure', _requestId?: string, source?: FailureSource): void {
     this.answerEnds.push(`${pool.name}/${endpointId} ${outcome}`);
+    if (outcome === 'failure') this.sources.push(source);
   }
 
   /** The answers whose end counted against their breaker. */
@@ -763,6 +771,26 @@ describe('ExchangeRunner: a committed response', () => {
     expect(report.ttftMs).toBe(10);
     expect(report.usage).toEqual({ promptTokens: 0, completionTokens: 1, estimated: true });
     expect(report.attempts.map((a) => a.ms)).toEqual([500, 10]);
+  });
+});
+
+describe('ExchangeRunner: whose failure it was, for the breakers', () => {
+  it.each<[string, AttemptResult, FailureSource]>([
+    ['a 500 the engine answered (a request may cause it)', upstream(500), { key: 'team-a', answered: true }],
+    ['a 502 (a gateway’s: no answer of the engine’s)', upstream(502), { key: 'team-a', answered: false }],
+    ['a connection reset', failed('reset'), { key: 'team-a', answered: false }],
+    [
+      'the engine’s own server-error event in a stream',
+      { kind: 'committed', status: 200, done: Promise.resolve({ end: 'complete', bytes: 7, engineError: { status: 500, code: 'server_error' } }) },
+      { key: 'team-a', answered: true },
+    ],
+    ['a stream the engine broke', committed('upstream_broken', 7), { key: 'team-a', answered: false }],
+  ])('%s: its key, and whether the engine answered it', async (_case, result, source) => {
+    const A = pool('A', { retries: { maxRetries: 0 } });
+    const t = setup({ route: [step(A)], endpoints: { A: ['a1'] }, script: { a1: [result] } });
+    t.plan.request.tenant = 'team-a';
+    await t.run();
+    expect(t.picker.sources).toEqual([source]);
   });
 });
 

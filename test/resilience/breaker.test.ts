@@ -192,6 +192,82 @@ describe('EndpointBreaker', () => {
     breaker.shutdown();
   });
 
+  describe('one key’s server errors ask the health check before they open it', () => {
+    // a tenant whose requests make the engine answer 500 on purpose opened every breaker of a pool
+    const answered = (key: string) => ({ key, answered: true });
+    function asking(verdicts: Array<Promise<boolean> | undefined>) {
+      const kept: Array<[string, number]> = [];
+      let asked = 0;
+      const breaker = new EndpointBreaker(settings, { onKeptClosed: (key, failures) => kept.push([key, failures]) }, new FakeTime(), () => verdicts[asked++]);
+      const fail = (source?: { key?: string; answered?: boolean }): void => breaker.begin()?.settle('failure', source);
+      return { breaker, kept, fail, asked: () => asked };
+    }
+
+    it('passing: it stays closed, the run is forgotten, and the operator is told', async () => {
+      let pass!: (healthy: boolean) => void;
+      const t = asking([new Promise((resolve) => (pass = resolve)), Promise.resolve(false)]);
+      for (let i = 0; i < settings.failureThreshold; i++) t.fail(answered('mallory'));
+      t.fail(answered('mallory')); // one more while the check runs: asked once
+      await flush();
+      expect(t.asked()).toBe(1);
+      expect(t.breaker.state).toBe('closed');
+      pass(true);
+      await flush();
+      expect(t.breaker.state).toBe('closed');
+      expect(t.kept).toEqual([['mallory', settings.failureThreshold + 1]]);
+      for (let i = 0; i < settings.failureThreshold - 1; i++) t.fail(answered('mallory'));
+      await flush();
+      expect(t.asked()).toBe(1); // the count started again
+      t.fail(answered('mallory'));
+      await flush();
+      expect(t.asked()).toBe(2);
+      expect(t.breaker.state).toBe('open'); // the second check failed
+      t.breaker.shutdown();
+    });
+
+    it.each([
+      ['failing', [Promise.resolve(false)]],
+      ['not answering (it threw)', [Promise.reject(new Error('connect ECONNREFUSED'))]],
+      ['not possible (no health path)', [undefined]],
+    ])('%s: it opens', async (_case, verdicts) => {
+      const t = asking(verdicts);
+      for (let i = 0; i < settings.failureThreshold; i++) t.fail(answered('mallory'));
+      await flush();
+      expect(t.breaker.state).toBe('open');
+      expect(t.kept).toEqual([]);
+      t.breaker.shutdown();
+    });
+
+    it.each([
+      ['two keys’ server errors', [answered('a'), answered('b'), answered('a')]],
+      ['a failure that is no answer (a connection error) among them', [answered('a'), {}, answered('a')]],
+      ['a failure of no key', [answered('a'), { answered: true }, answered('a')]],
+    ])('%s open it without asking', async (_case, sources) => {
+      const t = asking([Promise.resolve(true)]);
+      for (const source of sources) t.fail(source);
+      await flush();
+      expect(t.asked()).toBe(0);
+      expect(t.breaker.state).toBe('open');
+      t.breaker.shutdown();
+    });
+
+    it('during probation one key’s server error re-opens it at once, as any failure does', async () => {
+      const time = new FakeTime();
+      let asked = 0;
+      const breaker = new EndpointBreaker(settings, {}, time, () => (asked++, Promise.resolve(true)));
+      await opened(breaker); // connection errors: no check asked
+      await time.advance(settings.cooldownMs);
+      expect(run(breaker, 'success')).toBe(true); // the probe closes it; probation follows
+      await flush();
+      expect(breaker.state).toBe('closed');
+      breaker.begin()?.settle('failure', answered('mallory'));
+      await flush();
+      expect(breaker.state).toBe('open');
+      expect(asked).toBe(0);
+      breaker.shutdown();
+    });
+  });
+
   it('ends the cool-down only through the injected scheduler, never through real time passing', async () => {
     const time = new FakeTime();
     // opossum arms its own reset timer on the global setTimeout when it opens; make real time pass a week

@@ -573,6 +573,27 @@ describe('EndpointPicker: what it keeps between picks, the very next pick sees c
     expect(await reachable(t)).toEqual(['a', 'b']);
   });
 
+  it('confirm: one probe now, on the pool’s health path, whether or not the pool runs checks; none for what it does not know', async () => {
+    const probed: Array<[string, number]> = [];
+    let pools = [pool({ healthCheck: { enabled: false, timeoutMs: 1_500 } })];
+    const eps = endpoints(['a']);
+    const checker = new HealthChecker({
+      endpoints: { snapshot: (name) => (name === 'p' ? eps : []) },
+      pools: () => pools,
+      scheduler: new FakeTime(),
+      now: () => 0,
+      probe: (url, timeoutMs) => (probed.push([url.href, timeoutMs]), Promise.resolve(false)),
+    });
+    await expect(checker.confirm('p', 'a')).resolves.toBe(false);
+    expect(probed).toEqual([[new URL('/health', eps[0]!.url).href, 1_500]]); // vLLM's health path
+    expect(checker.isHealthy('a')).toBe(true); // its verdict is not kept: the breaker decides from it
+    expect(checker.confirm('p', 'gone')).toBeUndefined();
+    expect(checker.confirm('other', 'a')).toBeUndefined();
+    pools = [{ ...pool({ healthCheck: { path: '/ready' } }) }];
+    await checker.confirm('p', 'a');
+    expect(probed.at(-1)?.[0]).toBe(new URL('/ready', eps[0]!.url).href);
+  });
+
   it('a probe that throws fails its own endpoint’s check, and the round still checks the others', async () => {
     const checks = pool({ healthCheck: { enabled: true, intervalMs: 1_000, unhealthyThreshold: 1, healthyThreshold: 1 } });
     let checker: HealthChecker | undefined;

@@ -271,10 +271,11 @@ describe('a replica whose answers break after their first tokens', () => {
   it.each([
     ['stall (silent past the idle timeout)', 'stall-after=2', 'upstream_timeout'],
     ['die (the connection dropped)', 'die-after=2', 'upstream_stream_broken'],
-    ['end in the engine’s own server error', 'error-after=2', undefined],
+    // an engine's own server error may be the request's doing: one key's open the breaker once the replica fails its health check too
+    ['end in the engine’s own server error (its health check failing)', 'error-after=2', undefined],
   ])('streams that %s open its breaker; then every stream is served whole by the healthy replica', async (_case, fault, code) => {
     const [bad, good] = await sims(2);
-    bad!.configure({ fault });
+    bad!.configure({ fault, unhealthy: fault.startsWith('error-after') });
     const g = await gateway([bad!.url, good!.url], { ...fast, timeouts: { idleMs: 200 } });
     const broken: RawResponse[] = [];
     await untilOpen(g, bad!.url, async () => {
@@ -299,6 +300,47 @@ describe('a replica whose answers break after their first tokens', () => {
       expect(sseData(res.body).at(-1)).toBe('[DONE]');
       expect(contentTimes(res)).toHaveLength(20);
     }
+  });
+});
+
+describe('one tenant’s requests that the engine answers with a server error', () => {
+  const MALLORY = 'sk-mallory-0123456789';
+  async function twoTenants(endpoints: string[]): Promise<TestRouter<RunningRouter>> {
+    const g = await startTestRouter({
+      keysYaml: `- name: tester\n  key: ${KEY}\n- name: mallory\n  key: ${MALLORY}\n`,
+      // the simulator's fault header stands for a request the engine chokes on (forwarded as an operator would)
+      server: { forwardHeaders: ['x-sim-fault'] },
+      pools: [{ name: 'llm', servedModelName: 'served/llm', endpoints, resilience: fast }],
+      deployments: [{ id: 'llm', model: 'llm', targets: [{ pool: 'llm' }] }],
+    });
+    cleanups.push(() => g.close());
+    return g;
+  }
+  const poisoned = (g: TestRouter<RunningRouter>): Promise<RawResponse> => chat(g, {}, { headers: { authorization: `Bearer ${MALLORY}`, 'x-sim-fault': 'status=500' } });
+
+  it('do not open the breakers of replicas that pass their health check: every other tenant is served', async () => {
+    // ten such requests opened both replicas' breakers, and every other tenant got 503 for a cool-down
+    const replicas = await sims(2);
+    const g = await twoTenants(replicas.map((r) => r.url));
+    for (let i = 0; i < 10; i++) expect((await poisoned(g)).status).toBe(500);
+    await waitFor(() => g.logs.some((l) => l.includes('circuit breaker kept closed')), 'the health check’s verdict');
+    for (const r of replicas) expect(breakerOf(g, r.url) ?? 'closed').toBe('closed');
+    expect((await chat(g)).status).toBe(200);
+    const kept = JSON.parse(g.logs.find((l) => l.includes('circuit breaker kept closed'))!) as Record<string, unknown>;
+    expect(kept).toMatchObject({ level: 40, pool: 'llm', key: 'mallory', failures: expect.any(Number) });
+    expect(metricSum(await metrics(g), 'modelgate_breaker_state')).toBe(0);
+  });
+
+  it('open the breaker of a replica whose engine died (its health check fails too), and the others serve', async () => {
+    const [dead, ok] = await sims(2);
+    dead!.configure({ fault: 'status=500', unhealthy: true }); // as vLLM once its engine core is dead: 500 to everything, /health failing
+    const g = await twoTenants([dead!.url, ok!.url]);
+    // one key alone (a fleet of one application): its server errors still take the dead replica out, once its health check fails
+    await untilOpen(g, dead!.url, async () => {
+      const res = await chat(g);
+      return res.status === 500 ? { ...res, status: 200 } : res; // the requests the dead replica got were answered 500
+    });
+    for (let i = 0; i < 4; i++) expect((await chat(g)).headers['x-sim-replica']).toBe('r1');
   });
 });
 
