@@ -275,7 +275,8 @@ export class ExchangeRunner {
     // a pool, and every other tenant got 503.)
     const repeated = result.kind === 'failed' && result.reason === 'first_byte_timeout' && report.attempts.some((a) => a.outcome === 'first_byte_timeout');
     // an error the engine answered may be the request's doing: its key is said, so one key's alone cannot open the breaker unasked (breaker.ts)
-    picked.ticket.settle(repeated ? 'unknown' : breakerOutcome(result), { key: plan.request.tenant, answered: result.kind === 'upstream_error' && result.status === 500 });
+    const counted = repeated ? 'unknown' : breakerOutcome(result);
+    picked.ticket.settle(counted, counted === 'failure' ? { key: plan.request.tenant, answered: result.kind === 'upstream_error' && result.status === 500 } : undefined);
     const outcome = outcomeName(result);
     if (span) {
       span.set({ 'modelgate.outcome': outcome, 'http.response.status_code': result.kind === 'committed' || result.kind === 'upstream_error' ? result.status : undefined });
@@ -336,7 +337,8 @@ export class ExchangeRunner {
       if (engineError.status >= 500) counted = 'failure';
     }
     // the engine's own server-error event is an answer a request may cause; a cut or silent stream is not
-    if (counted) this.deps.picker.recordAnswerEnd(step.pool, picked.endpoint.id, counted, requestId, { key: plan.request.tenant, answered: engineError !== undefined });
+    if (counted)
+      this.deps.picker.recordAnswerEnd(step.pool, picked.endpoint.id, counted, requestId, counted === 'failure' ? { key: plan.request.tenant, answered: engineError !== undefined } : undefined);
     return report;
   }
 

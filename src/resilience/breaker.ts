@@ -249,7 +249,8 @@ export class EndpointBreaker {
   private count(outcome: AttemptOutcome, source?: FailureSource): void {
     if (outcome === 'success') {
       this.consecutiveFailures = 0;
-      this.runKeys = new Set();
+      if (this.runKeys === 'mixed') this.runKeys = new Set();
+      else this.runKeys.clear(); // every request's success comes here: nothing allocated
       if (this.probation > 0) this.probation -= 1;
     } else if (outcome === 'failure') {
       this.consecutiveFailures += 1;
