@@ -85,6 +85,28 @@ export interface RunningRouter extends Router {
 
 export { createLogger };
 
+/** How often, at most, a replica's breaker kept closed is logged (each time its health check passed one key's, or some keys', server errors). */
+const KEPT_CLOSED_LOG_MS = 60_000;
+
+/**
+ * Logs a breaker kept closed at `warn`, at most once a minute per replica, with how many times since
+ * the last line: a tenant sending requests its engine chokes on would otherwise write a line every few requests.
+ */
+export function keptClosedLog(log: Logger, clock: () => number): (pool: string, endpoint: string, keys: string[], failures: number) => void {
+  const last = new Map<string, { at: number; since: number }>();
+  return (pool, endpoint, keys, failures) => {
+    const now = clock();
+    const seen = last.get(endpoint);
+    if (seen && now - seen.at < KEPT_CLOSED_LOG_MS) return void (seen.since += 1);
+    if (last.size > 10_000) last.clear(); // endpoints come and go: the map stays bounded
+    last.set(endpoint, { at: now, since: 0 });
+    log.warn(
+      { pool, endpoint, keys, failures, ...(seen && seen.since > 0 ? { alsoSince: seen.since } : {}) },
+      'circuit breaker kept closed: server errors from a replica that passes its health check',
+    );
+  };
+}
+
 /** Builds every object of a router from a validated config; loads the keys file. */
 export async function createRouter(config: Config, options: RouterOptions = {}): Promise<Router & { logger: Logger }> {
   const logger = options.logger ?? createLogger(config.log.level);
@@ -132,10 +154,9 @@ export async function createRouter(config: Config, options: RouterOptions = {}):
       log[state === 'open' ? 'warn' : 'info']({ pool, endpoint, state }, `circuit breaker ${state}`);
     },
     systemScheduler,
-    // one key's server errors ask the replica's health check before they open its breaker
+    // server errors the engine answered ask the replica's health check before they open its breaker
     (pool, endpoint) => health.confirm(pool, endpoint),
-    (pool, endpoint, key, failures) =>
-      breakerLog.warn({ pool, endpoint, key, failures }, 'circuit breaker kept closed: one key’s requests got server errors from a replica that passes its health check'),
+    keptClosedLog(breakerLog, () => clock.now()),
   );
   const admission = new AdmissionQueues(systemScheduler, () => clock.now(), {
     onDequeued: (pool, ms, result) => metrics.recordQueueWait(pool, ms / 1000, result),

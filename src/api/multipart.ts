@@ -21,13 +21,15 @@ export const MAX_FORM_PARTS = 1000;
 const BOUNDARY_CHARS = /^[0-9A-Za-z'()+_,\-./:=? ]{0,69}[0-9A-Za-z'()+_,\-./:=?]$/;
 
 /**
- * The boundary `contentType` names, its quoted-pair escapes undone (`"a\b"` is `ab`, as the platform's
- * parser reads it); undefined when it names none. INVALID_REQUEST for one RFC 2046 does not allow.
+ * The boundary `contentType` names; undefined when it names none. INVALID_REQUEST for one RFC 2046
+ * does not allow, a backslash included: parsers disagree on a quoted boundary's escapes (`"a\b"` is
+ * `ab` to the platform's parser and `a\b` to Python's), and an engine given the client's content type
+ * would split the body where the router did not.
  */
 export function formBoundary(contentType: string): string | undefined {
   const match = /;\s*boundary=(?:"((?:[^"\\]|\\.)*)"|([^;\s]+))/i.exec(contentType);
   if (!match) return undefined;
-  const name = match[1] !== undefined ? match[1].replace(/\\(.)/g, '$1') : (match[2] as string);
+  const name = match[1] ?? match[2] ?? '';
   if (!BOUNDARY_CHARS.test(name)) throw new RouterError('INVALID_REQUEST', "The multipart/form-data boundary is not valid: 1 to 70 letters, digits or '()+_,-./:=? and inner spaces.");
   return name;
 }
@@ -51,7 +53,8 @@ export function tooManyParts(raw: Buffer, boundary: string, max = MAX_FORM_PARTS
  * The parts of a multipart body, in order; INVALID_REQUEST when it is not a readable form, or has more
  * than {@link MAX_FORM_PARTS} parts. The parser is given the boundary the parts were counted by, in a
  * content type of the router's own writing: read from the client's by two parsers, a boundary spelled
- * with an escape (`"a\b"`) was `a\b` to the count (no part found) and `ab` to the parser (every part).
+ * with an escape (`"a\b"`) was `a\b` to the count (no part found) and `ab` to the parser (every part);
+ * such a boundary is now refused ({@link formBoundary}).
  */
 export async function parseForm(raw: Buffer, contentType: string): Promise<FormPart[]> {
   const boundary = formBoundary(contentType);

@@ -43,17 +43,22 @@ export function completionsPromptText(body: ValidRequest): string {
 }
 
 /**
- * A completions prompt's tokens when it is token ids: a list of ids is that many tokens, a list of such
- * lists (one engine prompt each) their sum. Undefined for a prompt of text (its text is estimated).
+ * A completions prompt's tokens as the limits charge them up front: a list of ids is that many tokens,
+ * a list of such lists (one engine prompt each) their sum, a list of strings all of their text at about
+ * four characters a token (its first string alone is the prompt text prefix affinity reads). Undefined
+ * for one string (its text is estimated, with what the engines' usage has shown this API adds).
  */
 export function completionsPromptTokens(body: ValidRequest): number | undefined {
   const prompt = body.prompt;
   if (!Array.isArray(prompt) || prompt.length === 0) return undefined;
   if (typeof prompt[0] === 'number') return prompt.length;
-  if (!Array.isArray(prompt[0])) return undefined;
   let tokens = 0;
-  for (const ids of prompt) tokens += Array.isArray(ids) ? ids.length : 0;
-  return tokens;
+  let chars = 0;
+  for (const item of prompt) {
+    if (Array.isArray(item)) tokens += item.length;
+    else if (typeof item === 'string') chars += item.length;
+  }
+  return tokens + Math.ceil(chars / 4);
 }
 
 const stringOr = (value: unknown): string => (typeof value === 'string' ? value : '');

@@ -336,9 +336,10 @@ export class ExchangeRunner {
       report.engineError = engineError.code;
       if (engineError.status >= 500) counted = 'failure';
     }
-    // the engine's own server-error event is an answer a request may cause; a cut or silent stream is not
-    if (counted)
-      this.deps.picker.recordAnswerEnd(step.pool, picked.endpoint.id, counted, requestId, counted === 'failure' ? { key: plan.request.tenant, answered: engineError !== undefined } : undefined);
+    // the engine's own server-error event is an answer a request may cause (on a resumable stream the
+    // splice holds it back, so the stream ends broken: the splice says it erred); a cut or silent stream is not
+    const answered = engineError !== undefined || splice?.errored === true;
+    if (counted) this.deps.picker.recordAnswerEnd(step.pool, picked.endpoint.id, counted, requestId, counted === 'failure' ? { key: plan.request.tenant, answered } : undefined);
     return report;
   }
 

@@ -80,8 +80,8 @@ export function normaliseUpstreamError(status: number, body: Buffer): Normalised
   try {
     parsed = fromJson(status, JSON.parse(text) as unknown);
   } catch {
-    // JSON that does not parse (a body cut at MAX_ERROR_BODY_BYTES) is no message: the status is named instead
-    plain = /^[[{]/.test(text) ? undefined : shownText(status, text);
+    // a body cut at MAX_ERROR_BODY_BYTES whose JSON no longer parses is no message: the status is named instead
+    plain = body.length >= MAX_ERROR_BODY_BYTES && /^[[{]/.test(text) ? undefined : shownText(status, text);
   }
   if (status >= 300 && status < 400) {
     const redirect = new RouterError('UPSTREAM_REDIRECT', `The model server answered with a redirect (status ${status}), which the router does not follow; check the pool's endpoint URL.`);

@@ -30,6 +30,9 @@ import CircuitBreaker from 'opossum';
 import { type Scheduler, systemScheduler } from '../core/clock.js';
 
 export type BreakerState = 'closed' | 'open' | 'half-open';
+
+/** The keys of a run of failures a breaker keeps, for the log. */
+export const MAX_RUN_KEYS = 5;
 export type AttemptOutcome = 'success' | 'failure' | 'answered' | 'backpressure' | 'unknown';
 
 export interface BreakerSettings {
@@ -42,8 +45,8 @@ export interface BreakerEvents {
   onStateChange?: (state: BreakerState, cause?: string) => void;
   /** What {@link EndpointBreaker.available} answers may have changed (a transition, or the half-open probe taken). */
   onAvailabilityChange?: () => void;
-  /** One key's server errors reached the threshold, and the replica passed its health check: the breaker stays closed. */
-  onKeptClosed?: (key: string, failures: number) => void;
+  /** Server errors the engine answered reached the threshold, and the replica passed its health check: the breaker stays closed. `keys`: whose (at most {@link MAX_RUN_KEYS}). */
+  onKeptClosed?: (keys: string[], failures: number) => void;
 }
 
 /**
@@ -135,11 +138,13 @@ export class EndpointBreaker {
   /** The request whose outcome was counted last: the cause of a transition it triggers. */
   private cause: string | undefined;
   /**
-   * The keys whose answered server errors make up the current run of failures, or `mixed` once it
-   * holds a failure of any other kind (or one of no key): only a run of one key's answered server
-   * errors asks the health check before it opens the breaker.
+   * The keys whose answered server errors make up the current run of failures (the first
+   * {@link MAX_RUN_KEYS}, for the log), or `mixed` once it holds a failure of any other kind (or one of
+   * no key): only a run of answered server errors asks the health check before it opens the breaker.
    */
   private runKeys: Set<string> | 'mixed' = new Set();
+  /** The half-open probe was answered (`answered`): its answer's end is the first success of its probation. */
+  private probeAnswered = false;
   /** A health check asked and not yet answered. */
   private confirming = false;
   private stopped = false;
@@ -190,6 +195,7 @@ export class EndpointBreaker {
         if (settled) return;
         settled = true;
         this.cause = cause;
+        this.probeAnswered = outcome === 'answered';
         this.count(outcome, source);
         settle(outcome);
       },
@@ -227,7 +233,9 @@ export class EndpointBreaker {
       this.events.onStateChange?.('open', this.cause);
     });
     circuit.on('close', () => {
-      this.probation = Math.max(0, this.settings.closeAfterSuccesses - 1);
+      // the probe's success was counted already; an answered probe's end is yet to come, and counts as the first
+      this.probation = Math.max(0, this.settings.closeAfterSuccesses - (this.probeAnswered ? 0 : 1));
+      this.probeAnswered = false;
       this.consecutiveFailures = 0;
       this.runKeys = new Set();
       this.events.onAvailabilityChange?.();
@@ -255,8 +263,8 @@ export class EndpointBreaker {
     } else if (outcome === 'failure') {
       this.consecutiveFailures += 1;
       if (this.runKeys !== 'mixed') {
-        if (source?.answered && source.key !== undefined) this.runKeys.add(source.key);
-        else this.runKeys = 'mixed';
+        if (!source?.answered || source.key === undefined) this.runKeys = 'mixed';
+        else if (this.runKeys.size < MAX_RUN_KEYS) this.runKeys.add(source.key);
       }
       // opossum settles a half-open probe itself; a closed breaker we open from the count
       if (this.circuit.closed && this.shouldOpen()) this.openOrAsk();
@@ -264,32 +272,32 @@ export class EndpointBreaker {
   }
 
   /**
-   * Opens the closed circuit, unless the run is one key's answered server errors (outside probation):
-   * a tenant whose requests make the engine fail on purpose would open it for everyone. Then the
-   * replica's health check decides: failing (or not answering), the circuit opens; passing, the run is
-   * forgotten and the circuit stays closed (an engine that died fails its health path too: vLLM's
-   * answers 500 once its engine core is dead).
+   * Opens the closed circuit, unless the run is all server errors the engine answered (outside
+   * probation): requests can make an engine fail, and tenants who do it on purpose (with one key or
+   * several) would open it for everyone. Then the replica's health check decides: failing (or not
+   * answering), the circuit opens; passing, the run is forgotten and the circuit stays closed (an
+   * engine that died fails its health path too: vLLM's answers 500 once its engine core is dead).
    */
   private openOrAsk(): void {
-    const keys = this.runKeys;
-    if (this.probation > 0 || keys === 'mixed' || keys.size !== 1) return void this.circuit.open();
+    if (this.probation > 0 || this.runKeys === 'mixed') return void this.circuit.open();
     if (this.confirming) return;
     const asked = this.confirm?.();
     if (!asked) return void this.circuit.open();
     this.confirming = true;
     const circuit = this.circuit;
-    const [key] = keys;
     void asked
       .catch(() => false)
       .then((healthy) => {
         this.confirming = false;
         if (this.stopped || circuit !== this.circuit || !circuit.closed) return; // moved on meanwhile (shut down, opened by another failure)
         if (!healthy) return void circuit.open();
-        if (this.runKeys === 'mixed' || this.runKeys.size !== 1) return void (this.shouldOpen() && circuit.open()); // other failures came meanwhile
+        const keys = this.runKeys;
+        if (keys === 'mixed') return void (this.shouldOpen() && circuit.open()); // a failure of another kind came meanwhile
+        if (keys.size === 0) return; // a success came meanwhile: the run is over
         const failures = this.consecutiveFailures;
         this.consecutiveFailures = 0;
         this.runKeys = new Set();
-        this.events.onKeptClosed?.(key as string, failures);
+        this.events.onKeptClosed?.([...keys], failures);
       });
   }
 
@@ -314,7 +322,7 @@ export class BreakerRegistry {
     /** Asks an endpoint's health check before one key's server errors open its breaker (see {@link HealthConfirm}). */
     private readonly confirm?: (pool: string, endpoint: string) => Promise<boolean> | undefined,
     /** One key's server errors did not open a breaker: its replica passed the health check. */
-    private readonly onKeptClosed?: (pool: string, endpoint: string, key: string, failures: number) => void,
+    private readonly onKeptClosed?: (pool: string, endpoint: string, keys: string[], failures: number) => void,
   ) {}
 
   get(endpoint: string, pool: string, settings: BreakerSettings): EndpointBreaker {
@@ -323,7 +331,7 @@ export class BreakerRegistry {
       const events: BreakerEvents = {
         onStateChange: (state, cause) => this.onStateChange?.(pool, endpoint, state, cause),
         onAvailabilityChange: this.changed,
-        onKeptClosed: (key, failures) => this.onKeptClosed?.(pool, endpoint, key, failures),
+        onKeptClosed: (keys, failures) => this.onKeptClosed?.(pool, endpoint, keys, failures),
       };
       const confirm = this.confirm;
       entry = { pool, breaker: new EndpointBreaker(settings, events, this.scheduler, confirm && (() => confirm(pool, endpoint))) };

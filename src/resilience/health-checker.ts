@@ -48,6 +48,8 @@ const CONCURRENCY = 8;
 export class HealthChecker {
   private readonly states = new Map<string, State>();
   private readonly lastRun = new Map<string, number>();
+  /** When {@link confirm}'s probe of an endpoint last passed. */
+  private readonly passedAt = new Map<string, number>();
   private timer: unknown;
   private running = false;
   private stopped = true;
@@ -74,7 +76,16 @@ export class HealthChecker {
     const path = pool && (pool.resilience.healthCheck.path ?? HEALTH_PATHS[pool.engine]);
     const endpoint = path === undefined ? undefined : this.deps.endpoints.snapshot(poolName).find((ep) => ep.id === endpointId);
     if (!pool || path === undefined || !endpoint) return undefined;
-    return (this.deps.probe ?? httpProbe)(new URL(path, endpoint.url), pool.resilience.healthCheck.timeoutMs);
+    // a pass stands for the pool's check interval: requests that keep failing ask no faster than its own checks would
+    const passed = this.passedAt.get(endpointId);
+    const now = this.deps.now();
+    if (passed !== undefined && now - passed < pool.resilience.healthCheck.intervalMs) return Promise.resolve(true);
+    return (this.deps.probe ?? httpProbe)(new URL(path, endpoint.url), pool.resilience.healthCheck.timeoutMs).then((healthy) => {
+      if (this.passedAt.size > 10_000) this.passedAt.clear(); // endpoints come and go: bounded
+      if (healthy) this.passedAt.set(endpointId, now);
+      else this.passedAt.delete(endpointId);
+      return healthy;
+    });
   }
 
   /** Grows whenever what `isHealthy` answers for some endpoint may have changed. */

@@ -58,10 +58,9 @@ describe('multipart forms', () => {
     expect((err as RouterError).message).toBe(`The multipart/form-data body has more than ${MAX_FORM_PARTS} parts.`);
   });
 
-  it('reads the boundary the content type names, quoted or not, its escapes undone as the parser undoes them; none when it names none', () => {
+  it('reads the boundary the content type names, quoted or not; none when it names none', () => {
     expect(formBoundary('multipart/form-data; boundary="a b"')).toBe('a b');
     expect(formBoundary('multipart/form-data; charset=utf-8; BOUNDARY=xyz')).toBe('xyz');
-    expect(formBoundary('multipart/form-data; boundary="a\\b"')).toBe('ab');
     expect(formBoundary('multipart/form-data')).toBeUndefined();
     const body = (boundary: string, parts: number): Buffer =>
       Buffer.from(`${Array.from({ length: parts }, (_, i) => `--${boundary}\r\nContent-Disposition: form-data; name="f${i}"\r\n\r\nv\r\n`).join('')}--${boundary}--\r\n`);
@@ -71,6 +70,8 @@ describe('multipart forms', () => {
 
   it.each([
     ['a quote inside', 'multipart/form-data; boundary="a\\"b"'],
+    // parsers disagree on its escapes ("a\b" is ab to the platform's, a\b to Python's): the engine could split the body elsewhere
+    ['an escape inside', 'multipart/form-data; boundary="a\\b"'],
     ['a backslash inside', 'multipart/form-data; boundary="a\\\\b"'],
     ['ending in a space', 'multipart/form-data; boundary="ab "'],
     ['longer than 70 characters', `multipart/form-data; boundary=${'a'.repeat(71)}`],
@@ -79,15 +80,6 @@ describe('multipart forms', () => {
     const err = await parseForm(Buffer.from('--x\r\n'), contentType).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(RouterError);
     expect((err as RouterError).message).toMatch(/^The multipart\/form-data boundary is not valid/);
-  });
-
-  it(`counts the parts by the boundary the parser reads: one spelled with an escape ("a\\b" is ab) cannot slip past the ${MAX_FORM_PARTS}-part limit`, async () => {
-    const parts = (n: number): Buffer => Buffer.from(`${Array.from({ length: n }, (_, i) => `--ab\r\nContent-Disposition: form-data; name="f${i}"\r\n\r\nv\r\n`).join('')}--ab--\r\n`);
-    const escaped = 'multipart/form-data; boundary="a\\b"';
-    const err = await parseForm(parts(MAX_FORM_PARTS + 1), escaped).catch((e: unknown) => e);
-    expect((err as RouterError).message).toBe(`The multipart/form-data body has more than ${MAX_FORM_PARTS} parts.`);
-    // and a form so spelled within the limit is read whole, as the parser reads it
-    expect(Object.keys(formFields(await parseForm(parts(3), escaped)))).toEqual(['f0', 'f1', 'f2']);
   });
 
   it.each([

@@ -66,12 +66,12 @@ describe('completionsPromptText', () => {
   });
 });
 
-describe('completionsPromptTokens: what the limits charge for a prompt of token ids (a prompt without text was charged nothing up front)', () => {
+describe('completionsPromptTokens: what the limits charge up front for a prompt of token ids (charged nothing) or a batch (charged its first)', () => {
   it.each([
     ['token ids: that many', { prompt: [5, 6, 7] }, 3],
     ['a batch of token-id lists: their sum', { prompt: [[1, 2], [3], [4, 5, 6]] }, 6],
     ['a string: estimated from its text instead', { prompt: 'Once upon a time' }, undefined],
-    ['a list of strings: estimated from its text instead', { prompt: ['a', 'b'] }, undefined],
+    ['a list of strings: all of their text, at four characters a token (its first alone was charged)', { prompt: ['abcd', 'efghij', 'k'] }, 3],
     ['prompt_embeds alone', { prompt_embeds: 'AAAA' }, undefined],
   ])('%s', (_name, body, expected) => {
     expect(completionsPromptTokens(chat(body))).toBe(expected);

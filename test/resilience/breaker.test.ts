@@ -178,6 +178,24 @@ describe('EndpointBreaker', () => {
     breaker.shutdown();
   });
 
+  it.each([
+    ['answered (its whole answer the first success of probation)', true],
+    ['a success (a 4xx it caused)', false],
+  ])('after a probe %s, probation lasts closeAfterSuccesses successes, the probe’s the first: a failure before the second re-opens it', async (_case, answered) => {
+    const { breaker, time } = setup();
+    await opened(breaker);
+    await time.advance(settings.cooldownMs);
+    breaker.begin()?.settle(answered ? 'answered' : 'success');
+    await flush();
+    expect(breaker.state).toBe('closed');
+    // the probe's success is the first of closeAfterSuccesses (2); an answered probe's is its whole answer
+    if (answered) breaker.answerEnded('success');
+    breaker.begin()?.settle('failure', {});
+    await flush();
+    expect(breaker.state).toBe('open'); // one more success was due (the answered probe's was counted once, not twice)
+    breaker.shutdown();
+  });
+
   it('closes when the half-open probe is answered, and re-opens when that answer breaks during probation', async () => {
     const { breaker, time } = setup();
     await opened(breaker);
@@ -192,13 +210,13 @@ describe('EndpointBreaker', () => {
     breaker.shutdown();
   });
 
-  describe('one key’s server errors ask the health check before they open it', () => {
+  describe('server errors the engine answered ask the health check before they open it', () => {
     // a tenant whose requests make the engine answer 500 on purpose opened every breaker of a pool
     const answered = (key: string) => ({ key, answered: true });
     function asking(verdicts: Array<Promise<boolean> | undefined>) {
-      const kept: Array<[string, number]> = [];
+      const kept: Array<[string[], number]> = [];
       let asked = 0;
-      const breaker = new EndpointBreaker(settings, { onKeptClosed: (key, failures) => kept.push([key, failures]) }, new FakeTime(), () => verdicts[asked++]);
+      const breaker = new EndpointBreaker(settings, { onKeptClosed: (keys, failures) => kept.push([keys, failures]) }, new FakeTime(), () => verdicts[asked++]);
       const fail = (source?: { key?: string; answered?: boolean }): void => breaker.begin()?.settle('failure', source);
       return { breaker, kept, fail, asked: () => asked };
     }
@@ -214,7 +232,7 @@ describe('EndpointBreaker', () => {
       pass(true);
       await flush();
       expect(t.breaker.state).toBe('closed');
-      expect(t.kept).toEqual([['mallory', settings.failureThreshold + 1]]);
+      expect(t.kept).toEqual([[['mallory'], settings.failureThreshold + 1]]);
       for (let i = 0; i < settings.failureThreshold - 1; i++) t.fail(answered('mallory'));
       await flush();
       expect(t.asked()).toBe(1); // the count started again
@@ -238,8 +256,17 @@ describe('EndpointBreaker', () => {
       t.breaker.shutdown();
     });
 
+    it('several keys’ server errors ask too (tenants acting together, or one with two keys), and the log names them', async () => {
+      const t = asking([Promise.resolve(true)]);
+      for (const key of ['a', 'b', 'a']) t.fail(answered(key));
+      await flush();
+      expect(t.asked()).toBe(1);
+      expect(t.breaker.state).toBe('closed');
+      expect(t.kept).toEqual([[['a', 'b'], 3]]);
+      t.breaker.shutdown();
+    });
+
     it.each([
-      ['two keys’ server errors', [answered('a'), answered('b'), answered('a')]],
       ['a failure that is no answer (a connection error) among them', [answered('a'), {}, answered('a')]],
       ['a failure of no key', [answered('a'), { answered: true }, answered('a')]],
     ])('%s open it without asking', async (_case, sources) => {

@@ -594,6 +594,29 @@ describe('EndpointPicker: what it keeps between picks, the very next pick sees c
     expect(probed.at(-1)?.[0]).toBe(new URL('/ready', eps[0]!.url).href);
   });
 
+  it('confirm: a pass stands for the pool’s check interval (requests that keep failing ask no faster than its checks would); a failure does not', async () => {
+    let now = 0;
+    let healthy = true;
+    let probes = 0;
+    const eps = endpoints(['a']);
+    const checker = new HealthChecker({
+      endpoints: { snapshot: () => eps },
+      pools: () => [pool({ healthCheck: { intervalMs: 5_000 } })],
+      scheduler: new FakeTime(),
+      now: () => now,
+      probe: () => (probes++, Promise.resolve(healthy)),
+    });
+    await expect(checker.confirm('p', 'a')).resolves.toBe(true);
+    now = 4_999;
+    await expect(checker.confirm('p', 'a')).resolves.toBe(true);
+    expect(probes).toBe(1);
+    now = 5_000;
+    healthy = false;
+    await expect(checker.confirm('p', 'a')).resolves.toBe(false);
+    await expect(checker.confirm('p', 'a')).resolves.toBe(false);
+    expect(probes).toBe(3);
+  });
+
   it('a probe that throws fails its own endpoint’s check, and the round still checks the others', async () => {
     const checks = pool({ healthCheck: { enabled: true, intervalMs: 1_000, unhealthyThreshold: 1, healthyThreshold: 1 } });
     let checker: HealthChecker | undefined;

@@ -211,6 +211,15 @@ describe('upstream errors', () => {
       404,
       { message: 'The model server answered with status 404.', type: 'invalid_request_error', param: null, code: null },
     ],
+    // plain text that only starts like JSON, whole: passed on as text, as any 4xx's
+    [
+      'plain text starting with a bracket',
+      400,
+      '[Errno 2] No such file or directory',
+      { 'content-type': 'text/plain' },
+      400,
+      { message: '[Errno 2] No such file or directory', type: 'invalid_request_error' },
+    ],
     // vLLM names its exception class in `type`, and some of its errors in a string `code`: its insides, not an OpenAI code
     [
       'exception class as the code',

@@ -305,13 +305,13 @@ describe('a replica whose answers break after their first tokens', () => {
 
 describe('one tenant’s requests that the engine answers with a server error', () => {
   const MALLORY = 'sk-mallory-0123456789';
-  async function twoTenants(endpoints: string[]): Promise<TestRouter<RunningRouter>> {
+  async function twoTenants(endpoints: string[], deployment: object = {}): Promise<TestRouter<RunningRouter>> {
     const g = await startTestRouter({
       keysYaml: `- name: tester\n  key: ${KEY}\n- name: mallory\n  key: ${MALLORY}\n`,
       // the simulator's fault header stands for a request the engine chokes on (forwarded as an operator would)
       server: { forwardHeaders: ['x-sim-fault'] },
       pools: [{ name: 'llm', servedModelName: 'served/llm', endpoints, resilience: fast }],
-      deployments: [{ id: 'llm', model: 'llm', targets: [{ pool: 'llm' }] }],
+      deployments: [{ id: 'llm', model: 'llm', targets: [{ pool: 'llm' }], ...deployment }],
     });
     cleanups.push(() => g.close());
     return g;
@@ -327,8 +327,23 @@ describe('one tenant’s requests that the engine answers with a server error', 
     for (const r of replicas) expect(breakerOf(g, r.url) ?? 'closed').toBe('closed');
     expect((await chat(g)).status).toBe(200);
     const kept = JSON.parse(g.logs.find((l) => l.includes('circuit breaker kept closed'))!) as Record<string, unknown>;
-    expect(kept).toMatchObject({ level: 40, pool: 'llm', key: 'mallory', failures: expect.any(Number) });
+    expect(kept).toMatchObject({ level: 40, pool: 'llm', keys: ['mallory'], failures: expect.any(Number) });
     expect(metricSum(await metrics(g), 'modelgate_breaker_state')).toBe(0);
+  });
+
+  it.each([
+    ['', {}],
+    [' on a deployment that resumes streams (the engine’s error event is held back to continue elsewhere)', { resumeStreams: true }],
+  ])('streams that end in the engine’s own server error, one tenant’s%s, do not open breakers of healthy replicas', async (_case, deployment) => {
+    const replicas = await sims(3);
+    const g = await twoTenants(
+      replicas.map((r) => r.url),
+      deployment,
+    );
+    for (let i = 0; i < 6; i++) await chat(g, { stream: true, max_tokens: 20, ignore_eos: true }, { headers: { authorization: `Bearer ${MALLORY}`, 'x-sim-fault': 'error-after=2' } });
+    await waitFor(() => g.logs.some((l) => l.includes('circuit breaker kept closed')), 'the health check’s verdict');
+    for (const r of replicas) expect(breakerOf(g, r.url) ?? 'closed').toBe('closed');
+    expect((await chat(g)).status).toBe(200);
   });
 
   it('open the breaker of a replica whose engine died (its health check fails too), and the others serve', async () => {
