@@ -85,7 +85,7 @@ export interface RunningRouter extends Router {
 
 export { createLogger };
 
-/** How often, at most, a replica's breaker kept closed is logged (each time its health check passed one key's, or some keys', server errors). */
+/** How often, at most, a replica's breaker kept closed is logged (each time its health check passed, after server errors its engine answered). */
 const KEPT_CLOSED_LOG_MS = 60_000;
 
 /**

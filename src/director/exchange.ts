@@ -274,7 +274,7 @@ export class ExchangeRunner {
     // (Counted at every replica it was retried on, four long requests of one tenant opened every breaker of
     // a pool, and every other tenant got 503.)
     const repeated = result.kind === 'failed' && result.reason === 'first_byte_timeout' && report.attempts.some((a) => a.outcome === 'first_byte_timeout');
-    // an error the engine answered may be the request's doing: its key is said, so one key's alone cannot open the breaker unasked (breaker.ts)
+    // an error the engine answered may be the request's doing: it does not open the breaker unasked (breaker.ts); its key is for the log
     const counted = repeated ? 'unknown' : breakerOutcome(result);
     picked.ticket.settle(counted, counted === 'failure' ? { key: plan.request.tenant, answered: result.kind === 'upstream_error' && result.status === 500 } : undefined);
     const outcome = outcomeName(result);

@@ -30,10 +30,10 @@ import CircuitBreaker from 'opossum';
 import { type Scheduler, systemScheduler } from '../core/clock.js';
 
 export type BreakerState = 'closed' | 'open' | 'half-open';
+export type AttemptOutcome = 'success' | 'failure' | 'answered' | 'backpressure' | 'unknown';
 
 /** The keys of a run of failures a breaker keeps, for the log. */
 export const MAX_RUN_KEYS = 5;
-export type AttemptOutcome = 'success' | 'failure' | 'answered' | 'backpressure' | 'unknown';
 
 export interface BreakerSettings {
   failureThreshold: number;
@@ -60,8 +60,8 @@ export interface FailureSource {
 }
 
 /**
- * Asks the replica's health check (`true`: it passes), when one key's answered server errors would
- * open its breaker; undefined when the pool has no health path to ask.
+ * Asks the replica's health check (`true`: it passes), when a run of server errors the engine answered
+ * would open its breaker; undefined when the pool has no health path to ask.
  */
 export type HealthConfirm = () => Promise<boolean> | undefined;
 
@@ -319,9 +319,9 @@ export class BreakerRegistry {
     private readonly onStateChange?: (pool: string, endpoint: string, state: BreakerState, cause?: string) => void,
     /** Runs the cool-downs; tests pass fake time. */
     private readonly scheduler: Scheduler = systemScheduler,
-    /** Asks an endpoint's health check before one key's server errors open its breaker (see {@link HealthConfirm}). */
+    /** Asks an endpoint's health check before server errors its engine answered open its breaker (see {@link HealthConfirm}). */
     private readonly confirm?: (pool: string, endpoint: string) => Promise<boolean> | undefined,
-    /** One key's server errors did not open a breaker: its replica passed the health check. */
+    /** Server errors its engine answered did not open a breaker: its replica passed the health check. `keys`: whose. */
     private readonly onKeptClosed?: (pool: string, endpoint: string, keys: string[], failures: number) => void,
   ) {}
 

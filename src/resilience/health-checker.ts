@@ -68,8 +68,9 @@ export class HealthChecker {
 
   /**
    * One probe of an endpoint of a pool, now, on the pool's health path (whether or not the pool runs
-   * checks): what a breaker asks before one key's server errors open it (breaker.ts). Undefined when
-   * the pool or endpoint is not known, or its engine has no health path. Its verdict is not kept.
+   * checks): what a breaker asks before server errors its engine answered open it (breaker.ts). Undefined when
+   * the pool or endpoint is not known, or its engine has no health path. Its verdict is not the
+   * checks' ({@link isHealthy} does not change); a pass is remembered for the pool's check interval.
    */
   confirm(poolName: string, endpointId: string): Promise<boolean> | undefined {
     const pool = this.deps.pools().find((p) => p.name === poolName);
