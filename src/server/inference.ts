@@ -97,7 +97,7 @@ async function readForm(api: ApiRoute, raw: Buffer, contentType: string): Promis
  * from it how far this kind of request's estimates fall short (a chat template's tokens).
  */
 export function estimatePromptTokens(promptText: (() => string) | undefined, text: string, promptTokens?: number): number {
-  if (promptTokens !== undefined) return promptTokens; // token ids: counted, not estimated
+  if (promptTokens !== undefined) return promptTokens; // the route's own count (token ids; a batch of prompts)
   const chars = promptText ? promptText().length : text.length;
   return Math.ceil(chars / 4);
 }
