@@ -115,22 +115,28 @@ async function main(): Promise<void> {
   const sim = await startSim('upstream', ['--model', 'bench-model', '--ttft-ms', '0', '--itl-ms', '0', '--prefill-ms-per-token', '0', '--max-num-seqs', '1000', '--max-waiting', '100000']);
   const router = await startModelgate([sim.url], 'bench-model', {}, { cpuProfileDir: DIR });
   const windowMs = SMOKE ? 1000 : 10_000;
+  // BENCH_PROFILE_STREAMS=1: a diagnostic run (with BENCH_OUT) of the stream path instead, open loop at
+  // the overhead harness's 500 streams/s (fixed arrivals), after the same closed-loop warm-up.
+  const streams = process.env.BENCH_PROFILE_STREAMS === '1';
   let rps: number;
   let requests: number;
   let cpuSeconds: number;
   try {
-    const body = JSON.stringify({ model: 'bench-model', messages: [{ role: 'user', content: 'Write a haiku about load balancers.' }], max_tokens: 16, ignore_eos: true });
-    const result = await load({
-      url: `${router.url}/v1/chat/completions`,
-      headers: { authorization: `Bearer ${BENCH_KEY}` },
-      bodies: [body],
-      mode: 'closed',
-      concurrency: 32,
-      warmupMs: SMOKE ? 200 : 2000,
-      durationMs: windowMs,
+    const body = JSON.stringify({
+      model: 'bench-model',
+      messages: [{ role: 'user', content: 'Write a haiku about load balancers.' }],
+      max_tokens: 16,
+      ignore_eos: true,
+      ...(streams ? { stream: true } : {}),
     });
+    const target = { url: `${router.url}/v1/chat/completions`, headers: { authorization: `Bearer ${BENCH_KEY}` }, bodies: [body] };
+    // every request the router served counts (the µs per request spread its whole CPU time)
+    const warm = streams ? (await load({ ...target, mode: 'closed', concurrency: 32, warmupMs: 0, durationMs: SMOKE ? 200 : 4000 })).finished : 0;
+    const result = streams
+      ? await load({ ...target, mode: 'open', rate: 500, arrivals: 'fixed', warmupMs: SMOKE ? 200 : 2000, durationMs: windowMs })
+      : await load({ ...target, mode: 'closed', concurrency: 32, warmupMs: SMOKE ? 200 : 2000, durationMs: windowMs });
     rps = (result.samples.filter((s) => s.status === 200).length * 1000) / windowMs;
-    requests = result.finished;
+    requests = warm + result.finished;
     cpuSeconds = usage(router.pid).cpuSeconds;
   } finally {
     await router.stop(); // the profile is written as the process exits
@@ -154,7 +160,9 @@ async function main(): Promise<void> {
   const lines = [
     '# Where modelgate spends its CPU',
     '',
-    `modelgate under closed-loop load (32 in flight, non-streamed, zero-latency simulator; ${Math.round(rps)} requests/s here), profiled`,
+    streams
+      ? `modelgate at 500 streams/s (open loop, fixed arrivals, after 4 s of closed-loop streams; zero-latency simulator; ${Math.round(rps)} streams/s answered here), profiled`
+      : `modelgate under closed-loop load (32 in flight, non-streamed, zero-latency simulator; ${Math.round(rps)} requests/s here), profiled`,
     'with `--cpu-prof` (in NODE_OPTIONS; the executable still adds its own flags) for the whole run (start-up and warm-up included). Self time by function, and the share of samples with',
     'each module on the stack (a sample counts once per module; the kernel time of socket writes shows as `writev`, idle time',
     `as \`(idle)\`). The raw profile is in \`.bench/profile/${file}\`.${SMOKE ? ' **Smoke run.**' : ''}`,

@@ -254,7 +254,15 @@ export function relayResponse(spec: AttemptSpec, proxyRes: EngineResponse, res: 
     });
   };
   // The client is not reading: nothing is cut for the engine's silence while the router holds it.
+  /** When the client last stopped taking the answer (the stall clock's start). */
+  let stallSince = 0;
   const stalled = (): void => {
+    // the answer became whole while the client was not reading: the deadline no longer cuts it, only the stall
+    const due = stallSince + spec.timeouts.clientStallMs;
+    if (wasAnswered && clock.now() < due) {
+      control.arm(due - clock.now(), stalled);
+      return;
+    }
     if (!wasAnswered && clock.now() >= spec.deadline) {
       endBroken('deadline');
     } else {
@@ -324,6 +332,7 @@ export function relayResponse(spec: AttemptSpec, proxyRes: EngineResponse, res: 
   /** The engine's body, paused, resumes when the client has taken what was written (or is cut as stalled). */
   const drained = (): void => {
     idleSet = false;
+    stallSince = clock.now();
     control.arm(left(spec.timeouts.clientStallMs), stalled);
     res.once('drain', () => {
       // an answer's last bytes held meanwhile (an earlier event of their chunk met the backpressure):
@@ -369,6 +378,8 @@ export function relayResponse(spec: AttemptSpec, proxyRes: EngineResponse, res: 
     let onlyDropped = true;
     /** The stream's last event is in this chunk: the answer is whole. */
     let whole = false;
+    /** An event of this chunk waits to be written with the rest: none may go ahead of it. */
+    let behind = false;
     for (let seg = tap.next(); seg !== undefined; seg = tap.next()) {
       notes(seg.event);
       // a stream whose API names no last event (the audio APIs') is whole only at its end
@@ -379,17 +390,25 @@ export function relayResponse(spec: AttemptSpec, proxyRes: EngineResponse, res: 
         if (own !== '') onlyDropped = false;
       }
       blocks.add(seg, own);
-      if (asItCame || own === '') continue;
-      // the response's first event is written as soon as it is read, not after the rest of a burst (a
-      // zero-latency engine's whole stream may come in one chunk)
-      if (!sent) write(own);
-      else text += own;
+      if (own === '') continue;
+      // The response's first event is written as soon as it is read, ahead of the rest of its chunk: a
+      // fast engine's first chunk may hold many events (a zero-latency engine's, its whole stream), and
+      // reading them (and, for a whole answer, what waits on it) is not the client's wait. Not the
+      // answer's last event (it waits for `answered`), nor text whose bytes may not be the engine's
+      // (bytes that are not UTF-8, read as U+FFFD: those go as they came, below).
+      if (!sent && !behind && !whole && !(asItCame && own.includes('\uFFFD'))) {
+        blocks.ahead = blocks.count - 1;
+        write(own);
+        continue;
+      }
+      behind = true;
+      if (!asItCame) text += own;
     }
     let out: Buffer | string | Buffer[] = text;
     if (asItCame) {
       if (!tap.atBoundary)
         out = blocks.text(); // the chunk ended inside an event (on a line ending): what is whole goes
-      else if (!changed) out = chunk;
+      else if (!changed && blocks.ahead < 0) out = chunk;
       else out = (onlyDropped && blocks.keptBytes(chunk)) || blocks.text();
     }
     if (whole) {
@@ -489,6 +508,8 @@ export class ChunkBlocks {
   readonly segments: SseSegment[] = [];
   readonly owns: string[] = [];
   count = 0;
+  /** The block written by itself ahead of the others (a response's first event), or -1: left out of {@link text} and {@link keptBytes}. */
+  ahead = -1;
 
   add(segment: SseSegment, own: string): void {
     this.segments[this.count] = segment;
@@ -503,17 +524,18 @@ export class ChunkBlocks {
       this.owns[i] = '';
     }
     this.count = 0;
+    this.ahead = -1;
   }
 
-  /** What the blocks are written as, joined. */
+  /** What the blocks are written as, joined (less the one written ahead). */
   text(): string {
     let text = '';
-    for (let i = 0; i < this.count; i++) text += this.owns[i] as string;
+    for (let i = 0; i < this.count; i++) if (i !== this.ahead) text += this.owns[i] as string;
     return text;
   }
 
   /**
-   * The bytes of `chunk` less the blocks dropped, as views of it, one per run of kept blocks: `chunk`
+   * The bytes of `chunk` less the blocks dropped (and the one written ahead), as views of it, one per run of kept blocks: `chunk`
    * decodes to exactly the blocks' raw text, in order. Undefined when that text's UTF-8 is longer
    * than the chunk (bytes that are not UTF-8 were read as U+FFFD): the caller writes the text. A
    * U+FFFD never takes fewer bytes than what it stands for, so lengths that add up mean every
@@ -525,7 +547,7 @@ export class ChunkBlocks {
     let from = 0;
     for (let i = 0; i < this.count; i++) {
       const size = Buffer.byteLength((this.segments[i] as SseSegment).raw, 'utf8');
-      if (this.owns[i] === '') {
+      if (this.owns[i] === '' || i === this.ahead) {
         if (at > from) pieces.push(chunk.subarray(from, at));
         from = at + size;
       }

@@ -312,14 +312,13 @@ describe('Forwarder.attempt', () => {
     expect(performance.now() - sent).toBeLessThan(5_000);
   });
 
+  // In each, the first event goes at once, as soon as it is read; the rest of its chunk (as it came, less
+  // the usage chunk's bytes, or read event by event) and the burst after it go together at the end of the tick.
   it.each([
-    // the first chunk (two events) goes at once, before its events are read
-    ['as it came', {}, 2],
-    // the same: the chunk's bytes go as they came, less the usage chunk's (in the second chunk)
-    ['the usage chunk stripped', { stripUsageChunk: true }, 2],
-    // read event by event: the first event goes at once, the rest of the burst at the end of the tick
-    ['whole events, rewritten', { rewrite: (segment: SseSegment) => segment.raw }, 0],
-  ])('sends the first chunk of a stream (%s) at once, and lets what came with it go together', async (_name, extra, sentAtOnce) => {
+    ['as it came', {}],
+    ['the usage chunk stripped', { stripUsageChunk: true }],
+    ['whole events, rewritten', { rewrite: (segment: SseSegment) => segment.raw }],
+  ])('sends the first event of a stream (%s) at once, and lets what came with it go together', async (_name, extra) => {
     const stream = [
       '{"choices":[{"delta":{"role":"assistant"}}]}',
       '{"choices":[{"delta":{"content":"a"}}]}',
@@ -349,16 +348,26 @@ describe('Forwarder.attempt', () => {
       bodyEnd: () => undefined,
     };
     for (const path of ['/v1/chat/completions', '/v1/json']) {
-      const { url } = await oneAttempt(upstream, time, { ...extra, path, observe }, (res) => (client = res.socket ?? undefined));
+      // what the relay hands the client's response, write by write
+      const writes: string[] = [];
+      const { url } = await oneAttempt(upstream, time, { ...extra, path, observe }, (res) => {
+        client = res.socket ?? undefined;
+        const write = res.write.bind(res) as (chunk: unknown) => boolean;
+        res.write = ((chunk: unknown) => (writes.push(String(chunk)), write(chunk))) as typeof res.write;
+      });
       const res = await send(url, time);
       expect(res.status).toBe(200);
-      if (path.endsWith('completions')) expect(res.body).toBe('stripUsageChunk' in extra ? `${sse(stream.slice(0, 3))}data: [DONE]\n\n` : `${sse(stream)}data: [DONE]\n\n`);
+      if (path.endsWith('completions')) {
+        expect(res.body).toBe('stripUsageChunk' in extra ? `${sse(stream.slice(0, 3))}data: [DONE]\n\n` : `${sse(stream)}data: [DONE]\n\n`);
+        // the first event by itself, ahead of the rest of its chunk
+        expect(writes[0]).toBe(sse(stream.slice(0, 1)));
+        expect(writes.join('')).toBe(res.body);
+      }
     }
     expect(seen).toEqual([
-      // what went at once, observed once it had gone
-      ...stream.slice(0, sentAtOnce).map((data) => `${data.slice(0, 24)}: corked 0, some sent`),
-      // what came with it waits for the end of the tick, with whatever else the tick writes
-      ...stream.slice(sentAtOnce).map((data) => `${data.slice(0, 24)}: corked 1, bytes waiting, some sent`),
+      // each event is observed once its chunk is written: the first event has gone ("some sent"), what
+      // came with it waits for the end of the tick, with whatever else the tick writes
+      ...stream.map((data) => `${data.slice(0, 24)}: corked 1, bytes waiting, some sent`),
       '[DONE]: corked 1, bytes waiting, some sent',
       'body: corked 0, some sent',
     ]);
