@@ -374,6 +374,8 @@ export interface TraceSpan {
 /** An upstream attempt's span, and the `traceparent` the engine gets with it. */
 export interface AttemptSpan extends TraceSpan {
   readonly traceparent: string;
+  /** The trace's `tracestate` (the client's, when its `traceparent` was taken), for the engine; none when empty. */
+  readonly tracestate: string | undefined;
 }
 
 /**
@@ -398,7 +400,7 @@ export interface RequestTrace {
 
 /** Starts request traces; absent when tracing is off. */
 export interface Tracing {
-  /** A trace for a `method` request that arrived `agoMs` ago, child of the client's `traceparent` if it sent one. */
+  /** A trace for a `method` request that arrived `agoMs` ago (it starts then), child of the client's `traceparent` if it sent one. */
   start(name: string, headers: Readonly<Record<string, string | string[] | undefined>>, agoMs: number, method?: string): RequestTrace;
   /** Sends what is buffered and stops. */
   shutdown(): Promise<void>;

@@ -18,6 +18,7 @@ import {
   type Deployment,
   type Endpoint,
   type EndpointSource,
+  type Engine,
   type PoolSpec,
   type PreviousResponseOutcome,
   type Priority,
@@ -106,6 +107,8 @@ export interface DirectorReport extends ExchangeReport {
   poolName: string;
   /** The model name that pool's engines serve (the request's `model` as the engine got it). */
   servedModel: string;
+  /** The serving pool's engine (vllm, sglang, …). */
+  engine: Engine;
 }
 
 /** The response metrics the director records (RouterMetrics implements them). */
@@ -209,7 +212,8 @@ export class Director {
     if (report.ttftMs !== undefined) deps.metrics.recordTimeToFirstToken(labels, report.ttftMs / 1000, request.trace?.sampled ? request.trace.traceId : undefined);
     if (report.usage) deps.metrics.recordTokens(labels, report.usage.estimated ? 0 : report.usage.promptTokens, report.usage.completionTokens);
     const fallback = report.fallback ?? (first.deployment !== deployment.id ? first.deployment : undefined);
-    return { ...report, poolName: labels.pool, servedModel: (report.pool ?? first.pool).servedModelName, ...(fallback ? { fallback } : {}) };
+    const pool = report.pool ?? first.pool;
+    return { ...report, poolName: labels.pool, servedModel: pool.servedModelName, engine: pool.engine, ...(fallback ? { fallback } : {}) };
   }
 
   /** For a chat or completions stream of a deployment with `resumeStreams`: how the exchange may resume it. */

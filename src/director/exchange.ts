@@ -43,8 +43,8 @@ export interface ExchangeReport {
   upstreamStatus?: number;
   /** Why the exchange did not end well: an error code (the router's, or the engine's passed on). */
   failure?: string;
-  /** How a committed response ended. */
-  end?: StreamEnd;
+  /** How a committed response ended: `engine_error`, a stream the engine ended whole with its own error event. */
+  end?: StreamEnd | 'engine_error';
   /** The engine ended a committed stream with its own error event (relayed re-wrapped): its code. */
   engineError?: string;
   /** Token counts: the engine's usage, or an estimate from a stream that ended without it. */
@@ -250,8 +250,9 @@ export class ExchangeRunner {
       endpoint,
       body: continuation ?? step.body,
       path: plan.path,
-      // with tracing, the engine gets the attempt's own trace context (vLLM continues the trace)
-      headers: span ? { ...step.headers, traceparent: span.traceparent } : step.headers,
+      // with tracing, the engine gets the attempt's own trace context (vLLM continues the trace): its
+      // tracestate too, which is the client's only when the router took the client's traceparent
+      headers: span ? { ...step.headers, traceparent: span.traceparent, tracestate: span.tracestate } : step.headers,
       requestId: plan.requestId,
       timeouts: { connectMs: settings.timeouts.connectMs, firstByteMs: settings.timeouts.firstByteMs, idleMs: settings.timeouts.idleMs, clientStallMs: plan.clientStallMs },
       deadline,
@@ -281,7 +282,11 @@ export class ExchangeRunner {
     if (span) {
       span.set({ 'modelgate.outcome': outcome, 'http.response.status_code': result.kind === 'committed' || result.kind === 'upstream_error' ? result.status : undefined });
       // a committed stream's span ends when its response does
-      if (result.kind === 'committed') void result.done.then(({ end }) => span.end(end === 'complete' ? undefined : end));
+      // (in error when the engine ended it with its error event, or it broke; not for a client that left or stopped reading)
+      if (result.kind === 'committed')
+        void result.done.then(({ end, engineError }) =>
+          span.end(end === 'complete' ? (engineError ? 'engine_error' : undefined) : end === 'client_gone' || end === 'client_stalled' ? undefined : end),
+        );
       else span.end(outcome);
     }
     report.endpoint = endpoint.id;
@@ -332,6 +337,7 @@ export class ExchangeRunner {
       report.failure = end;
     } else if (engineError) {
       // the engine ended the stream with its own error: a server error counts against its breaker
+      report.end = 'engine_error';
       report.failure = engineError.code;
       report.engineError = engineError.code;
       if (engineError.status >= 500) counted = 'failure';

@@ -1,8 +1,9 @@
 /**
  * Goodput per deployment: how many of the requests offered to it were served within its latency
  * objective, once the ones turned away are counted too. A request is offered when it resolved to a
- * deployment and was not the client's own mistake (a 4xx other than 429) nor abandoned by its client
- * before an answer (499). It is then:
+ * deployment and was not the client's own mistake (a 4xx other than 429) nor abandoned by its client:
+ * before an answer (499), or during one (it left, or stopped reading and was cut: a user's "stop
+ * generating" says nothing of the service). It is then:
  *
  * - `within`: answered 2xx, complete, and within the SLO — time to first token ≤ `ttftMs` and the
  *   mean gap between tokens ≤ `itlMs` for a stream (the gap estimated as the time after the first
@@ -29,6 +30,8 @@ export interface Finished {
   status: number;
   /** The response ended before its end (cut, or the client left). */
   incomplete: boolean;
+  /** The client left, or stopped reading and was cut, before the answer's end. */
+  clientEnded?: boolean;
   durationMs: number;
   /** Streams only: ms from the request's arrival to the first content event (what its client waited: the router's queue and retries included). */
   ttftMs?: number;
@@ -40,7 +43,9 @@ export function sloResult(done: Finished, slo: Slo): SloResult | undefined {
   const { status } = done;
   if (status === 429 || status === 503) return 'rejected';
   if (status === 499 || (status >= 400 && status < 500)) return undefined;
-  if (status >= 500 || done.incomplete || status < 200 || status >= 300) return 'failed';
+  if (status >= 500 || status < 200 || status >= 300) return 'failed';
+  if (done.clientEnded) return undefined;
+  if (done.incomplete) return 'failed';
   const tokens = done.completionTokens ?? 0;
   if (done.ttftMs === undefined) return done.durationMs <= slo.ttftMs + slo.itlMs * tokens ? 'within' : 'outside';
   const meanGap = tokens > 1 ? (done.durationMs - done.ttftMs) / (tokens - 1) : 0;

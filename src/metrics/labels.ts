@@ -28,7 +28,7 @@ export const ROUTES: readonly Route[] = [
 ] satisfies readonly Route[];
 
 /** How a started response can end (`modelgate_response_ends_total{end}`). */
-export const RESPONSE_ENDS = ['complete', 'client_gone', 'client_stalled', 'upstream_broken', 'idle_timeout', 'deadline'] as const;
+export const RESPONSE_ENDS = ['complete', 'client_gone', 'client_stalled', 'upstream_broken', 'idle_timeout', 'deadline', 'engine_error'] as const;
 export type ResponseEnd = (typeof RESPONSE_ENDS)[number];
 
 /** Why admission turns a request away (`modelgate_rejected_requests_total{reason}`). */

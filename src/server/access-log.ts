@@ -65,6 +65,11 @@ function members(req: IncomingMessage, res: ServerResponse, ctx: RequestContext,
 /** The GenAI semantic conventions' operation names of the APIs (others keep the API's name). */
 const GEN_AI_OPERATIONS: Record<string, string> = { chat: 'chat', messages: 'chat', responses: 'chat', completions: 'text_completion', embeddings: 'embeddings' };
 
+/** `gen_ai.operation.name` of a request on `route` (an API's name): what its span is named by, with the model. */
+export function genAiOperation(route: string): string {
+  return GEN_AI_OPERATIONS[route] ?? route;
+}
+
 /** Ends the request's span with what the request came to (no prompt or completion text, ever). */
 function endTrace(ctx: RequestContext, status: number): void {
   const report = ctx.report;
@@ -77,7 +82,9 @@ function endTrace(ctx: RequestContext, status: number): void {
   const error = status >= 500 || (status < 400 && failure !== undefined && !clientEnded) ? (failure ?? `status ${status}`) : undefined;
   ctx.trace?.end(
     {
-      'gen_ai.operation.name': GEN_AI_OPERATIONS[ctx.route] ?? ctx.route,
+      'gen_ai.operation.name': genAiOperation(ctx.route),
+      // the serving software, as the pool names it (vllm, sglang, …): the conventions' provider, for a self-hosted model
+      'gen_ai.provider.name': report?.engine,
       'gen_ai.request.model': ctx.model,
       'gen_ai.response.model': report?.servedModel,
       'gen_ai.usage.input_tokens': usage && !usage.estimated ? usage.promptTokens : undefined,
@@ -113,9 +120,11 @@ export class AccessLog {
     this.metrics.recordRequest(ctx.route, ctx.deployment ?? '', ctx.report?.poolName ?? '', status, ms / 1000, trace?.sampled ? trace.traceId : undefined);
     if (this.finished && ctx.deployment !== undefined) {
       const report = ctx.report;
+      const failure = ctx.failure ?? report?.failure;
       const done = {
         status,
         incomplete: incomplete(res, ctx),
+        clientEnded: failure === 'client_gone' || failure === 'client_stalled',
         durationMs: ms,
         // what the client waited for its first token: from its arrival (the queue, a replica held for, retries)
         ...(report?.ttftMs === undefined ? {} : { ttftMs: report.firstTokenAt !== undefined ? report.firstTokenAt - ctx.started : report.ttftMs }),

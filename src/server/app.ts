@@ -179,6 +179,18 @@ export function buildApp(deps: AppDeps): BuiltApp {
     next();
   };
 
+  // An inference request's trace starts once its key is known (dated from its arrival), a child of the
+  // client's traceparent if it sent one: a client without a valid key cannot have spans exported (its
+  // sampled flag past tracing.sampleRatio) nor leave its trace id as an exemplar.
+  const tracing = deps.tracing;
+  const startTrace: ChainHandler | undefined =
+    tracing &&
+    ((req, res, next) => {
+      const ctx = contextOf(res);
+      ctx.trace = tracing.start(ctx.route, req.headers, deps.clock.now() - ctx.started, req.method);
+      next();
+    });
+
   const requireJson: ChainHandler = (req, _res, next) => {
     if (!bodyIs(req, ['application/json', '+json'])) {
       throw new RouterError('UNSUPPORTED_MEDIA_TYPE', 'Send the request body as JSON with "Content-Type: application/json".');
@@ -207,7 +219,7 @@ export function buildApp(deps: AppDeps): BuiltApp {
   const inferenceChains = new Map<string, { api: ApiRoute; chain: readonly ChainHandler[] }>();
   for (const api of API_ROUTES) {
     const reads = api.body === 'multipart' ? [requireForm, readUpload] : [requireJson, readJson];
-    const chain = [authenticate, ...reads, inferenceHandler(inference, api)];
+    const chain = [authenticate, ...(startTrace ? [startTrace] : []), ...reads, inferenceHandler(inference, api)];
     for (const path of api.paths) inferenceChains.set(path, { api, chain });
   }
   const handleError = (err: unknown, res: ServerResponse): void => {
@@ -232,8 +244,6 @@ export function buildApp(deps: AppDeps): BuiltApp {
     };
     setContext(res, ctx);
     passed(res, 'received');
-    // an inference request's trace starts here, a child of the client's traceparent if it sent one
-    if (deps.tracing && api) ctx.trace = deps.tracing.start(ctx.route, req.headers, 0, req.method);
     // An inference response carries its id in the head it is written with (the relay, the director's
     // and sendError's answers): a header set ahead makes Node's writeHead set every header of the
     // head one at a time, validated and stored, instead of writing them as given.

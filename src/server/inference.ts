@@ -17,6 +17,7 @@ import { type DeploymentNames, type Lease, type TokenUsage } from '../limits/lim
 import { type ModelCatalog } from '../registry/registry.js';
 import { type ChainRequest } from './app.js';
 import { contextOf, engineRequestIdOf, shownModel } from './context.js';
+import { genAiOperation } from './access-log.js';
 
 /** The per-key limits as the handler uses them (limits/limiter.ts). */
 export interface RequestLimits {
@@ -147,7 +148,8 @@ export function inferenceHandler(deps: InferenceDeps, api: ApiRoute) {
     const priority = requestPriority(principal.priority, req.headers[deps.priorityHeader], deps.priorityHeader);
     ctx.priority = priority;
     const trace = ctx.trace;
-    trace?.rename(`${api.name} ${body.model.slice(0, 200)}`);
+    // named as the GenAI conventions say: `{gen_ai.operation.name} {gen_ai.request.model}`
+    trace?.rename(`${genAiOperation(api.name)} ${body.model.slice(0, 200)}`);
     if (ctx.closed) return; // the client left while the body was read
     const promptText = promptOnce(api, body);
     const promptTokens = api.promptTokens?.(body);

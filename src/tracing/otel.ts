@@ -35,6 +35,14 @@ const headerGetter = {
 };
 const recordSetter = { set: (carrier: Record<string, string>, key: string, value: string): void => void (carrier[key] = value) };
 
+/**
+ * Now, as the epoch milliseconds with their fraction that every span's times are given in. Given a
+ * start time, the SDK would take a span's end and events from \`Date.now()\` (whole milliseconds), and
+ * a time of \`performance.now()\`'s with an offset of its own per span (so up to a millisecond apart
+ * between spans); a time in epoch milliseconds it takes as it is (\`TimeInput\`), fraction and all.
+ */
+const now = (): number => performance.timeOrigin + performance.now();
+
 function attributes(values: Record<string, string | number | boolean | undefined>): Attributes {
   const out: Attributes = {};
   for (const [key, value] of Object.entries(values)) if (value !== undefined) out[key] = value;
@@ -53,17 +61,19 @@ class SpanHandle implements TraceSpan {
     if (this.ended) return;
     this.ended = true;
     if (error !== undefined) this.span.setStatus({ code: SpanStatusCode.ERROR, message: error });
-    this.span.end();
+    this.span.end(now());
   }
 }
 
 class AttemptHandle extends SpanHandle implements AttemptSpan {
   readonly traceparent: string;
+  readonly tracestate: string | undefined;
   constructor(span: Span) {
     super(span);
     const carrier: Record<string, string> = {};
     propagator.inject(trace.setSpan(ROOT_CONTEXT, span), carrier, recordSetter);
     this.traceparent = carrier.traceparent ?? '';
+    this.tracestate = carrier.tracestate;
   }
 }
 
@@ -88,14 +98,14 @@ class OtelRequestTrace implements RequestTrace {
   }
 
   child(name: string): TraceSpan {
-    return new SpanHandle(this.tracer.startSpan(name, { kind: SpanKind.INTERNAL }, this.ctx));
+    return new SpanHandle(this.tracer.startSpan(name, { kind: SpanKind.INTERNAL, startTime: now() }, this.ctx));
   }
 
   attempt(endpoint: Endpoint): AttemptSpan {
     const port = Number(endpoint.url.port) || (endpoint.url.protocol === 'https:' ? 443 : 80);
     const span = this.tracer.startSpan(
       'modelgate.attempt',
-      { kind: SpanKind.CLIENT, attributes: { 'http.request.method': 'POST', 'server.address': endpoint.url.hostname, 'server.port': port, 'modelgate.endpoint': endpoint.id } },
+      { kind: SpanKind.CLIENT, startTime: now(), attributes: { 'http.request.method': 'POST', 'server.address': endpoint.url.hostname, 'server.port': port, 'modelgate.endpoint': endpoint.id } },
       this.ctx,
     );
     return new AttemptHandle(span);
@@ -108,7 +118,7 @@ class OtelRequestTrace implements RequestTrace {
   firstToken(): void {
     if (this.firstTokenSeen || this.ended) return;
     this.firstTokenSeen = true;
-    this.span.addEvent('gen_ai.first_token');
+    this.span.addEvent('gen_ai.first_token', now());
   }
 
   end(values: Record<string, string | number | boolean | undefined>, error?: string): void {
@@ -116,7 +126,7 @@ class OtelRequestTrace implements RequestTrace {
     this.ended = true;
     this.span.setAttributes(attributes(values));
     if (error !== undefined) this.span.setStatus({ code: SpanStatusCode.ERROR, message: error });
-    this.span.end();
+    this.span.end(now());
   }
 }
 
@@ -167,7 +177,7 @@ export function createTracing(settings: TracingSettings, onExport?: ExportWatch)
   return {
     start(name, headers, agoMs, method) {
       const parent = propagator.extract(ROOT_CONTEXT, headers, headerGetter);
-      const span = tracer.startSpan(name, { kind: SpanKind.SERVER, startTime: Date.now() - agoMs, ...(method ? { attributes: methodAttributes(method) } : {}) }, parent);
+      const span = tracer.startSpan(name, { kind: SpanKind.SERVER, startTime: now() - agoMs, ...(method ? { attributes: methodAttributes(method) } : {}) }, parent);
       return new OtelRequestTrace(tracer, span);
     },
     shutdown: () => provider.shutdown(),

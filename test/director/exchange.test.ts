@@ -689,12 +689,13 @@ describe('ExchangeRunner: a committed response', () => {
   it.each([
     [500, 'server_error', 'failure'],
     [400, 'invalid_request_error', 'success'],
-  ])('a stream the engine ended with its own error event (status %i): failure %s; its breaker counts a server error a failure, else a success: %s', async (status, code, counted) => {
+  ])('a stream the engine ended with its own error event (status %i): end engine_error, failure %s; its breaker counts a server error a failure, else a success: %s', async (status, code, counted) => {
     const A = pool('A');
     const errored: AttemptResult = { kind: 'committed', status: 200, done: Promise.resolve({ end: 'complete', bytes: 7, engineError: { status, code } }) };
     const t = setup({ route: [step(A)], endpoints: { A: ['a1'] }, script: { a1: [errored] } });
     const report = await t.run();
-    expect(report.end).toBe('complete');
+    // its own end (modelgate_response_ends_total{end="engine_error"}), not a complete one
+    expect(report.end).toBe('engine_error');
     expect(report.failure).toBe(code);
     expect(report.engineError).toBe(code);
     expect(t.picker.answerEnds).toEqual([`A/a1 ${counted}`]);

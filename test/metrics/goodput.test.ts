@@ -25,6 +25,10 @@ describe('sloResult', () => {
     expect(sloResult({ status: 200, incomplete: true, durationMs: 1, ttftMs: 1 }, slo)).toBe('failed');
     expect(sloResult({ status: 400, incomplete: false, durationMs: 1 }, slo)).toBeUndefined();
     expect(sloResult({ status: 499, incomplete: true, durationMs: 1 }, slo)).toBeUndefined();
+    // a client that left mid-answer, or stopped reading and was cut: its "stop generating" says nothing of the service
+    expect(sloResult({ status: 200, incomplete: true, clientEnded: true, durationMs: 1, ttftMs: 1 }, slo)).toBeUndefined();
+    // a 5xx is the server's whatever the client did next
+    expect(sloResult({ status: 502, incomplete: true, clientEnded: true, durationMs: 1 }, slo)).toBe('failed');
   });
 });
 
@@ -73,6 +77,38 @@ describe('goodput counters', () => {
     expect(await series('down', 'rejected')).toBe(1);
     expect(await text()).toContain('modelgate_goodput_requests_total{deployment="fast",result="failed"} 0');
     expect(await series('fast', 'outside')).toBe(0);
+  });
+
+  it('leave out a stream its client cancelled mid-way (a user pressing stop), as they leave out a 499', async () => {
+    const sim = await startTestSim({ model: ['m'], ttftMs: 1, itlMs: 20 });
+    cleanups.push(() => sim.close());
+    const gateway = await startTestRouter({ pools: [{ name: 'p', servedModelName: 'm', endpoints: [sim.url] }], deployments: [{ id: 'd', model: 'd', targets: [{ pool: 'p' }] }] });
+    cleanups.push(() => gateway.close());
+    const series = async (result: string): Promise<number> => metricSum(await adminMetrics(gateway), 'modelgate_goodput_requests_total', { deployment: 'd', result });
+    const ends = async (end: string): Promise<number> => metricSum(await adminMetrics(gateway), 'modelgate_response_ends_total', { deployment: 'd', end });
+    for (let i = 0; i < 3; i++) {
+      const abort = new AbortController();
+      const res = await fetch(`${gateway.router.apiUrl}/v1/chat/completions`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${KEY}`, 'content-type': 'application/json' },
+        body: JSON.stringify({ model: 'd', messages: [{ role: 'user', content: 'hi' }], max_tokens: 200, stream: true }),
+        signal: abort.signal,
+      });
+      expect(res.status).toBe(200);
+      await res.body?.getReader().read(); // the first tokens came
+      abort.abort();
+    }
+    await waitFor(async () => (await ends('client_gone')) === 3, 'the three cancelled streams to end');
+    // then one the client reads to its end: the access log counts in order, so when it is counted the three were judged
+    const whole = await fetch(`${gateway.router.apiUrl}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${KEY}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'd', messages: [{ role: 'user', content: 'hi' }], max_tokens: 2, stream: true }),
+    });
+    await whole.text();
+    await waitFor(async () => (await series('within')) === 1, 'the whole stream counted');
+    expect(await series('failed')).toBe(0);
+    expect(await series('outside')).toBe(0);
   });
 
   it("time to first token is the client's: from its arrival, the router's queue included (the engine's own 1 ms is not what it waited)", async () => {

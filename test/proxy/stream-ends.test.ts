@@ -344,15 +344,19 @@ describe('a stream the engine ends without its last event', () => {
 });
 
 describe('the engine’s own error event in a stream', () => {
-  it('is relayed in the router’s envelope, and the log, goodput and the breaker see a failed answer', async () => {
+  it('is relayed in the router’s envelope, and the log, goodput, the response ends and the breaker see a failed answer', async () => {
     const failed = (): Promise<number> => scrapedMetric(gateway.router.adminUrl, 'modelgate_goodput_requests_total', { deployment: 'llm-prod', result: 'failed' });
+    // a stream the engine ended with its error event is no `complete` end (ModelgateStreamsCut counts it)
+    const ended = (end: string): Promise<number> => scrapedMetric(gateway.router.adminUrl, 'modelgate_response_ends_total', { deployment: 'llm-prod', end });
     for (const extra of [{ stream_options: { include_usage: true } }, {}]) {
-      const before = await failed();
+      const [before, erred, complete] = [await failed(), await ended('engine_error'), await ended('complete')];
       const res = await chat('error-event', extra);
       expect(sseData(res.body)).toEqual([expect.stringContaining('"Hel"'), '{"error":{"message":"CUDA error: out of memory","type":"server_error","param":null,"code":null}}', '[DONE]']);
       const line = await accessLine(res.headers['x-request-id'] as string);
       expect(line).toMatchObject({ status: 200, failure: 'server_error', incomplete: true });
       await waitFor(async () => (await failed()) === before + 1, 'goodput to count the stream as failed');
+      expect(await ended('engine_error')).toBe(erred + 1);
+      expect(await ended('complete')).toBe(complete);
     }
     const bad = await chat('error-event-400', { stream_options: { include_usage: true } });
     expect(JSON.parse(sseData(bad.body)[1]!)).toEqual({ error: { message: 'tool call could not be parsed', type: 'invalid_request_error', param: null, code: null } });

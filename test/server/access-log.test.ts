@@ -49,6 +49,7 @@ function context(overrides: Partial<RequestContext> = {}): RequestContext {
     report: {
       poolName: 'llama',
       servedModel: 'served/llama',
+      engine: 'vllm',
       attempts: [
         { endpoint: '10.0.0.1:8000', outcome: 'upstream_503', ms: 3 },
         { endpoint: '10.0.0.2:8000', outcome: 'committed', ms: 12 },

@@ -39,7 +39,7 @@ function app(report: Partial<DirectorReport> = {}, limits?: AppDeps['limits']): 
       direct: (_req, res, directed) => {
         handed.push(directed);
         res.writeHead(200, { 'content-type': 'application/json' }).end('{"ok":true}');
-        return Promise.resolve({ attempts: [{ endpoint: 'e1', outcome: 'committed', ms: 3 }], poolName: 'p', servedModel: 'm', endpoint: 'e1', upstreamStatus: 200, ...report });
+        return Promise.resolve({ attempts: [{ endpoint: 'e1', outcome: 'committed', ms: 3 }], poolName: 'p', servedModel: 'm', engine: 'vllm', endpoint: 'e1', upstreamStatus: 200, ...report });
       },
     },
     metrics: { recordRequest: () => undefined, contentType: 'text/plain', metrics: () => Promise.resolve('') },

@@ -13,6 +13,7 @@ import { startTestRouter, KEY, type TestRouter, chatSetup } from '../helpers/rou
 import { type RunningRouter } from '../../src/main.js';
 import { startTestSim, waitFor } from '../helpers/sim.js';
 import { startTap } from '../helpers/tap.js';
+import { rawRequest } from '../helpers/http.js';
 import { methodAttributes } from '../../src/tracing/otel.js';
 
 interface OtlpValue {
@@ -28,8 +29,10 @@ interface OtlpSpan {
   name: string;
   kind: number;
   attributes?: Array<{ key: string; value: OtlpValue }>;
-  events?: Array<{ name: string }>;
+  events?: Array<{ name: string; timeUnixNano?: string }>;
   status?: { code?: number };
+  startTimeUnixNano?: string;
+  endTimeUnixNano?: string;
 }
 
 /** An OTLP/HTTP (JSON) traces receiver: every span it was sent, and the raw bodies. */
@@ -98,7 +101,7 @@ describe('OpenTelemetry traces', () => {
     const prompt = 'The secret word is periwinkle.';
     const res = await fetch(`${gateway.router.apiUrl}/v1/chat/completions`, {
       method: 'POST',
-      headers: { authorization: `Bearer ${KEY}`, 'content-type': 'application/json', traceparent: `00-${clientTrace}-${clientSpan}-01` },
+      headers: { authorization: `Bearer ${KEY}`, 'content-type': 'application/json', traceparent: `00-${clientTrace}-${clientSpan}-01`, tracestate: 'vendor=client-state' },
       body: JSON.stringify({ model: 'llm', messages: [{ role: 'user', content: prompt }], max_tokens: 6, stream: true, stream_options: { include_usage: true } }),
     });
     const streamed = await res.text();
@@ -120,6 +123,8 @@ describe('OpenTelemetry traces', () => {
     expect(attr(root, 'http.response.status_code')).toBe(200);
     expect(attr(root, 'http.request.method')).toBe('POST');
     expect(attr(root, 'modelgate.deployment')).toBe('llm-prod');
+    // the serving software, as the pool names it (the conventions' required provider)
+    expect(attr(root, 'gen_ai.provider.name')).toBe('vllm');
     // which router: its service and its instance (the pod's name, HOSTNAME, in Kubernetes)
     expect(receiver.resources[0]).toMatchObject({ 'service.name': 'modelgate', 'service.instance.id': process.env.HOSTNAME ?? hostname() });
     expect(root?.events?.map((e) => e.name)).toContain('gen_ai.first_token');
@@ -135,9 +140,18 @@ describe('OpenTelemetry traces', () => {
     expect(attr(attempt, 'modelgate.outcome')).toBe('committed');
     expect(attr(attempt, 'http.response.status_code')).toBe(200);
 
-    // The engine got the attempt's context: the same trace, the attempt span as its parent.
+    // The engine got the attempt's context: the same trace, the attempt span as its parent, the client's tracestate.
     const sent = tap.posts()[0];
     expect(sent?.headers.traceparent).toBe(`00-${clientTrace}-${attempt?.spanId}-01`);
+    expect(sent?.headers.tracestate).toBe('vendor=client-state');
+    // Times finer than a millisecond, and every child (the attempt, which ends with the stream, too) inside the request span.
+    const ns = (t: string | undefined): bigint => BigInt(t ?? '0');
+    expect([root?.startTimeUnixNano, root?.endTimeUnixNano].some((t) => ns(t) % 1_000_000n !== 0n)).toBe(true);
+    for (const child of children) {
+      expect(ns(child.startTimeUnixNano)).toBeGreaterThanOrEqual(ns(root?.startTimeUnixNano));
+      expect(ns(child.endTimeUnixNano)).toBeLessThanOrEqual(ns(root?.endTimeUnixNano));
+    }
+    expect(ns(root?.events?.[0]?.timeUnixNano)).toBeGreaterThanOrEqual(ns(attempt?.startTimeUnixNano));
     // The access log names the trace.
     expect(gateway.logs.find((l) => l.includes('"msg":"request"'))).toContain(`"traceId":"${clientTrace}"`);
     // Nothing of the prompt or the completion was exported.
@@ -188,6 +202,45 @@ describe('OpenTelemetry traces', () => {
     const line = (id: string): string => gateway.logs.find((l) => l.includes('"msg":"request"') && l.includes(id)) ?? '';
     expect(line('sampled-one')).toContain(`"traceId":"${sampled}"`);
     expect(line('unsampled-one')).not.toContain('traceId');
+  });
+
+  it('exports nothing for a client without a valid key, however its traceparent is flagged; drops a tracestate whose traceparent it refused; names spans by operation', async () => {
+    const receiver = await startReceiver();
+    cleanups.push(() => receiver.close());
+    const sim = await startTestSim({ model: ['served/llm'] });
+    cleanups.push(() => sim.close());
+    const tap = await startTap(sim.url);
+    cleanups.push(() => tap.close());
+    const setup = chatSetup([tap.url], { config: { tracing: { enabled: true, endpoint: receiver.url, sampleRatio: 0 } } });
+    const gateway = await startTestRouter({ ...setup, pools: [{ ...setup.pools[0]!, capabilities: ['chat', 'completions'] }] });
+    let closed = false;
+    cleanups.push(() => (closed ? Promise.resolve() : gateway.close()));
+    const forced = (n: number): string => `00-${n.toString(16).padStart(32, '0')}-00f067aa0ba902b7-01`;
+    const post = (path: string, body: object, headers: Record<string, string>): Promise<number> =>
+      fetch(`${gateway.router.apiUrl}${path}`, { method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body: JSON.stringify(body) }).then(
+        async (r) => (await r.text(), r.status),
+      );
+    const chat = { model: 'llm', messages: [{ role: 'user', content: 'hi' }], max_tokens: 2 };
+    for (let i = 1; i <= 5; i++) {
+      expect(await post('/v1/chat/completions', chat, { authorization: 'Bearer not-a-key', traceparent: forced(i) })).toBe(401);
+      expect(await post('/v1/chat/completions', chat, { traceparent: forced(100 + i) })).toBe(401);
+    }
+    // a traceparent the router refuses (version ff): its tracestate is not the trace's, and does not reach the engine
+    expect(await post('/v1/chat/completions', chat, { authorization: `Bearer ${KEY}`, traceparent: `ff-${'a'.repeat(32)}-${'b'.repeat(16)}-01`, tracestate: 'evil=injected' })).toBe(200);
+    expect(tap.posts()[0]?.headers.tracestate).toBeUndefined();
+    expect(tap.posts()[0]?.headers.traceparent).not.toContain('a'.repeat(32));
+    // a sampled client with a key: exported, named `{operation} {model}`
+    expect(await post('/v1/completions', { model: 'llm', prompt: 'hi', max_tokens: 2 }, { authorization: `Bearer ${KEY}`, traceparent: forced(999) })).toBe(200);
+    await waitFor(() => gateway.logs.filter((l) => l.includes('"msg":"request"')).length === 12, 'the twelve access-log lines');
+    const metrics = (await rawRequest(`${gateway.router.adminUrl}/metrics`, { headers: { accept: 'application/openmetrics-text' } })).body;
+    await gateway.close();
+    closed = true;
+    await waitFor(() => receiver.spans.some((s) => s.kind === 2), 'the sampled request span');
+    // only the keyed, sampled request's trace was exported, and only its id is an exemplar
+    expect(new Set(receiver.spans.map((s) => s.traceId))).toEqual(new Set([(999).toString(16).padStart(32, '0')]));
+    expect(receiver.spans.filter((s) => s.kind === 2).map((s) => s.name)).toEqual(['text_completion llm']);
+    expect([...metrics.matchAll(/trace_id="([0-9a-f]+)"/g)].map((m) => m[1])).not.toContain((1).toString(16).padStart(32, '0'));
+    expect(metrics).toContain(`trace_id="${(999).toString(16).padStart(32, '0')}"`);
   });
 
   it('says when the collector refuses spans (once, with why) instead of dropping them silently, and still shuts down', async () => {
