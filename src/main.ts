@@ -432,19 +432,35 @@ export async function startRouter(config: Config, options: RouterOptions = {}): 
 }
 
 /**
- * Says when trace export to the collector starts failing (once, with why) and when it works again
- * (with the spans dropped meanwhile): the batch processor drops what the collector refuses.
+ * Says when trace export to the collector starts failing (once, with why) and when it works again,
+ * with every span lost meanwhile: those of the batches the collector refused or never got, and those
+ * the batch processor dropped because its queue was full. Spans dropped for a full queue while the
+ * collector takes batches (it is slower than the spans come) are said at most once a minute.
  */
-function exportWatch(logger: Logger): (ok: boolean, spans: number, error?: Error) => void {
+export function exportWatch(logger: Logger, now: () => number = Date.now): { exported(ok: boolean, spans: number, error?: Error): void; queueFull(spans: number): void } {
   const log = logger.child({ component: 'tracing' });
-  let dropped = 0;
-  return (ok, spans, error) => {
-    if (!ok) {
-      if (dropped === 0) log.warn({ error: error?.message ?? 'unknown', spans }, 'trace export failed: spans are dropped until the collector takes them again');
-      dropped += spans;
-    } else if (dropped > 0) {
-      log.info({ dropped }, 'trace export works again');
-      dropped = 0;
-    }
+  let failing = false;
+  /** Spans lost and not yet said. */
+  let lost = 0;
+  let saidFullAt = -Infinity;
+  return {
+    exported(ok, spans, error) {
+      if (!ok) {
+        if (!failing) log.warn({ error: error?.message ?? 'unknown', spans }, 'trace export failed: spans are dropped until the collector takes them again');
+        failing = true;
+        lost += spans;
+      } else if (failing) {
+        log.info({ dropped: lost }, 'trace export works again');
+        failing = false;
+        lost = 0;
+      }
+    },
+    queueFull(spans) {
+      lost += spans;
+      if (failing || now() - saidFullAt < 60_000) return;
+      saidFullAt = now();
+      log.warn({ dropped: lost }, 'trace spans dropped: the export queue is full (the collector is slower than the spans come; OTEL_BSP_MAX_QUEUE_SIZE)');
+      lost = 0;
+    },
   };
 }

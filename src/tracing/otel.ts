@@ -3,9 +3,9 @@
  * request with the GenAI semantic conventions' attributes, children for admission, scheduling and
  * each upstream attempt, an event at the first token, and W3C trace context both ways: a client's
  * `traceparent` makes the request span its child, and each attempt sends the engine its own (vLLM
- * reads it). Spans go to an OTLP/HTTP collector in batches; the exporter and the batch processor read
- * the standard `OTEL_EXPORTER_OTLP_*` and `OTEL_BSP_*` variables, and `OTEL_SERVICE_NAME` names the
- * service. This module is loaded only when tracing is on, so a router without it never loads the SDK.
+ * reads it). Spans go to an OTLP/HTTP collector in batches; the exporter reads the standard
+ * `OTEL_EXPORTER_OTLP_*` variables, the batch processor is given the `OTEL_BSP_*` ones (this SDK's
+ * processor reads none itself: {@link batchSettings}), and `OTEL_SERVICE_NAME` names the service. This module is loaded only when tracing is on, so a router without it never loads the SDK.
  * Every span names its parent explicitly: no context manager, no async hooks on the request path.
  *
  * No prompt or completion text is ever put on a span: only model names, token counts, endpoints,
@@ -16,7 +16,16 @@ import { ExportResultCode, W3CTraceContextPropagator, type ExportResult } from '
 import { OTLPTraceExporter } from '@opentelemetry/exporter-trace-otlp-http';
 import { hostname } from 'node:os';
 import { resourceFromAttributes } from '@opentelemetry/resources';
-import { BatchSpanProcessor, ParentBasedSampler, TraceIdRatioBasedSampler, TracerProvider, type ReadableSpan, type SpanExporter } from '@opentelemetry/sdk-trace';
+import {
+  BatchSpanProcessor,
+  ParentBasedSampler,
+  TraceIdRatioBasedSampler,
+  TracerProvider,
+  type ReadableSpan,
+  type Span as SdkSpan,
+  type SpanExporter,
+  type SpanProcessor,
+} from '@opentelemetry/sdk-trace';
 import { type AttemptSpan, type Endpoint, type RequestTrace, type TraceSpan, type Tracing } from '../core/types.js';
 
 export interface TracingSettings {
@@ -130,8 +139,78 @@ class OtelRequestTrace implements RequestTrace {
   }
 }
 
-/** How each batch of spans fared at the collector: `ok`, how many spans, and why it failed. */
-export type ExportWatch = (ok: boolean, spans: number, error?: Error) => void;
+/** What becomes of the spans: how each batch fared at the collector (`ok`, how many spans, why it failed), and spans dropped for a full queue. */
+export interface ExportWatch {
+  exported(ok: boolean, spans: number, error?: Error): void;
+  /** Spans the batch processor dropped because its queue (`OTEL_BSP_MAX_QUEUE_SIZE`) was full: the collector is down or slower than the spans come. */
+  queueFull(spans: number): void;
+}
+
+/** The batch processor's settings (its documented options), from the standard `OTEL_BSP_*` variables; an unset or invalid one keeps the specification's default. */
+export interface BatchSettings {
+  scheduledDelayMillis: number;
+  exportTimeoutMillis: number;
+  maxQueueSize: number;
+  maxExportBatchSize: number;
+}
+
+export function batchSettings(env: Readonly<Record<string, string | undefined>>): BatchSettings {
+  const read = (name: string, fallback: number): number => {
+    const raw = env[name]?.trim();
+    const value = raw ? Number(raw) : NaN;
+    return Number.isSafeInteger(value) && value > 0 ? value : fallback;
+  };
+  const maxQueueSize = read('OTEL_BSP_MAX_QUEUE_SIZE', 2048);
+  return {
+    scheduledDelayMillis: read('OTEL_BSP_SCHEDULE_DELAY', 5000),
+    exportTimeoutMillis: read('OTEL_BSP_EXPORT_TIMEOUT', 30_000),
+    maxQueueSize,
+    // a batch is never larger than the queue (the processor would say so and cut it)
+    maxExportBatchSize: Math.min(read('OTEL_BSP_MAX_EXPORT_BATCH_SIZE', 512), maxQueueSize),
+  };
+}
+
+/**
+ * In front of the batch processor (the SDK's documented SpanProcessor interface): counts the sampled
+ * spans it holds, as its queue does (each ended sampled span is queued, each batch handed to the
+ * exporter leaves it), so the spans it drops for a full queue are known: the processor only counts
+ * them for a debug line. The exporter says when a batch leaves (`taken`), synchronously with the
+ * processor's taking it, as the router's resource has no attributes still to come.
+ */
+class QueueWatch implements SpanProcessor {
+  private held = 0;
+  private closed = false;
+  constructor(
+    private readonly inner: SpanProcessor,
+    private readonly capacity: number,
+    private readonly full: (spans: number) => void,
+  ) {}
+
+  onStart(span: SdkSpan, context: Context): void {
+    this.inner.onStart(span, context);
+  }
+
+  onEnd(span: ReadableSpan): void {
+    if (!this.closed && (span.spanContext().traceFlags & TraceFlags.SAMPLED) !== 0) {
+      if (this.held >= this.capacity) this.full(1);
+      else this.held += 1;
+    }
+    this.inner.onEnd(span);
+  }
+
+  taken(spans: number): void {
+    this.held = Math.max(0, this.held - spans);
+  }
+
+  forceFlush(): Promise<void> {
+    return this.inner.forceFlush();
+  }
+
+  shutdown(): Promise<void> {
+    this.closed = true;
+    return this.inner.shutdown();
+  }
+}
 
 /** The methods HTTP's semantic conventions name; any other is `_OTHER`, with the method as sent beside it. */
 const KNOWN_METHODS = new Set(['CONNECT', 'DELETE', 'GET', 'HEAD', 'OPTIONS', 'PATCH', 'POST', 'PUT', 'TRACE']);
@@ -143,14 +222,18 @@ export function methodAttributes(method: string): Attributes {
 
 /** The OTLP exporter, its results heard (through the SDK's documented SpanExporter interface): a collector that refuses is said, not silent. */
 class WatchedExporter implements SpanExporter {
+  /** Hears each batch as it leaves the processor's queue. */
+  taken: (spans: number) => void = () => undefined;
+
   constructor(
     private readonly inner: SpanExporter,
     private readonly watch: ExportWatch,
   ) {}
 
   export(spans: ReadableSpan[], done: (result: ExportResult) => void): void {
+    this.taken(spans.length);
     this.inner.export(spans, (result) => {
-      this.watch(result.code === ExportResultCode.SUCCESS, spans.length, result.error);
+      this.watch.exported(result.code === ExportResultCode.SUCCESS, spans.length, result.error);
       done(result);
     });
   }
@@ -164,14 +247,21 @@ class WatchedExporter implements SpanExporter {
   }
 }
 
-export function createTracing(settings: TracingSettings, onExport?: ExportWatch): Tracing {
+export function createTracing(settings: TracingSettings, onExport?: ExportWatch, env: Readonly<Record<string, string | undefined>> = process.env): Tracing {
   const otlp = new OTLPTraceExporter(settings.endpoint ? { url: settings.endpoint } : {});
-  const exporter = onExport ? new WatchedExporter(otlp, onExport) : otlp;
+  const batch = batchSettings(env);
+  let processor: SpanProcessor;
+  if (onExport) {
+    const exporter = new WatchedExporter(otlp, onExport);
+    const queue = new QueueWatch(new BatchSpanProcessor({ exporter, ...batch }), batch.maxQueueSize, (spans) => onExport.queueFull(spans));
+    exporter.taken = (spans) => queue.taken(spans);
+    processor = queue;
+  } else processor = new BatchSpanProcessor({ exporter: otlp, ...batch });
   const provider = new TracerProvider({
     // the instance: the pod's name in Kubernetes (its HOSTNAME), so one router's spans can be told from another's
     resource: resourceFromAttributes({ 'service.name': process.env.OTEL_SERVICE_NAME ?? settings.serviceName, 'service.instance.id': process.env.HOSTNAME ?? hostname() }),
     sampler: new ParentBasedSampler({ root: new TraceIdRatioBasedSampler(settings.sampleRatio) }),
-    spanProcessors: [new BatchSpanProcessor({ exporter })],
+    spanProcessors: [processor],
   });
   const tracer = provider.getTracer('modelgate');
   return {
