@@ -86,7 +86,8 @@ function endTrace(ctx: RequestContext, status: number): void {
       // the serving software, as the pool names it (vllm, sglang, …): the conventions' provider, for a self-hosted model
       'gen_ai.provider.name': report?.engine,
       'gen_ai.request.model': ctx.model,
-      'gen_ai.response.model': report?.servedModel,
+      // only an answer the engine began has a model that produced it (not a 503 held, nor attempts that all failed)
+      'gen_ai.response.model': report?.end !== undefined ? report.servedModel : undefined,
       'gen_ai.usage.input_tokens': usage && !usage.estimated ? usage.promptTokens : undefined,
       'gen_ai.usage.output_tokens': usage?.completionTokens,
       'http.response.status_code': status,

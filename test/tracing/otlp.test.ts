@@ -301,6 +301,8 @@ describe('OpenTelemetry traces', () => {
     expect(missing?.status?.code ?? 0).toBe(0); // unset: the client's mistake
     expect(attr(missing, 'error.type')).toBeUndefined();
     expect(failed?.status?.code).toBe(2); // error
+    expect(attr(ok, 'gen_ai.response.model')).toBe('served/llm');
+    expect(attr(failed, 'gen_ai.response.model')).toBeUndefined(); // no engine answered it
     expect(attr(failed, 'error.type')).toMatch(/^(upstream_connection_failed|no_ready_replica)$/);
   });
 });
