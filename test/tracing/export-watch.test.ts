@@ -4,11 +4,10 @@
  * exporter or counted as dropped for a full queue, and the log says the whole loss.
  */
 import { afterEach, describe, expect, it } from '@jest/globals';
-import http from 'node:http';
-import { type AddressInfo } from 'node:net';
 import { batchSettings, createTracing } from '../../src/tracing/otel.js';
 import { exportWatch } from '../../src/main.js';
 import { waitFor } from '../helpers/sim.js';
+import { startRefusingCollector } from '../helpers/collector.js';
 import { captureLogs as captureLines } from '../helpers/router.js';
 
 /** A logger, and its lines parsed. */
@@ -37,17 +36,9 @@ describe('batchSettings', () => {
 
 describe('spans the collector does not take', () => {
   it('are each either handed to the exporter or counted dropped for a full queue, and the log says them all', async () => {
-    let batches = 0;
-    const refusing = http.createServer((req, res) => {
-      req.resume();
-      req.on('end', () => {
-        batches += 1;
-        res.writeHead(401, { 'content-type': 'application/json' }).end('{}');
-      });
-    });
-    await new Promise<void>((resolve) => refusing.listen(0, '127.0.0.1', resolve));
-    closers.push(() => new Promise<void>((resolve) => refusing.close(() => resolve())));
-    const endpoint = `http://127.0.0.1:${(refusing.address() as AddressInfo).port}/v1/traces`;
+    const refusing = await startRefusingCollector();
+    closers.push(() => refusing.close());
+    const endpoint = refusing.url;
     let exported = 0;
     let full = 0;
     const { logs, logger } = captureLogs();
@@ -65,7 +56,7 @@ describe('spans the collector does not take', () => {
     // the last batches go at shutdown, which the collector refuses too (the router's shutdown goes on)
     await tracing.shutdown().catch(() => undefined);
     await waitFor(() => exported + full === 20, 'every span exported or counted dropped');
-    expect(batches).toBeGreaterThan(0);
+    expect(refusing.batches()).toBeGreaterThan(0);
     expect(full).toBeGreaterThan(0);
     const warned = logs().filter((l) => l.msg === 'trace export failed: spans are dropped until the collector takes them again');
     expect(warned).toHaveLength(1);

@@ -15,6 +15,8 @@ import { startTestSim, waitFor } from '../helpers/sim.js';
 import { startTap } from '../helpers/tap.js';
 import { rawRequest } from '../helpers/http.js';
 import { methodAttributes } from '../../src/tracing/otel.js';
+import { type Capability } from '../../src/core/types.js';
+import { startRefusingCollector } from '../helpers/collector.js';
 
 interface OtlpValue {
   stringValue?: string;
@@ -72,7 +74,7 @@ afterEach(async () => {
 });
 
 /** A simulator behind a recording tap, a router tracing to a receiver; closing the router flushes its spans. */
-async function tracedSetup(): Promise<{
+async function tracedSetup(options: { sampleRatio?: number; capabilities?: Capability[] } = {}): Promise<{
   receiver: Awaited<ReturnType<typeof startReceiver>>;
   tap: Awaited<ReturnType<typeof startTap>>;
   gateway: TestRouter<RunningRouter>;
@@ -85,7 +87,8 @@ async function tracedSetup(): Promise<{
   cleanups.push(() => sim.close());
   const tap = await startTap(sim.url);
   cleanups.push(() => tap.close());
-  const gateway = await startTestRouter(chatSetup([tap.url], { config: { tracing: { enabled: true, endpoint: receiver.url } } }));
+  const setup = chatSetup([tap.url], { config: { tracing: { enabled: true, endpoint: receiver.url, ...(options.sampleRatio === undefined ? {} : { sampleRatio: options.sampleRatio }) } } });
+  const gateway = await startTestRouter(options.capabilities ? { ...setup, pools: [{ ...setup.pools[0]!, capabilities: options.capabilities }] } : setup);
   let closed: Promise<void> | undefined;
   const closeGateway = (): Promise<void> => (closed ??= gateway.close());
   cleanups.push(closeGateway);
@@ -205,16 +208,7 @@ describe('OpenTelemetry traces', () => {
   });
 
   it('exports nothing for a client without a valid key, however its traceparent is flagged; drops a tracestate whose traceparent it refused; names spans by operation', async () => {
-    const receiver = await startReceiver();
-    cleanups.push(() => receiver.close());
-    const sim = await startTestSim({ model: ['served/llm'] });
-    cleanups.push(() => sim.close());
-    const tap = await startTap(sim.url);
-    cleanups.push(() => tap.close());
-    const setup = chatSetup([tap.url], { config: { tracing: { enabled: true, endpoint: receiver.url, sampleRatio: 0 } } });
-    const gateway = await startTestRouter({ ...setup, pools: [{ ...setup.pools[0]!, capabilities: ['chat', 'completions'] }] });
-    let closed = false;
-    cleanups.push(() => (closed ? Promise.resolve() : gateway.close()));
+    const { receiver, tap, gateway, closeGateway } = await tracedSetup({ sampleRatio: 0, capabilities: ['chat', 'completions'] });
     const forced = (n: number): string => `00-${n.toString(16).padStart(32, '0')}-00f067aa0ba902b7-01`;
     const post = (path: string, body: object, headers: Record<string, string>): Promise<number> =>
       fetch(`${gateway.router.apiUrl}${path}`, { method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body: JSON.stringify(body) }).then(
@@ -233,8 +227,7 @@ describe('OpenTelemetry traces', () => {
     expect(await post('/v1/completions', { model: 'llm', prompt: 'hi', max_tokens: 2 }, { authorization: `Bearer ${KEY}`, traceparent: forced(999) })).toBe(200);
     await waitFor(() => gateway.logs.filter((l) => l.includes('"msg":"request"')).length === 12, 'the twelve access-log lines');
     const metrics = (await rawRequest(`${gateway.router.adminUrl}/metrics`, { headers: { accept: 'application/openmetrics-text' } })).body;
-    await gateway.close();
-    closed = true;
+    await closeGateway();
     await waitFor(() => receiver.spans.some((s) => s.kind === 2), 'the sampled request span');
     // only the keyed, sampled request's trace was exported, and only its id is an exemplar
     expect(new Set(receiver.spans.map((s) => s.traceId))).toEqual(new Set([(999).toString(16).padStart(32, '0')]));
@@ -244,20 +237,11 @@ describe('OpenTelemetry traces', () => {
   });
 
   it('says when the collector refuses spans (once, with why) instead of dropping them silently, and still shuts down', async () => {
-    // a collector that refuses every batch (a wrong token): 401, which the exporter does not retry
-    let batches = 0;
-    const refusing = http.createServer((req, res) => {
-      req.resume();
-      req.on('end', () => {
-        batches += 1;
-        res.writeHead(401, { 'content-type': 'application/json' }).end('{"code":16,"message":"missing or wrong token"}');
-      });
-    });
-    await new Promise<void>((resolve) => refusing.listen(0, '127.0.0.1', resolve));
-    cleanups.push(() => new Promise<void>((resolve) => refusing.close(() => resolve())));
+    const refusing = await startRefusingCollector();
+    cleanups.push(() => refusing.close());
     const sim = await startTestSim({ model: ['served/llm'] });
     cleanups.push(() => sim.close());
-    const endpoint = `http://127.0.0.1:${(refusing.address() as AddressInfo).port}/v1/traces`;
+    const endpoint = refusing.url;
     const gateway = await startTestRouter(chatSetup([sim.url], { config: { tracing: { enabled: true, endpoint } } }));
     const res = await fetch(`${gateway.router.apiUrl}/v1/chat/completions`, {
       method: 'POST',
@@ -268,7 +252,7 @@ describe('OpenTelemetry traces', () => {
     await res.text();
     await waitFor(() => gateway.logs.some((l) => l.includes('"msg":"request"')), 'the access-log line');
     await gateway.close(); // the spans are flushed at shutdown, to a collector that refuses them: the shutdown ends all the same
-    expect(batches).toBeGreaterThan(0);
+    expect(refusing.batches()).toBeGreaterThan(0);
     const warned = gateway.logs.filter((l) => l.includes('trace export failed'));
     expect(warned).toHaveLength(1);
     expect(warned[0]).toContain('"component":"tracing"');
