@@ -191,6 +191,11 @@ export async function createRouter(config: Config, options: RouterOptions = {}):
       },
       onError: (pool, endpoint, err) => kvLog.error({ pool, endpoint, error: err.message }, 'KV-event subscription failed: the replica is routed by the prefix estimate'),
       onCleared: (endpoint) => prefixIndex.forget(endpoint),
+      onSharedFeed: (pool, address, endpoints) =>
+        kvLog.warn(
+          { pool, address, endpoints },
+          'KV-event publisher shared by several replicas (engines on one host): none of them is subscribed, the prefix estimate routes them; give each engine a publisher address of its own ({port} in kvEvents.endpoint)',
+        ),
     },
   });
   const scrapeLog = logger.child({ component: 'engine-metrics' });

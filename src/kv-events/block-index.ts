@@ -2,8 +2,11 @@
  * One replica's KV-cache blocks as its engine reported them, and the router blocks they hold. Each
  * stored engine block keeps where its chain left the router's blocks (so a child block stored later
  * continues from it) and the router blocks it completed; a router block is held while some engine
- * block that completed it is. Memory is bounded: past `maxBlocks` engine blocks, the oldest stored
- * is forgotten (the index then under-reports, never over-reports).
+ * block that completed it is. Memory is bounded: past `maxBlocks` engine blocks, or past
+ * {@link ROUTER_BLOCKS_PER_ENGINE_BLOCK} times as many router blocks completed by them (an engine block
+ * of a large block size completes many), the oldest stored is forgotten (the index then under-reports,
+ * never over-reports). The oldest is found in constant time (a queue of the stores in order; a Map's
+ * own first key, after many deletions at its front, is found by walking past them).
  */
 import { CHAIN_START, continueChain, simulatorText, type ChainState } from './block-text.js';
 import { EMPTY_TAIL, type DecodeTail } from './hf-tokenizer.js';
@@ -13,7 +16,12 @@ interface EngineBlock {
   /** Undefined: the block's chain is not known (its parent was stored before the router listened). */
   state: ChainState | undefined;
   keys: readonly number[];
+  /** Its store's place in the order of stores (a block stored again moves to the end). */
+  seq: number;
 }
+
+/** Router blocks remembered per engine block of `maxBlocks`: a 16-token engine block is about one 64-character router block. */
+export const ROUTER_BLOCKS_PER_ENGINE_BLOCK = 8;
 
 export interface ReplicaBlocksOptions {
   /** The pool's `prefix.blockChars`. */
@@ -34,6 +42,13 @@ export class ReplicaBlocks {
   private readonly engineBlocks = new Map<BlockKey, EngineBlock>();
   /** Router block hash → how many engine blocks completed it. */
   private readonly held = new Map<number, number>();
+  /** The router blocks the remembered engine blocks completed, counted once per engine block. */
+  private routerRefs = 0;
+  /** The stores in order, as (block, seq) from `head` on; an entry whose block was forgotten or stored again since is skipped. */
+  private order: BlockKey[] = [];
+  private orderSeq: number[] = [];
+  private head = 0;
+  private seq = 0;
 
   constructor(private readonly options: ReplicaBlocksOptions) {}
 
@@ -56,6 +71,10 @@ export class ReplicaBlocks {
   clear(): void {
     this.engineBlocks.clear();
     this.held.clear();
+    this.routerRefs = 0;
+    this.order = [];
+    this.orderSeq = [];
+    this.head = 0;
   }
 
   /** Leading blocks of `blocks` (the router's `promptBlocks`) the replica holds. */
@@ -91,13 +110,36 @@ export class ReplicaBlocks {
         keys = next.keys;
       }
       this.forget(key); // stored again: its old chain (if some) no longer counts
-      this.engineBlocks.set(key, { state, keys });
+      const seq = ++this.seq;
+      this.engineBlocks.set(key, { state, keys, seq });
+      this.order.push(key);
+      this.orderSeq.push(seq);
+      this.routerRefs += keys.length;
       for (const k of keys) this.held.set(k, (this.held.get(k) ?? 0) + 1);
     }
-    while (this.engineBlocks.size > this.options.maxBlocks) {
-      const oldest = this.engineBlocks.keys().next();
-      if (oldest.done) break;
-      this.forget(oldest.value);
+    const { maxBlocks } = this.options;
+    while ((this.engineBlocks.size > maxBlocks || this.routerRefs > maxBlocks * ROUTER_BLOCKS_PER_ENGINE_BLOCK) && this.head < this.order.length) {
+      const key = this.order[this.head] as BlockKey;
+      const seq = this.orderSeq[this.head] as number;
+      this.head++;
+      if (this.engineBlocks.get(key)?.seq === seq) this.forget(key);
+    }
+    this.compact();
+  }
+
+  /**
+   * Drops the order's used and stale entries once they outnumber the live ones (blocks removed by the
+   * engine leave theirs behind): rebuilt from the Map, whose order is the stores' (a block stored again
+   * is deleted and set again), so each store pays a constant share of it.
+   */
+  private compact(): void {
+    if (this.order.length - this.engineBlocks.size <= this.engineBlocks.size + 1024) return;
+    this.order = [];
+    this.orderSeq = [];
+    this.head = 0;
+    for (const [key, block] of this.engineBlocks) {
+      this.order.push(key);
+      this.orderSeq.push(block.seq);
     }
   }
 
@@ -111,6 +153,7 @@ export class ReplicaBlocks {
     const entry = this.engineBlocks.get(block);
     if (!entry) return;
     this.engineBlocks.delete(block);
+    this.routerRefs -= entry.keys.length;
     for (const k of entry.keys) {
       const count = (this.held.get(k) ?? 0) - 1;
       if (count > 0) this.held.set(k, count);

@@ -21,6 +21,12 @@ export interface KvEventsEvents {
   onError?: (pool: string, endpoint: string, err: Error) => void;
   /** A replica's engine cleared its whole cache (the estimate should forget the replica too). */
   onCleared?: (endpoint: string) => void;
+  /**
+   * Replicas of a pool whose `kvEvents.endpoint` names one publisher (engines on one host, whose
+   * `{host}` is the same): none of them is subscribed, as no one of them can be told its own events.
+   * Said once per pool and address, while it lasts.
+   */
+  onSharedFeed?: (pool: string, address: string, endpoints: readonly string[]) => void;
 }
 
 /** What the hub needs of the transport module (zmq-transport.ts). */
@@ -67,9 +73,13 @@ interface Subscription {
 
 const STATE_CODE: Record<FeedState, 0 | 1 | 2> = { unknown: 0, partial: 1, complete: 2 };
 
-/** The replica's publisher (or replay socket) address: `{host}` replaced by the endpoint's host. */
+/**
+ * The replica's publisher (or replay socket) address: `{host}` replaced by the endpoint's host, `{port}`
+ * by its port (engines on one host: `tcp://{host}:1{port}` gives the engine on 8000 the publisher on 18000).
+ */
 export function feedAddress(template: string, url: URL): string {
-  return template.split('{host}').join(url.hostname);
+  const port = url.port !== '' ? url.port : url.protocol === 'https:' ? '443' : '80';
+  return template.split('{host}').join(url.hostname).split('{port}').join(port);
 }
 
 function signature(k: KvEventsSettings, blockChars: number, reader: HfModel | undefined): string {
@@ -79,6 +89,8 @@ function signature(k: KvEventsSettings, blockChars: number, reader: HfModel | un
 export class KvEventsHub implements KvPrefixSource {
   /** pool → endpoint id → subscription (nested, so a pick's lookups build no key). */
   private readonly byPool = new Map<string, Map<string, Subscription>>();
+  /** `pool address` of publishers that several replicas map to, said already. */
+  private readonly shared = new Set<string>();
   /** Tokenizer directory → its model (huggingface pools). */
   private readonly tokenizers = new Map<string, TokenizerEntry>();
   /** Pool → the model its prompts are rendered with (huggingface pools whose model is loaded). */
@@ -213,7 +225,28 @@ export class KvEventsHub implements KvPrefixSource {
     let subs = this.byPool.get(pool.name);
     if (!subs) this.byPool.set(pool.name, (subs = new Map<string, Subscription>()));
     const live = new Set<string>();
-    for (const ep of this.deps.endpoints.snapshot(pool.name)) {
+    const endpoints = this.deps.endpoints.snapshot(pool.name);
+    // A publisher several replicas map to feeds none of them: its events are one engine's, and which is unknown.
+    const byAddress = new Map<string, string[]>();
+    for (const ep of endpoints) {
+      const address = feedAddress(settings.endpoint, ep.url);
+      const ids = byAddress.get(address);
+      if (ids) ids.push(ep.id);
+      else byAddress.set(address, [ep.id]);
+    }
+    const sharedNow = new Set<string>();
+    for (const [address, ids] of byAddress) {
+      if (ids.length < 2) continue;
+      const key = `${pool.name} ${address}`;
+      sharedNow.add(key);
+      if (!this.shared.has(key)) {
+        this.shared.add(key);
+        this.deps.events?.onSharedFeed?.(pool.name, address, ids);
+      }
+    }
+    for (const key of this.shared) if (key.startsWith(`${pool.name} `) && !sharedNow.has(key)) this.shared.delete(key);
+    for (const ep of endpoints) {
+      if ((byAddress.get(feedAddress(settings.endpoint, ep.url))?.length ?? 0) > 1) continue; // not live: closed below
       live.add(ep.id);
       const current = subs.get(ep.id);
       if (current?.signature === sig) continue;

@@ -23,6 +23,18 @@ export interface KvEventBatch {
   unknown: number;
 }
 
+/**
+ * Bounds on one batch, past which it is refused as a bad payload (an engine's batch is one scheduler
+ * step: its blocks are the tokens that step prefilled, a few thousand): a block of more token ids than
+ * any engine's block size, more blocks or token ids in one batch than a step prefills. Each bounds the
+ * event loop's work for one message, whatever a publisher sends.
+ */
+export const MAX_BLOCK_SIZE = 4096;
+export const MAX_BATCH_BLOCKS = 65_536;
+export const MAX_BATCH_TOKEN_IDS = 1 << 20;
+/** The largest message the subscriber takes (ZMQ's own limit: a larger one drops its connection, which then reconnects). */
+export const MAX_MESSAGE_BYTES = 16 * 1024 * 1024;
+
 /** A payload that is not a KVEventBatch. */
 export class KvWireError extends Error {
   readonly code = 'KV_EVENTS_BAD_PAYLOAD';
@@ -52,11 +64,13 @@ function blockKey(value: unknown, what: string): BlockKey {
 
 function blockKeys(value: unknown, what: string): BlockKey[] {
   if (!Array.isArray(value)) throw new KvWireError(`${what} is not a list`);
+  if (value.length > MAX_BATCH_BLOCKS) throw new KvWireError(`${what} holds more than ${MAX_BATCH_BLOCKS} blocks`);
   return value.map((v, i) => blockKey(v, `${what}[${i}]`));
 }
 
 function tokenIds(value: unknown): number[] {
   if (!Array.isArray(value)) throw new KvWireError('token_ids is not a list');
+  if (value.length > MAX_BATCH_TOKEN_IDS) throw new KvWireError(`token_ids holds more than ${MAX_BATCH_TOKEN_IDS} ids`);
   for (const id of value) if (typeof id !== 'number' || !Number.isInteger(id) || id < 0) throw new KvWireError('token_ids holds something that is not a token id');
   return value as number[];
 }
@@ -68,13 +82,12 @@ function readEvent(raw: unknown): KvEvent | undefined {
     case 'BlockStored': {
       const [, hashes, parent, ids, blockSize] = raw as unknown[];
       if (typeof blockSize !== 'number' || !Number.isInteger(blockSize) || blockSize < 1) throw new KvWireError('BlockStored has no block_size');
-      return {
-        type: 'BlockStored',
-        blocks: blockKeys(hashes, 'block_hashes'),
-        parent: parent === null || parent === undefined ? undefined : blockKey(parent, 'parent_block_hash'),
-        tokenIds: tokenIds(ids),
-        blockSize,
-      };
+      if (blockSize > MAX_BLOCK_SIZE) throw new KvWireError(`BlockStored has a block_size over ${MAX_BLOCK_SIZE}`);
+      const blocks = blockKeys(hashes, 'block_hashes');
+      const read = tokenIds(ids);
+      // the ids of its blocks: block_size each (vLLM), or the simulator's characters, never more than its largest blocks hold
+      if (read.length > blocks.length * MAX_BLOCK_SIZE) throw new KvWireError('BlockStored has more token ids than its blocks hold');
+      return { type: 'BlockStored', blocks, parent: parent === null || parent === undefined ? undefined : blockKey(parent, 'parent_block_hash'), tokenIds: read, blockSize };
     }
     case 'BlockRemoved':
       return { type: 'BlockRemoved', blocks: blockKeys(raw[1], 'block_hashes') };
@@ -97,10 +110,19 @@ export function decodeBatch(payload: Uint8Array): KvEventBatch {
   const ts = typeof raw[0] === 'number' ? raw[0] : Number(raw[0]);
   const events: KvEvent[] = [];
   let unknown = 0;
+  let blocks = 0;
+  let ids = 0;
   for (const item of raw[1] as unknown[]) {
     const event = readEvent(item);
-    if (event) events.push(event);
-    else unknown++;
+    if (!event) {
+      unknown++;
+      continue;
+    }
+    if (event.type !== 'AllBlocksCleared') blocks += event.blocks.length;
+    if (event.type === 'BlockStored') ids += event.tokenIds.length;
+    if (blocks > MAX_BATCH_BLOCKS) throw new KvWireError(`the batch holds more than ${MAX_BATCH_BLOCKS} blocks`);
+    if (ids > MAX_BATCH_TOKEN_IDS) throw new KvWireError(`the batch holds more than ${MAX_BATCH_TOKEN_IDS} token ids`);
+    events.push(event);
   }
   return { ts, events, unknown };
 }

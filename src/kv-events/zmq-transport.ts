@@ -7,7 +7,7 @@
  */
 import { Dealer, Subscriber } from 'zeromq';
 import { ReplicaFeed, type ReplicaFeedOptions } from './feed.js';
-import { END_OF_REPLAY, readSeq, seqFrame } from './wire.js';
+import { END_OF_REPLAY, MAX_MESSAGE_BYTES, readSeq, seqFrame } from './wire.js';
 
 export interface FeedTarget {
   endpoint: string;
@@ -16,17 +16,20 @@ export interface FeedTarget {
   topic: string;
 }
 
-/** How long a replay may take, at most. */
+/** How long a replay may take, at most: for its answer's each message, and for all of it. */
 const REPLAY_TIMEOUT_MS = 2_000;
+/** The most messages one replay takes (a gap the router asks to fill is a few batches). */
+const MAX_REPLAY_MESSAGES = 4096;
 
-/** The frames a replay socket answers `from` with, up to its end marker (or the timeout). */
+/** The frames a replay socket answers `from` with, up to its end marker (or the timeout, or the bound). */
 async function replayFrom(endpoint: string, from: bigint): Promise<Array<readonly [bigint, Uint8Array]>> {
-  const socket = new Dealer({ receiveTimeout: REPLAY_TIMEOUT_MS, linger: 0 });
+  const socket = new Dealer({ receiveTimeout: REPLAY_TIMEOUT_MS, linger: 0, maxMessageSize: MAX_MESSAGE_BYTES });
   const out: Array<readonly [bigint, Uint8Array]> = [];
+  const until = Date.now() + REPLAY_TIMEOUT_MS;
   try {
     socket.connect(endpoint);
     await socket.send([Buffer.alloc(0), seqFrame(from)]);
-    for (;;) {
+    while (out.length < MAX_REPLAY_MESSAGES && Date.now() < until) {
       const frames = await socket.receive();
       const [seqBytes, payload] = frames.length >= 3 ? frames.slice(1) : frames;
       if (!seqBytes || !payload) break;
@@ -50,7 +53,8 @@ export class ZmqFeed {
     const { replayEndpoint } = target;
     this.feed = new ReplicaFeed({ ...options, ...(replayEndpoint !== '' ? { replay: (from: bigint) => replayFrom(replayEndpoint, from) } : {}) });
     const heartbeat = Math.max(100, Math.min(5_000, Math.floor(options.staleAfterMs / 3)));
-    this.socket = new Subscriber({ linger: 0, reconnectInterval: 100, reconnectMaxInterval: 2_000, heartbeatInterval: heartbeat, heartbeatTimeout: heartbeat * 2 });
+    // maxMessageSize: a larger message is not read (ZMQ drops the connection, which reconnects)
+    this.socket = new Subscriber({ linger: 0, reconnectInterval: 100, reconnectMaxInterval: 2_000, heartbeatInterval: heartbeat, heartbeatTimeout: heartbeat * 2, maxMessageSize: MAX_MESSAGE_BYTES });
     const events = this.socket.events; // observed before connecting: the first handshake is not missed
     this.socket.subscribe(target.topic);
     this.socket.connect(target.endpoint);

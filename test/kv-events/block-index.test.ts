@@ -6,7 +6,7 @@ import { describe, expect, it } from '@jest/globals';
 import fc from 'fast-check';
 import { chatPromptText } from '../../src/api/prompt-text.js';
 import { promptBlocks } from '../../src/balancer/prefix-index.js';
-import { ReplicaBlocks } from '../../src/kv-events/block-index.js';
+import { ReplicaBlocks, ROUTER_BLOCKS_PER_ENGINE_BLOCK } from '../../src/kv-events/block-index.js';
 import { continueChain, CHAIN_START, simulatorText } from '../../src/kv-events/block-text.js';
 import { decodeBatch } from '../../src/kv-events/wire.js';
 import { renderPrompt } from '../../src/sim/chat-request.js';
@@ -132,6 +132,45 @@ describe('ReplicaBlocks with the simulator tokenizer', () => {
     engine.store([{ role: 'system', content: 'C'.repeat(640) }]);
     expect(index.size).toBe(10);
     expect(index.match(routerBlocks(a))).toBe(0); // its first blocks went first
+  });
+
+  it('drops the oldest store first: a block stored again is the newest, one the engine removed leaves no hole in the count', () => {
+    const index = new ReplicaBlocks({ ...options, readable: false, maxBlocks: 4 });
+    const store = (...blocks: string[]): void => index.apply({ type: 'BlockStored', blocks, parent: undefined, tokenIds: [], blockSize: 16 });
+    const held = (...blocks: string[]): boolean[] =>
+      blocks.map((b) => {
+        // a block is held when storing it again does not change the count
+        const before = index.size;
+        store(b);
+        const kept = index.size === before;
+        return kept;
+      });
+    store('a', 'b', 'c', 'd');
+    store('a'); // stored again: now the newest
+    index.apply({ type: 'BlockRemoved', blocks: ['c'] });
+    store('e', 'f'); // five would be held: b (the oldest) goes
+    expect(index.size).toBe(4);
+    expect(held('a', 'd', 'e', 'f')).toEqual([true, true, true, true]);
+    // thousands of stores and removals later (under the bound: nothing is evicted) the order still holds
+    index.apply({ type: 'BlockRemoved', blocks: ['a'] });
+    for (let i = 0; i < 5000; i++) {
+      store(`x${i}`);
+      index.apply({ type: 'BlockRemoved', blocks: [`x${i}`] });
+    }
+    store('g', 'h'); // five: d, the oldest left, goes
+    expect(index.size).toBe(4);
+    index.apply({ type: 'BlockRemoved', blocks: ['d'] });
+    expect(index.size).toBe(4); // it was gone
+    index.apply({ type: 'BlockRemoved', blocks: ['e'] });
+    expect(index.size).toBe(3); // it was held
+  });
+
+  it('bounds the router blocks it remembers too: engine blocks of a large block size complete many each', () => {
+    const index = new ReplicaBlocks({ ...options, maxBlocks: 4 });
+    // each engine block of 1,024 characters completes 16 router blocks; 4 × 8 router blocks at most are kept
+    for (let i = 0; i < 4; i++) index.apply({ type: 'BlockStored', blocks: [`big${i}`], parent: i === 0 ? undefined : `big${i - 1}`, tokenIds: tokenize('y'.repeat(1024)), blockSize: 1024 });
+    expect(index.routerBlocks).toBeLessThanOrEqual(4 * ROUTER_BLOCKS_PER_ENGINE_BLOCK);
+    expect(index.size).toBe(2);
   });
 
   it('cannot chain blocks whose parent it never saw: they count for nothing (never a false match)', () => {

@@ -1,7 +1,7 @@
 /** Decoding vLLM's KVEventBatch (msgpack, tagged-array events) and its sequence frames. */
 import { describe, expect, it } from '@jest/globals';
 import { encode } from '@msgpack/msgpack';
-import { decodeBatch, KvWireError, readSeq, seqFrame } from '../../src/kv-events/wire.js';
+import { decodeBatch, KvWireError, MAX_BATCH_BLOCKS, MAX_BATCH_TOKEN_IDS, MAX_BLOCK_SIZE, readSeq, seqFrame } from '../../src/kv-events/wire.js';
 
 describe('decodeBatch', () => {
   it("reads vLLM's three events, integer hashes of every width and bytes hashes", () => {
@@ -59,6 +59,24 @@ describe('decodeBatch', () => {
     ['a hash that is not an integer or bytes', encode([0, [['BlockRemoved', ['abc']]]])],
     ['a token id that is not one', encode([0, [['BlockStored', [1], null, [-1], 1]]])],
     ['a BlockStored without block_size', encode([0, [['BlockStored', [1], null, [1]]]])],
+    // bounds on one message's work, whatever a publisher sends (a hostile one froze the router 14 s with 300,000 blocks)
+    ['a block_size no engine has', encode([0, [['BlockStored', [1], null, [1], MAX_BLOCK_SIZE + 1]]])],
+    ['more token ids than its blocks hold', encode([0, [['BlockStored', [1], null, new Array<number>(MAX_BLOCK_SIZE + 1).fill(7), 16]]])],
+    ['an event of more blocks than a batch may hold', encode([0, [['BlockRemoved', Array.from({ length: MAX_BATCH_BLOCKS + 1 }, (_, i) => i)]]])],
+    [
+      'a batch of more blocks than it may hold, in events within it',
+      encode([
+        0,
+        [
+          ['BlockRemoved', Array.from({ length: MAX_BATCH_BLOCKS }, (_, i) => i)],
+          ['BlockRemoved', [1]],
+        ],
+      ]),
+    ],
+    [
+      'a batch of more token ids than it may hold',
+      encode([0, Array.from({ length: 5 }, (_, i) => ['BlockStored', Array.from({ length: 64 }, (_, j) => i * 64 + j), null, new Array<number>(MAX_BATCH_TOKEN_IDS / 4).fill(7), 4096])]),
+    ],
   ])('refuses %s with a KvWireError', (_name, payload) => {
     expect(() => decodeBatch(payload)).toThrow(KvWireError);
   });
