@@ -27,6 +27,8 @@ export type LoraPlacement = 'held' | 'free_slot' | 'no_slot';
  */
 export class AdapterPlacements {
   private readonly byEndpoint = new Map<string, Map<string, number>>();
+  /** Replicas that answered lately that they lack an adapter (404): endpoint → adapter → when. Their samples' word is not taken for it. */
+  private readonly lacking = new Map<string, Map<string, number>>();
   private records = 0;
   private longestMemoryMs = 0;
 
@@ -37,6 +39,7 @@ export class AdapterPlacements {
     if (!adapters) this.byEndpoint.set(endpointId, (adapters = new Map<string, number>()));
     adapters.delete(adapter); // re-inserted last: each map stays in order of last use
     adapters.set(adapter, now);
+    this.lacking.get(endpointId)?.delete(adapter);
     if (++this.records % 1024 === 0) this.sweep(now - this.longestMemoryMs);
   }
 
@@ -80,9 +83,28 @@ export class AdapterPlacements {
     if (adapters?.size === 0) this.byEndpoint.delete(endpointId);
   }
 
+  /**
+   * `endpointId` answered at `now` that it does not serve `adapter` (lost with a restart or an unload,
+   * or never loaded there): it no longer counts as holding it, and until the adapter goes there again
+   * (or the memory passes) its engine's sample listing it is not believed either (it may be older).
+   */
+  missing(adapter: string, endpointId: string, now: number): void {
+    this.forget(adapter, endpointId);
+    let adapters = this.lacking.get(endpointId);
+    if (!adapters) this.lacking.set(endpointId, (adapters = new Map<string, number>()));
+    adapters.set(adapter, now);
+  }
+
+  /** Whether `endpointId` answered after `since` that it lacks `adapter`, and it has not gone there since. */
+  lacks(adapter: string, endpointId: string, since: number): boolean {
+    const at = this.lacking.get(endpointId)?.get(adapter);
+    return at !== undefined && at > since;
+  }
+
   /** Forgets the replicas not in `live` (pruned with the prefix memory). */
   retain(live: ReadonlySet<string>): void {
     for (const id of this.byEndpoint.keys()) if (!live.has(id)) this.byEndpoint.delete(id);
+    for (const id of this.lacking.keys()) if (!live.has(id)) this.lacking.delete(id);
   }
 
   /** Replicas with at least one remembered adapter. */
@@ -91,9 +113,11 @@ export class AdapterPlacements {
   }
 
   private sweep(before: number): void {
-    for (const [id, adapters] of this.byEndpoint) {
-      for (const [adapter, at] of adapters) if (at <= before) adapters.delete(adapter);
-      if (adapters.size === 0) this.byEndpoint.delete(id);
+    for (const map of [this.byEndpoint, this.lacking]) {
+      for (const [id, adapters] of map) {
+        for (const [adapter, at] of adapters) if (at <= before) adapters.delete(adapter);
+        if (adapters.size === 0) map.delete(id);
+      }
     }
   }
 }
@@ -118,15 +142,16 @@ export function distinctAdapters(lora: LoraLoad): number {
 }
 
 /**
- * One replica's score for a request for `adapter`: {@link HELD_SCORE} when it holds the adapter (`held`:
- * the router's record says so; or its sample lists it); otherwise FREE_BASE + FREE_SPAN × free/slots
+ * One replica's score for a request for `adapter`: {@link HELD_SCORE} when it holds the adapter (`held`
+ * 1: the router's record says so; or, `held` 0, its sample lists it; `held` -1: it answered lately that
+ * it lacks it, whatever an older sample says); otherwise FREE_BASE + FREE_SPAN × free/slots
  * while it has a free slot — adapters the router sent there lately that the sample does not list
  * (`unreported`: idle in a slot, or sent since) count as taken —
  * and 0 with none. Without a sample the slots are unknown: FREE_BASE + FREE_SPAN / (1 + unreported), so
  * the replica this router sent the fewest other adapters to comes first.
  */
-export function adapterScore(adapter: string, lora: LoraLoad | undefined, held: boolean, unreported: number): number {
-  if (held || reportsAdapter(lora, adapter)) return HELD_SCORE;
+export function adapterScore(adapter: string, lora: LoraLoad | undefined, held: number, unreported: number): number {
+  if (held > 0 || (held === 0 && reportsAdapter(lora, adapter))) return HELD_SCORE;
   if (lora === undefined) return FREE_BASE + FREE_SPAN / (1 + unreported);
   const slots = lora.maxLora;
   const free = slots - distinctAdapters(lora) - unreported;
@@ -142,7 +167,7 @@ export function placementOf(score: number): LoraPlacement {
 export interface LoraInput {
   /** The adapter the request is for. */
   adapter: string;
-  /** 1 where the router's record says the candidate holds the adapter. */
+  /** 1 where the router's record says the candidate holds the adapter; -1 where the candidate answered lately that it lacks it (its sample listing it is not believed); else 0. */
   held: ArrayLike<number>;
   /** Per candidate: adapters the router sent there within the memory that its sample does not list. */
   unreported: ArrayLike<number>;
@@ -171,7 +196,7 @@ export function addLoraScores(
   const { adapter, held, unreported } = lora;
   for (let i = 0; i < count; i++) {
     const sample = engine[i]?.lora;
-    let score = adapterScore(adapter, sample, held[i] === 1, unreported[i] ?? 0);
+    let score = adapterScore(adapter, sample, held[i] ?? 0, unreported[i] ?? 0);
     // past the guard it scores like a replica with the fewest free slots: the load scorers decide
     if (score >= HELD_SCORE && (load[i] as number) - least > gap) score = FREE_BASE;
     out[i] = (out[i] as number) + weight * score;

@@ -202,6 +202,17 @@ export function modelNotFound(model: string, hidden = false): RouterError {
   return new RouterError(hidden ? 'MODEL_NOT_ALLOWED' : 'MODEL_NOT_FOUND', message, { param: 'model' });
 }
 
+/**
+ * The replicas tried answered that they do not serve the model's LoRA adapter (404): a 503 to retry,
+ * not the engine's 404 (which names the adapter, not the model the client asked for, and says the
+ * model does not exist when the router serves it).
+ */
+export function noAdapterReplica(): RouterError {
+  return new RouterError('NO_READY_REPLICA', 'No replica of this model serves its adapter right now (the engines tried answered that they do not have it); retry shortly.', {
+    retryAfterSeconds: NO_REPLICA_RETRY_AFTER_SECONDS,
+  });
+}
+
 /** No replica of a model can take a request right now; the client should retry shortly. */
 export function noReadyReplica(model?: string): RouterError {
   const what = model === undefined ? 'No replica of this model' : `The model \`${model.slice(0, 200)}\` has no replica that`;

@@ -14,7 +14,7 @@
 import type { IncomingMessage, OutgoingHttpHeaders, ServerResponse } from 'node:http';
 import { isAbortError, type Clock, type Sleep } from '../core/clock.js';
 import { passed } from '../core/phases.js';
-import { errorBody, RouterError, streamErrorEvent, toErrorResponse, writeErrorAnswer } from '../core/errors.js';
+import { errorBody, noAdapterReplica, RouterError, streamErrorEvent, toErrorResponse, writeErrorAnswer } from '../core/errors.js';
 import { type PoolSpec, type RequestTrace, type ScheduleInfo, type WireDialect } from '../core/types.js';
 import { type AttemptResult, type AttemptSpec, type Forwarder, type StreamEnd } from '../proxy/forwarder.js';
 import { brokenError, streamEnd } from '../proxy/relay.js';
@@ -79,7 +79,7 @@ export interface RouteStep {
 /** What the exchange needs of its collaborators (tests hand it stand-ins). */
 export interface ExchangeDeps {
   forwarder: Pick<Forwarder, 'attempt'>;
-  picker: Pick<EndpointPicker, 'pick' | 'hasUntried' | 'recordAnswerEnd'>;
+  picker: Pick<EndpointPicker, 'pick' | 'hasUntried' | 'recordAnswerEnd' | 'adapterMissing'>;
   clock: Clock;
   sleep: Sleep;
   random: () => number;
@@ -141,6 +141,8 @@ interface Position {
   tried: Set<string>;
   /** Retries spent in the current pool (each pool has its own budget). */
   retries: number;
+  /** A replica that answered it lacks the pool's adapter was put back to be tried again, loading it (once a request). */
+  reloaded?: boolean;
 }
 
 /** A scheduling span's attributes: the pool, how many replicas could take the request, the winner and the best few scores. */
@@ -197,9 +199,31 @@ export class ExchangeRunner {
       picked.release();
       if (result.kind === 'client_gone') return { ...report, failure: 'client_gone' };
       if (result.kind === 'upstream_error') report.upstreamStatus = result.status;
+      // A LoRA pool's replica that answers 404 does not serve the adapter (never loaded there, or lost
+      // with a restart or an unload): it stops counting as holding it, and the request goes on to a
+      // replica that may, as after a 503; with loadOnDemand the same replica may be tried once more,
+      // now loading the adapter first. Given up, the client is told its model has no replica serving it.
+      const adapterMissing = result.kind === 'upstream_error' && result.status === 404 && step.pool.adapter !== undefined;
+      if (adapterMissing) {
+        this.deps.picker.adapterMissing(step.pool, picked.endpoint.id);
+        if (step.pool.routing.lora.loadOnDemand && !at.reloaded) {
+          at.reloaded = true;
+          at.tried.delete(picked.endpoint.id);
+        }
+      }
 
-      const giveUp = (): ExchangeReport => (result.kind === 'upstream_error' ? this.passOn(res, plan, report, result) : this.fail(res, plan, report, failureError(result)));
-      if (!retryable(result) || plan.signal.aborted) return giveUp();
+      const giveUp = (): ExchangeReport =>
+        adapterMissing
+          ? this.fail(res, plan, report, noAdapterReplica())
+          : result.kind === 'upstream_error'
+            ? this.passOn(res, plan, report, result)
+            : this.fail(res, plan, report, failureError(result));
+      if (!(retryable(result) || adapterMissing) || plan.signal.aborted) return giveUp();
+      // no other replica here to have the adapter (and none put back to load it): the next pool, or the 503
+      if (adapterMissing && !this.deps.picker.hasUntried(step.pool, at.tried, plan.request)) {
+        if (moveOn()) continue;
+        return giveUp();
+      }
       const wait = retryWait(at.retries, result, step.pool.resilience.retries, this.deps.random);
       const mayRetry = wait !== undefined && clock.now() + wait < deadline;
       // This pool has had its chance when no replica is left untried or its retries are spent: move on.

@@ -75,7 +75,10 @@ export function requestRefusal(api: ResumableApi, raw: ValidRequest): RefusedRea
   if ((Array.isArray(body.tools) && body.tools.length > 0) || set(body.functions)) return 'tools';
   if (set(body.logprobs) || set(body.top_logprobs) || set(body.prompt_logprobs)) return 'logprobs';
   if ((isObject(body.response_format) && body.response_format.type !== 'text') || GUIDED.some((field) => set(body[field]))) return 'guided_decoding';
-  if (api === 'completions') return typeof body.prompt === 'string' && !set(body.echo) && !set(body.suffix) ? undefined : 'prompt';
+  // echoed, the prompt (chat: the last message) is in the answer already: a continuation would have the
+  // engine echo the delivered text again (vLLM echoes the final message it is asked to continue)
+  if (set(body.echo)) return 'prompt';
+  if (api === 'completions') return typeof body.prompt === 'string' && !set(body.suffix) ? undefined : 'prompt';
   if (body.continue_final_message === true) {
     const last = Array.isArray(body.messages) ? (body.messages.at(-1) as unknown) : undefined;
     if (!isObject(last) || typeof last.content !== 'string') return 'prompt';

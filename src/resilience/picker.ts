@@ -378,6 +378,15 @@ export class EndpointPicker {
   }
 
   /** How an answer that reached the client ended, for its endpoint's breaker: whole, or broken by the engine. */
+  /**
+   * The replica answered that it does not serve the pool's LoRA adapter (404: never loaded there, or lost
+   * with a restart or an unload): it no longer counts as holding it, so the lora scorer stops sending the
+   * adapter's requests there and, with `loadOnDemand`, the next pick there loads it again.
+   */
+  adapterMissing(pool: PoolSpec, endpointId: string): void {
+    if (pool.adapter) this.placements.missing(pool.adapter.name, endpointId, this.now());
+  }
+
   recordAnswerEnd(pool: PoolSpec, endpointId: string, outcome: 'success' | 'failure', requestId?: string, source?: FailureSource): void {
     this.deps.breakers.get(endpointId, pool.name, pool.resilience.breaker).answerEnded(outcome, requestId, source);
   }
@@ -551,7 +560,7 @@ export class EndpointPicker {
       b.load[count] = estimatedLoad(inFlight, sample, ep.weight);
       if (blocks.length > 0) b.prefixMatched[count] = this.prefixMatch(pool.name, ep, prefixes?.[i], blocks, kv);
       if (adapter !== undefined) {
-        b.adapterHeld[count] = this.placements.holds(adapter, ep.id, forgetBefore, sample?.lora) ? 1 : 0;
+        b.adapterHeld[count] = this.placements.lacks(adapter, ep.id, forgetBefore) ? -1 : this.placements.holds(adapter, ep.id, forgetBefore, sample?.lora) ? 1 : 0;
         b.adaptersUnreported[count] = this.placements.unreported(ep.id, forgetBefore, sample?.lora);
       }
       count++;
@@ -572,7 +581,7 @@ export class EndpointPicker {
     if (index < 0) return undefined;
     request.onScheduled?.(scheduleInfo(b, count, index));
     const chosen: Chosen = { endpoint: b.candidates[index] as Endpoint, engine: b.engine[index], prefixMatched: blocks.length > 0 ? (b.prefixMatched[index] as number) : 0 };
-    if (adapter !== undefined) chosen.placement = placementOf(adapterScore(adapter, b.engine[index]?.lora, b.adapterHeld[index] === 1, b.adaptersUnreported[index] as number));
+    if (adapter !== undefined) chosen.placement = placementOf(adapterScore(adapter, b.engine[index]?.lora, b.adapterHeld[index] as number, b.adaptersUnreported[index] as number));
     return chosen;
   }
 

@@ -11,16 +11,18 @@ const sample = (l: LoraLoad | undefined, queued = 0): EngineLoad => ({ waiting: 
 
 describe('adapterScore', () => {
   it.each([
-    ['running on the replica', lora(['x']), false, 0, HELD_SCORE],
-    ['waiting on the replica', lora([], ['x']), false, 0, HELD_SCORE],
-    ["sent there lately (the router's record)", lora(['a', 'b']), true, 0, HELD_SCORE],
-    ['two free slots of two', lora([]), false, 0, 0.6],
-    ['one free slot of two', lora(['a']), false, 0, 0.45],
-    ['one free slot, taken since the sample by an adapter the router sent', lora(['a']), false, 1, 0],
-    ['no free slot', lora(['a', 'b']), false, 0, 0],
-    ['a waiting adapter takes a slot too', lora(['a'], ['b']), false, 0, 0],
-    ['no sample, nothing sent there', undefined, false, 0, 0.6],
-    ['no sample, two other adapters sent there', undefined, false, 2, 0.4],
+    ['running on the replica', lora(['x']), 0, 0, HELD_SCORE],
+    ['waiting on the replica', lora([], ['x']), 0, 0, HELD_SCORE],
+    ["sent there lately (the router's record)", lora(['a', 'b']), 1, 0, HELD_SCORE],
+    // it answered lately that it lacks the adapter: an older sample listing it is not believed
+    ['listed by its sample, but it answered since that it lacks it (its slot counted taken)', lora(['x']), -1, 0, 0.45],
+    ['two free slots of two', lora([]), 0, 0, 0.6],
+    ['one free slot of two', lora(['a']), 0, 0, 0.45],
+    ['one free slot, taken since the sample by an adapter the router sent', lora(['a']), 0, 1, 0],
+    ['no free slot', lora(['a', 'b']), 0, 0, 0],
+    ['a waiting adapter takes a slot too', lora(['a'], ['b']), 0, 0, 0],
+    ['no sample, nothing sent there', undefined, 0, 0, 0.6],
+    ['no sample, two other adapters sent there', undefined, 0, 2, 0.4],
   ])('%s', (_name, load, held, unreported, expected) => {
     expect(adapterScore('x', load, held, unreported)).toBeCloseTo(expected, 10);
   });

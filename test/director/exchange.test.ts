@@ -60,7 +60,9 @@ interface Ticketed {
   released: number;
 }
 
-class FakePicker implements Pick<EndpointPicker, 'pick' | 'hasUntried' | 'recordAnswerEnd'> {
+class FakePicker implements Pick<EndpointPicker, 'pick' | 'hasUntried' | 'recordAnswerEnd' | 'adapterMissing'> {
+  /** Replicas that answered they lack their pool's adapter: `pool/endpoint`. */
+  readonly adapterMissed: string[] = [];
   /** One entry per pick that returned an endpoint: its breaker outcomes and release count. */
   readonly picks: Ticketed[] = [];
   readonly requests: Array<{ pool: string; tried: string[]; request: PickRequest | undefined }> = [];
@@ -103,6 +105,10 @@ class FakePicker implements Pick<EndpointPicker, 'pick' | 'hasUntried' | 'record
 
   hasUntried(pool: PoolSpec, tried: ReadonlySet<string>): boolean {
     return (this.pools[pool.name] ?? []).some((e) => !tried.has(e.id));
+  }
+
+  adapterMissing(pool: PoolSpec, endpointId: string): void {
+    this.adapterMissed.push(`${pool.name}/${endpointId}`);
   }
 
   recordAnswerEnd(pool: PoolSpec, endpointId: string, outcome: 'success' | 'failure', _requestId?: string, source?: FailureSource): void {
@@ -325,6 +331,49 @@ describe('ExchangeRunner: success and retries within a pool', () => {
     expect(t.sleeps).toEqual([1_500]);
     expect(t.forwarder.startedAt).toEqual([0, 1_500]);
     expect(report.attempts.map((a) => a.outcome)).toEqual(['upstream_503', 'committed']);
+  });
+
+  describe('a LoRA pool whose replica answers 404 (it does not have the adapter)', () => {
+    const lora = (loadOnDemand: boolean): PoolSpec => ({
+      ...pool('A'),
+      adapter: { name: 'ad1', baseModel: 'A-served' },
+      routing: { ...ROUTING_DEFAULTS, lora: { ...ROUTING_DEFAULTS.lora, loadOnDemand } },
+    });
+
+    it('forgets that the replica holds it and tries one that may', async () => {
+      const t = setup({ route: [step(lora(false))], endpoints: { A: ['a1', 'a2'] }, script: { a1: [upstream(404)], a2: [committed()] } });
+      const report = await t.run();
+      expect(t.forwarder.endpoints).toEqual(['a1', 'a2']);
+      expect(t.picker.adapterMissed).toEqual(['A/a1']);
+      expect(report.failure).toBeUndefined();
+    });
+
+    it('with none left to try, answers 503 no_ready_replica (not the engine’s 404, which names the adapter), without retrying the same replica', async () => {
+      const t = setup({ route: [step(lora(false))], endpoints: { A: ['a1'] }, script: { a1: [upstream(404), committed()] } });
+      const report = await t.run();
+      expect(t.forwarder.endpoints).toEqual(['a1']);
+      expect(t.res.status).toBe(503);
+      expect(JSON.parse(t.res.body)).toMatchObject({ error: { code: 'no_ready_replica', message: expect.stringContaining('adapter') } });
+      expect(t.res.body).not.toContain('ad1');
+      expect(report.failure).toBe('no_ready_replica');
+    });
+
+    it('with loadOnDemand, tries the same replica once more (its pick loads the adapter again)', async () => {
+      const t = setup({ route: [step(lora(true))], endpoints: { A: ['a1'] }, script: { a1: [upstream(404), upstream(404), committed()] } });
+      const report = await t.run();
+      expect(t.forwarder.endpoints).toEqual(['a1', 'a1']); // once more, not until the retries run out
+      expect(t.picker.requests.map((r) => r.tried)).toEqual([[], []]);
+      expect(t.res.status).toBe(503);
+      expect(report.attempts.map((a) => a.outcome)).toEqual(['upstream_404', 'upstream_404']);
+    });
+
+    it('a pool without an adapter passes the engine’s 404 on, unretried', async () => {
+      const t = setup({ route: [step(pool('A'))], endpoints: { A: ['a1', 'a2'] }, script: { a1: [upstream(404)], a2: [committed()] } });
+      await t.run();
+      expect(t.forwarder.endpoints).toEqual(['a1']);
+      expect(t.res.status).toBe(404);
+      expect(t.picker.adapterMissed).toEqual([]);
+    });
   });
 
   it('with every replica tried and budget left, the same replica is tried again (the picker’s choice) when no pool follows', async () => {

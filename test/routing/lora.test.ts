@@ -20,6 +20,8 @@ const BASE = 'meta/llama';
 let dir: string;
 let fleet: SimServer[];
 let bare: SimServer;
+/** Two replicas of one pool, only the first of which knows adapter p. */
+let partial: SimServer[];
 let refusing: RecordingUpstream;
 let router: ServedRouter;
 let client: OpenAI;
@@ -29,6 +31,7 @@ beforeAll(async () => {
   // every replica knows adapters a, b and c, with one slot each: a request for a non-resident adapter waits for its load
   fleet = await Promise.all([0, 1, 2].map((i) => startTestSim({ model: [BASE], name: `lora-${i}`, loraAdapters: ['a', 'b', 'c'], maxLora: 1, loraLoadMs: 50 })));
   bare = await startTestSim({ model: [BASE], name: 'bare', loraLoadMs: 10 });
+  partial = await Promise.all([startTestSim({ model: [BASE], name: 'has-p', loraAdapters: ['p'] }), startTestSim({ model: [BASE], name: 'lacks-p' })]);
   // an engine that refuses every adapter load, as vLLM does for a path it cannot find
   refusing = await startUpstream(replyWith(404, JSON.stringify({ object: 'error', message: 'No adapter found for /adapters/ghost', type: 'NotFoundError', param: null, code: 404 })));
   await writeFile(join(dir, 'keys.yaml'), `- { name: tester, key: ${KEY} }\n`);
@@ -42,6 +45,7 @@ beforeAll(async () => {
       { name: 'llama', servedModelName: BASE, endpoints: fleet.map((s) => s.url) },
       { name: 'llama-dynamic', servedModelName: BASE, endpoints: [bare.url], routing: { lora: { loadOnDemand: true } } },
       { name: 'llama-refusing', servedModelName: BASE, endpoints: [refusing.url], routing: { lora: { loadOnDemand: true } } },
+      { name: 'llama-partial', servedModelName: BASE, endpoints: partial.map((s) => s.url) },
     ],
     deployments: [
       { id: 'llama', model: 'llama', targets: [{ pool: 'llama' }] },
@@ -50,6 +54,7 @@ beforeAll(async () => {
       { id: 'sql-bot', model: 'sql-bot', targets: [{ pool: 'llama' }], adapter: { name: 'c' } },
       { id: 'fresh-bot', model: 'fresh-bot', targets: [{ pool: 'llama-dynamic' }], adapter: { name: 'fresh', path: '/adapters/fresh' } },
       { id: 'ghost-bot', model: 'ghost-bot', targets: [{ pool: 'llama-refusing' }], adapter: { name: 'ghost', path: '/adapters/ghost' } },
+      { id: 'p-bot', model: 'p-bot', targets: [{ pool: 'llama-partial' }], adapter: { name: 'p' } },
     ],
   };
   await writeFile(join(dir, 'modelgate.yaml'), JSON.stringify(config));
@@ -59,7 +64,7 @@ beforeAll(async () => {
 
 afterAll(async () => {
   await router?.stop();
-  await Promise.all([...(fleet ?? []), ...(bare ? [bare] : [])].map((s) => s.close()));
+  await Promise.all([...(fleet ?? []), ...(bare ? [bare] : []), ...(partial ?? [])].map((s) => s.close()));
   await refusing?.close();
   await rm(dir, { recursive: true, force: true });
 });
@@ -110,6 +115,25 @@ describe('LoRA adapters through the router', () => {
     expect((await ask('fresh-bot')).model).toBe('fresh');
     expect(bare.lora.stats().registered).toEqual(['fresh']);
     expect(metricSum(await metrics(), 'modelgate_lora_adapter_loads_total', { pool: 'llama-dynamic', result: 'loaded' })).toBe(1);
+  });
+
+  it('sends an adapter’s requests to the replica that has it, however many land first on one that answers 404 for it', async () => {
+    const replicas: Array<string | null> = [];
+    for (let i = 0; i < 12; i++) replicas.push((await ask('p-bot')).replica);
+    expect(new Set(replicas)).toEqual(new Set(['has-p'])); // every one answered (ask throws on a 404 or 503)
+  });
+
+  it('loads it again when the engine lost it (an unload, a restart): the 404 is not the client’s, the router forgets it had it', async () => {
+    expect((await ask('fresh-bot')).model).toBe('fresh'); // loaded (the test before, or now)
+    const loaded = metricSum(await metrics(), 'modelgate_lora_adapter_loads_total', { pool: 'llama-dynamic', result: 'loaded' });
+    const unload = await fetch(`${bare.url}/v1/unload_lora_adapter`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ lora_name: 'fresh' }) });
+    expect(unload.status).toBe(200);
+    expect(bare.lora.stats().registered).toEqual([]);
+    // the engine answers 404 for it; the router loads it again on that replica and the request is answered
+    expect((await ask('fresh-bot')).model).toBe('fresh');
+    expect(bare.lora.stats().registered).toEqual(['fresh']);
+    expect(metricSum(await metrics(), 'modelgate_lora_adapter_loads_total', { pool: 'llama-dynamic', result: 'loaded' })).toBe(loaded + 1);
+    expect((await ask('fresh-bot')).model).toBe('fresh');
   });
 
   it("answers a failed load with a clear 502 adapter_load_failed, the engine's reason in the message", async () => {
