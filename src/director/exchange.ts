@@ -155,6 +155,11 @@ function scheduleAttributes(pool: string, info: ScheduleInfo): Record<string, st
   return out;
 }
 
+/** Whether an engine's 404 message says `name` is a model it does not have (vLLM: "The model `name` does not exist."). */
+export function namesMissingModel(message: string, name: string): boolean {
+  return message.includes(`\`${name}\``) || (message.includes(name) && /does not exist|not found|no adapter/i.test(message));
+}
+
 export class ExchangeRunner {
   constructor(private readonly deps: ExchangeDeps) {}
 
@@ -199,11 +204,14 @@ export class ExchangeRunner {
       picked.release();
       if (result.kind === 'client_gone') return { ...report, failure: 'client_gone' };
       if (result.kind === 'upstream_error') report.upstreamStatus = result.status;
-      // A LoRA pool's replica that answers 404 does not serve the adapter (never loaded there, or lost
-      // with a restart or an unload): it stops counting as holding it, and the request goes on to a
-      // replica that may, as after a 503; with loadOnDemand the same replica may be tried once more,
-      // now loading the adapter first. Given up, the client is told its model has no replica serving it.
-      const adapterMissing = result.kind === 'upstream_error' && result.status === 404 && step.pool.adapter !== undefined;
+      // A LoRA pool's replica that answers 404 naming the adapter as a model it does not have (vLLM: "The
+      // model `x` does not exist.") does not serve it (never loaded there, or lost with a restart or an
+      // unload): it stops counting as holding it, and the request goes on to a replica that may, as after
+      // a 503; with loadOnDemand the same replica may be tried once more, now loading the adapter first.
+      // Given up, the client is told its model has no replica serving it. Any other 404 (a Responses API
+      // id the replica does not hold) is the request's, passed on as it is.
+      const adapterMissing =
+        result.kind === 'upstream_error' && result.status === 404 && step.pool.adapter !== undefined && namesMissingModel(result.error.envelope.error.message, step.pool.adapter.name);
       if (adapterMissing) {
         this.deps.picker.adapterMissing(step.pool, picked.endpoint.id);
         if (step.pool.routing.lora.loadOnDemand && !at.reloaded) {
@@ -309,7 +317,7 @@ export class ExchangeRunner {
       // (in error when the engine ended it with its error event, or it broke; not for a client that left or stopped reading)
       if (result.kind === 'committed')
         void result.done.then(({ end, engineError }) =>
-          span.end(end === 'complete' ? (engineError ? 'engine_error' : undefined) : end === 'client_gone' || end === 'client_stalled' ? undefined : end),
+          span.end(end === 'complete' ? (engineError && engineError.status >= 500 ? 'engine_error' : undefined) : end === 'client_gone' || end === 'client_stalled' ? undefined : end),
         );
       else span.end(outcome);
     }
@@ -360,8 +368,9 @@ export class ExchangeRunner {
       counted = undefined; // the client's doing: nothing said of the engine either way
       report.failure = end;
     } else if (engineError) {
-      // the engine ended the stream with its own error: a server error counts against its breaker
-      report.end = 'engine_error';
+      // the engine ended the stream with its own error: a server error counts against its breaker and is
+      // its own end (ModelgateStreamsCut); a 4xx one (a tool call it could not parse) is the request's
+      if (engineError.status >= 500) report.end = 'engine_error';
       report.failure = engineError.code;
       report.engineError = engineError.code;
       if (engineError.status >= 500) counted = 'failure';
@@ -469,6 +478,7 @@ export class ExchangeRunner {
     at.step += 1;
     at.tried = new Set();
     at.retries = 0;
+    at.reloaded = false;
     report.pool = next.pool;
     if (next.deployment !== plan.route[0]?.deployment) report.fallback = next.deployment;
     return true;

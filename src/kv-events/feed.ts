@@ -19,7 +19,7 @@ export interface FeedEvents {
   onBatch?: (stored: number, removed: number, cleared: number) => void;
   /** A sequence gap (`recovered`: a replay filled it). */
   onGap?: (recovered: boolean) => void;
-  /** A payload that is not a KVEventBatch (skipped; the sequence still counts). */
+  /** A payload that is not a KVEventBatch, or over the bounds (skipped as a lost batch: the replica is unknown until its cache is cleared or it restarts; the sequence still counts). */
   onBadPayload?: (err: KvWireError) => void;
 }
 
@@ -125,6 +125,8 @@ export class ReplicaFeed {
     } catch (err) {
       if (!(err instanceof KvWireError)) throw err;
       this.options.events?.onBadPayload?.(err);
+      // its events are lost as a gap's are (its removals too: the index may hold blocks the engine evicted)
+      this.base = 'unknown';
       return;
     }
     let stored = 0;

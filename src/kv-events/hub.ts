@@ -75,7 +75,7 @@ const STATE_CODE: Record<FeedState, 0 | 1 | 2> = { unknown: 0, partial: 1, compl
 
 /**
  * The replica's publisher (or replay socket) address: `{host}` replaced by the endpoint's host, `{port}`
- * by its port (engines on one host: `tcp://{host}:1{port}` gives the engine on 8000 the publisher on 18000).
+ * by its port (engines on one host, on four-digit ports: `tcp://{host}:1{port}` gives the engine on 8000 the publisher on 18000).
  */
 export function feedAddress(template: string, url: URL): string {
   const port = url.port !== '' ? url.port : url.protocol === 'https:' ? '443' : '80';

@@ -18,8 +18,9 @@ export interface FeedTarget {
 
 /** How long a replay may take, at most: for its answer's each message, and for all of it. */
 const REPLAY_TIMEOUT_MS = 2_000;
-/** The most messages one replay takes (a gap the router asks to fill is a few batches). */
-const MAX_REPLAY_MESSAGES = 4096;
+/** The most messages one replay takes (vLLM's publisher buffers 10,000 steps by default), and their bytes. */
+const MAX_REPLAY_MESSAGES = 10_000;
+const MAX_REPLAY_BYTES = 64 * 1024 * 1024;
 
 /** The frames a replay socket answers `from` with, up to its end marker (or the timeout, or the bound). */
 async function replayFrom(endpoint: string, from: bigint): Promise<Array<readonly [bigint, Uint8Array]>> {
@@ -29,13 +30,16 @@ async function replayFrom(endpoint: string, from: bigint): Promise<Array<readonl
   try {
     socket.connect(endpoint);
     await socket.send([Buffer.alloc(0), seqFrame(from)]);
-    while (out.length < MAX_REPLAY_MESSAGES && Date.now() < until) {
+    let bytes = 0;
+    while (out.length < MAX_REPLAY_MESSAGES && bytes < MAX_REPLAY_BYTES && Date.now() < until) {
+      socket.receiveTimeout = Math.max(1, until - Date.now()); // the whole replay's time, not each message's
       const frames = await socket.receive();
       const [seqBytes, payload] = frames.length >= 3 ? frames.slice(1) : frames;
       if (!seqBytes || !payload) break;
       const seq = readSeq(seqBytes);
       if (seq === END_OF_REPLAY || payload.byteLength === 0) break;
       out.push([seq, payload]);
+      bytes += payload.byteLength;
     }
   } finally {
     socket.close();

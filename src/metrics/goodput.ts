@@ -3,7 +3,8 @@
  * objective, once the ones turned away are counted too. A request is offered when it resolved to a
  * deployment and was not the client's own mistake (a 4xx other than 429) nor abandoned by its client:
  * before an answer (499), or during one (it left, or stopped reading and was cut: a user's "stop
- * generating" says nothing of the service). It is then:
+ * generating" says nothing of the service) — unless what it had waited already missed the objective,
+ * which counts `outside`. It is then:
  *
  * - `within`: answered 2xx, complete, and within the SLO — time to first token ≤ `ttftMs` and the
  *   mean gap between tokens ≤ `itlMs` for a stream (the gap estimated as the time after the first
@@ -44,12 +45,22 @@ export function sloResult(done: Finished, slo: Slo): SloResult | undefined {
   if (status === 429 || status === 503) return 'rejected';
   if (status === 499 || (status >= 400 && status < 500)) return undefined;
   if (status >= 500 || status < 200 || status >= 300) return 'failed';
-  if (done.clientEnded) return undefined;
+  // a client that left mid-answer is not counted, unless what it had waited already missed the objective
+  // (users give up on slow answers: left out, those would make goodput read higher the slower the service)
+  if (done.clientEnded) return missedSoFar(done, slo) ? 'outside' : undefined;
   if (done.incomplete) return 'failed';
   const tokens = done.completionTokens ?? 0;
   if (done.ttftMs === undefined) return done.durationMs <= slo.ttftMs + slo.itlMs * tokens ? 'within' : 'outside';
   const meanGap = tokens > 1 ? (done.durationMs - done.ttftMs) / (tokens - 1) : 0;
   return done.ttftMs <= slo.ttftMs && meanGap <= slo.itlMs ? 'within' : 'outside';
+}
+
+/** Whether the part of an answer its client waited for already missed `slo`: its first token late (or none by then), or its tokens so far slower. */
+function missedSoFar(done: Finished, slo: Slo): boolean {
+  if (done.ttftMs === undefined) return done.durationMs > slo.ttftMs;
+  if (done.ttftMs > slo.ttftMs) return true;
+  const tokens = done.completionTokens ?? 0;
+  return tokens > 1 && (done.durationMs - done.ttftMs) / (tokens - 1) > slo.itlMs;
 }
 
 /** `modelgate_goodput_requests_total{deployment, result}`. */

@@ -408,7 +408,10 @@ export function relayResponse(spec: AttemptSpec, proxyRes: EngineResponse, res: 
     if (asItCame) {
       if (!tap.atBoundary)
         out = blocks.text(); // the chunk ended inside an event (on a line ending): what is whole goes
-      else if (!changed && blocks.ahead < 0) out = chunk;
+      else if (!changed)
+        // as it came, less the first event's bytes when it went ahead: the first block, whose text held no
+        // U+FFFD, so its bytes are its text's UTF-8 (the rest goes as it came, bytes that are not UTF-8 too)
+        out = blocks.ahead < 0 ? chunk : chunk.subarray(Buffer.byteLength((blocks.segments[blocks.ahead] as SseSegment).raw, 'utf8'));
       else out = (onlyDropped && blocks.keptBytes(chunk)) || blocks.text();
     }
     if (whole) {

@@ -377,7 +377,6 @@ export class EndpointPicker {
     return this.usable(pool, request).endpoints.some((ep) => !tried.has(ep.id));
   }
 
-  /** How an answer that reached the client ended, for its endpoint's breaker: whole, or broken by the engine. */
   /**
    * The replica answered that it does not serve the pool's LoRA adapter (404: never loaded there, or lost
    * with a restart or an unload): it no longer counts as holding it, so the lora scorer stops sending the
@@ -387,6 +386,7 @@ export class EndpointPicker {
     if (pool.adapter) this.placements.missing(pool.adapter.name, endpointId, this.now());
   }
 
+  /** How an answer that reached the client ended, for its endpoint's breaker: whole, or broken by the engine. */
   recordAnswerEnd(pool: PoolSpec, endpointId: string, outcome: 'success' | 'failure', requestId?: string, source?: FailureSource): void {
     this.deps.breakers.get(endpointId, pool.name, pool.resilience.breaker).answerEnded(outcome, requestId, source);
   }

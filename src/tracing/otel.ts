@@ -45,12 +45,19 @@ const headerGetter = {
 const recordSetter = { set: (carrier: Record<string, string>, key: string, value: string): void => void (carrier[key] = value) };
 
 /**
- * Now, as the epoch milliseconds with their fraction that every span's times are given in. Given a
- * start time, the SDK would take a span's end and events from \`Date.now()\` (whole milliseconds), and
- * a time of \`performance.now()\`'s with an offset of its own per span (so up to a millisecond apart
- * between spans); a time in epoch milliseconds it takes as it is (\`TimeInput\`), fraction and all.
+ * A trace's clock: epoch milliseconds with their fraction, anchored to the wall clock once, when the
+ * trace starts, and moved by the monotonic clock from there. Every span of the request takes its times
+ * from it, so they nest and keep their fraction: given a start time, the SDK would take a span's end and
+ * events from \`Date.now()\` (whole milliseconds), and a time of \`performance.now()\`'s with an offset of
+ * its own per span (up to a millisecond apart between spans); a time in epoch milliseconds it takes as
+ * it is (\`TimeInput\`). Anchored per trace, not to \`performance.timeOrigin\` once: the monotonic clock
+ * drifts from the wall clock over a long uptime, and the engines' spans in the same trace are on the wall clock.
  */
-const now = (): number => performance.timeOrigin + performance.now();
+type TraceClock = () => number;
+function traceClock(): TraceClock {
+  const origin = Date.now() - performance.now();
+  return () => origin + performance.now();
+}
 
 function attributes(values: Record<string, string | number | boolean | undefined>): Attributes {
   const out: Attributes = {};
@@ -60,7 +67,10 @@ function attributes(values: Record<string, string | number | boolean | undefined
 
 class SpanHandle implements TraceSpan {
   private ended = false;
-  constructor(protected readonly span: Span) {}
+  constructor(
+    protected readonly span: Span,
+    private readonly now: TraceClock,
+  ) {}
 
   set(values: Record<string, string | number | boolean | undefined>): void {
     this.span.setAttributes(attributes(values));
@@ -70,15 +80,15 @@ class SpanHandle implements TraceSpan {
     if (this.ended) return;
     this.ended = true;
     if (error !== undefined) this.span.setStatus({ code: SpanStatusCode.ERROR, message: error });
-    this.span.end(now());
+    this.span.end(this.now());
   }
 }
 
 class AttemptHandle extends SpanHandle implements AttemptSpan {
   readonly traceparent: string;
   readonly tracestate: string | undefined;
-  constructor(span: Span) {
-    super(span);
+  constructor(span: Span, now: TraceClock) {
+    super(span, now);
     const carrier: Record<string, string> = {};
     propagator.inject(trace.setSpan(ROOT_CONTEXT, span), carrier, recordSetter);
     this.traceparent = carrier.traceparent ?? '';
@@ -94,6 +104,7 @@ class OtelRequestTrace implements RequestTrace {
   constructor(
     private readonly tracer: Tracer,
     private readonly span: Span,
+    private readonly now: TraceClock,
   ) {
     this.ctx = trace.setSpan(ROOT_CONTEXT, span);
   }
@@ -107,17 +118,17 @@ class OtelRequestTrace implements RequestTrace {
   }
 
   child(name: string): TraceSpan {
-    return new SpanHandle(this.tracer.startSpan(name, { kind: SpanKind.INTERNAL, startTime: now() }, this.ctx));
+    return new SpanHandle(this.tracer.startSpan(name, { kind: SpanKind.INTERNAL, startTime: this.now() }, this.ctx), this.now);
   }
 
   attempt(endpoint: Endpoint): AttemptSpan {
     const port = Number(endpoint.url.port) || (endpoint.url.protocol === 'https:' ? 443 : 80);
     const span = this.tracer.startSpan(
       'modelgate.attempt',
-      { kind: SpanKind.CLIENT, startTime: now(), attributes: { 'http.request.method': 'POST', 'server.address': endpoint.url.hostname, 'server.port': port, 'modelgate.endpoint': endpoint.id } },
+      { kind: SpanKind.CLIENT, startTime: this.now(), attributes: { 'http.request.method': 'POST', 'server.address': endpoint.url.hostname, 'server.port': port, 'modelgate.endpoint': endpoint.id } },
       this.ctx,
     );
-    return new AttemptHandle(span);
+    return new AttemptHandle(span, this.now);
   }
 
   rename(name: string): void {
@@ -127,7 +138,7 @@ class OtelRequestTrace implements RequestTrace {
   firstToken(): void {
     if (this.firstTokenSeen || this.ended) return;
     this.firstTokenSeen = true;
-    this.span.addEvent('gen_ai.first_token', now());
+    this.span.addEvent('gen_ai.first_token', this.now());
   }
 
   end(values: Record<string, string | number | boolean | undefined>, error?: string): void {
@@ -135,7 +146,7 @@ class OtelRequestTrace implements RequestTrace {
     this.ended = true;
     this.span.setAttributes(attributes(values));
     if (error !== undefined) this.span.setStatus({ code: SpanStatusCode.ERROR, message: error });
-    this.span.end(now());
+    this.span.end(this.now());
   }
 }
 
@@ -267,8 +278,9 @@ export function createTracing(settings: TracingSettings, onExport?: ExportWatch,
   return {
     start(name, headers, agoMs, method) {
       const parent = propagator.extract(ROOT_CONTEXT, headers, headerGetter);
+      const now = traceClock();
       const span = tracer.startSpan(name, { kind: SpanKind.SERVER, startTime: now() - agoMs, ...(method ? { attributes: methodAttributes(method) } : {}) }, parent);
-      return new OtelRequestTrace(tracer, span);
+      return new OtelRequestTrace(tracer, span, now);
     },
     shutdown: () => provider.shutdown(),
   };

@@ -9,7 +9,7 @@ import { isAbortError } from '../../src/core/clock.js';
 import { noReadyReplica, RouterError, type ErrorEnvelope } from '../../src/core/errors.js';
 import { type Endpoint, type PoolSpec } from '../../src/core/types.js';
 import { ROUTING_DEFAULTS } from '../../src/balancer/settings.js';
-import { ExchangeRunner, type ExchangePlan, type ExchangeReport, type RouteStep } from '../../src/director/exchange.js';
+import { ExchangeRunner, namesMissingModel, type ExchangePlan, type ExchangeReport, type RouteStep } from '../../src/director/exchange.js';
 import { retryDelay } from '../../src/director/retry-policy.js';
 import { type AttemptResult, type AttemptSpec, type FailureReason, type Forwarder, type ResponseObserver, type StreamEnd } from '../../src/proxy/forwarder.js';
 import { normaliseUpstreamError } from '../../src/proxy/upstream-errors.js';
@@ -164,8 +164,8 @@ class FakeResponse {
 
 const failed = (reason: FailureReason, detail = `${reason} detail`): AttemptResult => ({ kind: 'failed', reason, detail });
 
-function upstream(status: number, opts: { retryAfterMs?: number; headers?: Record<string, string>; code?: string } = {}): AttemptResult {
-  const body = Buffer.from(JSON.stringify({ error: { message: `engine says ${status}`, ...(opts.code ? { code: opts.code } : {}) } }));
+function upstream(status: number, opts: { retryAfterMs?: number; headers?: Record<string, string>; code?: string; message?: string } = {}): AttemptResult {
+  const body = Buffer.from(JSON.stringify({ error: { message: opts.message ?? `engine says ${status}`, ...(opts.code ? { code: opts.code } : {}) } }));
   return { kind: 'upstream_error', status, error: normaliseUpstreamError(status, body), headers: opts.headers ?? {}, retryAfterMs: opts.retryAfterMs };
 }
 
@@ -334,6 +334,8 @@ describe('ExchangeRunner: success and retries within a pool', () => {
   });
 
   describe('a LoRA pool whose replica answers 404 (it does not have the adapter)', () => {
+    // vLLM's answer for a model it does not serve
+    const lacks = upstream(404, { message: 'The model `ad1` does not exist.' });
     const lora = (loadOnDemand: boolean): PoolSpec => ({
       ...pool('A'),
       adapter: { name: 'ad1', baseModel: 'A-served' },
@@ -341,7 +343,7 @@ describe('ExchangeRunner: success and retries within a pool', () => {
     });
 
     it('forgets that the replica holds it and tries one that may', async () => {
-      const t = setup({ route: [step(lora(false))], endpoints: { A: ['a1', 'a2'] }, script: { a1: [upstream(404)], a2: [committed()] } });
+      const t = setup({ route: [step(lora(false))], endpoints: { A: ['a1', 'a2'] }, script: { a1: [lacks], a2: [committed()] } });
       const report = await t.run();
       expect(t.forwarder.endpoints).toEqual(['a1', 'a2']);
       expect(t.picker.adapterMissed).toEqual(['A/a1']);
@@ -349,7 +351,7 @@ describe('ExchangeRunner: success and retries within a pool', () => {
     });
 
     it('with none left to try, answers 503 no_ready_replica (not the engine’s 404, which names the adapter), without retrying the same replica', async () => {
-      const t = setup({ route: [step(lora(false))], endpoints: { A: ['a1'] }, script: { a1: [upstream(404), committed()] } });
+      const t = setup({ route: [step(lora(false))], endpoints: { A: ['a1'] }, script: { a1: [lacks, committed()] } });
       const report = await t.run();
       expect(t.forwarder.endpoints).toEqual(['a1']);
       expect(t.res.status).toBe(503);
@@ -359,7 +361,7 @@ describe('ExchangeRunner: success and retries within a pool', () => {
     });
 
     it('with loadOnDemand, tries the same replica once more (its pick loads the adapter again)', async () => {
-      const t = setup({ route: [step(lora(true))], endpoints: { A: ['a1'] }, script: { a1: [upstream(404), upstream(404), committed()] } });
+      const t = setup({ route: [step(lora(true))], endpoints: { A: ['a1'] }, script: { a1: [lacks, lacks, committed()] } });
       const report = await t.run();
       expect(t.forwarder.endpoints).toEqual(['a1', 'a1']); // once more, not until the retries run out
       expect(t.picker.requests.map((r) => r.tried)).toEqual([[], []]);
@@ -368,11 +370,36 @@ describe('ExchangeRunner: success and retries within a pool', () => {
     });
 
     it('a pool without an adapter passes the engine’s 404 on, unretried', async () => {
-      const t = setup({ route: [step(pool('A'))], endpoints: { A: ['a1', 'a2'] }, script: { a1: [upstream(404)], a2: [committed()] } });
+      const t = setup({ route: [step(pool('A'))], endpoints: { A: ['a1', 'a2'] }, script: { a1: [lacks], a2: [committed()] } });
       await t.run();
       expect(t.forwarder.endpoints).toEqual(['a1']);
       expect(t.res.status).toBe(404);
       expect(t.picker.adapterMissed).toEqual([]);
+    });
+
+    it('a 404 that is not about the adapter (a Responses API id the replica does not hold) is passed on, unretried, the placement kept', async () => {
+      const other = upstream(404, { message: "Response with id 'resp_123' not found." });
+      const t = setup({ route: [step(lora(true))], endpoints: { A: ['a1', 'a2'] }, script: { a1: [other], a2: [committed()] } });
+      await t.run();
+      expect(t.forwarder.endpoints).toEqual(['a1']);
+      expect(t.res.status).toBe(404);
+      expect(JSON.parse(t.res.body)).toMatchObject({ error: { message: "Response with id 'resp_123' not found." } });
+      expect(t.picker.adapterMissed).toEqual([]);
+    });
+
+    it('names the adapter as a missing model only when the message does', () => {
+      expect(namesMissingModel('The model `ad1` does not exist.', 'ad1')).toBe(true);
+      expect(namesMissingModel('No adapter ad1 found', 'ad1')).toBe(true);
+      expect(namesMissingModel("Response with id 'resp_123' not found.", 'ad1')).toBe(false);
+      expect(namesMissingModel('The model `other` does not exist.', 'ad1')).toBe(false);
+    });
+
+    it('a fallback pool gets its own once-more (with loadOnDemand) after the first pool used it', async () => {
+      const B: PoolSpec = { ...lora(true), name: 'B' };
+      const t = setup({ route: [step(lora(true)), step(B, 'dep-b')], endpoints: { A: ['a1'], B: ['b1'] }, script: { a1: [lacks, lacks], b1: [lacks, committed()] } });
+      const report = await t.run();
+      expect(t.forwarder.endpoints).toEqual(['a1', 'a1', 'b1', 'b1']);
+      expect(report.failure).toBeUndefined();
     });
   });
 
@@ -736,15 +763,16 @@ describe('ExchangeRunner: a committed response', () => {
   });
 
   it.each([
-    [500, 'server_error', 'failure'],
-    [400, 'invalid_request_error', 'success'],
-  ])('a stream the engine ended with its own error event (status %i): end engine_error, failure %s; its breaker counts a server error a failure, else a success: %s', async (status, code, counted) => {
+    [500, 'engine_error', 'server_error', 'failure'],
+    // a 4xx event (a tool call the engine could not parse) is the request's: no end of its own, no alert
+    [400, 'complete', 'invalid_request_error', 'success'],
+  ])('a stream the engine ended with its own error event (status %i): end %s, failure %s; its breaker counts a server error a failure, else a success: %s', async (status, end, code, counted) => {
     const A = pool('A');
     const errored: AttemptResult = { kind: 'committed', status: 200, done: Promise.resolve({ end: 'complete', bytes: 7, engineError: { status, code } }) };
     const t = setup({ route: [step(A)], endpoints: { A: ['a1'] }, script: { a1: [errored] } });
     const report = await t.run();
-    // its own end (modelgate_response_ends_total{end="engine_error"}), not a complete one
-    expect(report.end).toBe('engine_error');
+    // a server error's own end (modelgate_response_ends_total{end="engine_error"})
+    expect(report.end).toBe(end);
     expect(report.failure).toBe(code);
     expect(report.engineError).toBe(code);
     expect(t.picker.answerEnds).toEqual([`A/a1 ${counted}`]);

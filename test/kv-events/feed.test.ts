@@ -118,13 +118,18 @@ describe('ReplicaFeed', () => {
     expect(f.state()).toBe('complete');
   });
 
-  it('skips a payload that is not a batch, but counts its sequence number', async () => {
+  it('skips a payload that is not a batch (or over the bounds) as a lost one: its sequence counts, the replica is unknown until its cache is cleared', async () => {
     const bad: string[] = [];
     const f = new ReplicaFeed({ blockChars: 64, maxBlocks: 10, readable: true, staleAfterMs: 1000, now: () => 0, events: { onBadPayload: (e) => bad.push(e.code) } });
     f.connected();
-    await f.receive(0n, Uint8Array.from([0xc1]));
-    await f.receive(1n, stored(1));
+    await f.receive(0n, stored(1));
+    expect(f.state()).toBe('complete');
+    // a batch refused could have held removals: the index may hold blocks the engine evicted
+    await f.receive(1n, Uint8Array.from([0xc1]));
+    await f.receive(2n, stored(2, 1));
     expect(bad).toEqual(['KV_EVENTS_BAD_PAYLOAD']);
+    expect(f.state()).toBe('unknown');
+    await f.receive(3n, cleared());
     expect(f.state()).toBe('complete');
   });
 });

@@ -25,8 +25,13 @@ describe('sloResult', () => {
     expect(sloResult({ status: 200, incomplete: true, durationMs: 1, ttftMs: 1 }, slo)).toBe('failed');
     expect(sloResult({ status: 400, incomplete: false, durationMs: 1 }, slo)).toBeUndefined();
     expect(sloResult({ status: 499, incomplete: true, durationMs: 1 }, slo)).toBeUndefined();
-    // a client that left mid-answer, or stopped reading and was cut: its "stop generating" says nothing of the service
+    // a client that left mid-answer, or stopped reading and was cut: its "stop generating" says nothing of the service…
     expect(sloResult({ status: 200, incomplete: true, clientEnded: true, durationMs: 1, ttftMs: 1 }, slo)).toBeUndefined();
+    expect(sloResult({ status: 200, incomplete: true, clientEnded: true, durationMs: 450, ttftMs: 400, completionTokens: 2 }, slo)).toBeUndefined();
+    // …unless what it had waited already missed the objective: users give up on slow answers
+    expect(sloResult({ status: 200, incomplete: true, clientEnded: true, durationMs: 30_000, ttftMs: 25_000, completionTokens: 3 }, slo)).toBe('outside');
+    expect(sloResult({ status: 200, incomplete: true, clientEnded: true, durationMs: 30_000 }, slo)).toBe('outside'); // no first token by then
+    expect(sloResult({ status: 200, incomplete: true, clientEnded: true, durationMs: 100 + 9 * 200, ttftMs: 100, completionTokens: 10 }, slo)).toBe('outside'); // gaps of 200 ms
     // a 5xx is the server's whatever the client did next
     expect(sloResult({ status: 502, incomplete: true, clientEnded: true, durationMs: 1 }, slo)).toBe('failed');
   });

@@ -354,6 +354,16 @@ describe('relayResponse: the usage chunk the router asked for, dropped from a ch
     expect(body.equals(Buffer.from(bad.toString('utf8') + done))).toBe(true);
   });
 
+  it('passes a first chunk with nothing to drop as it came, bytes that are not UTF-8 in a later event too (its first event went ahead)', async () => {
+    const bad = Buffer.concat([Buffer.from('data: {"id":"c","choices":[{"index":0,"delta":{"content":"'), Buffer.from([0xff, 0xfe]), Buffer.from('"}}]}\n\n')]);
+    const stream = Buffer.concat([Buffer.from(content('a')), bad, Buffer.from(done)]);
+    const { body } = await relay([stream]);
+    expect(body.equals(stream)).toBe(true);
+    // and a first event that is not UTF-8 itself does not go ahead: the chunk goes as it came
+    const first = Buffer.concat([bad, Buffer.from(content('a') + done)]);
+    expect((await relay([first])).body.equals(first)).toBe(true);
+  });
+
   it('passes bytes that are not UTF-8 through as they came when their U+FFFD takes as many (a cut four-byte character)', async () => {
     // F0 9F 99 is the start of 🙂 without its last byte: read as one U+FFFD, three bytes for three
     const cut = Buffer.concat([Buffer.from('data: {"id":"c","choices":[{"index":0,"delta":{"content":"'), Buffer.from([0xf0, 0x9f, 0x99]), Buffer.from('"}}]}\n\n')]);
