@@ -43,7 +43,7 @@ export interface ExchangeReport {
   upstreamStatus?: number;
   /** Why the exchange did not end well: an error code (the router's, or the engine's passed on). */
   failure?: string;
-  /** How a committed response ended: `engine_error`, a stream the engine ended whole with its own error event. */
+  /** How a committed response ended: `engine_error`, a stream the engine ended with its own server-error event. */
   end?: StreamEnd | 'engine_error';
   /** The engine ended a committed stream with its own error event (relayed re-wrapped): its code. */
   engineError?: string;

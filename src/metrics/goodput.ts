@@ -55,9 +55,13 @@ export function sloResult(done: Finished, slo: Slo): SloResult | undefined {
   return done.ttftMs <= slo.ttftMs && meanGap <= slo.itlMs ? 'within' : 'outside';
 }
 
-/** Whether the part of an answer its client waited for already missed `slo`: its first token late (or none by then), or its tokens so far slower. */
+/**
+ * Whether the part of an answer its client waited for already missed `slo`: its first token late (or
+ * none by then), or its tokens so far slower; an answer not streamed (no first token of its own), its
+ * time past what its tokens so far allow.
+ */
 function missedSoFar(done: Finished, slo: Slo): boolean {
-  if (done.ttftMs === undefined) return done.durationMs > slo.ttftMs;
+  if (done.ttftMs === undefined) return done.durationMs > slo.ttftMs + slo.itlMs * (done.completionTokens ?? 0);
   if (done.ttftMs > slo.ttftMs) return true;
   const tokens = done.completionTokens ?? 0;
   return tokens > 1 && (done.durationMs - done.ttftMs) / (tokens - 1) > slo.itlMs;

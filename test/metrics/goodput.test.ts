@@ -31,6 +31,8 @@ describe('sloResult', () => {
     // …unless what it had waited already missed the objective: users give up on slow answers
     expect(sloResult({ status: 200, incomplete: true, clientEnded: true, durationMs: 30_000, ttftMs: 25_000, completionTokens: 3 }, slo)).toBe('outside');
     expect(sloResult({ status: 200, incomplete: true, clientEnded: true, durationMs: 30_000 }, slo)).toBe('outside'); // no first token by then
+    // an answer not streamed, cut while its body went out: judged by what its tokens allow
+    expect(sloResult({ status: 200, incomplete: true, clientEnded: true, durationMs: 900, completionTokens: 10 }, slo)).toBeUndefined();
     expect(sloResult({ status: 200, incomplete: true, clientEnded: true, durationMs: 100 + 9 * 200, ttftMs: 100, completionTokens: 10 }, slo)).toBe('outside'); // gaps of 200 ms
     // a 5xx is the server's whatever the client did next
     expect(sloResult({ status: 502, incomplete: true, clientEnded: true, durationMs: 1 }, slo)).toBe('failed');
