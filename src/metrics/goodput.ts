@@ -4,7 +4,7 @@
  * deployment and was not the client's own mistake (a 4xx other than 429) nor abandoned by its client:
  * before an answer (499), or during one (it left, or stopped reading and was cut: a user's "stop
  * generating" says nothing of the service) — unless what it had waited already missed the objective,
- * which counts `outside`. It is then:
+ * which counts `outside` (users give up on slow answers). It is then:
  *
  * - `within`: answered 2xx, complete, and within the SLO — time to first token ≤ `ttftMs` and the
  *   mean gap between tokens ≤ `itlMs` for a stream (the gap estimated as the time after the first
@@ -43,7 +43,9 @@ export interface Finished {
 export function sloResult(done: Finished, slo: Slo): SloResult | undefined {
   const { status } = done;
   if (status === 429 || status === 503) return 'rejected';
-  if (status === 499 || (status >= 400 && status < 500)) return undefined;
+  // a client that left before an answer (499) is not counted either, unless it had waited past the objective
+  if (status === 499) return missedSoFar(done, slo) ? 'outside' : undefined;
+  if (status >= 400 && status < 500) return undefined;
   if (status >= 500 || status < 200 || status >= 300) return 'failed';
   // a client that left mid-answer is not counted, unless what it had waited already missed the objective
   // (users give up on slow answers: left out, those would make goodput read higher the slower the service)

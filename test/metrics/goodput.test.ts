@@ -25,6 +25,7 @@ describe('sloResult', () => {
     expect(sloResult({ status: 200, incomplete: true, durationMs: 1, ttftMs: 1 }, slo)).toBe('failed');
     expect(sloResult({ status: 400, incomplete: false, durationMs: 1 }, slo)).toBeUndefined();
     expect(sloResult({ status: 499, incomplete: true, durationMs: 1 }, slo)).toBeUndefined();
+    expect(sloResult({ status: 499, incomplete: true, durationMs: 5_000 }, slo)).toBe('outside'); // it gave up waiting past the objective
     // a client that left mid-answer, or stopped reading and was cut: its "stop generating" says nothing of the service…
     expect(sloResult({ status: 200, incomplete: true, clientEnded: true, durationMs: 1, ttftMs: 1 }, slo)).toBeUndefined();
     expect(sloResult({ status: 200, incomplete: true, clientEnded: true, durationMs: 450, ttftMs: 400, completionTokens: 2 }, slo)).toBeUndefined();
