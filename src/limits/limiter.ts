@@ -270,6 +270,9 @@ export class Lease {
   }
 }
 
+/** What a release needs of a lease: where it was taken, the key's concurrency limits, its id. */
+type Releasable = Pick<Lease, 'store' | 'id'> & { checks: Pick<Checks, 'key' | 'concurrency'> };
+
 export class Limiter {
   private readonly limits = new WeakMap<LimitedKey, KeyLimits | null>();
   private readonly local: LocalLimitStore;
@@ -290,7 +293,7 @@ export class Limiter {
   private readonly levelSeen = new Map<string, Bucket>();
   private timers: unknown[] = [];
   /** Shared leases whose release Redis did not take (down, or slow), with when they would expire there anyway: sent again with each flush. */
-  private unreleased = new Map<Lease, number>();
+  private unreleased = new Map<Releasable, number>();
   private flushing = false;
   /** What this router knows of keys' shared counts, to admit requests far from every limit without waiting for Redis. */
   private readonly view = new SharedView();
@@ -403,7 +406,14 @@ export class Limiter {
         const local = this.localNow();
         verdict = await local.admit(this.localChecks(request));
         // after one slow answer Redis may have taken the request all the same: what it uses is settled there
-        if (!this.sharedUp) store = local;
+        if (!this.sharedUp) {
+          store = local;
+          // Counted here now, but the admission Redis did not answer in time was sent and may still take
+          // the request's concurrency slots there, where nothing would give them back for LEASE_MS: a key
+          // of 2 slots was refused for a minute after Redis came back. They are released there (taken or
+          // not), and again with each flush until Redis takes the release.
+          if (request.concurrency.length > 0) this.release({ store: shared, checks: request, id: request.lease });
+        }
       }
     } else {
       verdict = await store.admit(store === this.local ? request : this.localChecks(request));
@@ -462,7 +472,7 @@ export class Limiter {
    * sent again with every flush until it is taken or the lease would have expired there by itself:
    * dropped, it held the key's slot for up to LEASE_MS after a blip of the connection.
    */
-  private release(lease: Lease, expiresAt = this.options.clock.now() + LEASE_MS): void {
+  private release(lease: Releasable, expiresAt = this.options.clock.now() + LEASE_MS): void {
     this.unreleased.delete(lease);
     lease.store.release(lease.checks.key, lease.checks.concurrency, lease.id).catch(() => {
       this.options.events?.onSharedError?.('release');
