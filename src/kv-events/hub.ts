@@ -227,9 +227,10 @@ export class KvEventsHub implements KvPrefixSource {
     const live = new Set<string>();
     const endpoints = this.deps.endpoints.snapshot(pool.name);
     // A publisher several replicas map to feeds none of them: its events are one engine's, and which is unknown.
+    const addresses = endpoints.map((ep) => feedAddress(settings.endpoint, ep.url));
     const byAddress = new Map<string, string[]>();
-    for (const ep of endpoints) {
-      const address = feedAddress(settings.endpoint, ep.url);
+    for (const [i, ep] of endpoints.entries()) {
+      const address = addresses[i] as string;
       const ids = byAddress.get(address);
       if (ids) ids.push(ep.id);
       else byAddress.set(address, [ep.id]);
@@ -245,8 +246,8 @@ export class KvEventsHub implements KvPrefixSource {
       }
     }
     for (const key of this.shared) if (key.startsWith(`${pool.name} `) && !sharedNow.has(key)) this.shared.delete(key);
-    for (const ep of endpoints) {
-      if ((byAddress.get(feedAddress(settings.endpoint, ep.url))?.length ?? 0) > 1) continue; // not live: closed below
+    for (const [i, ep] of endpoints.entries()) {
+      if ((byAddress.get(addresses[i] as string)?.length ?? 0) > 1) continue; // not live: closed below
       live.add(ep.id);
       const current = subs.get(ep.id);
       if (current?.signature === sig) continue;

@@ -30,6 +30,10 @@ function incomplete(res: ServerResponse, ctx: RequestContext): boolean {
   const end = ctx.report?.end;
   return !res.writableFinished || end === 'upstream_broken' || end === 'idle_timeout' || end === 'deadline' || ctx.report?.engineError !== undefined;
 }
+/** Why the request did not end well (the router's, or its exchange's); undefined when it did. */
+const failureOf = (ctx: RequestContext): string | undefined => ctx.failure ?? ctx.report?.failure;
+/** The client left, or stopped reading and was cut: the client's doing, not the server's. */
+const clientEnded = (failure: string | undefined): boolean => failure === 'client_gone' || failure === 'client_stalled';
 const str = (name: string, value: string | undefined): string => (value === undefined ? '' : `,"${name}":${JSON.stringify(value)}`);
 const num = (name: string, value: number | undefined): string => (value === undefined ? '' : `,"${name}":${Number.isFinite(value) ? value : 'null'}`);
 
@@ -57,7 +61,7 @@ function members(req: IncomingMessage, res: ServerResponse, ctx: RequestContext,
     num('completionTokens', usage?.completionTokens) +
     (usage?.estimated === undefined ? '' : `,"tokensEstimated":${usage.estimated}`) +
     num('bytes', report?.bytes) +
-    str('failure', ctx.failure ?? report?.failure) +
+    str('failure', failureOf(ctx)) +
     (incomplete(res, ctx) ? ',"incomplete":true' : '')
   );
 }
@@ -74,12 +78,11 @@ export function genAiOperation(route: string): string {
 function endTrace(ctx: RequestContext, status: number): void {
   const report = ctx.report;
   const usage = report?.usage;
-  const failure = ctx.failure ?? report?.failure;
+  const failure = failureOf(ctx);
   // a server span's error is the server's: a 5xx, or an answer begun and cut short by the engine or
   // the router; a 4xx (the client's mistake, a limit) or a client that left or stopped reading leaves
   // its status unset, as OpenTelemetry's HTTP conventions say, so trace error rates are not the clients'
-  const clientEnded = failure === 'client_gone' || failure === 'client_stalled';
-  const error = status >= 500 || (status < 400 && failure !== undefined && !clientEnded) ? (failure ?? `status ${status}`) : undefined;
+  const error = status >= 500 || (status < 400 && failure !== undefined && !clientEnded(failure)) ? (failure ?? `status ${status}`) : undefined;
   ctx.trace?.end(
     {
       'gen_ai.operation.name': genAiOperation(ctx.route),
@@ -121,11 +124,10 @@ export class AccessLog {
     this.metrics.recordRequest(ctx.route, ctx.deployment ?? '', ctx.report?.poolName ?? '', status, ms / 1000, trace?.sampled ? trace.traceId : undefined);
     if (this.finished && ctx.deployment !== undefined) {
       const report = ctx.report;
-      const failure = ctx.failure ?? report?.failure;
       const done = {
         status,
         incomplete: incomplete(res, ctx),
-        clientEnded: failure === 'client_gone' || failure === 'client_stalled',
+        clientEnded: clientEnded(failureOf(ctx)),
         durationMs: ms,
         // what the client waited for its first token: from its arrival (the queue, a replica held for, retries)
         ...(report?.ttftMs === undefined ? {} : { ttftMs: report.firstTokenAt !== undefined ? report.firstTokenAt - ctx.started : report.ttftMs }),

@@ -5,7 +5,7 @@
  */
 import { afterEach, describe, expect, it } from '@jest/globals';
 import { batchSettings, createTracing } from '../../src/tracing/otel.js';
-import { exportWatch } from '../../src/main.js';
+import { exportWatch } from '../../src/wiring/log-watches.js';
 import { waitFor } from '../helpers/sim.js';
 import { startRefusingCollector } from '../helpers/collector.js';
 import { captureLogs as captureLines } from '../helpers/router.js';

@@ -1,6 +1,6 @@
 /** The warning a breaker kept closed writes: at most one line a minute per replica, with how many more since. */
 import { describe, expect, it } from '@jest/globals';
-import { keptClosedLog } from '../../src/main.js';
+import { keptClosedLog } from '../../src/wiring/log-watches.js';
 import { captureLogs } from '../helpers/router.js';
 
 describe('keptClosedLog', () => {

@@ -1,0 +1,58 @@
+/** Log lines a steady fault would repeat without bound: said when it starts, then at most once a minute or when it ends (the router's breakers, its trace export). */
+import { type Logger } from 'pino';
+
+/** How often, at most, a replica's breaker kept closed is logged (each time its health check passed, after server errors its engine answered). */
+const KEPT_CLOSED_LOG_MS = 60_000;
+
+/**
+ * Logs a breaker kept closed at `warn`, at most once a minute per replica, with how many times since
+ * the last line: a tenant sending requests its engine chokes on would otherwise write a line every few requests.
+ */
+export function keptClosedLog(log: Logger, clock: () => number): (pool: string, endpoint: string, keys: string[], failures: number) => void {
+  const last = new Map<string, { at: number; since: number }>();
+  return (pool, endpoint, keys, failures) => {
+    const now = clock();
+    const seen = last.get(endpoint);
+    if (seen && now - seen.at < KEPT_CLOSED_LOG_MS) return void (seen.since += 1);
+    if (last.size > 10_000) last.clear(); // endpoints come and go: the map stays bounded
+    last.set(endpoint, { at: now, since: 0 });
+    log.warn(
+      { pool, endpoint, keys, failures, ...(seen && seen.since > 0 ? { alsoSince: seen.since } : {}) },
+      'circuit breaker kept closed: server errors from a replica that passes its health check',
+    );
+  };
+}
+
+/**
+ * Says when trace export to the collector starts failing (once, with why) and when it works again,
+ * with every span lost meanwhile: those of the batches the collector refused or never got, and those
+ * the batch processor dropped because its queue was full. Spans dropped for a full queue while the
+ * collector takes batches (it is slower than the spans come) are said at most once a minute.
+ */
+export function exportWatch(logger: Logger, now: () => number = Date.now): { exported(ok: boolean, spans: number, error?: Error): void; queueFull(spans: number): void } {
+  const log = logger.child({ component: 'tracing' });
+  let failing = false;
+  /** Spans lost and not yet said. */
+  let lost = 0;
+  let saidFullAt = -Infinity;
+  return {
+    exported(ok, spans, error) {
+      if (!ok) {
+        if (!failing) log.warn({ error: error?.message ?? 'unknown', spans }, 'trace export failed: spans are dropped until the collector takes them again');
+        failing = true;
+        lost += spans;
+      } else if (failing) {
+        log.info({ dropped: lost }, 'trace export works again');
+        failing = false;
+        lost = 0;
+      }
+    },
+    queueFull(spans) {
+      lost += spans;
+      if (failing || now() - saidFullAt < 60_000) return;
+      saidFullAt = now();
+      log.warn({ dropped: lost }, 'trace spans dropped: the export queue is full (the collector is slower than the spans come; OTEL_BSP_MAX_QUEUE_SIZE)');
+      lost = 0;
+    },
+  };
+}
