@@ -34,6 +34,11 @@ export interface ApiRoute {
   asksStreamUsage?: true;
   /** Each answer is stored on the replica that made it, by its `id`; a request naming one in this field must reach that replica. */
   continues?: 'previous_response_id';
+  /**
+   * A non-streamed answer reports no tokens (speech to text: engines report seconds of audio): its
+   * text is counted instead, at 4 characters a token, so token limits see it (a streamed one counts its events).
+   */
+  countsAnswerText?: true;
 }
 
 export const API_ROUTES: readonly ApiRoute[] = [
@@ -77,8 +82,8 @@ export const API_ROUTES: readonly ApiRoute[] = [
   { name: 'score', paths: ['/v1/score', '/score'], capability: 'score', body: 'json', dialect: 'openai', schema: scoreRequestSchema },
   { name: 'tokenize', paths: ['/tokenize'], capability: 'tokenize', body: 'json', dialect: 'openai', schema: tokenizeRequestSchema, check: tokenizeCrossField },
   { name: 'detokenize', paths: ['/detokenize'], capability: 'tokenize', body: 'json', dialect: 'openai', schema: detokenizeRequestSchema },
-  { name: 'transcriptions', paths: ['/v1/audio/transcriptions'], capability: 'audio', body: 'multipart', dialect: 'openai', schema: transcriptionFormSchema },
-  { name: 'translations', paths: ['/v1/audio/translations'], capability: 'audio', body: 'multipart', dialect: 'openai', schema: transcriptionFormSchema },
+  { name: 'transcriptions', paths: ['/v1/audio/transcriptions'], capability: 'audio', body: 'multipart', dialect: 'openai', schema: transcriptionFormSchema, countsAnswerText: true },
+  { name: 'translations', paths: ['/v1/audio/translations'], capability: 'audio', body: 'multipart', dialect: 'openai', schema: transcriptionFormSchema, countsAnswerText: true },
 ];
 
 /** What each capability serves, in words, for error messages. */

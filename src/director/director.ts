@@ -196,6 +196,7 @@ export class Director {
       stripUsageChunk: usage !== undefined,
       dialect: api.dialect,
       knownStreamEnd: KNOWN_STREAM_END.has(api.name),
+      ...(api.countsAnswerText ? { countsAnswerText: true } : {}),
       ...streamChoicesOf(api.name, body),
       ...(holdsBackText(body) ? { holdsBackText: true } : {}),
       ...(request.onContent ? { onContent: request.onContent } : {}),

@@ -107,6 +107,8 @@ export interface ExchangePlan {
    * without it ends as broken. The audio APIs' streams have none the engines agree on.
    */
   knownStreamEnd?: boolean;
+  /** A non-streamed answer without token usage is counted by its text (speech to text; routes.ts `countsAnswerText`). */
+  countsAnswerText?: boolean;
   /** The choices a chat or completions stream carries (the request's `n`, when over 1): each must finish before the stream has. */
   streamChoices?: number;
   /** The request names a long stop string (director.ts `holdsBackText`): its stream may go silent with nothing wrong with the replica. */
@@ -274,7 +276,7 @@ export class ExchangeRunner {
     if (onInterToken) watch.interToken = (ms: number) => onInterToken(step.pool.name, ms);
     if (onContent) watch.content = onContent;
     if (onResponseId) watch.responseId = (id: string) => onResponseId(id, endpoint.id, step.pool.name);
-    const meter = new ResponseMeter(clock, started, dialect, watch);
+    const meter = new ResponseMeter(clock, started, dialect, watch, plan.countsAnswerText === true);
     const span = plan.trace?.attempt(endpoint);
     // a stream that may be resumed is written whole events at a time, and left open when it breaks
     const splice = plan.resume?.splice && RESUMING_ENGINES.has(step.pool.engine) ? plan.resume.splice : undefined;

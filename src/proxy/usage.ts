@@ -143,6 +143,8 @@ export class ResponseMeter implements ResponseObserver {
     private readonly sentAt: number,
     private readonly dialect: WireDialect = 'openai',
     private readonly watch: MeterWatch = {},
+    /** A non-streamed answer that reports no tokens is counted by its text (speech to text: see {@link answerTextTokens}). */
+    private readonly countsText = false,
   ) {}
 
   /** The `sequence_number` an event added after the last one relayed should carry (Responses API). */
@@ -199,7 +201,11 @@ export class ResponseMeter implements ResponseObserver {
     return this.contentEvents > 0 ? { promptTokens: 0, completionTokens: this.contentEvents, estimated: true } : undefined;
   }
 
+  /** Bytes of a non-streamed body read. */
+  private bodyBytes = 0;
+
   body(chunk: Buffer): void {
+    this.bodyBytes += chunk.length;
     if (!this.overflow && this.headBytes + chunk.length <= BODY_HEAD) {
       this.head.push(chunk);
       this.headBytes += chunk.length;
@@ -271,8 +277,34 @@ export class ResponseMeter implements ResponseObserver {
       if (id !== undefined) this.found(id);
     }
     this.usage = usageFromJson(text);
+    if (this.usage === undefined && this.countsText) {
+      // a body too long to keep is counted by its bytes (the text is most of it)
+      const tokens = this.overflow ? Math.ceil(this.bodyBytes / CHARS_PER_TOKEN) : answerTextTokens(text);
+      if (tokens > 0) this.usage = { promptTokens: 0, completionTokens: tokens, estimated: true };
+    }
     this.head = [];
     this.tail = '';
+  }
+}
+
+/** The router's estimate of a text's tokens, as for prompts (prompt-text.ts). */
+const CHARS_PER_TOKEN = 4;
+
+/**
+ * The tokens of a speech-to-text answer, which reports seconds of audio, not tokens: its `text` when it
+ * is JSON (`json`, `verbose_json`: the segments repeat the text), else the whole body (`text`, `srt`,
+ * `vtt`), at {@link CHARS_PER_TOKEN} characters a token.
+ */
+export function answerTextTokens(body: string): number {
+  const open = body.search(/\S/);
+  if (open < 0) return 0;
+  if (body[open] !== '{') return Math.ceil(body.length / CHARS_PER_TOKEN);
+  try {
+    const member = scanMembers(body, open).members.find((m) => m.key === 'text');
+    const value = member && (JSON.parse(body.slice(member.valueStart, member.valueEnd)) as unknown);
+    return typeof value === 'string' ? Math.ceil(value.length / CHARS_PER_TOKEN) : 0;
+  } catch {
+    return 0;
   }
 }
 

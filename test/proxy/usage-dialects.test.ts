@@ -3,7 +3,7 @@ import { describe, expect, it } from '@jest/globals';
 import { streamErrorEvent, RouterError } from '../../src/core/errors.js';
 import { type WireDialect } from '../../src/core/types.js';
 import { SseTap } from '../../src/proxy/sse-tap.js';
-import { carriesUsage, isUsageChunk, ResponseMeter, usageFromJson } from '../../src/proxy/usage.js';
+import { answerTextTokens, carriesUsage, isUsageChunk, ResponseMeter, usageFromJson } from '../../src/proxy/usage.js';
 
 /** Feeds a raw SSE text through a tap into a meter, advancing the clock 10 ms per event. */
 function meterOver(dialect: WireDialect, stream: string): { meter: ResponseMeter; gaps: number[] } {
@@ -248,5 +248,36 @@ describe('streamErrorEvent per dialect', () => {
     expect(events).toHaveLength(1);
     expect(events[0]?.event).toBe('error');
     expect(JSON.parse(events[0]?.data ?? '')).toEqual({ type: 'error', error: { type: 'api_error', message: err.message } });
+  });
+});
+
+describe('a speech-to-text answer without token usage is counted by its text', () => {
+  const meterFor = (countsText: boolean, ...chunks: string[]): ResponseMeter => {
+    const meter = new ResponseMeter({ now: () => 0 }, 0, 'openai', {}, countsText);
+    for (const chunk of chunks) meter.body(Buffer.from(chunk));
+    meter.bodyEnd();
+    return meter;
+  };
+
+  it('reads the JSON answer’s text (not its segments) at 4 characters a token, as an estimate', () => {
+    const answer = JSON.stringify({ text: 'x'.repeat(41), segments: [{ text: 'x'.repeat(41) }], usage: { type: 'duration', seconds: 2 } });
+    expect(meterFor(true, ' \n', answer.slice(0, 9), answer.slice(9)).finalUsage()).toEqual({ promptTokens: 0, completionTokens: 11, estimated: true });
+    expect(answerTextTokens(JSON.stringify({ text: 'é'.repeat(8) }))).toBe(2);
+  });
+
+  it('reads a text, srt or vtt answer whole; an answer too long to keep by its bytes', () => {
+    expect(meterFor(true, 'hello world, this is speech').finalUsage()).toEqual({ promptTokens: 0, completionTokens: 7, estimated: true });
+    const long = 'a'.repeat(1024 * 1024);
+    expect(meterFor(true, long, long, long, long, long).finalUsage()).toEqual({ promptTokens: 0, completionTokens: (5 * long.length) / 4, estimated: true });
+  });
+
+  it('believes the tokens an engine reports; counts nothing for a JSON answer without text, an empty body, or another API', () => {
+    expect(meterFor(true, JSON.stringify({ text: 'abc', usage: { type: 'tokens', input_tokens: 3, output_tokens: 5, total_tokens: 8 } })).finalUsage()).toEqual({
+      promptTokens: 3,
+      completionTokens: 5,
+    });
+    expect(meterFor(true, JSON.stringify({ segments: [] })).finalUsage()).toBeUndefined();
+    expect(meterFor(true, '  ').finalUsage()).toBeUndefined();
+    expect(meterFor(false, JSON.stringify({ text: 'x'.repeat(40) })).finalUsage()).toBeUndefined();
   });
 });
