@@ -243,7 +243,7 @@ export async function createRouter(config: Config, options: RouterOptions = {}):
   });
   const holds = new HoldReporter({ logger, metrics, held: (pool) => picker.heldRequests(pool), demandChanged: () => discovery.demandChanged(), scheduler: systemScheduler });
   discovery.observeDemand((pool) => ({ waiting: admission.depth(pool), held: picker.heldRequests(pool) }));
-  metrics.observeDemand(() => poolDemand(discovery, { inFlight, admission, picker, engine: engineMetrics }));
+  metrics.observeDemand(() => poolDemand(discovery, { inFlight, admission, picker, engine: engineMetrics }), config.discovery.mode === 'kubernetes');
   const exchange = new ExchangeRunner({
     forwarder: new Forwarder(agent, clock),
     picker,

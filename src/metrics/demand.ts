@@ -33,17 +33,22 @@ export interface PoolDemand {
 
 export interface DemandMetrics {
   held: Counter<'pool' | 'pool_namespace' | 'pool_name' | 'event'>;
+  /** Whether pool keys are `namespace/name` (Kubernetes mode). */
+  namespaced: boolean;
 }
 
-/** The pool's key split for label selectors: `ns/name` → (ns, name); a static pool has no namespace. */
-export function poolLabels(pool: string): { pool: string; pool_namespace: string; pool_name: string } {
-  const slash = pool.indexOf('/');
+/**
+ * The pool's key split for label selectors: in Kubernetes mode `ns/name` → (ns, name). A static pool
+ * has no namespace, whatever its name holds: `meta-llama/Llama-3.1-8B` is a name, not a namespace.
+ */
+export function poolLabels(pool: string, namespaced: boolean): { pool: string; pool_namespace: string; pool_name: string } {
+  const slash = namespaced ? pool.indexOf('/') : -1;
   return slash < 0 ? { pool, pool_namespace: '', pool_name: pool } : { pool, pool_namespace: pool.slice(0, slash), pool_name: pool.slice(slash + 1) };
 }
 
 const LABELS = ['pool', 'pool_namespace', 'pool_name'] as const;
 
-export function demandMetrics(registers: Registry[], demand: () => Iterable<PoolDemand>): DemandMetrics {
+export function demandMetrics(registers: Registry[], demand: () => Iterable<PoolDemand>, namespaced: boolean): DemandMetrics {
   const gauge = (name: string, help: string, value: (d: PoolDemand) => number | undefined): void => {
     new Gauge({
       name,
@@ -54,7 +59,7 @@ export function demandMetrics(registers: Registry[], demand: () => Iterable<Pool
         this.reset();
         for (const d of demand()) {
           const v = value(d);
-          if (v !== undefined) this.set(poolLabels(d.pool), v);
+          if (v !== undefined) this.set(poolLabels(d.pool, namespaced), v);
         }
       },
     });
@@ -74,16 +79,16 @@ export function demandMetrics(registers: Registry[], demand: () => Iterable<Pool
     labelNames: [...LABELS, 'event'],
     registers,
   });
-  return { held };
+  return { held, namespaced };
 }
 
 /** Starts a pool's held-requests series at 0, one per event. */
 export function seedHolds(metrics: DemandMetrics, pool: string): void {
-  const labels = poolLabels(pool);
+  const labels = poolLabels(pool, metrics.namespaced);
   for (const event of HOLD_EVENTS) metrics.held.inc({ ...labels, event }, 0);
 }
 
 /** Records one {@link HoldEvent}. */
 export function recordHold(metrics: DemandMetrics, pool: string, event: HoldEvent): void {
-  metrics.held.inc({ ...poolLabels(pool), event });
+  metrics.held.inc({ ...poolLabels(pool, metrics.namespaced), event });
 }

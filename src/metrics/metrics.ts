@@ -288,9 +288,12 @@ export class RouterMetrics {
     observeRoutingGauges([this.registry], sources);
   }
 
-  /** The per-pool demand gauges (autoscaling) read at scrape time, and the held-requests counter (registered once). */
-  observeDemand(demand: () => Iterable<PoolDemand>): void {
-    this.demand = demandMetrics([this.registry], demand);
+  /**
+   * The per-pool demand gauges (autoscaling) read at scrape time, and the held-requests counter
+   * (registered once). `namespaced`: pool keys are `namespace/name` (Kubernetes mode).
+   */
+  observeDemand(demand: () => Iterable<PoolDemand>, namespaced: boolean): void {
+    this.demand = demandMetrics([this.registry], demand, namespaced);
   }
 
   recordHold(pool: string, event: HoldEvent): void {

@@ -46,7 +46,7 @@ describe('RouterMetrics', () => {
       },
       { processMetrics: false },
     );
-    metrics.observeDemand(() => []);
+    metrics.observeDemand(() => [], true);
     metrics.observeLimits({ redis: false, keyMetrics: false });
     const text = await metrics.metrics();
     for (const route of ['chat', 'completions']) expect(text).toContain(`modelgate_requests_total{route="${route}",deployment="llm-prod",pool="llm",code="200"} 0`);
@@ -208,5 +208,26 @@ describe('histogram buckets', () => {
     expect(DURATION_BUCKETS.at(-1)).toBeGreaterThanOrEqual(RESILIENCE_DEFAULTS.timeouts.totalMs / 1000);
     expect(ITL_BUCKETS.filter((b) => b < 0.01).length).toBeGreaterThanOrEqual(3);
     for (const buckets of [TTFT_BUCKETS, DURATION_BUCKETS, ITL_BUCKETS]) expect([...buckets].sort((a, b) => a - b)).toEqual(buckets);
+  });
+});
+
+describe('the demand gauges’ pool labels, for an HPA’s selector', () => {
+  const demandOf = async (namespaced: boolean, pool: string): Promise<string> => {
+    const metrics = new RouterMetrics(sources(new Set()), { processMetrics: false });
+    metrics.observeDemand(() => [{ pool, inFlight: 2, waiting: 1, held: 0 }], namespaced);
+    metrics.recordHold(pool, 'held');
+    return metrics.metrics();
+  };
+
+  it('splits a Kubernetes pool key `namespace/name`', async () => {
+    const text = await demandOf(true, 'team-a/llama');
+    expect(text).toContain('modelgate_pool_demand_requests{pool="team-a/llama",pool_namespace="team-a",pool_name="llama"} 3');
+    expect(text).toContain('modelgate_pool_held_requests_total{pool="team-a/llama",pool_namespace="team-a",pool_name="llama",event="held"} 1');
+  });
+
+  it('leaves a static pool’s name whole, a slash in it included (no namespace in static mode)', async () => {
+    const text = await demandOf(false, 'meta-llama/Llama-3.1-8B');
+    expect(text).toContain('modelgate_pool_demand_requests{pool="meta-llama/Llama-3.1-8B",pool_namespace="",pool_name="meta-llama/Llama-3.1-8B"} 3');
+    expect(text).toContain('modelgate_pool_held_requests_total{pool="meta-llama/Llama-3.1-8B",pool_namespace="",pool_name="meta-llama/Llama-3.1-8B",event="held"} 1');
   });
 });
