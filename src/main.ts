@@ -32,7 +32,7 @@ import { KvEventsHub } from './kv-events/hub.js';
 import { kvEventsMetrics } from './metrics/kv-events.js';
 import { AdapterLoader } from './engine-metrics/adapter-loader.js';
 import { EndpointPicker } from './resilience/picker.js';
-import { HoldReporter, poolDemand } from './wiring/demand.js';
+import { HoldReporter, poolDemand, TurnedAway } from './wiring/demand.js';
 import { unknownModelNames } from './config/keys-file.js';
 import { poolResolver } from './config/pool-settings.js';
 import { buildApp } from './server/app.js';
@@ -137,9 +137,14 @@ export async function createRouter(config: Config, options: RouterOptions = {}):
     (pool, endpoint) => health.confirm(pool, endpoint),
     keptClosedLog(breakerLog, () => clock.now()),
   );
+  // the demand's share for requests turned away for want of capacity (autoscaling)
+  const turnedAway = new TurnedAway(() => clock.now());
   const admission = new AdmissionQueues(systemScheduler, () => clock.now(), {
     onDequeued: (pool, ms, result) => metrics.recordQueueWait(pool, ms / 1000, result),
-    onRejected: (pool, reason) => metrics.recordRejected(pool, reason),
+    onRejected: (pool, reason) => {
+      metrics.recordRejected(pool, reason);
+      if (reason === 'queue_full' || reason === 'queue_timeout' || reason === 'shed') turnedAway.rejected(pool);
+    },
   });
   const healthLog = logger.child({ component: 'health-check' });
   const health = new HealthChecker({
@@ -216,7 +221,10 @@ export async function createRouter(config: Config, options: RouterOptions = {}):
       onPicked: (pool, matched, total) => metrics.recordPrefixBlocks(pool, matched, total),
       onPrefixPredicted: (pool, source, matched, total) => kvMetrics.predicted(pool, source, matched, total),
       onAdapterPlaced: (pool, placement) => metrics.recordLoraPlacement(pool, placement),
-      onShed: (pool) => metrics.recordRejected(pool, 'shed'),
+      onShed: (pool) => {
+        metrics.recordRejected(pool, 'shed');
+        turnedAway.rejected(pool);
+      },
       onHold: (pool, event) => holds.record(pool, event),
     },
   });
@@ -235,6 +243,7 @@ export async function createRouter(config: Config, options: RouterOptions = {}):
     const removed = [...poolNames].filter((name) => !now.has(name));
     for (const name of now) if (!poolNames.has(name)) picker.poolAdded(name);
     poolNames = now;
+    turnedAway.retain(now);
     for (const name of removed) {
       const waiting = picker.poolRemoved(name);
       if (waiting > 0) logger.warn({ pool: name, requests: waiting }, 'pool removed: the requests waiting for it were answered 503 no_ready_replica (or went on to a fallback)');
@@ -243,7 +252,7 @@ export async function createRouter(config: Config, options: RouterOptions = {}):
   });
   const holds = new HoldReporter({ logger, metrics, held: (pool) => picker.heldRequests(pool), demandChanged: () => discovery.demandChanged(), scheduler: systemScheduler });
   discovery.observeDemand((pool) => ({ waiting: admission.depth(pool), held: picker.heldRequests(pool) }));
-  metrics.observeDemand(() => poolDemand(discovery, { inFlight, admission, picker, engine: engineMetrics }), config.discovery.mode === 'kubernetes');
+  metrics.observeDemand(() => poolDemand(discovery, { inFlight, admission, picker, engine: engineMetrics, turnedAway }), config.discovery.mode === 'kubernetes');
   const exchange = new ExchangeRunner({
     forwarder: new Forwarder(agent, clock),
     picker,
@@ -296,7 +305,7 @@ export async function createRouter(config: Config, options: RouterOptions = {}):
   const tracing = config.tracing.enabled ? (await import('./tracing/otel.js')).createTracing(config.tracing, exportWatch(logger)) : undefined;
   const notReadyReasons = (): string[] => [...(stopping ? ['shutting down'] : []), ...discovery.notReadyReasons()];
   // The admin status page reads the same live state as the gauges, plus recent traffic fed by the access log.
-  const status = statusBoard({
+  const board = statusBoard({
     now: () => clock.now(),
     wallNow: () => Date.now(),
     catalog: () => discovery.catalog(),
@@ -312,6 +321,13 @@ export async function createRouter(config: Config, options: RouterOptions = {}):
     notReady: notReadyReasons,
     recent: new RecentTraffic(() => clock.now()),
   });
+  const status: typeof board = {
+    snapshot: () => board.snapshot(),
+    recordRequest: (route, deployment, pool, code, seconds) => {
+      board.recordRequest(route, deployment, pool, code, seconds);
+      if (code >= 200 && code < 300) turnedAway.answered(pool, seconds);
+    },
+  };
   const app = buildApp({
     maxBodyBytes: config.server.maxBodyBytes,
     maxUploadBytes: config.server.maxUploadBytes,

@@ -3,7 +3,7 @@
  * the operator: what this router has in flight to each pool, what waits for a replica, what is held
  * for a pool at zero, and the engines' queue and KV-cache use as this router last sampled them.
  *
- * `modelgate_pool_demand_requests` (in flight + waiting) is the scaling signal. Summed over the
+ * `modelgate_pool_demand_requests` (in flight + waiting + turned away) is the scaling signal. Summed over the
  * routers, divided by the requests one replica should carry, it is the replica count to aim for —
  * which is exactly what KEDA's `threshold` and an HPA's `AverageValue` target compute, so the router
  * publishes the demand and not a replica count of its own (each router sees only its share).
@@ -25,6 +25,8 @@ export interface PoolDemand {
   waiting: number;
   /** Requests waiting for a first ready replica (scale from zero). */
   held: number;
+  /** Requests turned away for want of capacity, as the concurrency they would have held (wiring/demand.ts `TurnedAway`). */
+  turnedAway?: number;
   /** The engines' own queues, summed over replicas with a fresh sample (none: no sample). */
   engineWaiting?: number;
   /** Mean KV-cache use over replicas with a fresh sample that report it. */
@@ -66,8 +68,13 @@ export function demandMetrics(registers: Registry[], demand: () => Iterable<Pool
   };
   gauge(
     'modelgate_pool_demand_requests',
-    "Requests in flight to the pool's replicas plus requests waiting for one (this router): the autoscaling signal. sum() over routers ÷ requests per replica = replicas to aim for.",
-    (d) => d.inFlight + d.waiting,
+    "Requests in flight to the pool's replicas, plus requests waiting for one, plus those turned away for want of capacity as the concurrency they would have held (this router): the autoscaling signal. sum() over routers ÷ requests per replica = replicas to aim for.",
+    (d) => d.inFlight + d.waiting + (d.turnedAway ?? 0),
+  );
+  gauge(
+    'modelgate_pool_turned_away_requests',
+    "Requests turned away for want of the pool's capacity (queue full, queue timeout, shed) in the last minute, per second, times the pool's mean request time: the part of the demand they make.",
+    (d) => d.turnedAway,
   );
   gauge('modelgate_pool_requests_in_flight', "Requests this router has sent to the pool's replicas and not yet seen answered.", (d) => d.inFlight);
   gauge('modelgate_pool_requests_held', 'Requests waiting for a first ready replica of a pool that scales from zero.', (d) => d.held);

@@ -12,10 +12,77 @@ import { type PoolDemand } from '../metrics/demand.js';
 
 export const STATUS_REFRESH_MS = 10_000;
 
+/** Seconds of turned-away requests a pool's rate is read over. */
+const TURNED_AWAY_WINDOW_S = 60;
+/** Weight of each answered request in a pool's mean request time. */
+const MEAN_WEIGHT = 0.05;
+
+/**
+ * The requests a pool was asked to take and the router turned away for want of capacity (a full
+ * admission queue, a wait past `queue.timeoutMs`, a sheddable request shed), as the concurrency they
+ * would have held: by Little's law, their rate over the last minute times the pool's mean request time
+ * (its answered requests', streams whole; 1 s before the first). Without it the demand of a saturated
+ * pool stops at what it runs and queues — and a pool whose traffic is sheddable, shed rather than
+ * queued, never looks busier than it is already serving. Exactly 0 a minute after the last one.
+ */
+export class TurnedAway {
+  private readonly pools = new Map<string, { counts: number[]; seconds: number[]; meanS: number | undefined }>();
+
+  constructor(private readonly now: () => number) {}
+
+  private pool(name: string): { counts: number[]; seconds: number[]; meanS: number | undefined } {
+    let entry = this.pools.get(name);
+    if (!entry) {
+      entry = { counts: new Array<number>(TURNED_AWAY_WINDOW_S).fill(0), seconds: new Array<number>(TURNED_AWAY_WINDOW_S).fill(-1), meanS: undefined };
+      this.pools.set(name, entry);
+    }
+    return entry;
+  }
+
+  rejected(pool: string): void {
+    const entry = this.pool(pool);
+    const second = Math.floor(this.now() / 1000);
+    const slot = second % TURNED_AWAY_WINDOW_S;
+    if (entry.seconds[slot] !== second) {
+      entry.seconds[slot] = second;
+      entry.counts[slot] = 0;
+    }
+    entry.counts[slot]! += 1;
+  }
+
+  /** A request the pool answered (2xx), and how long it took. */
+  answered(pool: string, seconds: number): void {
+    if (pool === '' || !(seconds >= 0)) return;
+    const entry = this.pool(pool);
+    entry.meanS = entry.meanS === undefined ? seconds : entry.meanS + MEAN_WEIGHT * (seconds - entry.meanS);
+  }
+
+  /** The concurrency the pool's turned-away requests would have held, now. */
+  demand(pool: string): number {
+    const entry = this.pools.get(pool);
+    if (!entry) return 0;
+    const second = Math.floor(this.now() / 1000);
+    let count = 0;
+    for (let i = 0; i < TURNED_AWAY_WINDOW_S; i++) if ((entry.seconds[i] as number) > second - TURNED_AWAY_WINDOW_S) count += entry.counts[i] as number;
+    return count === 0 ? 0 : Math.round((count / TURNED_AWAY_WINDOW_S) * (entry.meanS ?? 1) * 1000) / 1000;
+  }
+
+  /** Forgets the pools not listed (gone from discovery). */
+  retain(pools: ReadonlySet<string>): void {
+    for (const name of this.pools.keys()) if (!pools.has(name)) this.pools.delete(name);
+  }
+}
+
 /** Each pool's demand as the router sees it now (metrics/demand.ts). */
 export function* poolDemand(
   discovery: { pools(): readonly PoolSpec[]; endpoints: { snapshot(pool: string): readonly { id: string }[] } },
-  sources: { inFlight: Pick<InFlight, 'count'>; admission: { depth(pool: string): number }; picker: { heldRequests(pool: string): number }; engine: EngineLoadSource },
+  sources: {
+    inFlight: Pick<InFlight, 'count'>;
+    admission: { depth(pool: string): number };
+    picker: { heldRequests(pool: string): number };
+    engine: EngineLoadSource;
+    turnedAway?: Pick<TurnedAway, 'demand'>;
+  },
 ): Iterable<PoolDemand> {
   const now = sources.engine.now?.();
   for (const pool of discovery.pools()) {
@@ -38,6 +105,7 @@ export function* poolDemand(
       inFlight,
       waiting: sources.admission.depth(pool.name),
       held: sources.picker.heldRequests(pool.name),
+      turnedAway: sources.turnedAway?.demand(pool.name) ?? 0,
       ...(engineWaiting === undefined ? {} : { engineWaiting }),
       ...(kvCount > 0 ? { kvCacheUsage: kvSum / kvCount } : {}),
     };

@@ -246,7 +246,10 @@ describe('priorities', () => {
     expect(bad.status).toBe(400);
     expect((JSON.parse(bad.body) as { error: object }).error).toMatchObject({ code: 'invalid_request', param: 'x-modelgate-priority' });
     expect(standard.error?.code).toBe('CLIENT_ABORT');
-    expect(metricSum(await adminMetrics(g), 'modelgate_rejected_requests_total', { reason: 'shed' })).toBe(3);
+    const metrics = await adminMetrics(g);
+    expect(metricSum(metrics, 'modelgate_rejected_requests_total', { reason: 'shed' })).toBe(3);
+    // the three turned away are demand the pool could not take (the standard one's abort answered nothing: 1 s a request)
+    expect(metricSum(metrics, 'modelgate_pool_turned_away_requests', { pool: 'llm' })).toBe(0.05);
     expect(g.logs.some((l) => l.includes('"priority":"sheddable"'))).toBe(true);
   });
 
@@ -273,6 +276,28 @@ describe('priorities', () => {
     await holder;
     await Promise.all([...queued, critical]);
     expect(order).toEqual(['c:200', 's1:200', 's2:200']);
+  });
+
+  it('counts the sheddable requests it turned away in the pool’s demand (the autoscaling signal), not only what it runs', async () => {
+    const [sim] = await sims(1, { itlMs: 5 });
+    const g = await startTestRouter({
+      pools: [{ name: 'llm', servedModelName: 'served/llm', endpoints: [sim!.url], resilience: { maxConcurrencyPerReplica: 1 } }],
+      deployments: [{ id: 'llm', model: 'llm', targets: [{ pool: 'llm' }] }],
+      keysYaml,
+    });
+    cleanups.push(() => g.close());
+    const hold = new AbortController();
+    const holder = longStream(`${g.router.apiUrl}/v1/chat/completions`, hold.signal, auth(KEY), 'llm');
+    await waitFor(() => sim!.engine.numRunning === 1, 'the slot to be taken');
+    for (let i = 0; i < 3; i++) expect((await chat(g, [{ role: 'user', content: `b${i}` }], { headers: auth('sk-batch-0123456789') })).status).toBe(429);
+    const metrics = await adminMetrics(g);
+    const labels = { pool: 'llm' };
+    // three turned away within the minute, before the pool answered anything (1 s a request): 3/60 × 1
+    expect(metricSum(metrics, 'modelgate_pool_turned_away_requests', labels)).toBe(0.05);
+    expect(metricSum(metrics, 'modelgate_pool_requests_in_flight', labels)).toBe(1);
+    expect(metricSum(metrics, 'modelgate_pool_demand_requests', labels)).toBe(1.05);
+    hold.abort();
+    await holder;
   });
 });
 

@@ -4,7 +4,7 @@ import { InFlight } from '../../src/balancer/in-flight.js';
 import { ROUTING_DEFAULTS } from '../../src/balancer/settings.js';
 import { type EngineLoad, type PoolSpec } from '../../src/core/types.js';
 import { RESILIENCE_DEFAULTS } from '../../src/resilience/settings.js';
-import { poolDemand } from '../../src/wiring/demand.js';
+import { poolDemand, TurnedAway } from '../../src/wiring/demand.js';
 
 const pool = (name: string, engineMetrics = true): PoolSpec => ({
   name,
@@ -41,9 +41,50 @@ describe('poolDemand', () => {
       ),
     ];
     expect(demand).toEqual([
-      { pool: 'a', inFlight: 3, waiting: 4, held: 0, engineWaiting: 6, kvCacheUsage: 0.7 },
-      { pool: 'b', inFlight: 0, waiting: 0, held: 0 }, // engine metrics off: no engine figures
-      { pool: 'c', inFlight: 0, waiting: 2, held: 2 }, // at zero: only what is held
+      { pool: 'a', inFlight: 3, waiting: 4, held: 0, turnedAway: 0, engineWaiting: 6, kvCacheUsage: 0.7 },
+      { pool: 'b', inFlight: 0, waiting: 0, held: 0, turnedAway: 0 }, // engine metrics off: no engine figures
+      { pool: 'c', inFlight: 0, waiting: 2, held: 2, turnedAway: 0 }, // at zero: only what is held
     ]);
+  });
+});
+
+describe('TurnedAway: requests turned away for want of capacity, as the concurrency they would have held', () => {
+  it('is their rate over the last minute times the pool’s mean request time, and exactly 0 a minute after the last', () => {
+    const time = { at: 5_000 };
+    const away = new TurnedAway(() => time.at);
+    expect(away.demand('a')).toBe(0);
+    away.answered('a', 2); // the pool's answers take 2 s
+    for (let s = 0; s < 60; s++) {
+      time.at += 1000;
+      for (let i = 0; i < 10; i++) away.rejected('a'); // 10 a second for a minute
+    }
+    // 10 a second, each of which would have held a replica's slot for 2 s: 20 requests' worth
+    expect(away.demand('a')).toBe(20);
+    expect(away.demand('b')).toBe(0);
+    time.at += 30_000; // half the window without any
+    expect(away.demand('a')).toBe(10);
+    time.at += 30_000;
+    expect(away.demand('a')).toBe(0);
+  });
+
+  it('weighs the mean toward recent answers; counts 1 s a request before the pool answered any; ignores requests of no pool', () => {
+    const time = { at: 0 };
+    const away = new TurnedAway(() => time.at);
+    for (let i = 0; i < 60; i++) away.rejected('cold');
+    expect(away.demand('cold')).toBe(1); // 1 a second × 1 s
+    away.answered('', 100);
+    away.answered('cold', 4);
+    expect(away.demand('cold')).toBe(4);
+    away.answered('cold', 24); // one answer moves the mean by a twentieth of the difference
+    expect(away.demand('cold')).toBe(5);
+  });
+
+  it('forgets a pool that left', () => {
+    const away = new TurnedAway(() => 0);
+    away.rejected('gone');
+    away.rejected('kept');
+    away.retain(new Set(['kept']));
+    expect(away.demand('gone')).toBe(0);
+    expect(away.demand('kept')).toBeGreaterThan(0);
   });
 });
