@@ -146,6 +146,11 @@ export class StreamSplice {
     const event = segment.event;
     if (!event) return segment.raw;
     if (event.data === '[DONE]') return this.errored ? '' : segment.raw;
+    if (event.event === 'error') {
+      // an engine's error in an `error:` block (llama.cpp's), or an event named error: held back as `{"error": …}` is
+      this.errored = true;
+      return '';
+    }
     const chunk = parseChunk(event);
     if (!chunk) return segment.raw;
     if (isObject(chunk.error)) {

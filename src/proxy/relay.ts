@@ -91,7 +91,12 @@ const FINISHED = /"finish_reason"\s*:\s*"[^"]/;
 export function endsStream(dialect: WireDialect, event: SseEvent): boolean {
   if (dialect === 'anthropic') return event.event !== undefined ? event.event === 'message_stop' || event.event === 'error' : ANTHROPIC_LAST_DATA.test(event.data);
   if (dialect === 'responses') return event.event !== undefined ? RESPONSES_LAST.has(event.event) : RESPONSES_LAST_DATA.test(event.data);
-  return event.data === '[DONE]' || FINISHED.test(event.data) || OPENAI_ERROR.test(event.data);
+  return event.data === '[DONE]' || FINISHED.test(event.data) || isOpenAiError(event);
+}
+
+/** An OpenAI-dialect error event: `data: {"error": …}`, or an `event: error` (llama.cpp's `error:` block, as the tap reads it). */
+function isOpenAiError(event: SseEvent): boolean {
+  return event.event === 'error' || OPENAI_ERROR.test(event.data);
 }
 
 /** {@link endsStream} of each dialect, made once (a stream's attempt takes its dialect's). */
@@ -124,7 +129,7 @@ export function streamEnd(dialect: WireDialect, choices = 1): (event: SseEvent) 
   if (dialect !== 'openai' || choices <= 1) return ENDS_STREAM[dialect];
   const finished = new Set<number>();
   return (event) => {
-    if (event.data === '[DONE]' || OPENAI_ERROR.test(event.data)) return true;
+    if (event.data === '[DONE]' || isOpenAiError(event)) return true;
     if (!FINISHED.test(event.data)) return false;
     for (const index of finishedChoices(event.data)) finished.add(index);
     return finished.size >= choices;

@@ -12,7 +12,10 @@ import { StringDecoder } from 'node:string_decoder';
 export interface SseEvent {
   /** `data:` lines joined with "\n" (one leading space after the colon stripped). */
   data: string;
-  /** The `event:` name, if any. */
+  /**
+   * The `event:` name, if any. A block whose only field is `error:` (some llama.cpp builds' mid-stream
+   * error, `error: {"code":500,…}`) is read as `event: error` with that value as its data.
+   */
   event?: string;
   /** Whether `data` holds a usage object: found once, by `carriesUsage` (usage.ts), for everyone who asks. */
   usage?: boolean;
@@ -182,6 +185,7 @@ function parseBlock(block: string): SseEvent | undefined {
   if (block.startsWith('data: ') && !block.includes('\n') && !block.includes('\r')) return { data: block.slice(6) };
   const data: string[] = [];
   let event: string | undefined;
+  let error: string[] | undefined;
   for (const line of block.split(/\r\n|\n|\r/)) {
     if (line === '' || line.startsWith(':')) continue;
     const colon = line.indexOf(':');
@@ -190,7 +194,11 @@ function parseBlock(block: string): SseEvent | undefined {
     if (value.startsWith(' ')) value = value.slice(1);
     if (field === 'data') data.push(value);
     else if (field === 'event') event = value;
+    else if (field === 'error') (error ??= []).push(value);
   }
-  if (data.length === 0 && event === undefined) return undefined;
+  // SSE has no `error` field, so a client's parser (the openai SDK's) skips the block and takes the
+  // `data: [DONE]` after it for a finished answer: llama.cpp's server_sent_event(sink, "error", …)
+  // writes its mid-stream failure so. Read as an error event, it is relayed and counted as one.
+  if (data.length === 0 && event === undefined) return error ? { data: error.join('\n'), event: 'error' } : undefined;
   return { data: data.join('\n'), ...(event !== undefined ? { event } : {}) };
 }

@@ -123,12 +123,13 @@ export interface StreamError {
 export const OPENAI_ERROR = /^\{\s*"error"\s*:/;
 
 /**
- * The engine's own error event in a stream (vLLM's `data: {"error": {…, "code": 500}}`, an `event: error`
- * on the Responses or Messages API), re-wrapped as the router wraps an error answer: OpenAI's types
- * and codes, Anthropic's envelope on the Messages API. Undefined for any other event.
+ * The engine's own error event in a stream (vLLM's `data: {"error": {…, "code": 500}}`, llama.cpp's
+ * `error: {"code": 500, …}` block, which the tap reads as an `event: error`, an `event: error` on the
+ * Responses or Messages API), re-wrapped as the router wraps an error answer: OpenAI's types and codes,
+ * Anthropic's envelope on the Messages API. Undefined for any other event.
  */
 export function streamError(dialect: WireDialect, event: { data: string; event?: string }): StreamError | undefined {
-  if (dialect === 'openai' ? !OPENAI_ERROR.test(event.data) : event.event !== 'error' && !event.data.startsWith('{"type":"error"')) return undefined;
+  if (event.event !== 'error' && (dialect === 'openai' ? !OPENAI_ERROR.test(event.data) : !event.data.startsWith('{"type":"error"'))) return undefined;
   let inner: Record<string, unknown> = {};
   try {
     const body = JSON.parse(event.data) as unknown;

@@ -87,6 +87,13 @@ describe('StreamSplice', () => {
     expect(splice.errored).toBe(true);
   });
 
+  it('holds back an error sent as an `error:` block (llama.cpp’s server_sent_event) as it does `data: {"error": …}`', () => {
+    const splice = new StreamSplice('chat');
+    const out = relay(splice, chunk('a', { content: ' one' }) + 'error: {"code":500,"message":"Failed to decode the batch, n_batch = 512, ret = -3","type":"server_error"}\n\ndata: [DONE]\n\n');
+    expect(out).toBe(chunk('a', { content: ' one' }));
+    expect(splice.errored).toBe(true);
+  });
+
   it.each([
     ['a tool call', { tool_calls: [{ index: 0, function: { name: 'f' } }] }, 'tools'],
     ['reasoning', { reasoning_content: 'hmm' }, 'reasoning'],

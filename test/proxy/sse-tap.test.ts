@@ -15,6 +15,17 @@ describe('SseTap', () => {
     expect(tap.atBoundary).toBe(true);
   });
 
+  it('reads a block whose only field is `error:` (llama.cpp’s mid-stream error) as an error event, its value the data', () => {
+    const error = '{"code":500,"message":"Failed to decode the batch, n_batch = 512, ret = -3","type":"server_error"}';
+    expect(collect([`data: {"a":1}\n\nerror: ${error}\n\ndata: [DONE]\n\n`]).events).toEqual([{ data: '{"a":1}' }, { event: 'error', data: error }, { data: '[DONE]' }]);
+    // without its blank line, as the stream's last block
+    const tap = new SseTap();
+    tap.push(`error: ${error}`);
+    expect(tap.closeTail()?.event).toEqual({ event: 'error', data: error });
+    // an `error:` line beside data or an event name is still an unknown field, skipped
+    expect(collect(['error: x\ndata: y\n\n']).events).toEqual([{ data: 'y' }]);
+  });
+
   it('a block whose lines end in a lone carriage return is read line by line, also when its blank line is two line feeds', () => {
     expect(collect(['data: a\rdata: b\n\n']).events).toEqual([{ data: 'a\nb' }]);
     expect(collect(['data: a\n\n', 'data: b\rdata: c\n\n']).events).toEqual([{ data: 'a' }, { data: 'b\nc' }]);

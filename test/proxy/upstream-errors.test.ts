@@ -10,6 +10,17 @@ describe('streamError', () => {
     expect(err?.text).toBe('event: error\ndata: {"type":"error","code":"server_error","message":"boom","param":null}\n\n');
   });
 
+  it('wraps llama.cpp’s `error:` block (read by the tap as an error event) as `data: {"error": …}` with its status', () => {
+    const err = streamError('openai', { event: 'error', data: '{"code":500,"message":"Failed to decode the batch, n_batch = 512, ret = -3","type":"server_error"}' });
+    expect(err).toEqual({
+      status: 500,
+      code: 'server_error',
+      text: 'data: {"error":{"message":"Failed to decode the batch, n_batch = 512, ret = -3","type":"server_error","param":null,"code":null}}\n\n',
+    });
+    const tooLong = streamError('openai', { event: 'error', data: '{"code":400,"message":"the request exceeds the available context size, try increasing it","type":"exceed_context_size_error"}' });
+    expect(tooLong).toMatchObject({ status: 400, code: 'context_length_exceeded' });
+  });
+
   it('keeps a code that is an OpenAI code', () => {
     const err = streamError('openai', { data: '{"error":{"message":"too long","type":"BadRequestError","code":"context_length_exceeded"}}' });
     expect(err?.code).toBe('context_length_exceeded');
