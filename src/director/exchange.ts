@@ -376,6 +376,8 @@ export class ExchangeRunner {
       report.failure = engineError.code;
       report.engineError = engineError.code;
       if (engineError.status >= 500) counted = 'failure';
+      // busy (TGI's `overloaded`): as an answered 429 is backpressure, the breaker is not moved either way
+      else if (engineError.status === 429) counted = undefined;
     }
     // the engine's own server-error event is an answer a request may cause (on a resumable stream the
     // splice holds it back, so the stream ends broken: the splice says it erred); a cut or silent stream is not

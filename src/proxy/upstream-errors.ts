@@ -109,6 +109,21 @@ const ANTHROPIC_STATUS: Record<string, number> = {
   overloaded_error: 503,
 };
 
+/**
+ * TGI's `error_type`s as the statuses TGI answers them with when not streaming (router/src/server.rs,
+ * `From<InferError> for (StatusCode, …)`). A streamed request is validated after TGI sent its 200, so
+ * its error comes as `data:{"error":"…","error_type":"validation"}`, with no status of its own.
+ */
+const TGI_STATUS: Record<string, number> = {
+  validation: 422,
+  template_error: 422,
+  missing_template_variable: 422,
+  tool_error: 422,
+  overloaded: 429,
+  generation: 424,
+  incomplete_generation: 500,
+};
+
 /** An error event an engine sent inside a stream, in the router's envelope for the stream's dialect. */
 export interface StreamError {
   /** The status the error would have had as an answer (what its type is made from). */
@@ -140,9 +155,11 @@ export function streamError(dialect: WireDialect, event: { data: string; event?:
   } catch {
     // not JSON: its text is the message
   }
-  // vLLM puts the status in `code`; Anthropic's dialect names it by type; otherwise a server error
-  const status = typeof inner.code === 'number' && inner.code >= 400 && inner.code < 600 ? inner.code : ((typeof inner.type === 'string' ? ANTHROPIC_STATUS[inner.type] : undefined) ?? 500);
-  const { envelope: wrapped } = normaliseUpstreamError(status === 401 || status === 403 ? 500 : status, Buffer.from(event.data));
+  // vLLM puts the status in `code`; Anthropic's dialect names it by type, TGI's by `error_type`; otherwise a server error
+  const given = typeof inner.code === 'number' && inner.code >= 400 && inner.code < 600 ? inner.code : (statusOfType(inner) ?? 500);
+  const { status: answered, envelope: wrapped } = normaliseUpstreamError(given === 401 || given === 403 ? 500 : given, Buffer.from(event.data));
+  // the status the client would have had: TGI's 424 (generation failed) is a 502, a server error, as an answer is
+  const status = given === 401 || given === 403 ? given : answered;
   const { error } = wrapped;
   const code = error.code ?? error.type;
   if (dialect === 'anthropic') return { status, code, text: `event: error\ndata: ${JSON.stringify(errorBody(wrapped, status, 'anthropic'))}\n\n` };
@@ -152,4 +169,11 @@ export function streamError(dialect: WireDialect, event: { data: string; event?:
     return { status, code, text: `event: error\ndata: ${JSON.stringify({ type: 'error', code, message: error.message, param: error.param, ...sequence })}\n\n` };
   }
   return { status, code, text: `data: ${JSON.stringify(wrapped)}\n\n` };
+}
+
+/** The status an error event's type names: Anthropic's `type`, TGI's `error_type` beside its string `error`. */
+function statusOfType(inner: Record<string, unknown>): number | undefined {
+  if (typeof inner.type === 'string') return ANTHROPIC_STATUS[inner.type];
+  if (typeof inner.error === 'string' && typeof inner.error_type === 'string') return TGI_STATUS[inner.error_type];
+  return undefined;
 }

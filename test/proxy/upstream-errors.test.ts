@@ -21,6 +21,21 @@ describe('streamError', () => {
     expect(tooLong).toMatchObject({ status: 400, code: 'context_length_exceeded' });
   });
 
+  it.each([
+    ['validation', 422, 'invalid_request_error'],
+    ['template_error', 422, 'invalid_request_error'],
+    ['tool_error', 422, 'invalid_request_error'],
+    ['overloaded', 429, 'rate_limit_error'],
+    ['generation', 502, 'server_error'],
+    ['incomplete_generation', 500, 'server_error'],
+    ['something_new', 500, 'server_error'],
+  ])('gives TGI’s %s event the status TGI answers it with unstreamed (%i), and OpenAI’s type', (type, status, openAiType) => {
+    const err = streamError('openai', { data: JSON.stringify({ error: 'Input validation error: too long', error_type: type }) });
+    expect(err?.status).toBe(status);
+    expect(err?.code).toBe(type);
+    expect(JSON.parse(err!.text.slice('data: '.length))).toEqual({ error: { message: 'Input validation error: too long', type: openAiType, param: null, code: type } });
+  });
+
   it('keeps a code that is an OpenAI code', () => {
     const err = streamError('openai', { data: '{"error":{"message":"too long","type":"BadRequestError","code":"context_length_exceeded"}}' });
     expect(err?.code).toBe('context_length_exceeded');
