@@ -9,6 +9,7 @@
  */
 import { type EngineLoad, type EndpointSource, type PoolSpec, unprobedCountsHealthy } from '../core/types.js';
 import { type ModelCatalog } from '../registry/registry.js';
+import { queueBound } from '../resilience/settings.js';
 import { type RequestMetrics } from './access-log.js';
 
 /** Bump when a member changes meaning or goes away; adding members does not. */
@@ -65,7 +66,7 @@ export interface PoolStatus {
   readyReplicas: number;
   /** Requests this router has outstanding to the pool's replicas. */
   inFlight: number;
-  /** Requests waiting in the pool's admission queue; `limit` is `queue.maxSize` when the pool limits concurrency, else null. */
+  /** Requests waiting in the pool's admission queue; `limit` is `queue.maxSize` when the pool limits concurrency or scales from zero, else null. */
   queue: { depth: number; limit: number | null };
   /** Requests waiting for a first ready replica (scale from zero). */
   held: number;
@@ -233,13 +234,12 @@ export function buildStatusSnapshot(sources: StatusSources): StatusSnapshot {
         engine: load ? { waiting: load.waiting, running: load.running, kvCacheUsage: load.kvCacheUsage ?? null, ageMs: Math.max(0, Math.round(now - load.at)) } : null,
       };
     });
-    const { maxConcurrencyPerReplica, queue } = pool.resilience;
     return {
       name: pool.name,
       engine: pool.engine,
       readyReplicas: replicas.filter((r) => r.ready).length,
       inFlight: replicas.reduce((n, r) => n + r.inFlight, 0),
-      queue: { depth: sources.admission.depth(pool.name), limit: maxConcurrencyPerReplica > 0 ? queue.maxSize : null },
+      queue: { depth: sources.admission.depth(pool.name), limit: queueBound(pool.resilience) ?? null },
       held: sources.held(pool.name),
       ...sources.recent.summary(pool.name),
       replicas,

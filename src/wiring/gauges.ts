@@ -4,6 +4,7 @@ import { type ApiName, type Capability, type Deployment, type PoolSpec, unprobed
 import { type DiscoveryWiring } from '../discovery/wiring.js';
 import { type FallbackHop, type MetricSources } from '../metrics/metrics.js';
 import { type ModelCatalog } from '../registry/registry.js';
+import { queueBound } from '../resilience/settings.js';
 
 /** Whether a discovered endpoint can take a request now: its health check and its breaker. */
 export interface ReadinessSources {
@@ -55,10 +56,10 @@ export function discoveryGauges(
       return catalog.deployments().map((d) => ({ deployment: d.id, count: d.targets.filter((t) => t.weight > 0 && catalog.targetPool(d, t)).reduce((n, t) => n + (counts.get(t.pool) ?? 0), 0) }));
     },
     queueLimits: () =>
-      discovery
-        .pools()
-        .filter((p) => p.resilience.maxConcurrencyPerReplica > 0)
-        .map((p) => ({ pool: p.name, limit: p.resilience.queue.maxSize })),
+      discovery.pools().flatMap((p) => {
+        const limit = queueBound(p.resilience);
+        return limit === undefined ? [] : [{ pool: p.name, limit }];
+      }),
     routes: () => {
       const catalog = discovery.catalog();
       return catalog.deployments().flatMap((d) =>

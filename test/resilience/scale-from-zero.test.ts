@@ -59,6 +59,10 @@ describe('static mode: scale from zero', () => {
   it('holds requests until the late replica has loaded its model, then sends every one to it', async () => {
     const port = await freePort();
     const { apiUrl, adminUrl } = await serve([{ name: 'llm', port, maxWaitMs: 60_000 }]);
+    // a pool at zero with no concurrency limit still bounds what it holds by queue.maxSize: its queue's series say so
+    expect(await scrapedMetric(adminUrl, 'modelgate_queue_limit', { pool: 'llm' })).toBe(256);
+    expect((await rawRequest(`${adminUrl}/metrics`)).body).toContain('modelgate_queue_depth{pool="llm"} 0');
+    expect(((await (await fetch(`${adminUrl}/status.json`)).json()) as { pools: Array<{ queue: object }> }).pools[0]?.queue).toEqual({ depth: 0, limit: 256 });
     const answers = Array.from({ length: 20 }, () => chat(apiUrl, 'llm'));
     await eventually(
       () => scrapedMetric(adminUrl, 'modelgate_pool_requests_held', { pool: 'llm', pool_namespace: '', pool_name: 'llm' }),
