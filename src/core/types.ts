@@ -456,3 +456,11 @@ export interface RefusedRequest {
   /** The peer's address, as the socket has it. */
   client?: string;
 }
+
+/**
+ * The pool's admission queue bound (`queue.maxSize`), or undefined when it has none: requests wait in
+ * it when the pool limits concurrency, and when it scales from zero (held requests wait there too).
+ */
+export function queueBound(settings: ResilienceSettings): number | undefined {
+  return settings.maxConcurrencyPerReplica > 0 || settings.scaleFromZero.enabled ? settings.queue.maxSize : undefined;
+}

@@ -19,14 +19,6 @@ export const RESILIENCE_DEFAULTS: ResilienceSettings = {
 };
 
 /** Where each engine answers health checks; `openai` (a hosted API) has none. */
-/**
- * The pool's admission queue bound (`queue.maxSize`), or undefined when it has none: requests wait in
- * it when the pool limits concurrency, and when it scales from zero (held requests wait there too).
- */
-export function queueBound(settings: ResilienceSettings): number | undefined {
-  return settings.maxConcurrencyPerReplica > 0 || settings.scaleFromZero.enabled ? settings.queue.maxSize : undefined;
-}
-
 export const HEALTH_PATHS: Record<Engine, string | undefined> = {
   vllm: '/health',
   sglang: '/health',

@@ -7,9 +7,8 @@
  * Prometheus series already expose (pool, deployment and replica names, counts, states).
  * The JSON shape is documented in the README ("Status page") and versioned by `version`.
  */
-import { type EngineLoad, type EndpointSource, type PoolSpec, unprobedCountsHealthy } from '../core/types.js';
+import { type EngineLoad, type EndpointSource, type PoolSpec, queueBound, unprobedCountsHealthy } from '../core/types.js';
 import { type ModelCatalog } from '../registry/registry.js';
-import { queueBound } from '../resilience/settings.js';
 import { type RequestMetrics } from './access-log.js';
 
 /** Bump when a member changes meaning or goes away; adding members does not. */

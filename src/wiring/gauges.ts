@@ -1,10 +1,9 @@
 /** What the router's gauges read from discovery, health checks, breakers and the in-flight counts, at each scrape. */
 import { type InFlight } from '../balancer/in-flight.js';
-import { type ApiName, type Capability, type Deployment, type PoolSpec, unprobedCountsHealthy } from '../core/types.js';
+import { type ApiName, type Capability, type Deployment, type PoolSpec, queueBound, unprobedCountsHealthy } from '../core/types.js';
 import { type DiscoveryWiring } from '../discovery/wiring.js';
 import { type FallbackHop, type MetricSources } from '../metrics/metrics.js';
 import { type ModelCatalog } from '../registry/registry.js';
-import { queueBound } from '../resilience/settings.js';
 
 /** Whether a discovered endpoint can take a request now: its health check and its breaker. */
 export interface ReadinessSources {
