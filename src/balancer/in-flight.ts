@@ -22,9 +22,19 @@ interface Entry extends InFlightCounter {
 
 export class InFlight {
   private readonly counts = new Map<string, Entry>();
+  /**
+   * Outstanding requests per pool. An endpoint two pools share (one engine serving both, or two
+   * ModelPools selecting the same pods) carries both pools' requests, and a pool's demand is its own.
+   */
+  private readonly pools = new Map<string, number>();
 
   count(endpointId: string): number {
     return this.counts.get(endpointId)?.count ?? 0;
+  }
+
+  /** The pool's outstanding requests, whichever of its endpoints carry them (one that left discovery too). */
+  poolCount(pool: string): number {
+    return this.pools.get(pool) ?? 0;
   }
 
   /** Takes one slot on an endpoint; call the returned function (any number of times) to give it back. */
@@ -36,10 +46,14 @@ export class InFlight {
       if (entry.count === 0) entry.pool = pool;
       entry.count += 1;
     }
+    this.pools.set(pool, (this.pools.get(pool) ?? 0) + 1);
     let held = true;
     return () => {
       if (!held) return;
       held = false;
+      const left = (this.pools.get(pool) ?? 1) - 1;
+      if (left > 0) this.pools.set(pool, left);
+      else this.pools.delete(pool);
       const current = this.counts.get(endpointId);
       if (!current) return;
       current.count -= 1;

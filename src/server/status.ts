@@ -109,7 +109,7 @@ export interface StatusSources {
   endpoints: EndpointSource;
   health: { isHealthy(endpointId: string, unknown?: boolean): boolean };
   breakers: { states(): Iterable<{ endpoint: string; state: BreakerState }> };
-  inFlight: { count(endpointId: string): number };
+  inFlight: { count(endpointId: string): number; poolCount(pool: string): number };
   engine: { samples(): Iterable<{ endpoint: string; load: EngineLoad }> };
   admission: { depth(pool: string): number };
   held(pool: string): number;
@@ -237,7 +237,8 @@ export function buildStatusSnapshot(sources: StatusSources): StatusSnapshot {
       name: pool.name,
       engine: pool.engine,
       readyReplicas: replicas.filter((r) => r.ready).length,
-      inFlight: replicas.reduce((n, r) => n + r.inFlight, 0),
+      // the pool's own requests (a replica another pool shares carries both pools')
+      inFlight: sources.inFlight.poolCount(pool.name),
       queue: { depth: sources.admission.depth(pool.name), limit: queueBound(pool.resilience) ?? null },
       held: sources.held(pool.name),
       ...sources.recent.summary(pool.name),

@@ -77,7 +77,7 @@ export class TurnedAway {
 export function* poolDemand(
   discovery: { pools(): readonly PoolSpec[]; endpoints: { snapshot(pool: string): readonly { id: string }[] } },
   sources: {
-    inFlight: Pick<InFlight, 'count'>;
+    inFlight: Pick<InFlight, 'poolCount'>;
     admission: { depth(pool: string): number };
     picker: { heldRequests(pool: string): number };
     engine: EngineLoadSource;
@@ -86,12 +86,13 @@ export function* poolDemand(
 ): Iterable<PoolDemand> {
   const now = sources.engine.now?.();
   for (const pool of discovery.pools()) {
-    let inFlight = 0;
+    // the pool's own requests: an endpoint it shares with another pool carries both, and one that left
+    // discovery (a terminating pod) still carries the streams it had
+    const inFlight = sources.inFlight.poolCount(pool.name);
     let engineWaiting: number | undefined;
     let kvSum = 0;
     let kvCount = 0;
     for (const ep of discovery.endpoints.snapshot(pool.name)) {
-      inFlight += sources.inFlight.count(ep.id);
       const load = pool.routing.engineMetrics.enabled ? sources.engine.load(ep.id, now) : undefined;
       if (!load) continue;
       engineWaiting = (engineWaiting ?? 0) + load.waiting;

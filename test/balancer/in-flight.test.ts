@@ -72,3 +72,21 @@ describe('InFlight: held counters', () => {
     expect([...inFlight.entries()]).toEqual([]);
   });
 });
+
+describe('InFlight: per pool', () => {
+  it('counts each pool’s own requests on an endpoint two pools share, and a release gives back its own pool’s', () => {
+    const inFlight = new InFlight();
+    const chat = [inFlight.acquire('http://engine:8000', 'chat'), inFlight.acquire('http://engine:8000', 'chat')];
+    const completions = inFlight.acquire('http://engine:8000', 'completions');
+    expect(inFlight.count('http://engine:8000')).toBe(3); // the engine carries both pools' requests
+    expect(inFlight.poolCount('chat')).toBe(2);
+    expect(inFlight.poolCount('completions')).toBe(1);
+    completions();
+    completions(); // idempotent
+    expect(inFlight.poolCount('completions')).toBe(0);
+    expect(inFlight.poolCount('chat')).toBe(2);
+    for (const release of chat) release();
+    expect(inFlight.poolCount('chat')).toBe(0);
+    expect(inFlight.total()).toBe(0);
+  });
+});

@@ -138,7 +138,7 @@ function sources(overrides: Partial<StatusSources> = {}): StatusSources {
     },
     health: { isHealthy: (id, unknown = true) => probed.get(id) ?? unknown },
     breakers: { states: () => breakers },
-    inFlight: { count: (id) => (id === 'http://10.0.0.1:8000' ? 2 : 0) },
+    inFlight: { count: (id) => (id === 'http://10.0.0.1:8000' ? 2 : 0), poolCount: (pool) => (pool === 'a' ? 2 : 0) },
     engine: { samples: () => [{ endpoint: 'http://10.0.0.1:8000', load }] },
     admission: { depth: (pool) => (pool === 'a' ? 5 : 0) },
     held: (pool) => (pool === 'a' ? 1 : 0),

@@ -48,6 +48,25 @@ describe('poolDemand', () => {
   });
 });
 
+describe('poolDemand of pools that share a replica', () => {
+  it('counts each pool’s own requests, not the other pool’s on the shared replica, nor misses those on a replica that left', () => {
+    const inFlight = new InFlight();
+    for (let i = 0; i < 6; i++) inFlight.acquire('shared', 'chat');
+    inFlight.acquire('terminating', 'chat'); // a stream still running on a pod discovery no longer lists
+    const endpoints: Record<string, Array<{ id: string }>> = { chat: [{ id: 'shared' }], completions: [{ id: 'shared' }] };
+    const demand = [
+      ...poolDemand(
+        { pools: () => [pool('chat'), pool('completions')], endpoints: { snapshot: (name) => endpoints[name] ?? [] } },
+        { inFlight, admission: { depth: () => 0 }, picker: { heldRequests: () => 0 }, engine: { load: () => undefined } },
+      ),
+    ];
+    expect(demand.map((d) => [d.pool, d.inFlight])).toEqual([
+      ['chat', 7],
+      ['completions', 0],
+    ]);
+  });
+});
+
 describe('TurnedAway: requests turned away for want of capacity, as the concurrency they would have held', () => {
   it('is their rate over the last minute times the pool’s mean request time, and exactly 0 a minute after the last', () => {
     const time = { at: 5_000 };
