@@ -37,6 +37,8 @@ export class ReplicaFeed {
   readonly index: ReplicaBlocks;
   private lastSeq: bigint | undefined;
   private base: FeedState = 'unknown';
+  /** A batch was skipped since the index last started over (batch 0, a join's replay, a clear): it may hold blocks the engine evicted. */
+  private lost = false;
   /** Since when the publisher is unreachable (undefined: connected). */
   private downSince: number | undefined;
   /** Batches that arrived while a replay ran, applied after it. */
@@ -77,12 +79,17 @@ export class ReplicaFeed {
       // the publisher's first batch: seen from the start (a restarted engine's cache is empty)
       this.index.clear();
       this.base = 'complete';
+      this.lost = false;
       return this.apply(seq, payload);
     }
     if (last === undefined || seq <= last) {
       // joined a running publisher, or it restarted and its first batches were missed
       this.index.clear();
-      this.base = (await this.catchUp(0n, seq)) ? 'complete' : 'partial';
+      this.base = 'unknown'; // while the replay runs, the index is being rebuilt
+      this.lost = false;
+      const whole = await this.catchUp(0n, seq);
+      // a batch of the replay that was skipped is lost as a gap's would be: apply() said unknown, which stays
+      if (!this.lost) this.base = whole ? 'complete' : 'partial';
     } else {
       const recovered = await this.catchUp(last + 1n, seq);
       this.options.events?.onGap?.(recovered);
@@ -127,6 +134,7 @@ export class ReplicaFeed {
       this.options.events?.onBadPayload?.(err);
       // its events are lost as a gap's are (its removals too: the index may hold blocks the engine evicted)
       this.base = 'unknown';
+      this.lost = true;
       return;
     }
     let stored = 0;
@@ -139,6 +147,7 @@ export class ReplicaFeed {
       else {
         cleared++;
         this.base = 'complete'; // what was held before the clear no longer matters
+        this.lost = false;
       }
     }
     this.options.events?.onBatch?.(stored, removed, cleared);

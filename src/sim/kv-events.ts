@@ -57,6 +57,7 @@ export class KvEventsPublisher implements PrefixCacheListener {
   private sending = false;
   private readonly buffer: Array<[bigint, Uint8Array]> = [];
   private lose = 0;
+  private corrupt = 0;
   private closed = false;
 
   private constructor(
@@ -84,6 +85,11 @@ export class KvEventsPublisher implements PrefixCacheListener {
     this.lose += count;
   }
 
+  /** Test fault: the next `count` batches are sent (and buffered for replay) as a payload that is not msgpack. */
+  corruptNext(count = 1): void {
+    this.corrupt += count;
+  }
+
   changed(stored: readonly StoredRun[], removed: readonly number[]): void {
     this.publish(encodeBatch(Date.now() / 1000, stored, removed, this.options.blockSize, false, this.options.tokenize));
   }
@@ -103,6 +109,10 @@ export class KvEventsPublisher implements PrefixCacheListener {
   private publish(payload: Uint8Array): void {
     if (this.closed) return;
     const seq = this.seq++;
+    if (this.corrupt > 0) {
+      this.corrupt--;
+      payload = Uint8Array.from([0xc1]); // a byte msgpack never uses
+    }
     this.buffer.push([seq, payload]);
     if (this.buffer.length > (this.options.bufferSize ?? 10_000)) this.buffer.shift();
     if (this.lose > 0) {

@@ -132,4 +132,32 @@ describe('ReplicaFeed', () => {
     await f.receive(3n, cleared());
     expect(f.state()).toBe('complete');
   });
+
+  it('a bad payload inside the replay of a join is lost as a live one is: the replica is unknown, not complete (regression: the join overwrote it)', async () => {
+    const bad: string[] = [];
+    const history = [stored(10), Uint8Array.from([0xc1]), stored(12, 11)];
+    const f = new ReplicaFeed({
+      blockChars: 64,
+      maxBlocks: 1000,
+      readable: true,
+      staleAfterMs: 1000,
+      now: () => 0,
+      replay: (from) => Promise.resolve(history.map((p, i) => [BigInt(i), p] as const).filter(([s]) => s >= from)),
+      events: { onBadPayload: (e) => bad.push(e.code) },
+    });
+    f.connected();
+    await f.receive(3n, stored(13, 12));
+    expect(bad).toEqual(['KV_EVENTS_BAD_PAYLOAD']);
+    expect(f.state()).toBe('unknown');
+    await f.receive(4n, cleared());
+    expect(f.state()).toBe('complete');
+  });
+
+  it('a replay of a join that holds a clear after its bad payload is complete: what was lost was cleared', async () => {
+    const history = [stored(10), Uint8Array.from([0xc1]), cleared(), stored(12)];
+    const { feed: f } = feed({ replay: (from) => Promise.resolve(history.map((p, i) => [BigInt(i), p] as const).filter(([s]) => s >= from)) });
+    await f.receive(4n, stored(13, 12));
+    expect(f.state()).toBe('complete');
+    expect(f.index.size).toBe(2);
+  });
 });

@@ -139,6 +139,23 @@ describe('KV-event prefix routing', () => {
     expect(await metric(g, 'modelgate_kv_events_received_total', { pool: 'plain', type: 'all_blocks_cleared' })).toBe(1);
   });
 
+  it('a router joining a running engine whose replay holds a bad batch routes it by the estimate, not as complete (regression: the join said complete)', async () => {
+    const s = await sim(7, 's', true);
+    // published before the router listens: the router's join replays them from 0, batch 1 corrupt
+    await direct(s, conversation('saws'));
+    s.kvEvents?.corruptNext();
+    await direct(s, conversation('drills'));
+    await direct(s, conversation('hammers'));
+    const g = await router([{ name: 'joined', sims: [s], replay: true }]);
+    await subscribed(g, 1);
+    await direct(s, conversation('pliers')); // the first batch the router hears, past 0: a join
+    await waitFor(async () => (await metric(g, 'modelgate_kv_events_bad_payloads_total', { pool: 'joined' })) === 1, 'the bad batch seen in the replay');
+    await waitFor(async () => (await metric(g, 'modelgate_kv_events_received_total', { pool: 'joined', type: 'block_stored' })) > 0, 'the replay applied');
+    expect(await metric(g, 'modelgate_kv_events_replicas', { pool: 'joined', state: 'unknown' })).toBe(1);
+    await viaRouter(g, 'joined', conversation('saws'));
+    expect(await metric(g, 'modelgate_prefix_predicted_blocks_total', { pool: 'joined', source: 'events' })).toBe(0);
+  });
+
   it('works in `modelgate serve --config FILE`, as users start it: an OpenAI client is routed to the replica its engine says holds the prompt', async () => {
     const a = await sim(5, 'a', false);
     const b = await sim(6, 'b', false);
