@@ -40,7 +40,7 @@ import { RecentTraffic, statusBoard } from './server/status.js';
 import { closeServer, createApiServer, drain, listen } from './wiring/servers.js';
 import { staticDiscovery } from './wiring/static-discovery.js';
 import { createLogger, lineSinkOf } from './wiring/logger.js';
-import { exportWatch, keptClosedLog } from './wiring/log-watches.js';
+import { badPayloadLog, exportWatch, keptClosedLog } from './wiring/log-watches.js';
 import { sloResult } from './metrics/goodput.js';
 import { discoveryGauges } from './wiring/gauges.js';
 
@@ -160,6 +160,7 @@ export async function createRouter(config: Config, options: RouterOptions = {}):
   const prefixIndex = new PrefixIndex();
   // KV-cache events: zeromq is loaded only once a pool enables them.
   const kvLog = logger.child({ component: 'kv-events' });
+  const badPayloadLogged = badPayloadLog(kvLog, () => clock.now());
   const kvMetrics = kvEventsMetrics([metrics.registry], () => kvEvents.stats());
   const kvEvents = new KvEventsHub({
     endpoints: discovery.endpoints,
@@ -171,7 +172,7 @@ export async function createRouter(config: Config, options: RouterOptions = {}):
       onGap: (pool, recovered) => kvMetrics.gap(pool, recovered),
       onBadPayload: (pool, endpoint, message) => {
         kvMetrics.badPayload(pool);
-        kvLog.warn({ pool, endpoint, error: message }, 'KV-event message skipped: not a KVEventBatch');
+        badPayloadLogged(pool, endpoint, message);
       },
       onError: (pool, endpoint, err) => kvLog.error({ pool, endpoint, error: err.message }, 'KV-event subscription failed: the replica is routed by the prefix estimate'),
       onCleared: (endpoint) => prefixIndex.forget(endpoint),

@@ -1,4 +1,4 @@
-/** Log lines a steady fault would repeat without bound: said when it starts, then at most once a minute or when it ends (the router's breakers, its trace export). */
+/** Log lines a steady fault would repeat without bound: said when it starts, then at most once a minute or when it ends (the router's breakers, its trace export, KV-event payloads skipped). */
 import { type Logger } from 'pino';
 
 /** How often, at most, a replica's breaker kept closed is logged (each time its health check passed, after server errors its engine answered). */
@@ -54,5 +54,27 @@ export function exportWatch(logger: Logger, now: () => number = Date.now): { exp
       log.warn({ dropped: lost }, 'trace spans dropped: the export queue is full (the collector is slower than the spans come; OTEL_BSP_MAX_QUEUE_SIZE)');
       lost = 0;
     },
+  };
+}
+
+/** How often, at most, a replica's skipped KV-event messages are logged after the first. */
+const BAD_PAYLOAD_LOG_MS = 60_000;
+
+/**
+ * Logs a KV-event message skipped (not a KVEventBatch, or over the bounds) at `warn`: a replica's
+ * first, then at most one line a minute that says how many more were skipped since. A publisher can
+ * send such messages as fast as the network carries them (a flood wrote 112,000 lines in 5 s);
+ * `modelgate_kv_events_bad_payloads_total` counts every one.
+ */
+export function badPayloadLog(log: Logger, clock: () => number): (pool: string, endpoint: string, message: string) => void {
+  const last = new Map<string, { at: number; since: number }>();
+  return (pool, endpoint, message) => {
+    const now = clock();
+    const key = `${pool} ${endpoint}`;
+    const seen = last.get(key);
+    if (seen && now - seen.at < BAD_PAYLOAD_LOG_MS) return void (seen.since += 1);
+    if (last.size > 10_000) last.clear(); // replicas come and go: the map stays bounded
+    last.set(key, { at: now, since: 0 });
+    log.warn({ pool, endpoint, error: message, ...(seen && seen.since > 0 ? { alsoSkipped: seen.since } : {}) }, 'KV-event message skipped: not a KVEventBatch');
   };
 }
