@@ -170,9 +170,9 @@ export async function createRouter(config: Config, options: RouterOptions = {}):
     events: {
       onBatch: (pool, stored, removed, cleared) => kvMetrics.batch(pool, stored, removed, cleared),
       onGap: (pool, recovered) => kvMetrics.gap(pool, recovered),
-      onBadPayload: (pool, endpoint, message) => {
-        kvMetrics.badPayload(pool);
-        badPayloadLogged(pool, endpoint, message);
+      onBadPayload: (pool, endpoint, message, reason) => {
+        kvMetrics.badPayload(pool, reason);
+        badPayloadLogged(pool, endpoint, message, reason);
       },
       onError: (pool, endpoint, err) => kvLog.error({ pool, endpoint, error: err.message }, 'KV-event subscription failed: the replica is routed by the prefix estimate'),
       onCleared: (endpoint) => prefixIndex.forget(endpoint),

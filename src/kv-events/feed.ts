@@ -11,6 +11,17 @@
 import { ReplicaBlocks, type ReplicaBlocksOptions } from './block-index.js';
 import { decodeBatch, KvWireError } from './wire.js';
 
+/**
+ * The event loop's time one replica's batches may take: `perSecondMs` of each second on average,
+ * `burstMs` at once (plus the one batch that overdraws it). A batch that finds the budget spent is
+ * skipped unread, lost as a bad payload is (the replica is unknown until its cache is cleared or it
+ * restarts). A real engine's events cost the router a few milliseconds a second (a 16-token block is
+ * read back in about 6 µs with a model's tokenizer); one publisher sending batches at the caps as fast
+ * as it can (over 1 s of decoding each, before the caps were lowered) would otherwise hold the loop
+ * that every tenant's requests share. So one replica gets at most a tenth of the loop, whatever it sends.
+ */
+export const APPLY_BUDGET = { perSecondMs: 100, burstMs: 250 } as const;
+
 /** `complete`: exact; `partial`: a lower bound; `unknown`: the estimate answers. */
 export type FeedState = 'complete' | 'partial' | 'unknown';
 
@@ -28,6 +39,7 @@ export type Replay = (from: bigint) => Promise<ReadonlyArray<readonly [bigint, U
 
 export interface ReplicaFeedOptions extends ReplicaBlocksOptions {
   staleAfterMs: number;
+  /** Milliseconds, monotonic (staleness, and the time batches take against {@link APPLY_BUDGET}). */
   now: () => number;
   replay?: Replay;
   events?: FeedEvents;
@@ -41,12 +53,16 @@ export class ReplicaFeed {
   private lost = false;
   /** Since when the publisher is unreachable (undefined: connected). */
   private downSince: number | undefined;
+  /** Milliseconds of {@link APPLY_BUDGET} left (negative: overdrawn by the last batch), as of `budgetAt`. */
+  private budget: number = APPLY_BUDGET.burstMs;
+  private budgetAt: number;
   /** Batches that arrived while a replay ran, applied after it. */
   private queued: Array<readonly [bigint, Uint8Array]> | undefined;
 
   constructor(private readonly options: ReplicaFeedOptions) {
     this.index = new ReplicaBlocks(options);
     this.downSince = options.now();
+    this.budgetAt = this.downSince;
   }
 
   state(now = this.options.now()): FeedState {
@@ -126,16 +142,31 @@ export class ReplicaFeed {
 
   private apply(seq: bigint, payload: Uint8Array): void {
     this.lastSeq = seq;
+    const start = this.options.now();
+    this.budget = Math.min(APPLY_BUDGET.burstMs, this.budget + (Math.max(0, start - this.budgetAt) * APPLY_BUDGET.perSecondMs) / 1000);
+    this.budgetAt = start;
+    if (this.budget <= 0) return this.skip(new KvWireError(`skipped unread: the replica's batches took more than ${APPLY_BUDGET.perSecondMs} ms of each second`, 'over_budget'));
+    try {
+      this.read(payload);
+    } finally {
+      this.budget -= Math.max(0, this.options.now() - start);
+    }
+  }
+
+  /** A batch lost as a gap's are (its removals too: the index may hold blocks the engine evicted). */
+  private skip(err: KvWireError): void {
+    this.options.events?.onBadPayload?.(err);
+    this.base = 'unknown';
+    this.lost = true;
+  }
+
+  private read(payload: Uint8Array): void {
     let batch;
     try {
       batch = decodeBatch(payload);
     } catch (err) {
       if (!(err instanceof KvWireError)) throw err;
-      this.options.events?.onBadPayload?.(err);
-      // its events are lost as a gap's are (its removals too: the index may hold blocks the engine evicted)
-      this.base = 'unknown';
-      this.lost = true;
-      return;
+      return this.skip(err);
     }
     let stored = 0;
     let removed = 0;

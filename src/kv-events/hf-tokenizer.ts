@@ -139,15 +139,16 @@ export class HfModel {
     const all = tail.ids.length === 0 ? [...ids] : [...tail.ids, ...ids];
     const before = this.decode(all.slice(0, tail.read));
     let end = all.length;
-    let full = this.decode(all);
+    const whole = this.decode(all);
+    let full = whole;
     // ids cut inside a character decode to U+FFFD: hold them back (at most a character's 4 bytes' worth)
     while (full.endsWith(REPLACEMENT) && end > tail.read && all.length - end < CONTEXT_TOKENS) {
       end--;
       full = this.decode(all.slice(0, end));
     }
     if (full.endsWith(REPLACEMENT)) {
-      end = all.length; // a real U+FFFD in the text
-      full = this.decode(all);
+      end = all.length; // a real U+FFFD in the text (its decode kept: no need to decode it again)
+      full = whole;
     }
     const text = full.startsWith(before) ? full.slice(before.length) : full.slice(Math.min(before.length, full.length));
     const start = Math.max(0, end - CONTEXT_TOKENS);

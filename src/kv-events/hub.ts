@@ -11,12 +11,14 @@ import { type Scheduler } from '../core/clock.js';
 import { type EndpointSource, type KvEventsSettings, type KvPrefixSource, type PoolSpec, type PromptSource } from '../core/types.js';
 import type { FeedState } from './feed.js';
 import type { HfModel } from './hf-tokenizer.js';
+import type { SkipReason } from './wire.js';
 import type { FeedTarget, ZmqFeed } from './zmq-transport.js';
 
 export interface KvEventsEvents {
   onBatch?: (pool: string, stored: number, removed: number, cleared: number) => void;
   onGap?: (pool: string, recovered: boolean) => void;
-  onBadPayload?: (pool: string, endpoint: string, message: string) => void;
+  /** A batch skipped: not a KVEventBatch (`malformed`), or over its replica's work budget (`over_budget`, feed.ts). */
+  onBadPayload?: (pool: string, endpoint: string, message: string, reason: SkipReason) => void;
   /** A replica's subscription failed for good (it stays on the estimate). */
   onError?: (pool: string, endpoint: string, err: Error) => void;
   /** A replica's engine cleared its whole cache (the estimate should forget the replica too). */
@@ -285,7 +287,7 @@ export class KvEventsHub implements KvPrefixSource {
             if (cleared > 0) events?.onCleared?.(endpointId);
           },
           onGap: (recovered) => events?.onGap?.(name, recovered),
-          onBadPayload: (err) => events?.onBadPayload?.(name, endpointId, err.message),
+          onBadPayload: (err) => events?.onBadPayload?.(name, endpointId, err.message, err.reason),
         },
       },
       (err) => events?.onError?.(name, endpointId, err),

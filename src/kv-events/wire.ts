@@ -24,20 +24,36 @@ export interface KvEventBatch {
 }
 
 /**
- * Bounds on one batch, past which it is refused as a bad payload (an engine's batch is one scheduler
- * step: its blocks are the tokens that step prefilled, a few thousand): a block of more token ids than
- * any engine's block size, more blocks or token ids in one batch than a step prefills. Each bounds the
- * event loop's work for one message, whatever a publisher sends.
+ * Bounds on one batch, past which it is refused as a bad payload: a block of more token ids than any
+ * engine's block size, more blocks or token ids in one batch than one scheduler step produces. vLLM
+ * publishes a batch per step, and a step schedules at most `max_num_batched_tokens` tokens (8,192 by
+ * default for the API server; 2,048–16,384 usual; as large as the context only with chunked prefill
+ * off): its BlockStored events carry the blocks those tokens filled (tokens / block_size, plus one
+ * per running sequence a decode step fills), its BlockRemoved no more than the step allocated. So
+ * 262,144 ids (a whole 256k-token prompt in one step) and 16,384 blocks (those ids in vLLM's 16-token
+ * blocks) leave a real engine room to spare, and bound one message's work: reading a batch at these
+ * caps back with a model's tokenizer costs about a quarter of what the earlier caps (65,536 blocks,
+ * 1,048,576 ids: over a second of event loop in the worst case measured) allowed. How many batches a
+ * publisher may have read per second is bounded by the feed's work budget (feed.ts).
  */
 export const MAX_BLOCK_SIZE = 4096;
-export const MAX_BATCH_BLOCKS = 65_536;
-export const MAX_BATCH_TOKEN_IDS = 1 << 20;
+export const MAX_BATCH_BLOCKS = 16_384;
+export const MAX_BATCH_TOKEN_IDS = 1 << 18;
 /** The largest message the subscriber takes (ZMQ's own limit: a larger one drops its connection, which then reconnects). */
 export const MAX_MESSAGE_BYTES = 16 * 1024 * 1024;
 
-/** A payload that is not a KVEventBatch. */
+/** Why a batch was skipped: not a KVEventBatch (or over the bounds above), or over its replica's work budget (feed.ts). */
+export type SkipReason = 'malformed' | 'over_budget';
+
+/** A payload that is not a KVEventBatch, or one skipped unread (`reason`). */
 export class KvWireError extends Error {
   readonly code = 'KV_EVENTS_BAD_PAYLOAD';
+  constructor(
+    message: string,
+    readonly reason: SkipReason = 'malformed',
+  ) {
+    super(message);
+  }
 }
 
 /** The replay socket's end-of-replay sequence (-1 as a signed 8-byte integer). */

@@ -4,7 +4,7 @@
  * (partial: a lower bound) or routes by the estimate (unknown: stale, gap, never heard), and the
  * prefix hit rate the router predicted for its picks, by where the prediction came from — to set next
  * to the engines' own (vLLM's `vllm:prefix_cache_hits_total / vllm:prefix_cache_queries_total`).
- * Labels are bounded: pool, event type, source, result.
+ * Labels are bounded: pool, event type, skip reason, source, result.
  */
 import { Counter, Gauge } from './prom.js';
 import type { Registry } from 'prom-client';
@@ -22,7 +22,8 @@ export interface KvEventsPoolView {
 export interface KvEventsRecorder {
   batch(pool: string, stored: number, removed: number, cleared: number): void;
   gap(pool: string, recovered: boolean): void;
-  badPayload(pool: string): void;
+  /** A batch skipped: `malformed` (not a KVEventBatch, or over the bounds) or `over_budget` (its replica's work budget spent). */
+  badPayload(pool: string, reason: 'malformed' | 'over_budget'): void;
   /** A pick's predicted prefix hit: `matched` of `total` blocks, from `source`. */
   predicted(pool: string, source: PrefixSource, matched: number, total: number): void;
 }
@@ -40,7 +41,12 @@ export function kvEventsMetrics(registers: Registry[], pools: () => Iterable<KvE
     labelNames: ['pool', 'recovered'] as const,
     registers,
   });
-  const bad = new Counter({ name: 'modelgate_kv_events_bad_payloads_total', help: 'KV-event messages that were not a KVEventBatch (skipped).', labelNames: ['pool'] as const, registers });
+  const bad = new Counter({
+    name: 'modelgate_kv_events_bad_payloads_total',
+    help: "KV-event messages skipped, by reason: malformed (not a KVEventBatch, or over the bounds), over_budget (the replica's batches took more than their share of the event loop).",
+    labelNames: ['pool', 'reason'] as const,
+    registers,
+  });
   // counted on every routed prompt: a hot counter (hot-counter.ts), not a prom-client inc per pick
   const predictedBlocks = new HotCounter<'pool' | 'source' | 'result', [pool: string, source: PrefixSource, result: 'hit' | 'miss']>({
     name: 'modelgate_prefix_predicted_blocks_total',
@@ -87,8 +93,8 @@ export function kvEventsMetrics(registers: Registry[], pools: () => Iterable<KvE
     gap(pool, recovered) {
       gaps.inc({ pool, recovered: String(recovered) });
     },
-    badPayload(pool) {
-      bad.inc({ pool });
+    badPayload(pool, reason) {
+      bad.inc({ pool, reason });
     },
     predicted(pool, source, matched, total) {
       if (matched > 0) predictedBlocks.inc(matched, pool, source, 'hit');

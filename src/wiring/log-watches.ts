@@ -61,20 +61,23 @@ export function exportWatch(logger: Logger, now: () => number = Date.now): { exp
 const BAD_PAYLOAD_LOG_MS = 60_000;
 
 /**
- * Logs a KV-event message skipped (not a KVEventBatch, or over the bounds) at `warn`: a replica's
- * first, then at most one line a minute that says how many more were skipped since. A publisher can
+ * Logs a KV-event message skipped (not a KVEventBatch or over the bounds; or over the replica's work
+ * budget: each reason on its own) at `warn`: a replica's first, then at most one line a minute that says how many more were skipped since. A publisher can
  * send such messages as fast as the network carries them (a flood wrote 112,000 lines in 5 s);
  * `modelgate_kv_events_bad_payloads_total` counts every one.
  */
-export function badPayloadLog(log: Logger, clock: () => number): (pool: string, endpoint: string, message: string) => void {
+export function badPayloadLog(log: Logger, clock: () => number): (pool: string, endpoint: string, message: string, reason?: string) => void {
   const last = new Map<string, { at: number; since: number }>();
-  return (pool, endpoint, message) => {
+  return (pool, endpoint, message, reason = 'malformed') => {
     const now = clock();
-    const key = `${pool} ${endpoint}`;
+    const key = `${pool} ${endpoint} ${reason}`;
     const seen = last.get(key);
     if (seen && now - seen.at < BAD_PAYLOAD_LOG_MS) return void (seen.since += 1);
     if (last.size > 10_000) last.clear(); // replicas come and go: the map stays bounded
     last.set(key, { at: now, since: 0 });
-    log.warn({ pool, endpoint, error: message, ...(seen && seen.since > 0 ? { alsoSkipped: seen.since } : {}) }, 'KV-event message skipped: not a KVEventBatch');
+    log.warn(
+      { pool, endpoint, reason, error: message, ...(seen && seen.since > 0 ? { alsoSkipped: seen.since } : {}) },
+      reason === 'over_budget' ? "KV-event message skipped: the replica's batches take more than their share of the event loop" : 'KV-event message skipped: not a KVEventBatch',
+    );
   };
 }

@@ -34,4 +34,17 @@ describe('badPayloadLog', () => {
     log('chat', 'http://a', 'x');
     expect(logs).toHaveLength(2);
   });
+
+  it('says a replica over its work budget apart from its malformed messages, each in its own words', () => {
+    const { logs, logger } = captureLogs();
+    const log = badPayloadLog(logger, () => 0);
+    log('chat', 'http://a', 'not msgpack', 'malformed');
+    log('chat', 'http://a', 'skipped unread', 'over_budget');
+    log('chat', 'http://a', 'skipped unread', 'over_budget');
+    const lines = logs.map((l) => JSON.parse(l) as Record<string, unknown>);
+    expect(lines.map((l) => [l.reason, l.msg])).toEqual([
+      ['malformed', 'KV-event message skipped: not a KVEventBatch'],
+      ['over_budget', "KV-event message skipped: the replica's batches take more than their share of the event loop"],
+    ]);
+  });
 });
