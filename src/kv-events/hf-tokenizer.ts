@@ -38,6 +38,53 @@ export interface TemplateInput {
   readonly body: Readonly<Record<string, unknown>>;
 }
 
+/**
+ * How much of a chat the template is given, at most; a larger chat is routed by the estimate for that
+ * pick, as a chat whose template fails is. A template's cost is in the items it walks (messages,
+ * content parts, tools and what they hold, counted as array elements and object keys: a few µs each,
+ * so 300,000 one-character messages, a 9.8 MB body, held the event loop for a second before the engine
+ * refused it), and in the characters it copies or escapes (`tojson` of a tool). 4,096 items is a long
+ * agent session (a plain message is 3, a tool with its schema 20 to 100), and 16 times the characters
+ * the prefix scorer uses (`maxBlocks × blockChars`, 16,384 by default) is a prompt most of which the
+ * scorer never reads.
+ */
+export const TEMPLATE_BUDGET = { items: 4096, charsPerUsedChar: 16 } as const;
+
+/**
+ * Whether `values` hold more than `budget.items` items (array elements, object keys) or `budget.chars`
+ * characters (strings and keys), counted together; it stops as soon as either runs out, so its own
+ * work is bounded by the budget (but for the keys of one object, which V8 lists all at once: a tool
+ * schema of 300,000 keys takes about 60 ms to give up on, less than half what JSON.parse took to make it).
+ */
+function oversize(values: readonly unknown[], budget: { items: number; chars: number }): boolean {
+  let { items, chars } = budget;
+  const stack: unknown[] = [...values];
+  while (stack.length > 0) {
+    const value = stack.pop();
+    if (typeof value === 'string') chars -= value.length;
+    else if (Array.isArray(value)) {
+      items -= value.length;
+      if (items < 0) return true;
+      for (const v of value) stack.push(v);
+    } else if (typeof value === 'object' && value !== null) {
+      // key by key, not Object.keys: an object of 300,000 keys is given up on after the budget's
+      for (const k in value) {
+        if (--items < 0) return true;
+        chars -= k.length;
+        const v = (value as Record<string, unknown>)[k];
+        // of a message's list of parts the template gets only the text (contentText): an inline image counts as one item
+        if (k === 'content' && Array.isArray(v)) {
+          items -= v.length;
+          if (items < 0) return true;
+          for (const part of v as unknown[]) if (typeof part === 'object' && part !== null) stack.push((part as { text?: unknown }).text);
+        } else stack.push(v);
+      }
+    }
+    if (chars < 0) return true;
+  }
+  return false;
+}
+
 /** Tokens kept before a block as context: enough for a SentencePiece leading space or a byte-level character (4 bytes). */
 const CONTEXT_TOKENS = 4;
 const REPLACEMENT = '\uFFFD';
@@ -111,17 +158,26 @@ export class HfModel {
   /**
    * The engine's prompt text for a request: a chat rendered by the template, a completions prompt
    * after the tokenizer's own prefix (token-id prompts decoded); undefined for other APIs, a content
-   * the template cannot take, or a template that fails.
+   * the template cannot take, or a template that fails. `usedChars` (the prefix scorer's `maxBlocks ×
+   * blockChars`) bounds the work: a chat over {@link TEMPLATE_BUDGET} is not rendered (undefined), and
+   * of a token-id prompt only the ids that can make up those characters are decoded.
    */
-  promptText(input: TemplateInput): string | undefined {
+  promptText(input: TemplateInput, usedChars = Infinity): string | undefined {
     const { body } = input;
     try {
-      if (input.api === 'chat') return this.renderChat(body.messages, body.tools);
+      if (input.api === 'chat') {
+        const budget = { items: TEMPLATE_BUDGET.items, chars: TEMPLATE_BUDGET.charsPerUsedChar * usedChars };
+        if (oversize([body.messages, body.tools], budget)) return undefined;
+        return this.renderChat(body.messages, body.tools);
+      }
       if (input.api !== 'completions') return undefined;
       const prompt = body.prompt;
       const first: unknown = Array.isArray(prompt) && (typeof prompt[0] === 'string' || Array.isArray(prompt[0])) ? prompt[0] : prompt;
       if (typeof first === 'string') return this.promptPrefix + first;
-      if (Array.isArray(first) && first.length > 0 && first.every((id) => Number.isInteger(id) && (id as number) >= 0)) return this.decode(first as number[]);
+      if (!Array.isArray(first) || first.length === 0) return undefined;
+      // every id gives at least a byte, and a character takes at most 4: the decoded ids' text is the prompt's as far as it is used
+      const ids = first.length > 4 * usedChars ? first.slice(0, 4 * usedChars) : first;
+      if (ids.every((id) => Number.isInteger(id) && (id as number) >= 0)) return this.decode(ids as number[]);
       return undefined;
     } catch {
       return undefined;

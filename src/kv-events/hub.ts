@@ -95,8 +95,8 @@ export class KvEventsHub implements KvPrefixSource {
   private readonly shared = new Set<string>();
   /** Tokenizer directory → its model (huggingface pools). */
   private readonly tokenizers = new Map<string, TokenizerEntry>();
-  /** Pool → the model its prompts are rendered with (huggingface pools whose model is loaded). */
-  private readonly renderers = new Map<string, HfModel>();
+  /** Pool → the model its prompts are rendered with (huggingface pools whose model is loaded), and the characters of them its prefix scorer uses. */
+  private readonly renderers = new Map<string, { model: HfModel; usedChars: number }>();
   private transport: FeedTransport | undefined;
   private loading: Promise<void> | undefined;
   private timer: unknown;
@@ -129,7 +129,8 @@ export class KvEventsHub implements KvPrefixSource {
   }
 
   promptText(pool: string, prompt: PromptSource): string | undefined {
-    return this.renderers.get(pool)?.promptText(prompt);
+    const renderer = this.renderers.get(pool);
+    return renderer?.model.promptText(prompt, renderer.usedChars);
   }
 
   match(pool: string, endpointId: string, blocks: readonly number[]): number {
@@ -213,7 +214,7 @@ export class KvEventsHub implements KvPrefixSource {
         },
       );
     }
-    if (entry.model) this.renderers.set(pool.name, entry.model);
+    if (entry.model) this.renderers.set(pool.name, { model: entry.model, usedChars: pool.routing.prefix.maxBlocks * pool.routing.prefix.blockChars });
     else this.renderers.delete(pool.name);
     return entry.model ?? (entry.failed ? null : undefined);
   }

@@ -12,7 +12,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promptBlocks } from '../../src/balancer/prefix-index.js';
 import { ReplicaBlocks } from '../../src/kv-events/block-index.js';
-import { EMPTY_TAIL, KvTokenizerError, loadHfModel, type DecodeTail, type HfModel } from '../../src/kv-events/hf-tokenizer.js';
+import { EMPTY_TAIL, KvTokenizerError, loadHfModel, TEMPLATE_BUDGET, type DecodeTail, type HfModel } from '../../src/kv-events/hf-tokenizer.js';
 import { decodeBatch, type KvEvent } from '../../src/kv-events/wire.js';
 import { renderPrompt } from '../../src/sim/chat-request.js';
 import { SimChatModel } from '../../src/sim/hf-template.js';
@@ -123,6 +123,44 @@ describe('the chat template', () => {
     expect(m.promptText({ api: 'completions', body: { prompt: ['first', 'second'] } })).toBe('first');
     expect(m.promptText({ api: 'completions', body: { prompt: m.encode('the café') } })).toBe('the café');
     expect(m.promptText({ api: 'responses', body: { input: 'hi' } })).toBeUndefined();
+  });
+
+  // regression: 300,000 one-character messages (9.8 MB) held the event loop for a second in the template
+  it('does not render a chat over the template budget (items, or characters past what the prefix scorer uses): the estimate answers for that pick', async () => {
+    const m = await model;
+    const messages = (n: number): object[] => Array.from({ length: n }, (_, i) => ({ role: i % 2 ? 'assistant' : 'user', content: 'x' }));
+    // each message is 3 items: its place in the list and its two keys
+    const most = Math.floor(TEMPLATE_BUDGET.items / 3);
+    expect(m.promptText({ api: 'chat', body: { messages: messages(most) } }, 16_384)).toBe(renderPrompt(messages(most)));
+    expect(m.promptText({ api: 'chat', body: { messages: messages(most + 1) } }, 16_384)).toBeUndefined();
+    expect(m.promptText({ api: 'chat', body: { messages: messages(300_000) } }, 16_384)).toBeUndefined();
+    // tools count too: one tool of a 300,000-key schema, or 200,000 tools
+    const huge = { type: 'object', properties: Object.fromEntries(Array.from({ length: 300_000 }, (_, i) => [`k${i}`, { type: 'string' }])) };
+    expect(m.promptText({ api: 'chat', body: { messages: CONVERSATION, tools: [{ type: 'function', function: { name: 'f', parameters: huge } }] } }, 16_384)).toBeUndefined();
+    const many = Array.from({ length: 200_000 }, (_, i) => ({ type: 'function', function: { name: `f${i}` } }));
+    expect(m.promptText({ api: 'chat', body: { messages: CONVERSATION, tools: many } }, 16_384)).toBeUndefined();
+    const tools = [{ type: 'function', function: { name: 'find_aisle', parameters: { type: 'object' } } }];
+    expect(m.promptText({ api: 'chat', body: { messages: CONVERSATION, tools } }, 16_384)).toBe(m.renderChat(CONVERSATION, tools));
+    // characters: 16 times the 10 the scorer uses here; 'role', 'user' and 'content' are 15 of them
+    const chat = (n: number): Record<string, unknown> => ({ messages: [{ role: 'user', content: 'y'.repeat(n) }] });
+    expect(m.promptText({ api: 'chat', body: chat(16 * 10 - 15) }, 10)).toContain('y'.repeat(16 * 10 - 15));
+    expect(m.promptText({ api: 'chat', body: chat(16 * 10 - 14) }, 10)).toBeUndefined();
+    // an inline image is one item, not its characters: the template never sees it
+    const image = { type: 'image_url', image_url: { url: `data:image/png;base64,${'A'.repeat(2_000_000)}` } };
+    expect(m.promptText({ api: 'chat', body: { messages: [{ role: 'user', content: [{ type: 'text', text: 'look' }, image] }] } }, 16_384)).toBe(
+      '<|im_start|>user\nlook<|im_end|>\n<|im_start|>assistant\n',
+    );
+  });
+
+  it('decodes of a token-id prompt only the ids that can make up the characters the prefix scorer uses', async () => {
+    const m = await model;
+    const text = 'the café and the bakery, '.repeat(200);
+    const ids = m.encode(text);
+    const read = m.promptText({ api: 'completions', body: { prompt: ids } }, 10) ?? '';
+    expect(read.length).toBeGreaterThanOrEqual(10);
+    expect(read.length).toBeLessThan(text.length);
+    expect(text.startsWith(read)).toBe(true);
+    expect(m.promptText({ api: 'completions', body: { prompt: ids } }, 16_384)).toBe(text);
   });
 });
 

@@ -74,6 +74,18 @@ describe('KvEventsHub with a huggingface tokenizer', () => {
     hub.stop();
   });
 
+  it("renders a pool's chat only within what its prefix scorer uses: a larger one is left to the estimate", async () => {
+    const spec = pool(DIR);
+    // 4 blocks of 8 characters used: the template is given at most 16 times 32 characters
+    const small: PoolSpec = { ...spec, routing: { ...spec.routing, prefix: { ...spec.routing.prefix, maxBlocks: 4, blockChars: 8 } } };
+    const { hub } = hubWith(small, loadHfModel);
+    hub.sync();
+    await waitFor(() => hub.promptText('p', { api: 'chat', body: { messages: [{ role: 'user', content: 'hi' }] } }) !== undefined, 'the model loaded');
+    expect(hub.promptText('p', { api: 'chat', body: { messages: [{ role: 'user', content: 'z'.repeat(16 * 32 - 15) }] } })).toBeDefined();
+    expect(hub.promptText('p', { api: 'chat', body: { messages: [{ role: 'user', content: 'z'.repeat(16 * 32 - 14) }] } })).toBeUndefined();
+    hub.stop();
+  });
+
   it('reports a directory that cannot be loaded once, and reads the pool as opaque', async () => {
     const { hub, given, errors } = hubWith(pool('/nowhere'), loadHfModel);
     hub.sync();
