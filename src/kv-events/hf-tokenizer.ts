@@ -7,7 +7,7 @@
  * text, continuing along the block chain (see {@link HfModel.readBlock}). Both libraries are loaded
  * by {@link loadHfModel}, only for a pool in this mode.
  */
-import { readFile } from 'node:fs/promises';
+import { readFile, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 
 /** The tokenizer files could not be used; the message names the file and the fix. */
@@ -234,6 +234,12 @@ async function readJson(dir: string, file: string): Promise<Record<string, unkno
   } catch (err) {
     throw new KvTokenizerError(`${path} is not a tokenizer file: ${(err as Error).message}`);
   }
+}
+
+/** The tokenizer files' modification times and sizes, as a string that changes when one of them does (a ConfigMap mount's update swaps a symlink: followed). */
+export async function tokenizerStamp(dir: string): Promise<string> {
+  const stats = await Promise.all(TOKENIZER_FILES.map((file) => stat(join(dir, file))));
+  return stats.map((s) => `${s.mtimeMs}:${s.size}`).join(' ');
 }
 
 /** Reads a tokenizer directory and loads both libraries (by dynamic import: only a pool in this mode pays for them). */

@@ -5,7 +5,8 @@
  * questions from them. `zeromq` and msgpack are loaded on the first enabled pool, never before: a
  * router without KV events pays nothing for them. A pool with `tokenizer: huggingface` is subscribed
  * once its model's tokenizer files are loaded (hf-tokenizer.ts, with the two Hugging Face libraries:
- * also loaded only then, once per directory); the hub then renders that pool's prompts too.
+ * also loaded only then, once per directory; a directory that failed is tried again, one whose files
+ * changed is read again); the hub then renders that pool's prompts too.
  */
 import { type Scheduler } from '../core/clock.js';
 import { type EndpointSource, type KvEventsSettings, type KvPrefixSource, type PoolSpec, type PromptSource } from '../core/types.js';
@@ -46,6 +47,8 @@ export interface KvEventsHubDeps {
   transport?: () => Promise<FeedTransport>;
   /** Loads a model's tokenizer directory (default: hf-tokenizer.ts `loadHfModel`, by a dynamic import). */
   loadTokenizer?: (dir: string) => Promise<HfModel>;
+  /** What the directory's files are now, as a string that changes when they do (default: hf-tokenizer.ts `tokenizerStamp`: their mtimes and sizes). */
+  stampTokenizer?: (dir: string) => Promise<string>;
   /** How often subscriptions follow discovery (default 1 s). */
   syncIntervalMs?: number;
 }
@@ -60,11 +63,30 @@ export interface KvEventsPoolStats {
   blocks: number;
 }
 
-/** A tokenizer directory: loading, loaded, or failed (its pools then stay opaque, the error reported once). */
+/**
+ * A tokenizer directory: loading (its pools wait), loaded, or failed (its pools are read as opaque).
+ * A failed one is tried again after a backoff; a loaded one's files are checked now and then, and
+ * read again when they changed (a ModelPool's ConfigMap updated in place). One no pool names is dropped.
+ */
 interface TokenizerEntry {
   model?: HfModel;
-  failed?: boolean;
+  /** Models loaded so far: a pool's feeds are subscribed again with a new one (their index was read with the old). */
+  generation: number;
+  /** The files as they were when `model` was read. */
+  stamp?: string;
+  /** Failed loads in a row. */
+  failures: number;
+  /** A load or a check runs. */
+  busy: boolean;
+  /** When to try a failed directory again, or check a loaded one's files. */
+  nextAt: number;
 }
+
+/** How often a loaded directory's files are checked for a change. */
+const TOKENIZER_CHECK_MS = 10_000;
+/** A failed directory is tried again after 1 s, then twice as long each time, up to a minute. */
+const TOKENIZER_RETRY_MS = 1_000;
+const TOKENIZER_RETRY_MAX_MS = 60_000;
 
 interface Subscription {
   signature: string;
@@ -84,8 +106,8 @@ export function feedAddress(template: string, url: URL): string {
   return template.split('{host}').join(url.hostname).split('{port}').join(port);
 }
 
-function signature(k: KvEventsSettings, blockChars: number, reader: HfModel | undefined): string {
-  return [k.endpoint, k.replayEndpoint ?? '', k.topic ?? '', k.staleAfterMs, k.tokenizer, k.tokenizerDir ?? '', reader ? 'read' : '', k.maxBlocksPerReplica, blockChars].join('\n');
+function signature(k: KvEventsSettings, blockChars: number, reader: HfModel | undefined, generation: number): string {
+  return [k.endpoint, k.replayEndpoint ?? '', k.topic ?? '', k.staleAfterMs, k.tokenizer, k.tokenizerDir ?? '', reader ? `read ${generation}` : '', k.maxBlocksPerReplica, blockChars].join('\n');
 }
 
 export class KvEventsHub implements KvPrefixSource {
@@ -171,7 +193,53 @@ export class KvEventsHub implements KvPrefixSource {
     }
     for (const pool of this.renderers.keys()) if (!keep.has(pool)) this.renderers.delete(pool);
     if (transport === undefined) return;
+    this.syncTokenizers(enabled);
     for (const pool of enabled) this.syncPool(pool, transport);
+  }
+
+  /** Starts the loads, retries and checks of the tokenizer directories huggingface pools name, and drops those none names. */
+  private syncTokenizers(enabled: readonly PoolSpec[]): void {
+    const users = new Map<string, string[]>();
+    for (const pool of enabled) {
+      const { tokenizer, tokenizerDir } = pool.routing.kvEvents;
+      if (tokenizer !== 'huggingface' || tokenizerDir === undefined) continue;
+      const names = users.get(tokenizerDir);
+      if (names) names.push(pool.name);
+      else users.set(tokenizerDir, [pool.name]);
+    }
+    for (const dir of this.tokenizers.keys()) if (!users.has(dir)) this.tokenizers.delete(dir);
+    const now = this.deps.now();
+    for (const [dir, pools] of users) {
+      let entry = this.tokenizers.get(dir);
+      if (!entry) this.tokenizers.set(dir, (entry = { generation: 0, failures: 0, busy: false, nextAt: now }));
+      if (!entry.busy && now >= entry.nextAt) this.refresh(dir, entry, pools);
+    }
+  }
+
+  /** Loads `dir`, unless its files are as they were when its model was read. */
+  private refresh(dir: string, entry: TokenizerEntry, pools: readonly string[]): void {
+    entry.busy = true;
+    const load = this.deps.loadTokenizer ?? (async (d: string) => (await import('./hf-tokenizer.js')).loadHfModel(d));
+    const stampOf = this.deps.stampTokenizer ?? (async (d: string) => (await import('./hf-tokenizer.js')).tokenizerStamp(d));
+    const run = async (): Promise<void> => {
+      const stamp = await stampOf(dir).catch(() => undefined);
+      if (entry.model !== undefined && stamp !== undefined && stamp === entry.stamp) return;
+      try {
+        const model = await load(dir);
+        // a stamp taken before a change the load read is older than the files: the next check loads them again, no harm
+        Object.assign(entry, { model, stamp, failures: 0, generation: entry.generation + 1 });
+      } catch (err) {
+        entry.failures += 1;
+        // a loaded model stays until its files load again (a half-written update is not the model's end)
+        for (const pool of pools) this.deps.events?.onError?.(pool, '*', err instanceof Error ? err : new Error(String(err)));
+      }
+    };
+    void run().finally(() => {
+      entry.busy = false;
+      const wait = entry.failures === 0 ? TOKENIZER_CHECK_MS : Math.min(TOKENIZER_RETRY_MAX_MS, TOKENIZER_RETRY_MS * 2 ** (entry.failures - 1));
+      entry.nextAt = this.deps.now() + wait;
+      if (this.tokenizers.get(dir) === entry) this.sync();
+    });
   }
 
   private load(): void {
@@ -197,33 +265,19 @@ export class KvEventsHub implements KvPrefixSource {
       this.renderers.delete(pool.name);
       return null;
     }
-    const dir = settings.tokenizerDir;
-    let entry = this.tokenizers.get(dir);
-    if (!entry) {
-      this.tokenizers.set(dir, (entry = {}));
-      const load = this.deps.loadTokenizer ?? (async (d: string) => (await import('./hf-tokenizer.js')).loadHfModel(d));
-      load(dir).then(
-        (model) => {
-          (entry as TokenizerEntry).model = model;
-          this.sync();
-        },
-        (err: unknown) => {
-          (entry as TokenizerEntry).failed = true;
-          this.deps.events?.onError?.(pool.name, '*', err instanceof Error ? err : new Error(String(err)));
-          this.sync();
-        },
-      );
-    }
+    const entry = this.tokenizers.get(settings.tokenizerDir); // syncTokenizers made it
+    if (!entry) return undefined;
     if (entry.model) this.renderers.set(pool.name, { model: entry.model, usedChars: pool.routing.prefix.maxBlocks * pool.routing.prefix.blockChars });
     else this.renderers.delete(pool.name);
-    return entry.model ?? (entry.failed ? null : undefined);
+    return entry.model ?? (entry.failures > 0 ? null : undefined);
   }
 
   private syncPool(pool: PoolSpec, transport: FeedTransport): void {
     const settings = pool.routing.kvEvents;
     const reader = this.readerFor(pool);
     if (reader === undefined) return;
-    const sig = signature(settings, pool.routing.prefix.blockChars, reader ?? undefined);
+    const generation = settings.tokenizerDir === undefined ? 0 : (this.tokenizers.get(settings.tokenizerDir)?.generation ?? 0);
+    const sig = signature(settings, pool.routing.prefix.blockChars, reader ?? undefined, generation);
     const readable = settings.tokenizer === 'simulator' || reader !== null;
     let subs = this.byPool.get(pool.name);
     if (!subs) this.byPool.set(pool.name, (subs = new Map<string, Subscription>()));
