@@ -226,6 +226,7 @@ export async function createRouter(config: Config, options: RouterOptions = {}):
         metrics.recordRejected(pool, 'shed');
         turnedAway.rejected(pool);
       },
+      onReleased: (pool, ms) => turnedAway.served(pool, ms / 1000),
       onHold: (pool, event) => holds.record(pool, event),
     },
   });
@@ -306,7 +307,7 @@ export async function createRouter(config: Config, options: RouterOptions = {}):
   const tracing = config.tracing.enabled ? (await import('./tracing/otel.js')).createTracing(config.tracing, exportWatch(logger)) : undefined;
   const notReadyReasons = (): string[] => [...(stopping ? ['shutting down'] : []), ...discovery.notReadyReasons()];
   // The admin status page reads the same live state as the gauges, plus recent traffic fed by the access log.
-  const board = statusBoard({
+  const status = statusBoard({
     now: () => clock.now(),
     wallNow: () => Date.now(),
     catalog: () => discovery.catalog(),
@@ -322,13 +323,7 @@ export async function createRouter(config: Config, options: RouterOptions = {}):
     notReady: notReadyReasons,
     recent: new RecentTraffic(() => clock.now()),
   });
-  const status: typeof board = {
-    snapshot: () => board.snapshot(),
-    recordRequest: (route, deployment, pool, code, seconds) => {
-      board.recordRequest(route, deployment, pool, code, seconds);
-      if (code >= 200 && code < 300) turnedAway.answered(pool, seconds);
-    },
-  };
+
   const app = buildApp({
     maxBodyBytes: config.server.maxBodyBytes,
     maxUploadBytes: config.server.maxUploadBytes,

@@ -73,7 +73,7 @@ export function demandMetrics(registers: Registry[], demand: () => Iterable<Pool
   );
   gauge(
     'modelgate_pool_turned_away_requests',
-    "Requests turned away for want of the pool's capacity (queue full, queue timeout, shed) in the last minute, per second, times the pool's mean request time: the part of the demand they make.",
+    "Requests turned away for want of the pool's capacity (queue full, queue timeout, shed) in the last minute, per second, times how long the pool's requests hold a replica on average: the part of the demand they make.",
     (d) => d.turnedAway,
   );
   gauge('modelgate_pool_requests_in_flight', "Requests this router has sent to the pool's replicas and not yet seen answered.", (d) => d.inFlight);

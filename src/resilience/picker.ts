@@ -105,6 +105,8 @@ export interface PickEvents {
    * left), `rejected` (the queue was full).
    */
   onHold?: (pool: string, event: HoldEvent) => void;
+  /** A request gave back its replica's slot, after holding it `ms` (on the picker's clock): what a request occupies a replica. */
+  onReleased?: (pool: string, ms: number) => void;
 }
 
 /** Where a pick's prefix match came from, by {@link KvPrefixSource.state}. */
@@ -610,6 +612,8 @@ export class EndpointPicker {
       this.deps.events?.onAdapterPlaced?.(pool.name, chosen.placement);
     }
     const releaseSlot = inFlight.acquire(endpoint.id, pool.name);
+    const onReleased = this.deps.events?.onReleased;
+    const takenAt = onReleased ? this.now() : 0;
     let released = false;
     return {
       endpoint,
@@ -619,6 +623,7 @@ export class EndpointPicker {
         if (released) return;
         released = true;
         releaseSlot();
+        onReleased?.(pool.name, this.now() - takenAt);
         admission.notify(pool.name);
       },
     };

@@ -14,14 +14,15 @@ export const STATUS_REFRESH_MS = 10_000;
 
 /** Seconds of turned-away requests a pool's rate is read over. */
 const TURNED_AWAY_WINDOW_S = 60;
-/** Weight of each answered request in a pool's mean request time. */
+/** Weight of each request in a pool's mean time holding a replica. */
 const MEAN_WEIGHT = 0.05;
 
 /**
  * The requests a pool was asked to take and the router turned away for want of capacity (a full
  * admission queue, a wait past `queue.timeoutMs`, a sheddable request shed), as the concurrency they
- * would have held: by Little's law, their rate over the last minute times the pool's mean request time
- * (its answered requests', streams whole; 1 s before the first). Without it the demand of a saturated
+ * would have held: by Little's law, their rate over the last minute times how long the pool's requests
+ * hold a replica's slot on average (from the pick to the answer's end, streams whole: not the wait in
+ * the queue before it, which would count the saturation twice; 1 s before the first). Without it the demand of a saturated
  * pool stops at what it runs and queues — and a pool whose traffic is sheddable, shed rather than
  * queued, never looks busier than it is already serving. Exactly 0 a minute after the last one.
  */
@@ -50,8 +51,8 @@ export class TurnedAway {
     entry.counts[slot]! += 1;
   }
 
-  /** A request the pool answered (2xx), and how long it took. */
-  answered(pool: string, seconds: number): void {
+  /** A request gave back the pool's replica slot it held for `seconds`. */
+  served(pool: string, seconds: number): void {
     if (pool === '' || !(seconds >= 0)) return;
     const entry = this.pool(pool);
     entry.meanS = entry.meanS === undefined ? seconds : entry.meanS + MEAN_WEIGHT * (seconds - entry.meanS);

@@ -225,6 +225,41 @@ describe('EndpointPicker: what a pick holds', () => {
     expect(t.inFlight.count('a')).toBe(0);
   });
 
+  it('says how long each request held its replica’s slot, from the pick to the release: not its wait in the queue before', async () => {
+    const time = new FakeTime();
+    const breakers = new BreakerRegistry(undefined, time);
+    opened.push(breakers);
+    const held: Array<[string, number]> = [];
+    const picker = new EndpointPicker({
+      endpoints: { snapshot: () => endpoints(['a']) },
+      inFlight: new InFlight(),
+      breakers,
+      health: { isHealthy: () => true },
+      admission: new AdmissionQueues(time, () => time.now()),
+      engine: { load: () => undefined },
+      now: () => time.now(),
+      random: () => 0,
+      events: { onReleased: (p, ms) => held.push([p, ms]) },
+      scheduler: time,
+    });
+    const limited = pool({ maxConcurrencyPerReplica: 1 });
+    const first = await picker.pick(limited, new Set());
+    const second = track(picker.pick(limited, new Set()));
+    await flush();
+    expect(second.state()).toBe('pending'); // waits in the queue for the one slot
+    await time.advance(500);
+    first.release();
+    first.release(); // once
+    await flush();
+    expect(second.state()).toBe('picked');
+    await time.advance(200);
+    second.picked()!.release();
+    expect(held).toEqual([
+      ['p', 500],
+      ['p', 200],
+    ]);
+  });
+
   it('hands out a breaker ticket whose failure opens the breaker (threshold 1): the next pick finds no replica', async () => {
     const t = setup(['a']);
     const spec = pool();

@@ -234,6 +234,8 @@ describe('priorities', () => {
     const lowered = await chat(g, [{ role: 'user', content: 'x' }], { headers: { 'x-modelgate-priority': 'sheddable' } });
     const notRaised = await chat(g, [{ role: 'user', content: 'x' }], { headers: { ...auth('sk-batch-0123456789'), 'x-modelgate-priority': 'critical' } });
     const bad = await chat(g, [{ role: 'user', content: 'x' }], { headers: { 'x-modelgate-priority': 'urgent' } });
+    // the three turned away are demand the pool could not take: 3 a minute, before any request held a replica (1 s each)
+    expect(metricSum(await adminMetrics(g), 'modelgate_pool_turned_away_requests', { pool: 'llm' })).toBe(0.05);
     // a standard request is not shed: it reaches the engine (and waits there; cut it short)
     const standard = await chat(g, [{ role: 'user', content: 'x' }], { abortAfterMs: 300 });
     load.abort();
@@ -248,8 +250,6 @@ describe('priorities', () => {
     expect(standard.error?.code).toBe('CLIENT_ABORT');
     const metrics = await adminMetrics(g);
     expect(metricSum(metrics, 'modelgate_rejected_requests_total', { reason: 'shed' })).toBe(3);
-    // the three turned away are demand the pool could not take (the standard one's abort answered nothing: 1 s a request)
-    expect(metricSum(metrics, 'modelgate_pool_turned_away_requests', { pool: 'llm' })).toBe(0.05);
     expect(g.logs.some((l) => l.includes('"priority":"sheddable"'))).toBe(true);
   });
 
@@ -292,7 +292,7 @@ describe('priorities', () => {
     for (let i = 0; i < 3; i++) expect((await chat(g, [{ role: 'user', content: `b${i}` }], { headers: auth('sk-batch-0123456789') })).status).toBe(429);
     const metrics = await adminMetrics(g);
     const labels = { pool: 'llm' };
-    // three turned away within the minute, before the pool answered anything (1 s a request): 3/60 × 1
+    // three turned away within the minute, before any request gave back a replica's slot (1 s each): 3/60 × 1
     expect(metricSum(metrics, 'modelgate_pool_turned_away_requests', labels)).toBe(0.05);
     expect(metricSum(metrics, 'modelgate_pool_requests_in_flight', labels)).toBe(1);
     expect(metricSum(metrics, 'modelgate_pool_demand_requests', labels)).toBe(1.05);

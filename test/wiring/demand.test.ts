@@ -72,7 +72,7 @@ describe('TurnedAway: requests turned away for want of capacity, as the concurre
     const time = { at: 5_000 };
     const away = new TurnedAway(() => time.at);
     expect(away.demand('a')).toBe(0);
-    away.answered('a', 2); // the pool's answers take 2 s
+    away.served('a', 2); // the pool's requests hold a replica 2 s
     for (let s = 0; s < 60; s++) {
       time.at += 1000;
       for (let i = 0; i < 10; i++) away.rejected('a'); // 10 a second for a minute
@@ -86,15 +86,15 @@ describe('TurnedAway: requests turned away for want of capacity, as the concurre
     expect(away.demand('a')).toBe(0);
   });
 
-  it('weighs the mean toward recent answers; counts 1 s a request before the pool answered any; ignores requests of no pool', () => {
+  it('weighs the mean toward recent requests; counts 1 s a request before any held a replica; ignores requests of no pool', () => {
     const time = { at: 0 };
     const away = new TurnedAway(() => time.at);
     for (let i = 0; i < 60; i++) away.rejected('cold');
     expect(away.demand('cold')).toBe(1); // 1 a second × 1 s
-    away.answered('', 100);
-    away.answered('cold', 4);
+    away.served('', 100);
+    away.served('cold', 4);
     expect(away.demand('cold')).toBe(4);
-    away.answered('cold', 24); // one answer moves the mean by a twentieth of the difference
+    away.served('cold', 24); // one answer moves the mean by a twentieth of the difference
     expect(away.demand('cold')).toBe(5);
   });
 
