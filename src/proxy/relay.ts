@@ -13,8 +13,7 @@
  *   instead. A client that accepts no bytes for `clientStallMs` is cut (`client_stalled`).
  * - A stream reaches the client whole events at a time: an event the engine has not finished is held
  *   until it is, so a stream cut mid-event ends with the error event, never half an event.
- * - With `stripUsageChunk`, the usage chunk the router asked for is removed (what else the engine put
- *   on it, llama.cpp's `timings`, goes on in a chunk of its own without `usage`): the rest of its chunk
+ * - With `stripUsageChunk`, the usage chunk the router asked for is removed: the rest of its chunk
  *   goes as the engine's bytes when the chunk starts and ends on event boundaries with valid UTF-8
  *   (nearly always), else as the text read; with `rewrite`, each whole event is written as it says.
  * - Once the answer is whole (a stream's last event, a sized body's last byte), neither the idle clock
@@ -32,7 +31,7 @@ import { type WireDialect } from '../core/types.js';
 import { clientResponseHeaders } from './headers.js';
 import { SseTap, type SseEvent, type SseSegment } from './sse-tap.js';
 import { OPENAI_ERROR } from './upstream-errors.js';
-import { isUsageChunk, usageChunkRest } from './usage.js';
+import { isUsageChunk } from './usage.js';
 import { type AttemptResult, type AttemptSpec, type StreamDone, type StreamEnd } from './forwarder.js';
 
 /** The attempt's single timer and its settlement, as the forwarder lends them to the relay. */
@@ -174,19 +173,12 @@ export function relayResponse(spec: AttemptSpec, proxyRes: EngineResponse, res: 
     };
   });
   /**
-   * The text to relay for a whole event: '' for the usage chunk the router asked for (or that chunk
-   * less its `usage`, when the engine put more on it), the `rewrite`'s text, the engine's error event
-   * re-wrapped, anything else as it came.
+   * The text to relay for a whole event: '' for the usage chunk the router asked for, the `rewrite`'s
+   * text, the engine's error event re-wrapped, anything else as it came.
    */
-  const textOf = (read: SseSegment): string => {
-    let segment = read;
-    let { event } = read;
-    if (spec.stripUsageChunk && event && isUsageChunk(event)) {
-      const rest = usageChunkRest(event.data);
-      if (rest === undefined) return '';
-      event = { data: rest };
-      segment = { raw: `data: ${rest}\n\n`, event };
-    }
+  const textOf = (segment: SseSegment): string => {
+    const { event } = segment;
+    if (spec.stripUsageChunk && event && isUsageChunk(event)) return '';
     if (spec.rewrite) return spec.rewrite(segment);
     const found = event && spec.engineError ? spec.engineError(event) : undefined;
     if (!found) return segment.raw;

@@ -19,7 +19,7 @@
  */
 import { type Clock } from '../core/clock.js';
 import { type WireDialect } from '../core/types.js';
-import { patchTopLevel, scanMembers, skipValue } from './body-patch.js';
+import { scanMembers, skipValue } from './body-patch.js';
 import { type ResponseObserver } from './forwarder.js';
 import { type SseEvent } from './sse-tap.js';
 
@@ -88,23 +88,6 @@ export function carriesUsage(event: SseEvent): boolean {
 /** Whether an event is the usage-only chunk (`"choices":[]` with a usage object). */
 export function isUsageChunk(event: SseEvent): boolean {
   return carriesUsage(event) && event.data.includes('"choices":[]');
-}
-
-/** The top-level members every usage chunk has: nothing a client misses when the chunk is dropped. */
-const USAGE_CHUNK_MEMBERS = new Set(['id', 'object', 'created', 'model', 'choices', 'usage', 'system_fingerprint']);
-
-/**
- * The usage chunk the router asked for, as a client that did not ask gets it: undefined (dropped) when
- * it carries nothing but the usual members, else its data less `usage`, the other members' text as the
- * engine wrote it. llama.cpp puts its `timings` on a stream's last chunk, and with usage asked for that
- * is the usage chunk: dropped whole, it took them from the client. Read for the usage chunk only.
- */
-export function usageChunkRest(data: string): string | undefined {
-  const open = data.indexOf('{');
-  if (open < 0) return undefined;
-  const { members } = scanMembers(data, open);
-  const more = members.some((m) => !USAGE_CHUNK_MEMBERS.has(m.key) && data.slice(m.valueStart, m.valueEnd) !== 'null');
-  return more ? patchTopLevel(data, { remove: new Set(['usage']) }) : undefined;
 }
 
 /** A chat or completions chunk with text: the usual one, `"content":"…"`, found without the regex. */

@@ -1,7 +1,6 @@
 /**
  * What engines other than vLLM put in a stream, as a client gets it through the router: llama.cpp's
- * mid-stream error as an `error:` block, TGI's error event with its `error_type`, llama.cpp's `timings`
- * on the usage chunk the router asks for. Each fake engine answers with the bytes its engine's server
+ * mid-stream error as an `error:` block, TGI's error event with its `error_type`. Each fake engine answers with the bytes its engine's server
  * writes (the sources are named with each), on node:http; the client is the official openai SDK.
  */
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
@@ -26,23 +25,6 @@ const LLAMA_MID_ERROR =
   llamaChunk({ content: 'Hello' }) +
   'error: {"code":500,"message":"Failed to decode the batch, n_batch = 512, ret = -3","type":"server_error"}\n\n' +
   'data: [DONE]\n\n';
-
-const TIMINGS = { prompt_n: 9, prompt_ms: 12.5, prompt_per_token_ms: 1.38, prompt_per_second: 720.0, predicted_n: 2, predicted_ms: 20.1, predicted_per_token_ms: 10.05, predicted_per_second: 99.5 };
-const LLAMA_HEAD = { created: 1, id: 'chatcmpl-ll', model: 'served/llm', system_fingerprint: 'b5350-abc', object: 'chat.completion.chunk' };
-
-/**
- * llama.cpp's stream (tools/server/server-task.cpp, to_json_oaicompat_chat_stream): `timings` go on
- * the last chunk, which is the usage chunk when usage is asked for, else the finish chunk.
- */
-const llamaTimings: Reply = (req, res) => {
-  const usage = (JSON.parse(req.body) as { stream_options?: { include_usage?: boolean } }).stream_options?.include_usage === true;
-  const finish = { choices: [{ finish_reason: 'stop', index: 0, delta: {} }], ...LLAMA_HEAD };
-  const tail = usage
-    ? `data: ${JSON.stringify(finish)}\n\ndata: ${JSON.stringify({ choices: [], ...LLAMA_HEAD, usage: { completion_tokens: 2, prompt_tokens: 9, total_tokens: 11 }, timings: TIMINGS })}\n\n`
-    : `data: ${JSON.stringify({ ...finish, timings: TIMINGS })}\n\n`;
-  res.writeHead(200, { 'content-type': 'text/event-stream' });
-  res.end(llamaChunk({ role: 'assistant', content: null }) + llamaChunk({ content: 'Hel' }) + llamaChunk({ content: 'lo' }) + tail + 'data: [DONE]\n\n');
-};
 
 /** An engine whose health check fails (so its answered server errors open its breaker) and that streams `stream`. */
 const streaming =
@@ -212,51 +194,5 @@ describe('TGI’s error event in a stream', () => {
       await fresh.close();
       await replica.close();
     }
-  });
-});
-
-describe('llama.cpp’s timings on the usage chunk the router asks for', () => {
-  let engine: RecordingUpstream;
-  let g: TestRouter<RunningRouter>;
-  beforeAll(async () => {
-    engine = await startUpstream(llamaTimings);
-    g = await routerFor('llamacpp', engine.url);
-  });
-  afterAll(async () => {
-    await g.close();
-    await engine.close();
-  });
-  const stream = (extra: object = {}) =>
-    rawRequest(`${g.router.apiUrl}/v1/chat/completions`, { headers: { authorization: `Bearer ${KEY}` }, body: { model: 'llm', messages: [{ role: 'user', content: 'hi' }], stream: true, ...extra } });
-
-  it('reach a client that did not ask for usage, in the usage chunk less its usage; the router still counts the usage', async () => {
-    const client = new OpenAI({ apiKey: KEY, baseURL: `${g.router.apiUrl}/v1`, maxRetries: 0 });
-    const parts = await client.chat.completions.create({ model: 'llm', messages: [{ role: 'user', content: 'hi' }], stream: true });
-    const seen: Array<{ usage?: unknown; timings?: unknown }> = [];
-    // `timings` is no member of the SDK's chunk type: the array's element type lets it be read
-    for await (const part of parts) seen.push(part);
-    expect(seen.filter((p) => p.timings !== undefined).map((p) => p.timings)).toEqual([TIMINGS]);
-    expect(seen.every((p) => p.usage === undefined)).toBe(true);
-    // the engine was asked for usage (the router counts tokens with it)
-    expect(JSON.parse(engine.requests.at(-1)!.body)).toMatchObject({ stream_options: { include_usage: true } });
-
-    const res = await stream();
-    const engineUsageChunk = `data: ${JSON.stringify({ choices: [], ...LLAMA_HEAD, usage: { completion_tokens: 2, prompt_tokens: 9, total_tokens: 11 }, timings: TIMINGS })}`;
-    // the other chunks byte for byte; the usage chunk's other members as the engine wrote them
-    expect(res.body).toBe(
-      llamaChunk({ role: 'assistant', content: null }) +
-        llamaChunk({ content: 'Hel' }) +
-        llamaChunk({ content: 'lo' }) +
-        `data: ${JSON.stringify({ choices: [{ finish_reason: 'stop', index: 0, delta: {} }], ...LLAMA_HEAD })}\n\n` +
-        `data: ${JSON.stringify({ choices: [], ...LLAMA_HEAD, timings: TIMINGS })}\n\n` +
-        'data: [DONE]\n\n',
-    );
-    expect(res.body).not.toContain(engineUsageChunk);
-    expect(await accessLine(g, res.headers['x-request-id'] as string)).toMatchObject({ promptTokens: 9, completionTokens: 2 });
-  });
-
-  it('reach a client that asked for usage in the engine’s usage chunk, as it came', async () => {
-    const res = await stream({ stream_options: { include_usage: true } });
-    expect(sseData(res.body).at(-2)).toBe(JSON.stringify({ choices: [], ...LLAMA_HEAD, usage: { completion_tokens: 2, prompt_tokens: 9, total_tokens: 11 }, timings: TIMINGS }));
   });
 });

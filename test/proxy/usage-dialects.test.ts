@@ -3,7 +3,7 @@ import { describe, expect, it } from '@jest/globals';
 import { streamErrorEvent, RouterError } from '../../src/core/errors.js';
 import { type WireDialect } from '../../src/core/types.js';
 import { SseTap } from '../../src/proxy/sse-tap.js';
-import { answerTextTokens, carriesUsage, isUsageChunk, ResponseMeter, usageChunkRest, usageFromJson } from '../../src/proxy/usage.js';
+import { answerTextTokens, carriesUsage, isUsageChunk, ResponseMeter, usageFromJson } from '../../src/proxy/usage.js';
 
 /** Feeds a raw SSE text through a tap into a meter, advancing the clock 10 ms per event. */
 function meterOver(dialect: WireDialect, stream: string): { meter: ResponseMeter; gaps: number[] } {
@@ -129,25 +129,6 @@ describe('ResponseMeter dialects', () => {
     meter.bodyEnd();
     expect(meter.responseId).toBe('resp_top');
     expect(meter.finalUsage()).toEqual({ promptTokens: 1, completionTokens: 2 });
-  });
-});
-
-describe('usageChunkRest: what a client that did not ask for usage gets of the usage chunk', () => {
-  it.each([
-    ['vLLM', '{"id":"c1","object":"chat.completion.chunk","created":1,"model":"m","choices":[],"usage":{"prompt_tokens":3,"completion_tokens":2,"total_tokens":5}}'],
-    [
-      'TGI',
-      '{"object":"chat.completion.chunk","id":"","created":1,"model":"m","system_fingerprint":"3.0.1-sha-bb9095a","choices":[],"usage":{"prompt_tokens":11,"completion_tokens":3,"total_tokens":14}}',
-    ],
-    ['a member that is null', '{"id":"c1","object":"chat.completion.chunk","created":1,"model":"m","choices":[],"usage":{"prompt_tokens":3},"service_tier":null}'],
-  ])('nothing, from %s (the chunk carries nothing else)', (_engine, data) => {
-    expect(usageChunkRest(data)).toBeUndefined();
-  });
-
-  it('the chunk less `usage` when the engine put more on it (llama.cpp’s timings), the rest as written', () => {
-    const data =
-      '{"choices":[],"created":1,"id":"c","model":"m","system_fingerprint":"b1","object":"chat.completion.chunk","usage":{"completion_tokens":2},"timings":{"prompt_n":9,"prompt_ms":12.50}}';
-    expect(usageChunkRest(data)).toBe('{"choices":[],"created":1,"id":"c","model":"m","system_fingerprint":"b1","object":"chat.completion.chunk","timings":{"prompt_n":9,"prompt_ms":12.50}}');
   });
 });
 
