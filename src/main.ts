@@ -174,6 +174,10 @@ export async function createRouter(config: Config, options: RouterOptions = {}):
         kvMetrics.badPayload(pool, reason);
         badPayloadLogged(pool, endpoint, message, reason);
       },
+      onThrottled: (pool, endpoint, ms) => {
+        kvMetrics.throttled(pool, ms);
+        badPayloadLogged(pool, endpoint, `a batch waited ${Math.round(ms)} ms`, 'throttled');
+      },
       onError: (pool, endpoint, err) => kvLog.error({ pool, endpoint, error: err.message }, 'KV-event subscription failed: the replica is routed by the prefix estimate'),
       onCleared: (endpoint) => prefixIndex.forget(endpoint),
       onSharedFeed: (pool, address, endpoints) =>

@@ -13,12 +13,15 @@ import { decodeBatch, KvWireError } from './wire.js';
 
 /**
  * The event loop's time one replica's batches may take: `perSecondMs` of each second on average,
- * `burstMs` at once (plus the one batch that overdraws it). A batch that finds the budget spent is
- * skipped unread, lost as a bad payload is (the replica is unknown until its cache is cleared or it
- * restarts). A real engine's events cost the router a few milliseconds a second (a 16-token block is
- * read back in about 6 µs with a model's tokenizer); one publisher sending batches at the caps as fast
- * as it can (over 1 s of decoding each, before the caps were lowered) would otherwise hold the loop
- * that every tenant's requests share. So one replica gets at most a tenth of the loop, whatever it sends.
+ * `burstMs` at once (plus the one batch that overdraws it). A batch that finds the budget spent waits
+ * until it refills, and the feed reads nothing from its publisher meanwhile: the publisher's queue
+ * for this router fills (a few messages, zmq-transport.ts) and ZMQ drops what does not fit, which the
+ * next batch's number shows as a gap, handled as any lagging subscriber's (a replay, else unknown). So
+ * a real engine's burst (a long replay at a join, a slow read) is read late, not lost; a publisher
+ * sending batches at the caps as fast as it can (over 1 s of decoding each, before the caps were
+ * lowered) gets a tenth of the loop that every tenant's requests share, whatever it sends. A real
+ * engine's events cost the router a few milliseconds a second (a 16-token block is read back in
+ * about 6 µs with a model's tokenizer).
  */
 export const APPLY_BUDGET = { perSecondMs: 100, burstMs: 250 } as const;
 
@@ -32,6 +35,8 @@ export interface FeedEvents {
   onGap?: (recovered: boolean) => void;
   /** A payload that is not a KVEventBatch, or over the bounds (skipped as a lost batch: the replica is unknown until its cache is cleared or it restarts; the sequence still counts). */
   onBadPayload?: (err: KvWireError) => void;
+  /** A batch waited `ms` for the replica's budget ({@link APPLY_BUDGET}) before it was read. */
+  onThrottled?: (ms: number) => void;
 }
 
 /** A replay: the publisher's buffered batches from `from` on, in order (empty when it has none, or no replay socket). */
@@ -43,6 +48,8 @@ export interface ReplicaFeedOptions extends ReplicaBlocksOptions {
   now: () => number;
   replay?: Replay;
   events?: FeedEvents;
+  /** Waits `ms` on `now`'s clock (a batch over the budget; default: a real timer). */
+  sleep?: (ms: number) => Promise<void>;
 }
 
 export class ReplicaFeed {
@@ -83,7 +90,11 @@ export class ReplicaFeed {
     this.downSince ??= this.options.now();
   }
 
-  /** One `[seq, payload]` from the publisher. Resolves once it (and whatever replay it caused) is applied. */
+  /**
+   * One `[seq, payload]` from the publisher. Resolves once it (and whatever replay it caused) is applied:
+   * the transport hands the next one only then (a batch may wait for the budget, and the publisher's
+   * queue takes up the slack); one that comes during a replay is queued behind it.
+   */
   async receive(seq: bigint, payload: Uint8Array): Promise<void> {
     if (this.queued) {
       this.queued.push([seq, payload]);
@@ -111,7 +122,7 @@ export class ReplicaFeed {
       this.options.events?.onGap?.(recovered);
       if (!recovered) this.base = 'unknown';
     }
-    this.apply(seq, payload);
+    await this.apply(seq, payload);
     await this.drain();
   }
 
@@ -125,7 +136,7 @@ export class ReplicaFeed {
       for (const [seq, payload] of await replay(from)) {
         if (seq < next || seq >= to) continue;
         if (seq !== next) break;
-        this.apply(seq, payload);
+        await this.apply(seq, payload);
         next += 1n;
       }
     } catch {
@@ -140,17 +151,34 @@ export class ReplicaFeed {
     for (const [seq, payload] of queued) await this.receive(seq, payload);
   }
 
-  private apply(seq: bigint, payload: Uint8Array): void {
+  private async apply(seq: bigint, payload: Uint8Array): Promise<void> {
     this.lastSeq = seq;
-    const start = this.options.now();
-    this.budget = Math.min(APPLY_BUDGET.burstMs, this.budget + (Math.max(0, start - this.budgetAt) * APPLY_BUDGET.perSecondMs) / 1000);
-    this.budgetAt = start;
-    if (this.budget <= 0) return this.skip(new KvWireError(`skipped unread: the replica's batches took more than ${APPLY_BUDGET.perSecondMs} ms of each second`, 'over_budget'));
+    let start = this.refill();
+    if (this.budget <= 0) {
+      const waited = start;
+      while (this.budget <= 0) {
+        await this.sleep(Math.ceil((-this.budget * 1000) / APPLY_BUDGET.perSecondMs) + 1);
+        start = this.refill();
+      }
+      this.options.events?.onThrottled?.(start - waited);
+    }
     try {
       this.read(payload);
     } finally {
       this.budget -= Math.max(0, this.options.now() - start);
     }
+  }
+
+  /** The budget refilled for the time since it was last looked at; returns now. */
+  private refill(): number {
+    const now = this.options.now();
+    this.budget = Math.min(APPLY_BUDGET.burstMs, this.budget + (Math.max(0, now - this.budgetAt) * APPLY_BUDGET.perSecondMs) / 1000);
+    this.budgetAt = now;
+    return now;
+  }
+
+  private sleep(ms: number): Promise<void> {
+    return this.options.sleep ? this.options.sleep(ms) : new Promise((resolve) => setTimeout(resolve, ms).unref());
   }
 
   /** A batch lost as a gap's are (its removals too: the index may hold blocks the engine evicted). */

@@ -18,8 +18,10 @@ import type { FeedTarget, ZmqFeed } from './zmq-transport.js';
 export interface KvEventsEvents {
   onBatch?: (pool: string, stored: number, removed: number, cleared: number) => void;
   onGap?: (pool: string, recovered: boolean) => void;
-  /** A batch skipped: not a KVEventBatch (`malformed`), or over its replica's work budget (`over_budget`, feed.ts). */
+  /** A batch skipped: not a KVEventBatch, or over the bounds (`malformed`). */
   onBadPayload?: (pool: string, endpoint: string, message: string, reason: SkipReason) => void;
+  /** A replica's batch waited `ms` for its share of the event loop (feed.ts APPLY_BUDGET). */
+  onThrottled?: (pool: string, endpoint: string, ms: number) => void;
   /** A replica's subscription failed for good (it stays on the estimate). */
   onError?: (pool: string, endpoint: string, err: Error) => void;
   /** A replica's engine cleared its whole cache (the estimate should forget the replica too). */
@@ -343,7 +345,9 @@ export class KvEventsHub implements KvPrefixSource {
           },
           onGap: (recovered) => events?.onGap?.(name, recovered),
           onBadPayload: (err) => events?.onBadPayload?.(name, endpointId, err.message, err.reason),
+          onThrottled: (ms) => events?.onThrottled?.(name, endpointId, ms),
         },
+        sleep: (ms) => new Promise<void>((resolve) => this.deps.scheduler.setTimeout(resolve, ms)),
       },
       (err) => events?.onError?.(name, endpointId, err),
     );

@@ -39,13 +39,22 @@ export interface KvEventBatch {
 export const MAX_BLOCK_SIZE = 4096;
 export const MAX_BATCH_BLOCKS = 16_384;
 export const MAX_BATCH_TOKEN_IDS = 1 << 18;
-/** The largest message the subscriber takes (ZMQ's own limit: a larger one drops its connection, which then reconnects). */
-export const MAX_MESSAGE_BYTES = 16 * 1024 * 1024;
+/**
+ * The largest message the subscriber takes (ZMQ's own limit: a larger one drops its connection, which
+ * then reconnects). A batch at the caps above is under 2 MiB in msgpack (16,384 hashes of 9 bytes,
+ * 262,144 token ids of at most 5).
+ */
+export const MAX_MESSAGE_BYTES = 4 * 1024 * 1024;
+/**
+ * Messages ZMQ keeps for the subscriber while the router does not read them (a feed waiting for its
+ * budget, feed.ts): beyond them the publisher's are dropped, a gap. At most 64 MiB per replica.
+ */
+export const RECEIVE_QUEUE_MESSAGES = 16;
 
-/** Why a batch was skipped: not a KVEventBatch (or over the bounds above), or over its replica's work budget (feed.ts). */
-export type SkipReason = 'malformed' | 'over_budget';
+/** Why a batch was skipped: not a KVEventBatch, or over the bounds above. */
+export type SkipReason = 'malformed';
 
-/** A payload that is not a KVEventBatch, or one skipped unread (`reason`). */
+/** A payload that is not a KVEventBatch, or over the bounds. */
 export class KvWireError extends Error {
   readonly code = 'KV_EVENTS_BAD_PAYLOAD';
   constructor(

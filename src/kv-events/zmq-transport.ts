@@ -7,7 +7,7 @@
  */
 import { Dealer, Subscriber } from 'zeromq';
 import { ReplicaFeed, type ReplicaFeedOptions } from './feed.js';
-import { END_OF_REPLAY, MAX_MESSAGE_BYTES, readSeq, seqFrame } from './wire.js';
+import { END_OF_REPLAY, MAX_MESSAGE_BYTES, RECEIVE_QUEUE_MESSAGES, readSeq, seqFrame } from './wire.js';
 
 export interface FeedTarget {
   endpoint: string;
@@ -58,7 +58,16 @@ export class ZmqFeed {
     this.feed = new ReplicaFeed({ ...options, ...(replayEndpoint !== '' ? { replay: (from: bigint) => replayFrom(replayEndpoint, from) } : {}) });
     const heartbeat = Math.max(100, Math.min(5_000, Math.floor(options.staleAfterMs / 3)));
     // maxMessageSize: a larger message is not read (ZMQ drops the connection, which reconnects)
-    this.socket = new Subscriber({ linger: 0, reconnectInterval: 100, reconnectMaxInterval: 2_000, heartbeatInterval: heartbeat, heartbeatTimeout: heartbeat * 2, maxMessageSize: MAX_MESSAGE_BYTES });
+    // receiveHighWaterMark: what waits while the feed does not read (its budget spent) stays small
+    this.socket = new Subscriber({
+      linger: 0,
+      reconnectInterval: 100,
+      reconnectMaxInterval: 2_000,
+      heartbeatInterval: heartbeat,
+      heartbeatTimeout: heartbeat * 2,
+      maxMessageSize: MAX_MESSAGE_BYTES,
+      receiveHighWaterMark: RECEIVE_QUEUE_MESSAGES,
+    });
     const events = this.socket.events; // observed before connecting: the first handshake is not missed
     this.socket.subscribe(target.topic);
     this.socket.connect(target.endpoint);

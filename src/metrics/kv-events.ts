@@ -22,8 +22,10 @@ export interface KvEventsPoolView {
 export interface KvEventsRecorder {
   batch(pool: string, stored: number, removed: number, cleared: number): void;
   gap(pool: string, recovered: boolean): void;
-  /** A batch skipped: `malformed` (not a KVEventBatch, or over the bounds) or `over_budget` (its replica's work budget spent). */
-  badPayload(pool: string, reason: 'malformed' | 'over_budget'): void;
+  /** A batch skipped: `malformed` (not a KVEventBatch, or over the bounds). */
+  badPayload(pool: string, reason: 'malformed'): void;
+  /** A replica's batch waited `ms` for its share of the event loop. */
+  throttled(pool: string, ms: number): void;
   /** A pick's predicted prefix hit: `matched` of `total` blocks, from `source`. */
   predicted(pool: string, source: PrefixSource, matched: number, total: number): void;
 }
@@ -43,8 +45,14 @@ export function kvEventsMetrics(registers: Registry[], pools: () => Iterable<KvE
   });
   const bad = new Counter({
     name: 'modelgate_kv_events_bad_payloads_total',
-    help: "KV-event messages skipped, by reason: malformed (not a KVEventBatch, or over the bounds), over_budget (the replica's batches took more than their share of the event loop).",
+    help: 'KV-event messages skipped, by reason: malformed (not a KVEventBatch, or over the bounds).',
     labelNames: ['pool', 'reason'] as const,
+    registers,
+  });
+  const throttled = new Counter({
+    name: 'modelgate_kv_events_throttled_seconds_total',
+    help: "Time the replicas' KV-event batches waited for their share of the event loop (a tenth each), not reading their publisher meanwhile.",
+    labelNames: ['pool'] as const,
     registers,
   });
   // counted on every routed prompt: a hot counter (hot-counter.ts), not a prom-client inc per pick
@@ -95,6 +103,9 @@ export function kvEventsMetrics(registers: Registry[], pools: () => Iterable<KvE
     },
     badPayload(pool, reason) {
       bad.inc({ pool, reason });
+    },
+    throttled(pool, ms) {
+      throttled.inc({ pool }, ms / 1000);
     },
     predicted(pool, source, matched, total) {
       if (matched > 0) predictedBlocks.inc(matched, pool, source, 'hit');

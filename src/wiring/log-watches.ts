@@ -61,8 +61,8 @@ export function exportWatch(logger: Logger, now: () => number = Date.now): { exp
 const BAD_PAYLOAD_LOG_MS = 60_000;
 
 /**
- * Logs a KV-event message skipped (not a KVEventBatch or over the bounds; or over the replica's work
- * budget: each reason on its own) at `warn`: a replica's first, then at most one line a minute that says how many more were skipped since. A publisher can
+ * Logs a KV-event message skipped (not a KVEventBatch or over the bounds), or one that waited for
+ * the replica's share of the event loop (`throttled`), each reason on its own, at `warn`: a replica's first, then at most one line a minute that says how many more were skipped since. A publisher can
  * send such messages as fast as the network carries them (a flood wrote 112,000 lines in 5 s);
  * `modelgate_kv_events_bad_payloads_total` counts every one.
  */
@@ -77,7 +77,9 @@ export function badPayloadLog(log: Logger, clock: () => number): (pool: string, 
     last.set(key, { at: now, since: 0 });
     log.warn(
       { pool, endpoint, reason, error: message, ...(seen && seen.since > 0 ? { alsoSkipped: seen.since } : {}) },
-      reason === 'over_budget' ? "KV-event message skipped: the replica's batches take more than their share of the event loop" : 'KV-event message skipped: not a KVEventBatch',
+      reason === 'throttled'
+        ? "KV-event messages read late: the replica's batches take more than their share of the event loop (what its publisher cannot queue is dropped: a gap)"
+        : 'KV-event message skipped: not a KVEventBatch',
     );
   };
 }

@@ -35,16 +35,16 @@ describe('badPayloadLog', () => {
     expect(logs).toHaveLength(2);
   });
 
-  it('says a replica over its work budget apart from its malformed messages, each in its own words', () => {
+  it('says a replica whose batches wait for their share of the loop apart from its malformed messages, each in its own words', () => {
     const { logs, logger } = captureLogs();
     const log = badPayloadLog(logger, () => 0);
     log('chat', 'http://a', 'not msgpack', 'malformed');
-    log('chat', 'http://a', 'skipped unread', 'over_budget');
-    log('chat', 'http://a', 'skipped unread', 'over_budget');
+    log('chat', 'http://a', 'a batch waited 90 ms', 'throttled');
+    log('chat', 'http://a', 'a batch waited 95 ms', 'throttled');
     const lines = logs.map((l) => JSON.parse(l) as Record<string, unknown>);
     expect(lines.map((l) => [l.reason, l.msg])).toEqual([
       ['malformed', 'KV-event message skipped: not a KVEventBatch'],
-      ['over_budget', "KV-event message skipped: the replica's batches take more than their share of the event loop"],
+      ['throttled', "KV-event messages read late: the replica's batches take more than their share of the event loop (what its publisher cannot queue is dropped: a gap)"],
     ]);
   });
 });
