@@ -225,7 +225,10 @@ export class KvEventsHub implements KvPrefixSource {
     const stampOf = this.deps.stampTokenizer ?? (async (d: string) => (await import('./hf-tokenizer.js')).tokenizerStamp(d));
     const run = async (): Promise<void> => {
       const stamp = await stampOf(dir).catch(() => undefined);
-      if (entry.model !== undefined && stamp !== undefined && stamp === entry.stamp) return;
+      if (entry.model !== undefined && stamp !== undefined && stamp === entry.stamp) {
+        entry.failures = 0; // the model read is the files' (a failure since was passing): checked at the usual pace again
+        return;
+      }
       try {
         const model = await load(dir);
         // a stamp taken before a change the load read is older than the files: the next check loads them again, no harm

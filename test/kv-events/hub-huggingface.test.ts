@@ -190,6 +190,47 @@ describe('KvEventsHub with a huggingface tokenizer', () => {
     }
   });
 
+  it('after a passing failure (the files briefly unreadable, then as they were) checks them at the usual pace again, not every second', async () => {
+    let transient = false;
+    let asked = 0;
+    let answered = 0;
+    const stamp = async (): Promise<string> => {
+      asked++;
+      await Promise.resolve();
+      answered++;
+      if (transient) throw new Error('gone for a moment');
+      return 'as loaded';
+    };
+    const load = async (d: string): Promise<HfModel> => {
+      if (transient) {
+        transient = false;
+        throw new Error('half-written');
+      }
+      return loadHfModel(d);
+    };
+    const { hub, errors, time } = hubWith(pool(DIR), load, stamp);
+    hub.sync();
+    await waitFor(() => hub.promptText('p', hi) !== undefined, 'the model loaded');
+    const check = async (ms: number): Promise<void> => {
+      await time.advance(ms);
+      hub.sync();
+      await waitFor(() => answered === asked, 'the check done');
+      await flush();
+    };
+    transient = true;
+    await check(10_000);
+    expect(errors).toEqual(['half-written']); // retried after 1 s
+    expect(asked).toBe(2);
+    await check(1_000);
+    expect(asked).toBe(3); // the files as they were: the model read stands
+    await check(1_000);
+    expect(asked).toBe(3); // and the next check is 10 s on, not 1 s
+    await check(9_000);
+    expect(asked).toBe(4);
+    expect(hub.promptText('p', hi)).toBe('<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n');
+    hub.stop();
+  });
+
   it('drops a directory no pool names any more: named again, it is loaded again', async () => {
     let spec = pool(DIR);
     const loads: string[] = [];
