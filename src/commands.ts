@@ -8,6 +8,7 @@
 import { parseArgs } from 'node:util';
 import { describeUnknownModelName, readKeysFile, unknownModelNames } from './config/keys-file.js';
 import { ConfigError, loadConfig } from './config/load.js';
+import { type Config } from './config/schema.js';
 
 const USAGE = `Usage: modelgate <command> [flags]
 
@@ -69,9 +70,35 @@ async function runSim(args: string[]): Promise<void> {
   process.stdout.write(`modelgate sim listening on ${sim.url} (models: ${options.model.join(', ')})\n`);
 }
 
+/**
+ * Each static pool's Hugging Face tokenizer directory, loaded as the router loads it: the config check
+ * reads only that both files are there, and files that do not load (a truncated tokenizer.json, a
+ * chat_template that does not parse) would otherwise leave the pool on the estimate, said only in a log.
+ */
+async function checkTokenizers(config: Config): Promise<void> {
+  const dirs = new Map<string, string>();
+  config.pools.forEach((pool, i) => {
+    const own = pool.routing?.kvEvents;
+    const kv = { ...config.routing.kvEvents, ...own };
+    if (kv.enabled && kv.tokenizer === 'huggingface' && kv.tokenizerDir && !dirs.has(kv.tokenizerDir)) {
+      dirs.set(kv.tokenizerDir, `${own ? `pools[${i}].routing` : 'routing'}.kvEvents.tokenizerDir`);
+    }
+  });
+  if (dirs.size === 0) return;
+  const { loadHfModel } = await import('./kv-events/hf-tokenizer.js');
+  for (const [dir, field] of dirs) {
+    try {
+      await loadHfModel(dir);
+    } catch (err) {
+      throw new ConfigError((err as Error).message, field);
+    }
+  }
+}
+
 async function runServe(args: string[]): Promise<void> {
   const { config: file } = flags(args, { config: { type: 'string' } });
   const config = loadConfig(file, process.env);
+  await checkTokenizers(config);
   const starting = import('./main.js').then(({ startRouter }) => startRouter(config));
   // Signals are handled from the start: one that arrives while starting drains once started.
   onSignals(async () => {
@@ -84,6 +111,7 @@ async function runServe(args: string[]): Promise<void> {
 export async function validateCommand(args: string[], env: NodeJS.ProcessEnv): Promise<string> {
   const { config: file } = flags(args, { config: { type: 'string' } });
   const config = loadConfig(file, env);
+  await checkTokenizers(config);
   if (config.discovery.mode !== 'kubernetes') {
     // what `serve` checks of each pool as it starts (its overrides merged, scale from zero's health checks)
     const [{ poolResolver }, { staticPools }] = await Promise.all([import('./config/pool-settings.js'), import('./wiring/static-discovery.js')]);

@@ -5,10 +5,11 @@
  * refused by the pool resolver.
  */
 import { describe, expect, it } from '@jest/globals';
-import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { copyFile, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { ROUTING_DEFAULTS } from '../../src/balancer/settings.js';
+import { exitFor, validateCommand } from '../../src/commands.js';
 import { buildConfig, ConfigError } from '../../src/config/load.js';
 import { poolResolver } from '../../src/config/pool-settings.js';
 import { RESILIENCE_DEFAULTS } from '../../src/resilience/settings.js';
@@ -44,6 +45,25 @@ describe('kvEvents.tokenizerDir in a config file', () => {
       await writeFile(join(dir, 'tokenizer.json'), '{}');
       expect(() => buildConfig(withPool(hf(dir)), '/x')).toThrow(new RegExp(`cannot read ${join(dir, 'tokenizer_config.json')} \\(ENOENT\\)`));
       expect(() => buildConfig(withPool(hf(join(dir, 'nope'))), '/x')).toThrow(/tokenizer\.json \(ENOENT\): the directory must hold the model's tokenizer\.json and tokenizer_config\.json/);
+    } finally {
+      await rm(dir, { recursive: true });
+    }
+  });
+
+  it('fails `modelgate validate` (and the start) on files that are there but do not load, naming the field and the file', async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'tok-'));
+    try {
+      await writeFile(join(dir, 'tokenizer.json'), '{"not":');
+      await copyFile(join(FIXTURE, 'tokenizer_config.json'), join(dir, 'tokenizer_config.json'));
+      await writeFile(join(dir, 'keys.yaml'), '- name: tester\n  key: sk-test-0123456789\n');
+      const config = join(dir, 'modelgate.json');
+      await writeFile(config, JSON.stringify(withPool(hf(dir))));
+      const err = await validateCommand(['--config', config], {}).catch((e: unknown) => e);
+      expect(err).toBeInstanceOf(ConfigError);
+      expect(exitFor(err)).toEqual({ code: 2, message: expect.stringMatching(/pools\[0\]\.routing\.kvEvents\.tokenizerDir.*tokenizer\.json is not a tokenizer file/s) as unknown });
+      // the same files whole: validated
+      await copyFile(join(FIXTURE, 'tokenizer.json'), join(dir, 'tokenizer.json'));
+      expect(await validateCommand(['--config', config], {})).toMatch(/^config OK: 1 pool/);
     } finally {
       await rm(dir, { recursive: true });
     }
