@@ -114,11 +114,13 @@ export class ReplicaFeed {
       this.index.clear();
       this.base = 'unknown'; // while the replay runs, the index is being rebuilt
       this.lost = false;
-      const whole = await this.catchUp(0n, seq);
-      // a batch of the replay that was skipped is lost as a gap's would be: apply() said unknown, which stays
-      if (!this.lost) this.base = whole ? 'complete' : 'partial';
+      const reached = await this.catchUp(0n, seq);
+      // a batch of the replay that was skipped is lost as a gap's would be: apply() said unknown, which stays.
+      // A replay that stopped short of the live batch left a gap after what it applied (removals of those
+      // blocks may be in it): unknown. Nothing replayed: what comes is a lower bound, partial.
+      if (!this.lost) this.base = reached === seq ? 'complete' : reached === 0n ? 'partial' : 'unknown';
     } else {
-      const recovered = await this.catchUp(last + 1n, seq);
+      const recovered = (await this.catchUp(last + 1n, seq)) === seq;
       this.options.events?.onGap?.(recovered);
       if (!recovered) this.base = 'unknown';
     }
@@ -126,10 +128,10 @@ export class ReplicaFeed {
     await this.drain();
   }
 
-  /** Replays `[from, to)`; true when every batch of it came back and was applied. */
-  private async catchUp(from: bigint, to: bigint): Promise<boolean> {
+  /** Replays `[from, to)`; returns the first batch not applied (`to`: every one came back and was applied). */
+  private async catchUp(from: bigint, to: bigint): Promise<bigint> {
     const replay = this.options.replay;
-    if (!replay) return false;
+    if (!replay) return from;
     this.queued = [];
     let next = from;
     try {
@@ -142,7 +144,7 @@ export class ReplicaFeed {
     } catch {
       // no answer from the replay socket: the gap stays
     }
-    return next === to;
+    return next;
   }
 
   private async drain(): Promise<void> {

@@ -52,6 +52,18 @@ describe('ReplicaFeed', () => {
     expect(f.index.size).toBe(4);
   });
 
+  it('joining with a replay that stops short of the live batch is unknown (a gap after what it applied), one that starts later partial', async () => {
+    const history = [stored(10), stored(11, 10), stored(12, 11)];
+    // batches 0 and 1 come back, 2 does not (the replay's bounds, or the publisher's buffer): its removals may be missing
+    const { feed: short } = feed({ replay: () => Promise.resolve(history.slice(0, 2).map((p, i) => [BigInt(i), p] as const)) });
+    await short.receive(3n, stored(13, 12));
+    expect(short.state()).toBe('unknown');
+    // the publisher's buffer starts after 0: nothing applied, what follows is a lower bound
+    const { feed: later } = feed({ replay: () => Promise.resolve([[2n, history[2]!] as const]) });
+    await later.receive(3n, stored(13, 12));
+    expect(later.state()).toBe('partial');
+  });
+
   it('a sequence gap makes the replica unknown until its engine clears its cache', async () => {
     const { feed: f, gaps } = feed();
     await f.receive(0n, stored(1));
