@@ -8,7 +8,9 @@
  * by {@link loadHfModel}, only for a pool in this mode.
  */
 import { readFile, stat } from 'node:fs/promises';
+import { createRequire } from 'node:module';
 import { join } from 'node:path';
+import { Worker } from 'node:worker_threads';
 
 /** The tokenizer files could not be used; the message names the file and the fix. */
 export class KvTokenizerError extends Error {
@@ -147,6 +149,11 @@ export class HfModel {
   }
 
   /** The chat rendered by the model's template, as vLLM renders it (with the generation prompt). */
+  /** The special tokens a render is given (`bos_token` and the like). */
+  specialTokens(): Record<string, string> {
+    return { ...this.specials };
+  }
+
   renderChat(messages: unknown, tools?: unknown): string {
     if (!this.template) throw new KvTokenizerError('tokenizer_config.json has no chat_template');
     const list = Array.isArray(messages) ? messages.map((m: unknown) => (typeof m === 'object' && m !== null ? { ...m, content: contentText((m as { content?: unknown }).content) } : m)) : [];
@@ -242,6 +249,59 @@ export async function tokenizerStamp(dir: string): Promise<string> {
   return stats.map((s) => `${s.mtimeMs}:${s.size}`).join(' ');
 }
 
+/** How long a chat_template may take to render a short chat when it is loaded. */
+export const TEMPLATE_CHECK_MS = 1000;
+
+/** The worker that renders a template once, in isolation (plain CommonJS: it runs as given, in tests too). */
+const TEMPLATE_CHECK_WORKER = `
+const { parentPort, workerData } = require('node:worker_threads');
+const { Template } = require(workerData.jinja);
+try {
+  new Template(workerData.source).render(workerData.items);
+  parentPort.postMessage('rendered');
+} catch {
+  parentPort.postMessage('threw');
+}
+`;
+
+/**
+ * Renders `source` once with a short chat in a worker thread, stopped after {@link TEMPLATE_CHECK_MS}:
+ * the router renders a pool's template for each chat it routes, on the event loop every tenant's
+ * requests share, so a template that loops for seconds (or for ever) is refused when it is loaded
+ * rather than found at the first request; so is one that needs more than 256 MiB for it. A template
+ * that throws on the short chat is not refused here: such chats are routed by the estimate, as any
+ * render that fails.
+ */
+async function checkTemplate(source: string, specials: Record<string, string>, file: string): Promise<void> {
+  const jinja = createRequire(import.meta.url).resolve('@huggingface/jinja');
+  const items = {
+    messages: [
+      { role: 'system', content: 'You are helpful.' },
+      { role: 'user', content: 'Hello!' },
+    ],
+    add_generation_prompt: true,
+    ...specials,
+  };
+  const worker = new Worker(TEMPLATE_CHECK_WORKER, { eval: true, workerData: { jinja, source, items }, resourceLimits: { maxOldGenerationSizeMb: 256 } });
+  let timer: NodeJS.Timeout | undefined;
+  try {
+    const done = await Promise.race([
+      new Promise<'rendered' | 'memory'>((resolve) => {
+        worker.once('message', () => resolve('rendered')); // or it threw: such chats go by the estimate
+        worker.once('error', () => resolve('memory')); // the worker's own failure: its heap's limit
+        worker.once('exit', () => resolve('memory'));
+      }),
+      // timed from when the worker runs (a thread's start on a busy machine is not the template's)
+      new Promise<'slow'>((resolve) => worker.once('online', () => (timer = setTimeout(() => resolve('slow'), TEMPLATE_CHECK_MS)))),
+    ]);
+    const why = done === 'slow' ? `took over ${TEMPLATE_CHECK_MS} ms` : done === 'memory' ? 'ran out of 256 MiB of memory' : undefined;
+    if (why) throw new KvTokenizerError(`the chat_template of ${file} ${why} to render a two-message chat: the router renders it for every chat it routes`);
+  } finally {
+    clearTimeout(timer);
+    await worker.terminate();
+  }
+}
+
 /** Reads a tokenizer directory and loads both libraries (by dynamic import: only a pool in this mode pays for them). */
 export async function loadHfModel(dir: string): Promise<HfModel> {
   // both read at once; when both fail, tokenizer.json's error is the one said (whichever failed first was a race)
@@ -264,5 +324,7 @@ export async function loadHfModel(dir: string): Promise<HfModel> {
   } catch (err) {
     throw new KvTokenizerError(`the chat_template of ${join(dir, 'tokenizer_config.json')} does not parse: ${(err as Error).message}`);
   }
-  return new HfModel(tokenizer, template, config);
+  const model = new HfModel(tokenizer, template, config);
+  if (typeof source === 'string') await checkTemplate(source, model.specialTokens(), join(dir, 'tokenizer_config.json'));
+  return model;
 }

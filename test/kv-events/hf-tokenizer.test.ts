@@ -7,12 +7,12 @@
  */
 import { describe, expect, it } from '@jest/globals';
 import fc from 'fast-check';
-import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { copyFile, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promptBlocks } from '../../src/balancer/prefix-index.js';
 import { ReplicaBlocks } from '../../src/kv-events/block-index.js';
-import { EMPTY_TAIL, KvTokenizerError, loadHfModel, TEMPLATE_BUDGET, type DecodeTail, type HfModel } from '../../src/kv-events/hf-tokenizer.js';
+import { EMPTY_TAIL, KvTokenizerError, loadHfModel, TEMPLATE_BUDGET, TEMPLATE_CHECK_MS, type DecodeTail, type HfModel } from '../../src/kv-events/hf-tokenizer.js';
 import { decodeBatch, type KvEvent } from '../../src/kv-events/wire.js';
 import { renderPrompt } from '../../src/sim/chat-request.js';
 import { SimChatModel } from '../../src/sim/hf-template.js';
@@ -231,5 +231,38 @@ describe('loading a tokenizer directory', () => {
     } finally {
       await rm(dir, { recursive: true });
     }
+  });
+
+  /** The fixture's files with another chat_template. */
+  async function withTemplate(template: string, check: (dir: string) => Promise<void>): Promise<void> {
+    const dir = await mkdtemp(join(tmpdir(), 'hf-tok-'));
+    try {
+      await copyFile(join(DIR, 'tokenizer.json'), join(dir, 'tokenizer.json'));
+      const config = JSON.parse(await readFile(join(DIR, 'tokenizer_config.json'), 'utf8')) as Record<string, unknown>;
+      await writeFile(join(dir, 'tokenizer_config.json'), JSON.stringify({ ...config, chat_template: template }));
+      await check(dir);
+    } finally {
+      await rm(dir, { recursive: true });
+    }
+  }
+
+  it('refuses a chat_template that takes seconds to render a short chat (the router renders it for every chat)', async () => {
+    // 200 million turns of a loop: about 6 s of the event loop at every request, had it been taken
+    await withTemplate('{% for i in range(200000000) %}{% endfor %}{{ messages[0].content }}', async (dir) => {
+      await expect(loadHfModel(dir)).rejects.toThrow(
+        new RegExp(`the chat_template of .*tokenizer_config\\.json (took over ${TEMPLATE_CHECK_MS} ms|ran out of 256 MiB of memory) to render a two-message chat`),
+      );
+    });
+  });
+
+  it('takes a template that renders a short chat at once, and one that refuses it (such chats go by the estimate)', async () => {
+    await withTemplate('{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}', async (dir) => {
+      const model = await loadHfModel(dir);
+      expect(model.renderChat([{ role: 'user', content: 'hi' }])).toBe('<user>hi');
+    });
+    await withTemplate("{{ raise_exception('no system message, please') }}", async (dir) => {
+      const model = await loadHfModel(dir);
+      expect(model.promptText({ api: 'chat', body: { messages: [{ role: 'user', content: 'hi' }] } })).toBeUndefined();
+    });
   });
 });
