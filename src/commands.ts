@@ -112,10 +112,11 @@ export async function validateCommand(args: string[], env: NodeJS.ProcessEnv): P
   const { config: file } = flags(args, { config: { type: 'string' } });
   const config = loadConfig(file, env);
   await checkTokenizers(config);
+  const unserved: string[] = [];
   if (config.discovery.mode !== 'kubernetes') {
     // what `serve` checks of each pool as it starts (its overrides merged, scale from zero's health checks)
-    const [{ poolResolver }, { staticPools }] = await Promise.all([import('./config/pool-settings.js'), import('./wiring/static-discovery.js')]);
-    staticPools(config, poolResolver({ resilience: config.resilience, routing: config.routing }));
+    const [{ poolResolver }, { staticPools }, { unservedCapabilities }] = await Promise.all([import('./config/pool-settings.js'), import('./wiring/static-discovery.js'), import('./core/types.js')]);
+    for (const pool of staticPools(config, poolResolver({ resilience: config.resilience, routing: config.routing }))) unserved.push(...unservedCapabilities(pool));
   } else {
     // the kubeconfig file the config names, as `serve` reads it
     (await import('./wiring/kubernetes-discovery.js')).checkKubeconfig(config, env);
@@ -125,7 +126,7 @@ export async function validateCommand(args: string[], env: NodeJS.ProcessEnv): P
   const count = (n: number, noun: string): string => `${n} ${noun}${n === 1 ? '' : 's'}`;
   // in static mode every deployment is known: a key naming none of them is said (not refused)
   const unknown = config.discovery.mode === 'kubernetes' ? [] : unknownModelNames(keys, config.deployments);
-  const warnings = unknown.map((u) => `warning: ${describeUnknownModelName(u)}\n`).join('');
+  const warnings = [...unknown.map((u) => describeUnknownModelName(u)), ...unserved].map((w) => `warning: ${w}\n`).join('');
   return `config OK: ${count(config.pools.length, 'pool')}, ${count(endpoints, 'endpoint')}, ${count(config.deployments.length, 'deployment')}, ${count(keys.length, 'key')}\n${warnings}`;
 }
 

@@ -12,7 +12,7 @@ import { PrefixIndex } from './balancer/prefix-index.js';
 import { AdapterPlacements } from './balancer/lora.js';
 import { ResponseLocations } from './balancer/response-locations.js';
 import { systemClock, systemScheduler, systemSleep, type Clock } from './core/clock.js';
-import { type RefusedRequest } from './core/types.js';
+import { type RefusedRequest, unservedCapabilities } from './core/types.js';
 import { type Config } from './config/schema.js';
 import { RouterMetrics } from './metrics/metrics.js';
 import { attemptOutcome, retryReason } from './metrics/labels.js';
@@ -100,6 +100,8 @@ export async function createRouter(config: Config, options: RouterOptions = {}):
     config.discovery.mode === 'kubernetes'
       ? (await import('./wiring/kubernetes-discovery.js')).kubernetesDiscovery(config, resolve, logger, metricsRef, random, clock)
       : staticDiscovery(config, Math.floor(Date.now() / 1000), resolve);
+  // a pool declaring an API its engine takes in another shape: said at start, as `modelgate validate` says it
+  if (config.discovery.mode !== 'kubernetes') for (const pool of discovery.pools()) for (const warning of unservedCapabilities(pool)) logger.warn({ pool: pool.name }, warning);
   // The ready gauges read the health checks and breakers built below, at scrape time only.
   const readiness = { isHealthy: (id: string, unknown: boolean) => health.isHealthy(id, unknown), breakers: () => breakers.states() };
   const metrics = new RouterMetrics(discoveryGauges(discovery, inFlight, config.discovery.mode === 'kubernetes', readiness, API_ROUTES), {

@@ -3,6 +3,7 @@ import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { exitFor, validateCommand } from '../src/commands.js';
+import { startTestRouter } from './helpers/router.js';
 
 async function withFiles(files: Record<string, string>, run: (dir: string) => Promise<void>): Promise<void> {
   const dir = await mkdtemp(join(tmpdir(), 'modelgate-cli-'));
@@ -50,6 +51,17 @@ describe('modelgate validate', () => {
         'config OK: 1 pool, 2 endpoints, 1 deployment, 2 keys\n' +
           'warning: key "a": models names "llama-70b-prod", which is no deployment\'s ID, model name or alias\n' +
           'warning: key "a": limits.deployments names "text-embedding-3-small", which is no deployment\'s ID, model name or alias\n',
+      );
+    });
+  });
+
+  it('warns of an API a pool declares that its engine takes in another shape (TEI rerank, TGI and llama.cpp tokenize), and still passes', async () => {
+    const keys = '- name: a\n  key: sk-aaaaaaaa\n';
+    const declared = config.replace('    endpoints:', '    engine: tgi\n    capabilities: [chat, tokenize]\n    endpoints:');
+    await withFiles({ 'modelgate.yaml': declared, 'keys.yaml': keys }, async (dir) => {
+      expect(await validateCommand(['--config', join(dir, 'modelgate.yaml')], {})).toBe(
+        'config OK: 1 pool, 2 endpoints, 1 deployment, 1 key\n' +
+          "warning: pool llama declares tokenize, which its engine (tgi) does not serve as the router sends it: TGI's /tokenize takes `inputs`, not vLLM's `prompt` or `messages`; every such request would fail at the engine\n",
       );
     });
   });
@@ -110,5 +122,20 @@ describe('modelgate validate', () => {
     await withFiles({ 'modelgate.yaml': kube(), 'keys.yaml': keys }, async (dir) => {
       expect(await validateCommand(['--config', join(dir, 'modelgate.yaml')], {})).toContain('config OK');
     });
+  });
+});
+
+describe('modelgate serve', () => {
+  it('logs at start, as validate says it, an API a pool declares that its engine takes in another shape', async () => {
+    const g = await startTestRouter({
+      pools: [{ name: 'bge', engine: 'tei', servedModelName: 'bge', capabilities: ['embeddings', 'rerank'], endpoints: ['http://127.0.0.1:9'] }],
+      deployments: [{ id: 'bge', model: 'bge', targets: [{ pool: 'bge' }] }],
+    });
+    try {
+      const warned = g.logs.map((l) => JSON.parse(l) as { level: number; pool?: string; msg: string }).filter((l) => l.pool === 'bge' && l.msg.includes('declares rerank'));
+      expect(warned).toEqual([expect.objectContaining({ level: 40, msg: expect.stringContaining("TEI's /rerank takes `texts`") as unknown })]);
+    } finally {
+      await g.close();
+    }
   });
 });

@@ -12,6 +12,26 @@ export function defaultCapabilities(engine: Engine): Capability[] {
   return engine === 'tei' ? ['embeddings'] : ['chat', 'completions'];
 }
 
+/**
+ * APIs a pool may declare that its engine serves under another body, which the router does not
+ * translate: every such request would fail at the engine. TEI's `/rerank` takes `texts`, the router's
+ * rerank API `documents`; TGI's `/tokenize` takes `inputs` and llama.cpp's `content`, the router's
+ * tokenize API vLLM's `prompt` or `messages`.
+ */
+const UNSERVED: Partial<Record<Engine, Partial<Record<Capability, string>>>> = {
+  tei: { rerank: "TEI's /rerank takes `texts`, not the rerank API's `documents`" },
+  tgi: { tokenize: "TGI's /tokenize takes `inputs`, not vLLM's `prompt` or `messages`" },
+  llamacpp: { tokenize: "llama.cpp's /tokenize takes `content`, not vLLM's `prompt` or `messages`" },
+};
+
+/** Why each capability a pool declares is one its engine does not serve as the router speaks it (a warning: the pool is still served). */
+export function unservedCapabilities(pool: { name: string; engine: Engine; capabilities: readonly Capability[] }): string[] {
+  const unserved = UNSERVED[pool.engine] ?? {};
+  return pool.capabilities.flatMap((c) =>
+    unserved[c] ? [`pool ${pool.name} declares ${c}, which its engine (${pool.engine}) does not serve as the router sends it: ${unserved[c]}; every such request would fail at the engine`] : [],
+  );
+}
+
 /** The inference APIs the router serves, one per route of the table in src/api/routes.ts. */
 export type ApiName = 'chat' | 'completions' | 'embeddings' | 'responses' | 'messages' | 'rerank' | 'score' | 'tokenize' | 'detokenize' | 'transcriptions' | 'translations';
 
