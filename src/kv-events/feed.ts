@@ -16,7 +16,7 @@ import { decodeBatch, KvWireError } from './wire.js';
  * `burstMs` at once (plus the one batch that overdraws it). A batch that finds the budget spent waits
  * until it refills, and the feed reads nothing from its publisher meanwhile: the publisher's queue
  * for this router fills (a few messages, zmq-transport.ts) and ZMQ drops what does not fit, which the
- * next batch's number shows as a gap, handled as any lagging subscriber's (a replay, else unknown). So
+ * next batch's number shows as a gap, handled like every lagging subscriber's (a replay, else unknown). So
  * a real engine's burst (a long replay at a join, a slow read) is read late, not lost; a publisher
  * sending batches at the caps as fast as it can (over 1 s of decoding each, before the caps were
  * lowered) gets a tenth of the loop that every tenant's requests share, whatever it sends. A real

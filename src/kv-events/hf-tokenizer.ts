@@ -269,7 +269,7 @@ try {
  * the router renders a pool's template for each chat it routes, on the event loop every tenant's
  * requests share, so a template that loops for seconds (or for ever) is refused when it is loaded
  * rather than found at the first request; so is one that needs more than 256 MiB for it. A template
- * that throws on the short chat is not refused here: such chats are routed by the estimate, as any
+ * that throws on the short chat is not refused here: such chats are routed by the estimate, like every
  * render that fails.
  */
 async function checkTemplate(source: string, specials: Record<string, string>, file: string): Promise<void> {
