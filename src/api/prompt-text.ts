@@ -6,6 +6,7 @@
  * Messages APIs are rendered the same way (their instructions or system prompt as a `system`
  * message), so the same conversation sent through either shares its prefix with chat's.
  */
+import { tokensOfChars } from '../core/types.js';
 import { type ValidRequest } from './valid-request.js';
 
 function contentText(content: unknown): string {
@@ -58,7 +59,7 @@ export function completionsPromptTokens(body: ValidRequest): number | undefined 
     if (Array.isArray(item)) tokens += item.length;
     else if (typeof item === 'string') chars += item.length;
   }
-  return tokens + Math.ceil(chars / 4);
+  return tokens + tokensOfChars(chars);
 }
 
 const stringOr = (value: unknown): string => (typeof value === 'string' ? value : '');

@@ -484,3 +484,8 @@ export interface RefusedRequest {
 export function queueBound(settings: ResilienceSettings): number | undefined {
   return settings.maxConcurrencyPerReplica > 0 || settings.scaleFromZero.enabled ? settings.queue.maxSize : undefined;
 }
+
+/** The router's estimate of a text's tokens where no tokenizer counts them: about four characters a token. */
+export function tokensOfChars(chars: number): number {
+  return Math.ceil(chars / 4);
+}

@@ -18,7 +18,7 @@
  *   affinity) and the last event's `sequence_number` (so an error event the router adds follows it).
  */
 import { type Clock } from '../core/clock.js';
-import { type WireDialect } from '../core/types.js';
+import { tokensOfChars, type WireDialect } from '../core/types.js';
 import { scanMembers, skipValue } from './body-patch.js';
 import { type ResponseObserver } from './forwarder.js';
 import { type SseEvent } from './sse-tap.js';
@@ -279,7 +279,7 @@ export class ResponseMeter implements ResponseObserver {
     this.usage = usageFromJson(text);
     if (this.usage === undefined && this.countsText) {
       // a body too long to keep is counted by its bytes (the text is most of it)
-      const tokens = this.overflow ? Math.ceil(this.bodyBytes / CHARS_PER_TOKEN) : answerTextTokens(text);
+      const tokens = this.overflow ? tokensOfChars(this.bodyBytes) : answerTextTokens(text);
       if (tokens > 0) this.usage = { promptTokens: 0, completionTokens: tokens, estimated: true };
     }
     this.head = [];
@@ -287,22 +287,19 @@ export class ResponseMeter implements ResponseObserver {
   }
 }
 
-/** The router's estimate of a text's tokens, as for prompts (prompt-text.ts). */
-const CHARS_PER_TOKEN = 4;
-
 /**
  * The tokens of a speech-to-text answer, which reports seconds of audio, not tokens: its `text` when it
  * is JSON (`json`, `verbose_json`: the segments repeat the text), else the whole body (`text`, `srt`,
- * `vtt`), at {@link CHARS_PER_TOKEN} characters a token.
+ * `vtt`), by the router's estimate ({@link tokensOfChars}).
  */
 export function answerTextTokens(body: string): number {
   const open = body.search(/\S/);
   if (open < 0) return 0;
-  if (body[open] !== '{') return Math.ceil(body.length / CHARS_PER_TOKEN);
+  if (body[open] !== '{') return tokensOfChars(body.length);
   try {
     const member = scanMembers(body, open).members.find((m) => m.key === 'text');
     const value = member && (JSON.parse(body.slice(member.valueStart, member.valueEnd)) as unknown);
-    return typeof value === 'string' ? Math.ceil(value.length / CHARS_PER_TOKEN) : 0;
+    return typeof value === 'string' ? tokensOfChars(value.length) : 0;
   } catch {
     return 0;
   }

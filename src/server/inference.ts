@@ -11,7 +11,7 @@ import { type ApiRoute } from '../api/routes.js';
 import { validateRequest, type ValidRequest } from '../api/validate.js';
 import { modelNotFound, NO_REPLICA_RETRY_AFTER_SECONDS, RouterError } from '../core/errors.js';
 import { passed } from '../core/phases.js';
-import { PRIORITIES, type Priority, type RequestTrace } from '../core/types.js';
+import { PRIORITIES, tokensOfChars, type Priority, type RequestTrace } from '../core/types.js';
 import { type RequestDirector } from '../director/director.js';
 import { type DeploymentNames, type Lease, type TokenUsage } from '../limits/limiter.js';
 import { type ModelCatalog } from '../registry/registry.js';
@@ -99,8 +99,7 @@ async function readForm(api: ApiRoute, raw: Buffer, contentType: string): Promis
  */
 export function estimatePromptTokens(promptText: (() => string) | undefined, text: string, promptTokens?: number): number {
   if (promptTokens !== undefined) return promptTokens; // the route's own count (token ids; a batch of prompts)
-  const chars = promptText ? promptText().length : text.length;
-  return Math.ceil(chars / 4);
+  return tokensOfChars(promptText ? promptText().length : text.length);
 }
 
 /** The request's prompt text, made once however many ask (the limits' estimate, prefix affinity): a long prompt's text is costly to build. */
