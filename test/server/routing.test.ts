@@ -253,10 +253,11 @@ describe('priorities', () => {
     expect(g.logs.some((l) => l.includes('"priority":"sheddable"'))).toBe(true);
   });
 
-  it('with a concurrency limit: sheddable gets 429 at once, critical is served before the standard requests queued ahead of it', async () => {
+  /** A router whose pool has one replica of one slot, taken by a long stream until `hold` is aborted. */
+  async function oneSlotTaken(resilience: object): Promise<{ g: TestRouter<RunningRouter>; hold: AbortController; holder: Promise<unknown> }> {
     const [sim] = await sims(1, { itlMs: 5 });
     const g = await startTestRouter({
-      pools: [{ name: 'llm', servedModelName: 'served/llm', endpoints: [sim!.url], resilience: { maxConcurrencyPerReplica: 1, queue: { maxSize: 10, timeoutMs: 10_000 } } }],
+      pools: [{ name: 'llm', servedModelName: 'served/llm', endpoints: [sim!.url], resilience: { maxConcurrencyPerReplica: 1, ...resilience } }],
       deployments: [{ id: 'llm', model: 'llm', targets: [{ pool: 'llm' }] }],
       keysYaml,
     });
@@ -264,6 +265,11 @@ describe('priorities', () => {
     const hold = new AbortController();
     const holder = longStream(`${g.router.apiUrl}/v1/chat/completions`, hold.signal, auth(KEY), 'llm');
     await waitFor(() => sim!.engine.numRunning === 1, 'the slot to be taken');
+    return { g, hold, holder };
+  }
+
+  it('with a concurrency limit: sheddable gets 429 at once, critical is served before the standard requests queued ahead of it', async () => {
+    const { g, hold, holder } = await oneSlotTaken({ queue: { maxSize: 10, timeoutMs: 10_000 } });
     const order: string[] = [];
     const queued = [chat(g, [{ role: 'user', content: 's1' }]).then((r) => order.push(`s1:${r.status}`)), chat(g, [{ role: 'user', content: 's2' }]).then((r) => order.push(`s2:${r.status}`))];
     await waitFor(async () => metricSum(await adminMetrics(g), 'modelgate_queue_depth') === 2, 'two standard requests queued');
@@ -279,16 +285,7 @@ describe('priorities', () => {
   });
 
   it('counts the sheddable requests it turned away in the pool’s demand (the autoscaling signal), not only what it runs', async () => {
-    const [sim] = await sims(1, { itlMs: 5 });
-    const g = await startTestRouter({
-      pools: [{ name: 'llm', servedModelName: 'served/llm', endpoints: [sim!.url], resilience: { maxConcurrencyPerReplica: 1 } }],
-      deployments: [{ id: 'llm', model: 'llm', targets: [{ pool: 'llm' }] }],
-      keysYaml,
-    });
-    cleanups.push(() => g.close());
-    const hold = new AbortController();
-    const holder = longStream(`${g.router.apiUrl}/v1/chat/completions`, hold.signal, auth(KEY), 'llm');
-    await waitFor(() => sim!.engine.numRunning === 1, 'the slot to be taken');
+    const { g, hold, holder } = await oneSlotTaken({});
     for (let i = 0; i < 3; i++) expect((await chat(g, [{ role: 'user', content: `b${i}` }], { headers: auth('sk-batch-0123456789') })).status).toBe(429);
     const metrics = await adminMetrics(g);
     const labels = { pool: 'llm' };
