@@ -24,6 +24,13 @@ export interface EngineSeries {
    * requests and the adapter slots; its value a timestamp (the series with the latest is current).
    */
   readonly lora?: { readonly name: string; readonly running: string; readonly waiting: string; readonly maxLora: string; readonly rank: string };
+  /**
+   * Set for engines whose exporter (Rust's metrics-exporter-prometheus: TGI, TEI) shows a gauge only
+   * once it is first set, at the replica's first request. A page without any waiting or running series
+   * whose samples all have one of these name prefixes, or that has no sample at all, is an idle
+   * replica's: nothing waiting, nothing running. A page with other samples stays unparsable.
+   */
+  readonly idlePrefixes?: readonly string[];
 }
 
 /** The load figures a page yields; `at` and `localAtSample` are the scraper's to add. */
@@ -44,8 +51,9 @@ export const ENGINE_SERIES: Readonly<Record<Engine, EngineSeries | undefined>> =
     kvCacheUsage: ['sglang:token_usage'],
     cacheConfig: { name: 'sglang:cache_config_info', blockSize: 'page_size', blocks: 'num_pages' },
   },
-  tgi: { waiting: ['tgi_queue_size'], running: ['tgi_batch_current_size'], kvCacheUsage: [] },
-  tei: { waiting: ['te_queue_size'], running: [], kvCacheUsage: [] },
+  tgi: { waiting: ['tgi_queue_size'], running: ['tgi_batch_current_size'], kvCacheUsage: [], idlePrefixes: ['tgi_'] },
+  // te_ for the router's series; tei_ for its listwise reranker's
+  tei: { waiting: ['te_queue_size'], running: [], kvCacheUsage: [], idlePrefixes: ['te_', 'tei_'] },
   llamacpp: {
     waiting: ['llamacpp:requests_deferred'],
     running: ['llamacpp:requests_processing'],
@@ -57,24 +65,30 @@ export const ENGINE_SERIES: Readonly<Record<Engine, EngineSeries | undefined>> =
 
 /**
  * The load a `/metrics` page reports, or undefined when it is unparsable: none of the waiting or
- * running series is there (the replica runs another engine than its pool says, or has metrics off).
- * That is not a zero load, and callers must not treat it as one. Non-finite samples are ignored;
- * counts are floored at 0 and usage is clamped to 0..1.
+ * running series is there (the replica runs another engine than its pool says, or has metrics off) —
+ * except the page of an idle TGI or TEI, which shows no gauge before its first request
+ * ({@link EngineSeries.idlePrefixes}): that is nothing waiting and nothing running. Unparsable is not
+ * a zero load, and callers must not treat it as one. Non-finite samples are ignored; counts are
+ * floored at 0 and usage is clamped to 0..1.
  */
 export function readEngineLoad(series: EngineSeries, text: string): ParsedLoad | undefined {
   const names = [...series.waiting, ...series.running, ...series.kvCacheUsage];
   const sums = new Float64Array(names.length);
   const counts = new Uint32Array(names.length);
+  const runningAt = series.waiting.length;
+  const kvAt = runningAt + series.running.length;
+  let loadSeries = false;
   scanSamples(text, names, (i, value) => {
+    if (i < kvAt) loadSeries = true;
     if (!Number.isFinite(value)) return;
     sums[i] = (sums[i] as number) + value;
     counts[i] = (counts[i] as number) + 1;
   });
-  const runningAt = series.waiting.length;
-  const kvAt = runningAt + series.running.length;
   const waiting = firstPresent(sums, counts, 0, runningAt);
   const running = firstPresent(sums, counts, runningAt, kvAt);
-  if (waiting === undefined && running === undefined) return undefined;
+  if (waiting === undefined && running === undefined) {
+    return !loadSeries && series.idlePrefixes !== undefined && onlySamplesOf(text, series.idlePrefixes) ? { waiting: 0, running: 0 } : undefined;
+  }
   const kv = firstPresent(sums, counts, kvAt, names.length);
   const load: ParsedLoad = { waiting: Math.max(0, waiting?.sum ?? 0), running: Math.max(0, running?.sum ?? 0) };
   if (kv !== undefined) load.kvCacheUsage = Math.min(1, Math.max(0, kv.sum / kv.count));
@@ -126,6 +140,16 @@ function cacheSize(text: string, config: NonNullable<EngineSeries['cacheConfig']
   const [labels] = scanLabels(text, config.name);
   const tokens = Number(labels?.get(config.blockSize)) * Number(labels?.get(config.blocks));
   return Number.isFinite(tokens) && tokens > 0 ? tokens : undefined;
+}
+
+/** Whether every sample line of the page names a metric with one of `prefixes` (true for a page with none). */
+function onlySamplesOf(text: string, prefixes: readonly string[]): boolean {
+  for (const raw of text.split('\n')) {
+    const line = raw.trim();
+    if (line === '' || line.startsWith('#')) continue;
+    if (!prefixes.some((prefix) => line.startsWith(prefix))) return false;
+  }
+  return true;
 }
 
 function firstPresent(sums: Float64Array, counts: Uint32Array, from: number, to: number): { sum: number; count: number } | undefined {
