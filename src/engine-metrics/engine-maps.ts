@@ -1,7 +1,9 @@
 /**
  * Which Prometheus series of each engine feed {@link EngineLoad}: the one table, and how a scraped
  * page is reduced to a load. Counts are summed over every series of a name (vLLM data-parallel ranks
- * `engine="0"`, `engine="1"`; several `model_name`s), usage fractions are averaged.
+ * `engine="0"`, `engine="1"`; several `model_name`s; SGLang's `dp_rank`s and data-parallel attention
+ * groups, each its own queue; never a count's parts, {@link EngineSeries.breakdownLabel}), usage
+ * fractions are averaged.
  */
 import { type Engine, type EngineLoad, type LoraLoad } from '../core/types.js';
 import { scanLabelled, scanLabels, scanSamples } from './parse.js';
@@ -24,6 +26,13 @@ export interface EngineSeries {
    * requests and the adapter slots; its value a timestamp (the series with the latest is current).
    */
   readonly lora?: { readonly name: string; readonly running: string; readonly waiting: string; readonly maxLora: string; readonly rank: string };
+  /**
+   * A label whose non-empty values split a count into parts, next to the total with it empty: only the
+   * total is added. SGLang with priority scheduling writes its queue and running counts under
+   * `priority=""` and again per priority (`priority="1"`, …); summing every series would count each
+   * request twice.
+   */
+  readonly breakdownLabel?: string;
   /**
    * Set for engines whose exporter (Rust's metrics-exporter-prometheus: TGI, TEI) shows a gauge only
    * once it is first set, at the replica's first request. A page without any waiting or running series
@@ -50,6 +59,7 @@ export const ENGINE_SERIES: Readonly<Record<Engine, EngineSeries | undefined>> =
     running: ['sglang:num_running_reqs'],
     kvCacheUsage: ['sglang:token_usage'],
     cacheConfig: { name: 'sglang:cache_config_info', blockSize: 'page_size', blocks: 'num_pages' },
+    breakdownLabel: 'priority',
   },
   tgi: { waiting: ['tgi_queue_size'], running: ['tgi_batch_current_size'], kvCacheUsage: [], idlePrefixes: ['tgi_'] },
   // te_ for the router's series; tei_ for its listwise reranker's
@@ -78,12 +88,17 @@ export function readEngineLoad(series: EngineSeries, text: string): ParsedLoad |
   const runningAt = series.waiting.length;
   const kvAt = runningAt + series.running.length;
   let loadSeries = false;
-  scanSamples(text, names, (i, value) => {
-    if (i < kvAt) loadSeries = true;
-    if (!Number.isFinite(value)) return;
-    sums[i] = (sums[i] as number) + value;
-    counts[i] = (counts[i] as number) + 1;
-  });
+  scanSamples(
+    text,
+    names,
+    (i, value) => {
+      if (i < kvAt) loadSeries = true;
+      if (!Number.isFinite(value)) return;
+      sums[i] = (sums[i] as number) + value;
+      counts[i] = (counts[i] as number) + 1;
+    },
+    series.breakdownLabel,
+  );
   const waiting = firstPresent(sums, counts, 0, runningAt);
   const running = firstPresent(sums, counts, runningAt, kvAt);
   if (waiting === undefined && running === undefined) {

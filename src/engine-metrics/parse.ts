@@ -17,14 +17,16 @@ const BACKSLASH = 0x5c;
 /**
  * Calls `onSample(i, value)` for every sample of `names[i]` in `text`, one call per series (label set).
  * Comment and `#` lines, timestamps and malformed lines are skipped; never throws. `NaN`, `+Inf` and
- * `-Inf` are reported as such: what they mean is the caller's decision.
+ * `-Inf` are reported as such: what they mean is the caller's decision. A series whose label
+ * `breakdown` has a non-empty value is skipped: it is a part of the total series, which has the label
+ * empty or not at all (SGLang's per-priority queue counts, `priority="1"`, beside `priority=""`).
  */
-export function scanSamples(text: string, names: readonly string[], onSample: (nameIndex: number, value: number) => void): void {
+export function scanSamples(text: string, names: readonly string[], onSample: (nameIndex: number, value: number) => void, breakdown?: string): void {
   let start = 0;
   while (start < text.length) {
     let end = text.indexOf('\n', start);
     if (end < 0) end = text.length;
-    scanLine(text, start, end, names, onSample);
+    scanLine(text, start, end, names, onSample, breakdown);
     start = end + 1;
   }
 }
@@ -86,15 +88,17 @@ function valueAfterLabels(text: string, pos: number): number {
   return parseValue(text.slice(start, valueEnd)) ?? NaN;
 }
 
-function scanLine(text: string, start: number, end: number, names: readonly string[], onSample: (nameIndex: number, value: number) => void): void {
+function scanLine(text: string, start: number, end: number, names: readonly string[], onSample: (nameIndex: number, value: number) => void, breakdown: string | undefined): void {
   let pos = skipBlanks(text, start, end);
   if (pos >= end || text.charCodeAt(pos) === HASH) return;
   const index = matchName(text, pos, end, names);
   if (index < 0) return;
   pos = skipBlanks(text, pos + (names[index] as string).length, end);
   if (text.charCodeAt(pos) === OPEN_BRACE) {
-    pos = skipLabels(text, pos + 1, end);
+    const open = pos + 1;
+    pos = skipLabels(text, open, end);
     if (pos < 0) return;
+    if (breakdown !== undefined && labelSet(text, open, pos - 1, breakdown)) return;
   }
   pos = skipBlanks(text, pos, end);
   let valueEnd = pos;
@@ -113,6 +117,23 @@ function matchName(text: string, pos: number, end: number, names: readonly strin
     if (next === OPEN_BRACE || isBlank(next)) return i;
   }
   return -1;
+}
+
+/** Whether the label set between `from` and its `}` at `to` gives `key` a non-empty value. */
+function labelSet(text: string, from: number, to: number, key: string): boolean {
+  let pos = from;
+  while (pos < to) {
+    while (pos < to && (text.charCodeAt(pos) === 0x2c || isBlank(text.charCodeAt(pos)))) pos++;
+    const eq = text.indexOf('=', pos);
+    if (eq < 0 || eq >= to) return false;
+    const open = skipBlanks(text, eq + 1, to);
+    if (text.charCodeAt(open) !== QUOTE) return false;
+    let close = open + 1;
+    while (close < to && text.charCodeAt(close) !== QUOTE) close += text.charCodeAt(close) === BACKSLASH ? 2 : 1;
+    if (text.slice(pos, eq).trim() === key) return close > open + 1;
+    pos = close + 1;
+  }
+  return false;
 }
 
 /** The position after the `}` closing a label set that opened before `pos`; -1 when unterminated. */

@@ -192,6 +192,18 @@ describe('readEngineLoad', () => {
     { name: 'TGI before its first request: an empty page, idle', engine: 'tgi', text: '', expected: { waiting: 0, running: 0 } },
     { name: 'unparsable: a vLLM page read as TGI (another engine is not an idle TGI)', engine: 'tgi', text: VLLM_V0, expected: undefined },
     { name: 'unparsable: an HTML page read as TEI', engine: 'tei', text: '<html><body>metrics disabled</body></html>', expected: undefined },
+    {
+      name: 'SGLang with priority scheduling: the total (priority="") counted once, not again per priority',
+      engine: 'sglang',
+      text: 'sglang:num_queue_reqs{model_name="m",priority=""} 5\nsglang:num_queue_reqs{model_name="m",priority="0"} 2\nsglang:num_queue_reqs{model_name="m",priority="1"} 3\nsglang:num_running_reqs{model_name="m",priority=""} 4\nsglang:num_running_reqs{model_name="m",priority="1"} 4\nsglang:token_usage{model_name="m"} 0.5\n',
+      expected: { waiting: 5, running: 4, kvCacheUsage: 0.5 },
+    },
+    {
+      name: 'SGLang data-parallel attention: one series per group (its own tp_rank), summed',
+      engine: 'sglang',
+      text: 'sglang:num_queue_reqs{engine_type="unified",model_name="m",pp_rank="0",tp_rank="0"} 1\nsglang:num_queue_reqs{engine_type="unified",model_name="m",pp_rank="0",tp_rank="4"} 2\nsglang:num_running_reqs{model_name="m",tp_rank="0"} 3\nsglang:num_running_reqs{model_name="m",tp_rank="4"} 3\n',
+      expected: { waiting: 3, running: 6 },
+    },
     { name: 'unparsable: KV usage alone is not a load', engine: 'vllm', text: 'vllm:kv_cache_usage_perc 0.5\n', expected: undefined },
     { name: 'unparsable: only NaN samples', engine: 'tgi', text: 'tgi_queue_size NaN\ntgi_batch_current_size NaN\n', expected: undefined },
     { name: 'unparsable: an HTML error page', engine: 'llamacpp', text: '<html><body>metrics disabled</body></html>', expected: undefined },

@@ -102,3 +102,19 @@ describe('scanSamples', () => {
     expect(scan(text, wanted)).toEqual(expected);
   });
 });
+
+describe('scanSamples with a breakdown label', () => {
+  const scanTotals = (text: string): number[] => {
+    const out: number[] = [];
+    scanSamples(text, ['q'], (_i, value) => out.push(value), 'priority');
+    return out;
+  };
+
+  it('skips the series that give the label a value, keeps those that leave it empty or out', () => {
+    expect(scanTotals('q{m="a",priority=""} 5\nq{m="a",priority="1"} 2\nq{priority="0",m="a"} 3\nq{m="b"} 7\nq 1\n')).toEqual([5, 7, 1]);
+  });
+
+  it('reads the label itself, not a label value that spells it', () => {
+    expect(scanTotals('q{note="priority=\\"1\\"",m="a"} 4\nq{m="x priority=",priority=""} 6\nq{ priority = "2" } 9\n')).toEqual([4, 6]);
+  });
+});
