@@ -29,7 +29,6 @@ import { BreakerRegistry } from './resilience/breaker.js';
 import { HealthChecker } from './resilience/health-checker.js';
 import { EngineMetricsScraper } from './engine-metrics/scraper.js';
 import { KvEventsHub } from './kv-events/hub.js';
-import { kvEventsMetrics } from './metrics/kv-events.js';
 import { AdapterLoader } from './engine-metrics/adapter-loader.js';
 import { EndpointPicker } from './resilience/picker.js';
 import { HoldReporter, poolDemand, TurnedAway } from './wiring/demand.js';
@@ -163,7 +162,7 @@ export async function createRouter(config: Config, options: RouterOptions = {}):
   // KV-cache events: zeromq is loaded only once a pool enables them.
   const kvLog = logger.child({ component: 'kv-events' });
   const badPayloadLogged = badPayloadLog(kvLog, () => clock.now());
-  const kvMetrics = kvEventsMetrics([metrics.registry], () => kvEvents.stats());
+  const kvMetrics = metrics.observeKvEvents(() => kvEvents.stats());
   const kvEvents = new KvEventsHub({
     endpoints: discovery.endpoints,
     pools: () => discovery.pools(),

@@ -30,7 +30,14 @@ export interface KvEventsRecorder {
   predicted(pool: string, source: PrefixSource, matched: number, total: number): void;
 }
 
-export function kvEventsMetrics(registers: Registry[], pools: () => Iterable<KvEventsPoolView>): KvEventsRecorder {
+/** The recorder, and the labelled counters whose series of a pool that left RouterMetrics removes (pool label). */
+export interface KvEventsMetrics {
+  recorder: KvEventsRecorder;
+  counters: ReadonlyArray<Counter<string>>;
+  hot: HotCounter<'pool' | 'source' | 'result', [pool: string, source: PrefixSource, result: 'hit' | 'miss']>;
+}
+
+export function kvEventsMetrics(registers: Registry[], pools: () => Iterable<KvEventsPoolView>): KvEventsMetrics {
   const received = new Counter({
     name: 'modelgate_kv_events_received_total',
     help: 'KV-cache events received from the replicas, by type (block_stored, block_removed, all_blocks_cleared).',
@@ -92,7 +99,7 @@ export function kvEventsMetrics(registers: Registry[], pools: () => Iterable<KvE
       for (const p of pools()) this.set({ pool: p.pool }, p.blocks);
     },
   });
-  return {
+  const recorder: KvEventsRecorder = {
     batch(pool, stored, removed, cleared) {
       if (stored > 0) received.inc({ pool, type: 'block_stored' }, stored);
       if (removed > 0) received.inc({ pool, type: 'block_removed' }, removed);
@@ -112,4 +119,5 @@ export function kvEventsMetrics(registers: Registry[], pools: () => Iterable<KvE
       if (total > matched) predictedBlocks.inc(total - matched, pool, source, 'miss');
     },
   };
+  return { recorder, counters: [received, gaps, bad, throttled], hot: predictedBlocks };
 }

@@ -10,6 +10,7 @@ import { Registry } from './prom.js';
 import type { Counter, Histogram } from 'prom-client';
 import { type HotCounter } from './hot-counter.js';
 import { limitsMetrics, type LimitsRecorder } from './limits.js';
+import { kvEventsMetrics, type KvEventsMetrics, type KvEventsPoolView, type KvEventsRecorder } from './kv-events.js';
 import { demandMetrics, recordHold, seedHolds, type DemandMetrics, type PoolDemand } from './demand.js';
 import { type ApiName, type HoldEvent, type PreviousResponseOutcome, type ResumeReason, type ResumeResult } from '../core/types.js';
 import {
@@ -102,6 +103,7 @@ export class RouterMetrics {
   private readonly resilience: ResilienceMetrics;
   private readonly controlPlane: ControlPlaneMetrics;
   private demand: DemandMetrics | undefined;
+  private kvEvents: KvEventsMetrics | undefined;
   private readonly resumption: ResumptionMetrics;
   private readonly goodput: HotCounter<'deployment' | 'result', [deployment: string, result: SloResult]>;
   private readonly exemplars: boolean;
@@ -169,10 +171,11 @@ export class RouterMetrics {
       routing.loraLoads,
       this.goodput,
       this.resumption.counter,
+      ...(this.kvEvents ? [this.kvEvents.hot] : []),
     ];
     for (const counter of counters) counter.removeWhere(gone);
     traffic.itl.removeWhere(gone);
-    const metrics = [traffic.duration, traffic.ttft, resilience.queueWait, ...(this.demand ? [this.demand.held] : [])];
+    const metrics = [traffic.duration, traffic.ttft, resilience.queueWait, ...(this.demand ? [this.demand.held] : []), ...(this.kvEvents?.counters ?? [])];
     for (const metric of metrics) await prune(metric, gone);
   }
 
@@ -211,6 +214,12 @@ export class RouterMetrics {
 
   recordResponseEnd(labels: TrafficLabels, end: ResponseEnd): void {
     this.traffic.streamEnds.inc(1, labels.deployment, labels.pool, end);
+  }
+
+  /** Registers the KV-cache events' metrics (kv-events.ts; `pools`: each pool's feeds at scrape time); the hub and the picker report into what this returns. */
+  observeKvEvents(pools: () => Iterable<KvEventsPoolView>): KvEventsRecorder {
+    this.kvEvents = kvEventsMetrics([this.registry], pools);
+    return this.kvEvents.recorder;
   }
 
   /** Registers the per-key limits' metrics; the limiter reports into what this returns. */

@@ -116,6 +116,31 @@ describe('RouterMetrics', () => {
     expect(metricSum(text, 'modelgate_prefix_blocks_total', { result: 'hit' })).toBe(0);
   });
 
+  it("removes a deleted pool's KV-event and predicted-prefix series, and keeps those of pools still listed", async () => {
+    let pools = ['llm', 'old-pool'];
+    const metrics = new RouterMetrics({ ...sources(new Set()), routes: () => [], deployments: () => [], pools: () => pools }, { processMetrics: false });
+    const kv = metrics.observeKvEvents(() => []);
+    for (const pool of pools) {
+      kv.predicted(pool, 'estimate', 1, 3); // every pick of a pool with the prefix scorer, kvEvents on or off
+      kv.batch(pool, 2, 1, 1);
+      kv.gap(pool, false);
+      kv.badPayload(pool, 'malformed');
+      kv.throttled(pool, 5);
+    }
+    expect(await metrics.metrics()).toContain('modelgate_prefix_predicted_blocks_total{pool="old-pool"');
+    pools = ['llm'];
+    const text = await metrics.metrics();
+    expect(text).not.toContain('old-pool');
+    for (const name of [
+      'modelgate_prefix_predicted_blocks_total',
+      'modelgate_kv_events_received_total',
+      'modelgate_kv_events_gaps_total',
+      'modelgate_kv_events_bad_payloads_total',
+      'modelgate_kv_events_throttled_seconds_total',
+    ])
+      expect(metricSum(text, name, { pool: 'llm' })).toBeGreaterThan(0);
+  });
+
   it('removes the attempts series of an endpoint that left, and keeps those of endpoints still listed', async () => {
     const live = new Set(['http://a:8000', 'http://b:8000']);
     const metrics = new RouterMetrics(sources(live), { processMetrics: false });
