@@ -59,6 +59,8 @@ export interface Router {
   inFlight: InFlight;
   keys: KeyStore;
   breakers: BreakerRegistry;
+  /** The status page's recent traffic per pool. */
+  recent: RecentTraffic;
   /** Fails /readyz and asks every client to close its connection after its response. */
   beginShutdown(): void;
   /** Requests received and not yet answered in full. */
@@ -245,12 +247,15 @@ export async function createRouter(config: Config, options: RouterOptions = {}):
   // A pool that leaves discovery takes its waiting requests with it: they are answered (or move on to
   // the route's next pool) at once, not when their wait runs out; its endpoints' breakers go too.
   let poolNames = new Set(discovery.pools().map((p) => p.name));
+  // the status page's per-pool latency rings, fed by the access log (about 8 KiB a pool)
+  const recent = new RecentTraffic(() => clock.now());
   discovery.onPoolsChanged(() => {
     const now = new Set(discovery.pools().map((p) => p.name));
     const removed = [...poolNames].filter((name) => !now.has(name));
     for (const name of now) if (!poolNames.has(name)) picker.poolAdded(name);
     poolNames = now;
     turnedAway.retain(now);
+    recent.retain(now);
     for (const name of removed) {
       const waiting = picker.poolRemoved(name);
       if (waiting > 0) logger.warn({ pool: name, requests: waiting }, 'pool removed: the requests waiting for it were answered 503 no_ready_replica (or went on to a fallback)');
@@ -326,7 +331,7 @@ export async function createRouter(config: Config, options: RouterOptions = {}):
     held: (pool) => picker.heldRequests(pool),
     prefixIndexBlocks: () => prefixIndex.size(),
     notReady: notReadyReasons,
-    recent: new RecentTraffic(() => clock.now()),
+    recent,
   });
 
   const app = buildApp({
@@ -367,6 +372,7 @@ export async function createRouter(config: Config, options: RouterOptions = {}):
     inFlight,
     keys,
     breakers,
+    recent,
     logger,
     beginShutdown() {
       stopping = true;

@@ -160,9 +160,14 @@ export class RecentTraffic implements RequestMetrics {
     bucket.bins[binOf(seconds * 1000)]! += 1;
   }
 
-  /** Forgets pools no longer listed. */
+  /** Forgets pools no longer listed (called when discovery's pools change, and by each snapshot). */
   retain(pools: ReadonlySet<string>): void {
     for (const pool of this.rings.keys()) if (!pools.has(pool)) this.rings.delete(pool);
+  }
+
+  /** Pools with a ring (about 8 KiB each). */
+  get size(): number {
+    return this.rings.size;
   }
 
   /** The pool's buckets, oldest first, ending with the current one; and its totals over the error window. */
