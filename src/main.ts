@@ -237,16 +237,24 @@ export async function createRouter(config: Config, options: RouterOptions = {}):
       onHold: (pool, event) => holds.record(pool, event),
     },
   });
-  // Breakers, prefix memory and adapter placements of endpoints that are gone (pods replaced) are dropped.
+  // Breakers (an opossum circuit and its timer, about 7 KiB each), prefix memory, adapter placements and
+  // attempt counts of endpoints that are gone (pods replaced) are dropped when discovery drops them.
   const prune = (): void => {
     const live = new Set(discovery.pools().flatMap((p) => discovery.endpoints.snapshot(p.name).map((e) => e.id)));
     breakers.retain(live);
     prefixIndex.retain(live);
     adapterPlacements.retain(live);
+    metrics.forgetEndpoints(live);
   };
   // A pool that leaves discovery takes its waiting requests with it: they are answered (or move on to
   // the route's next pool) at once, not when their wait runs out; its endpoints' breakers go too.
   let poolNames = new Set(discovery.pools().map((p) => p.name));
+  let deploymentIds = new Set(
+    discovery
+      .catalog()
+      .deployments()
+      .map((d) => d.id),
+  );
   // the status page's per-pool latency rings, fed by the access log (about 8 KiB a pool)
   const recent = new RecentTraffic(() => clock.now());
   discovery.onPoolsChanged(() => {
@@ -260,7 +268,16 @@ export async function createRouter(config: Config, options: RouterOptions = {}):
       const waiting = picker.poolRemoved(name);
       if (waiting > 0) logger.warn({ pool: name, requests: waiting }, 'pool removed: the requests waiting for it were answered 503 no_ready_replica (or went on to a fallback)');
     }
-    if (removed.length > 0) prune();
+    // every change of discovery (pods replaced, pools and deployments gone): the state of what left goes with it
+    prune();
+    const deploymentsNow = new Set(
+      discovery
+        .catalog()
+        .deployments()
+        .map((d) => d.id),
+    );
+    if (removed.length > 0 || [...deploymentIds].some((id) => !deploymentsNow.has(id))) void metrics.forgetGone();
+    deploymentIds = deploymentsNow;
   });
   const holds = new HoldReporter({ logger, metrics, held: (pool) => picker.heldRequests(pool), demandChanged: () => discovery.demandChanged(), scheduler: systemScheduler });
   discovery.observeDemand((pool) => ({ waiting: admission.depth(pool), held: picker.heldRequests(pool) }));
@@ -364,8 +381,6 @@ export async function createRouter(config: Config, options: RouterOptions = {}):
   engineMetrics.start();
   kvEvents.start();
   keys.watch(config.auth.reloadIntervalMs);
-  const pruner = setInterval(prune, 60_000);
-  pruner.unref();
   return {
     api: app.api,
     admin: app.admin,
@@ -382,7 +397,6 @@ export async function createRouter(config: Config, options: RouterOptions = {}):
     refused: (request) => app.refused(request),
     async close() {
       stopping = true;
-      clearInterval(pruner);
       holds.stop();
       keys.close();
       health.stop();

@@ -181,9 +181,17 @@ export class RouterMetrics {
 
   private pruneEndpoints(): void {
     const { liveEndpoints } = this.sources;
-    if (!liveEndpoints) return;
-    const live = liveEndpoints();
+    if (liveEndpoints) this.forgetEndpoints(liveEndpoints());
+  }
+
+  /** Removes the series of endpoints not in `live` now (discovery dropped them), not at the next scrape: a router nobody scrapes keeps none either. */
+  forgetEndpoints(live: ReadonlySet<string>): void {
     this.resilience.attempts.removeWhere((labels) => !live.has(labels.endpoint));
+  }
+
+  /** Removes the series of deployments and pools discovery no longer knows now (a pool or deployment deleted), not at the next scrape. */
+  forgetGone(): Promise<void> {
+    return this.pruneGone();
   }
 
   /** How a request offered to `deployment` fared against its SLO (metrics/goodput.ts). */

@@ -340,6 +340,11 @@ export class BreakerRegistry {
     return entry.breaker;
   }
 
+  /** The endpoint's breaker, if it has one (none is made). */
+  find(endpoint: string): EndpointBreaker | undefined {
+    return this.breakers.get(endpoint)?.breaker;
+  }
+
   /**
    * Grows whenever what some breaker's `available()` answers may have changed — a transition, a
    * half-open probe taken, a breaker dropped — so a reader can keep the answers until it moves.

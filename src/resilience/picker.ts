@@ -390,7 +390,11 @@ export class EndpointPicker {
 
   /** How an answer that reached the client ended, for its endpoint's breaker: whole, or broken by the engine. */
   recordAnswerEnd(pool: PoolSpec, endpointId: string, outcome: 'success' | 'failure', requestId?: string, source?: FailureSource): void {
-    this.deps.breakers.get(endpointId, pool.name, pool.resilience.breaker).answerEnded(outcome, requestId, source);
+    // an endpoint that left discovery meanwhile had its breaker dropped: its answer counts for nothing, and no breaker
+    // is made again for it (the snapshot is looked at only when the endpoint has no breaker)
+    const { breakers, endpoints } = this.deps;
+    const breaker = breakers.find(endpointId) ?? (endpoints.snapshot(pool.name).some((ep) => ep.id === endpointId) ? breakers.get(endpointId, pool.name, pool.resilience.breaker) : undefined);
+    breaker?.answerEnded(outcome, requestId, source);
   }
 
   /** The endpoints of the pool this request may go to (all, or only the one it is pinned to) that can take traffic now. */

@@ -154,6 +154,17 @@ describe('RouterMetrics', () => {
     expect(metricSum(text, 'modelgate_upstream_attempts_total', { endpoint: 'http://a:8000' })).toBe(1);
   });
 
+  it('forgets the attempt counts of endpoints that left when discovery drops them, before any scrape', async () => {
+    const live = new Set(['http://a:8000', 'http://b:8000']);
+    const metrics = new RouterMetrics(sources(live), { processMetrics: false });
+    metrics.recordAttempt('llm', 'http://a:8000', 'committed');
+    metrics.recordAttempt('llm', 'http://b:8000', 'committed');
+    metrics.forgetEndpoints(new Set(['http://a:8000'])); // b left (a router nobody scrapes keeps nothing of it)
+    const text = await metrics.metrics(); // b is listed again by the time of the scrape: its count started over
+    expect(text).not.toContain('http://b:8000');
+    expect(metricSum(text, 'modelgate_upstream_attempts_total', { endpoint: 'http://a:8000' })).toBe(1);
+  });
+
   it('counts an endpoint that left and came back from 0, under the labels it has now', async () => {
     const live = new Set(['http://a:8000']);
     const metrics = new RouterMetrics(sources(live), { processMetrics: false });

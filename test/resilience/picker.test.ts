@@ -282,6 +282,17 @@ describe('EndpointPicker: what a pick holds', () => {
     (await t.picker.pick(spec, new Set())).release();
   });
 
+  it('makes no breaker again for an answer that ends after its endpoint left the snapshot (its breaker was dropped with it)', async () => {
+    const t = setup(['a', 'b']);
+    const spec = pool();
+    (await t.picker.pick(spec, new Set())).release();
+    expect([...t.breakers.states()].map((b) => b.endpoint)).toEqual(['a', 'b']);
+    t.setSnapshot(['b']); // a replaced: discovery drops it, and its breaker
+    t.breakers.retain(new Set(['b']));
+    t.picker.recordAnswerEnd(spec, 'a', 'failure'); // a stream it carried, cut as the pod stopped
+    expect([...t.breakers.states()].map((b) => b.endpoint)).toEqual(['b']);
+  });
+
   it('recordAnswerEnd counts an answer’s end on the endpoint’s breaker: a success resets the count, failures open it', async () => {
     const t = setup(['a', 'b']);
     const spec = pool({ breaker: { failureThreshold: 2 } });

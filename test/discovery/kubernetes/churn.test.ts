@@ -4,7 +4,9 @@
  * when someone opens /status, not at a later timer.
  */
 import { afterEach, describe, expect, it } from '@jest/globals';
-import { endpointSlice, eventually, llamaCluster, modelDeployment, modelPool, only, servedBy, startKubeRouter } from '../../helpers/kube-env.js';
+import { rawRequest } from '../../helpers/http.js';
+import { endpointSlice, eventually, llamaCluster, modelDeployment, modelPool, only, servedBy, startKubeRouter, startPods } from '../../helpers/kube-env.js';
+import { KEY, metricSum } from '../../helpers/router.js';
 
 const BOUND_MS = 5000;
 const cleanups: Array<() => Promise<unknown>> = [];
@@ -49,5 +51,37 @@ describe('Kubernetes mode: churn', () => {
       BOUND_MS,
     );
     expect(router.recent.size).toBe(1);
+  });
+
+  it("forgets a replaced pod's breaker, prefix memory and attempt series when it leaves every snapshot, not at a later timer", async () => {
+    const { fake, pods } = await llamaCluster(['pod-a'], cleanups);
+    const [next] = await startPods(['pod-b'], pods[0]!.port);
+    cleanups.push(() => next!.sim.close());
+    const gateway = await startKubeRouter(fake);
+    cleanups.push(() => gateway.close());
+    const { router } = gateway;
+    // a prompt of 4 prefix blocks (64 characters each): the replica that serves it remembers them
+    const chat = (): Promise<string> =>
+      rawRequest(`${router.apiUrl}/v1/chat/completions`, {
+        headers: { authorization: `Bearer ${KEY}` },
+        body: { model: 'default', messages: [{ role: 'user', content: 'x'.repeat(300) }], max_tokens: 1 },
+      }).then((r) => String(r.headers['x-sim-replica'] ?? r.status));
+    await eventually(chat, (r) => r === 'pod-a', 'pod-a to serve', BOUND_MS);
+    const podA = `models/pod-a:${pods[0]!.port}`;
+    const scrape = async (): Promise<string> => (await rawRequest(`${router.adminUrl}/metrics`)).body;
+    expect([...router.breakers.states()].map((b) => b.endpoint)).toEqual([podA]);
+    expect(metricSum(await scrape(), 'modelgate_prefix_index_blocks', {})).toBeGreaterThan(0);
+    // the rollout: pod-a replaced by pod-b
+    fake.apply('endpointslices', endpointSlice('llama-abc', 'llama', [{ pod: next! }]));
+    await eventually(
+      () => servedBy(router, 'default', 1),
+      (c) => only(c, 'pod-b'),
+      'pod-b to serve',
+      BOUND_MS,
+    );
+    expect([...router.breakers.states()].map((b) => b.endpoint)).toEqual([`models/pod-b:${pods[0]!.port}`]);
+    const text = await scrape();
+    expect(text).not.toContain('pod-a');
+    expect(metricSum(text, 'modelgate_prefix_index_blocks', {})).toBe(0); // pod-b has had only 'hi': no whole block
   });
 });
