@@ -42,6 +42,7 @@ import { createLogger, lineSinkOf } from './wiring/logger.js';
 import { badPayloadLog, exportWatch, keptClosedLog } from './wiring/log-watches.js';
 import { sloResult } from './metrics/goodput.js';
 import { discoveryGauges } from './wiring/gauges.js';
+import { ListedEndpoints } from './wiring/listed-endpoints.js';
 
 export interface RouterOptions {
   logger?: Logger;
@@ -49,7 +50,14 @@ export interface RouterOptions {
   random?: () => number;
   /** Register Node's default process metrics (off in tests that build many routers). */
   processMetrics?: boolean;
+  /** How long an endpoint no snapshot lists keeps its state ({@link FORGET_ENDPOINTS_AFTER_MS}; tests set 0). */
+  forgetEndpointsAfterMs?: number;
 }
+
+/** How long the state of an endpoint that left every snapshot is kept (a readiness blip keeps it). */
+export const FORGET_ENDPOINTS_AFTER_MS = 60_000;
+/** How often endpoints past that are looked for when discovery does not change. */
+const PRUNE_INTERVAL_MS = 15_000;
 
 /** A router built from a config, not yet listening: its two apps and the state tests look at. */
 export interface Router {
@@ -238,13 +246,15 @@ export async function createRouter(config: Config, options: RouterOptions = {}):
     },
   });
   // Breakers (an opossum circuit and its timer, about 7 KiB each), prefix memory, adapter placements and
-  // attempt counts of endpoints that are gone (pods replaced) are dropped when discovery drops them.
+  // attempt counts of endpoints no snapshot has listed for a minute (pods replaced) are dropped, at a
+  // change of discovery or the timer below; a pod out of its readiness for a few seconds keeps them.
+  const listed = new ListedEndpoints(options.forgetEndpointsAfterMs ?? FORGET_ENDPOINTS_AFTER_MS, () => clock.now());
   const prune = (): void => {
-    const live = new Set(discovery.pools().flatMap((p) => discovery.endpoints.snapshot(p.name).map((e) => e.id)));
-    breakers.retain(live);
-    prefixIndex.retain(live);
-    adapterPlacements.retain(live);
-    metrics.forgetEndpoints(live);
+    const keep = listed.update(discovery.pools().flatMap((p) => discovery.endpoints.snapshot(p.name).map((e) => e.id)));
+    breakers.retain(keep);
+    prefixIndex.retain(keep);
+    adapterPlacements.retain(keep);
+    metrics.forgetEndpoints(keep);
   };
   // A pool that leaves discovery takes its waiting requests with it: they are answered (or move on to
   // the route's next pool) at once, not when their wait runs out; its endpoints' breakers go too.
@@ -381,6 +391,8 @@ export async function createRouter(config: Config, options: RouterOptions = {}):
   engineMetrics.start();
   kvEvents.start();
   keys.watch(config.auth.reloadIntervalMs);
+  const pruner = setInterval(prune, PRUNE_INTERVAL_MS);
+  pruner.unref();
   return {
     api: app.api,
     admin: app.admin,
@@ -397,6 +409,7 @@ export async function createRouter(config: Config, options: RouterOptions = {}):
     refused: (request) => app.refused(request),
     async close() {
       stopping = true;
+      clearInterval(pruner);
       holds.stop();
       keys.close();
       health.stop();

@@ -104,6 +104,8 @@ export interface KubeRouterOptions {
   /** The leader-election Lease (default: the router's default, `modelgate`). */
   leaseName?: string;
   resyncIntervalMs?: number;
+  /** How long the state of an endpoint that left every snapshot is kept (the router's default: a minute). */
+  forgetEndpointsAfterMs?: number;
 }
 
 /** A router in Kubernetes mode, its kubeconfig pointing at `fake`; logs captured. */
@@ -135,7 +137,12 @@ export async function startKubeRouter(fake: FakeKubeApi, options: KubeRouterOpti
     dir,
   );
   const { logs, logger } = captureLogs();
-  return testRouter(await startRouter(config, { logger, processMetrics: false }), dir, logs, logger);
+  return testRouter(
+    await startRouter(config, { logger, processMetrics: false, ...(options.forgetEndpointsAfterMs !== undefined ? { forgetEndpointsAfterMs: options.forgetEndpointsAfterMs } : {}) }),
+    dir,
+    logs,
+    logger,
+  );
 }
 
 /** Sends `count` chat requests for `model`; counts answers by replica name (or `status N` when not 200). */

@@ -1,7 +1,8 @@
 /**
  * A long-running router under churn, in Kubernetes mode against the fake API server: what it keeps
- * per pool and per replica goes when discovery drops the pool or the replica, at that change — not
- * when someone opens /status, not at a later timer.
+ * per pool goes when discovery drops the pool, at that change — not when someone opens /status; what
+ * it keeps per replica goes once discovery has not listed the replica for a minute (a readiness blip
+ * keeps it).
  */
 import { afterEach, describe, expect, it } from '@jest/globals';
 import { rawRequest } from '../../helpers/http.js';
@@ -53,14 +54,14 @@ describe('Kubernetes mode: churn', () => {
     expect(router.recent.size).toBe(1);
   });
 
-  it("forgets a replaced pod's breaker, prefix memory and attempt series when it leaves every snapshot, not at a later timer", async () => {
+  /** Two pods, the slice listing pod-a only; pod-a has served a prompt of 4 prefix blocks (64 characters each) and remembers them. */
+  async function podAServed(forgetEndpointsAfterMs?: number) {
     const { fake, pods } = await llamaCluster(['pod-a'], cleanups);
     const [next] = await startPods(['pod-b'], pods[0]!.port);
     cleanups.push(() => next!.sim.close());
-    const gateway = await startKubeRouter(fake);
+    const gateway = await startKubeRouter(fake, forgetEndpointsAfterMs === undefined ? {} : { forgetEndpointsAfterMs });
     cleanups.push(() => gateway.close());
     const { router } = gateway;
-    // a prompt of 4 prefix blocks (64 characters each): the replica that serves it remembers them
     const chat = (): Promise<string> =>
       rawRequest(`${router.apiUrl}/v1/chat/completions`, {
         headers: { authorization: `Bearer ${KEY}` },
@@ -71,8 +72,13 @@ describe('Kubernetes mode: churn', () => {
     const scrape = async (): Promise<string> => (await rawRequest(`${router.adminUrl}/metrics`)).body;
     expect([...router.breakers.states()].map((b) => b.endpoint)).toEqual([podA]);
     expect(metricSum(await scrape(), 'modelgate_prefix_index_blocks', {})).toBeGreaterThan(0);
+    return { fake, pods, next: next!, router, podA, scrape };
+  }
+
+  it("forgets a replaced pod's breaker, prefix memory and attempt series once it has been out of every snapshot past the grace (none here), not at a later timer", async () => {
+    const { fake, pods, next, router, scrape } = await podAServed(0);
     // the rollout: pod-a replaced by pod-b
-    fake.apply('endpointslices', endpointSlice('llama-abc', 'llama', [{ pod: next! }]));
+    fake.apply('endpointslices', endpointSlice('llama-abc', 'llama', [{ pod: next }]));
     await eventually(
       () => servedBy(router, 'default', 1),
       (c) => only(c, 'pod-b'),
@@ -83,5 +89,29 @@ describe('Kubernetes mode: churn', () => {
     const text = await scrape();
     expect(text).not.toContain('pod-a');
     expect(metricSum(text, 'modelgate_prefix_index_blocks', {})).toBe(0); // pod-b has had only 'hi': no whole block
+  });
+
+  it('keeps the breaker and prefix memory of a pod out of its readiness for a moment (the grace is a minute)', async () => {
+    const { fake, pods, next, router, podA, scrape } = await podAServed();
+    const blocks = metricSum(await scrape(), 'modelgate_prefix_index_blocks', {});
+    // pod-a fails its readiness probe: out of the snapshot, pod-b serves alone
+    fake.apply('endpointslices', endpointSlice('llama-abc', 'llama', [{ pod: pods[0]!, ready: false }, { pod: next }]));
+    await eventually(
+      () => servedBy(router, 'default', 4),
+      (c) => only(c, 'pod-b'),
+      'pod-b to serve alone',
+      BOUND_MS,
+    );
+    // and passes it again
+    fake.apply('endpointslices', endpointSlice('llama-abc', 'llama', [{ pod: pods[0]! }, { pod: next }]));
+    await eventually(
+      () => servedBy(router, 'default', 8),
+      (c) => (c.get('pod-a') ?? 0) > 0,
+      'pod-a to serve again',
+      BOUND_MS,
+    );
+    expect([...router.breakers.states()].map((b) => b.endpoint)).toContain(podA);
+    // what pod-a's engine still caches is still what the router predicts (the 'hi' chats add no whole block)
+    expect(metricSum(await scrape(), 'modelgate_prefix_index_blocks', {})).toBe(blocks);
   });
 });
