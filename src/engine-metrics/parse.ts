@@ -43,49 +43,64 @@ export function scanLabels(text: string, name: string): Array<Map<string, string
  * Every sample of `name` that has labels, with its label set (as {@link scanLabels}) and its value (as
  * {@link scanSamples}: NaN for a missing or malformed one). For info metrics whose value says which
  * series is current, like vLLM's `lora_requests_info` (a timestamp: the latest wins). Never throws.
+ * A sample is read within its own line (a label value holds no raw line feed: it is escaped `\n`), so
+ * a label set or value left open stops at the line's end: read on into the lines after it, each
+ * sample of a page of such lines read the rest of the page, and a 4 MiB page held the event loop
+ * for minutes.
  */
 export function scanLabelled(text: string, name: string): Array<{ labels: Map<string, string>; value: number }> {
   const out: Array<{ labels: Map<string, string>; value: number }> = [];
   for (let at = text.indexOf(name + '{'); at >= 0; at = text.indexOf(name + '{', at + 1)) {
     if (at > 0 && text.charCodeAt(at - 1) !== 0x0a) continue; // not at the start of a line
+    let end = text.indexOf('\n', at);
+    if (end < 0) end = text.length;
     const labels = new Map<string, string>();
     let pos = at + name.length + 1;
     for (;;) {
-      const eq = text.indexOf('=', pos);
+      const eq = indexBefore(text, 0x3d, pos, end); // '='
       if (eq < 0) break;
-      const open = skipBlanks(text, eq + 1, text.length);
-      if (text.charCodeAt(open) !== QUOTE) break;
+      const open = skipBlanks(text, eq + 1, end);
+      if (open >= end || text.charCodeAt(open) !== QUOTE) break;
       const key = text.slice(pos, eq).trim();
       let value = '';
       let i = open + 1;
-      for (; i < text.length; i++) {
+      let run = i;
+      for (; i < end; i++) {
         const c = text.charCodeAt(i);
         if (c === QUOTE) break;
-        if (c === BACKSLASH && i + 1 < text.length) {
+        if (c === BACKSLASH && i + 1 < end) {
+          value += text.slice(run, i);
           i++;
           value += text[i] === 'n' ? '\n' : text[i];
-        } else value += text[i];
+          run = i + 1;
+        }
       }
-      labels.set(key, value);
+      if (i >= end) break; // the value is not closed on its line
+      labels.set(key, value + text.slice(run, i));
       pos = i + 1;
-      while (pos < text.length && (text.charCodeAt(pos) === 0x2c || isBlank(text.charCodeAt(pos)))) pos++;
-      if (pos >= text.length || text.charCodeAt(pos) === CLOSE_BRACE) break;
+      while (pos < end && (text.charCodeAt(pos) === 0x2c || isBlank(text.charCodeAt(pos)))) pos++;
+      if (pos >= end || text.charCodeAt(pos) === CLOSE_BRACE) break;
     }
-    out.push({ labels, value: valueAfterLabels(text, pos) });
+    out.push({ labels, value: valueAfterLabels(text, pos, end) });
+    at = end - 1; // the next sample starts on a later line
   }
   return out;
 }
 
-/** The sample value after the `}` at or after `pos`, on the same line; NaN when there is none. */
-function valueAfterLabels(text: string, pos: number): number {
-  let end = text.indexOf('\n', pos);
-  if (end < 0) end = text.length;
-  const close = text.indexOf('}', pos);
-  if (close < 0 || close >= end) return NaN;
+/** The sample value after the `}` at or after `pos`, before `end` (the line's end); NaN when there is none. */
+function valueAfterLabels(text: string, pos: number, end: number): number {
+  const close = indexBefore(text, CLOSE_BRACE, pos, end);
+  if (close < 0) return NaN;
   const start = skipBlanks(text, close + 1, end);
   let valueEnd = start;
   while (valueEnd < end && !isBlank(text.charCodeAt(valueEnd))) valueEnd++;
   return parseValue(text.slice(start, valueEnd)) ?? NaN;
+}
+
+/** The first `code` in `text` from `pos` before `end`, or -1 (never read past `end`, as `indexOf` would). */
+function indexBefore(text: string, code: number, pos: number, end: number): number {
+  for (let i = pos; i < end; i++) if (text.charCodeAt(i) === code) return i;
+  return -1;
 }
 
 function scanLine(text: string, start: number, end: number, names: readonly string[], onSample: (nameIndex: number, value: number) => void, breakdown: string | undefined): void {

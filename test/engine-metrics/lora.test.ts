@@ -52,6 +52,27 @@ describe('vllm:lora_requests_info', () => {
     ]);
   });
 
+  it('reads each sample within its own line: a label left open never reads on into the lines after it', () => {
+    // A page of samples whose label set or value is never closed: read on into the next lines, each
+    // sample read the rest of the page (quadratic: a 4 MiB page held the event loop for minutes).
+    const lines = ['x{a="1"\n', 'x{a="2\n', 'x{abc\n', 'x{a="3"} 7\n'];
+    const page = lines.join('').repeat(500);
+    const samples = scanLabelled(page, 'x');
+    expect(samples).toHaveLength(2000);
+    expect(Math.max(...samples.map((s) => s.labels.size))).toBe(1);
+    expect(samples.slice(0, 4)).toEqual([
+      { labels: new Map([['a', '1']]), value: NaN },
+      { labels: new Map(), value: NaN },
+      { labels: new Map(), value: NaN },
+      { labels: new Map([['a', '3']]), value: 7 },
+    ]);
+    expect(loraLoad('vllm:lora_requests_info{max_lora="2",running_lora_adapters="a\n'.repeat(100) + 'vllm:lora_requests_info{max_lora="2",running_lora_adapters="b"} 1\n', LORA)).toEqual({
+      running: ['b'],
+      waiting: [],
+      maxLora: 2,
+    });
+  });
+
   it('reads what the simulator exports, adapters of waiting requests included', async () => {
     const sim = await startTestSim({ loraAdapters: ['a', 'b'], maxLora: 1, loraLoadMs: 50, itlMs: 20, outputMin: 10, outputMax: 10 });
     try {
