@@ -52,13 +52,29 @@ export function usageFromJson(text: string): TokenUsage | undefined {
   }
 }
 
+/**
+ * Most tokens one answer may report in one count: more than any model's context (10M tokens the
+ * largest served today), times the choices of a request. Believed as reported, a replica's
+ * `"prompt_tokens": 1e15` spent the day's and the month's budget of whichever key's request it
+ * answered (in Redis: at every router) and stuck the token counters of its deployment at 1e15.
+ */
+export const MAX_REPORTED_TOKENS = 2 ** 26;
+
+/** A count a usage object reports: a whole number of tokens, 0 to {@link MAX_REPORTED_TOKENS}; `NaN` for any other number (the usage is not believed). */
 function count(value: unknown): number | undefined {
-  return typeof value === 'number' && Number.isFinite(value) && value >= 0 ? value : undefined;
+  if (typeof value !== 'number') return undefined;
+  return Number.isInteger(value) && value >= 0 && value <= MAX_REPORTED_TOKENS ? value : NaN;
 }
 
+/**
+ * A usage object's counts, or undefined when it reports none, or any it reports is no count of tokens
+ * (a fraction, negative, beyond {@link MAX_REPORTED_TOKENS}): such an answer is charged as one that
+ * reported no usage (a stream its content events, any other its prompt's estimate).
+ */
 function toUsage(value: unknown): TokenUsage | undefined {
   if (typeof value !== 'object' || value === null) return undefined;
   const u = value as Record<string, unknown>;
+  if ([u.completion_tokens, u.output_tokens, u.prompt_tokens, u.input_tokens, u.total_tokens].some((v) => Number.isNaN(count(v)))) return undefined;
   const completion = count(u.completion_tokens) ?? count(u.output_tokens);
   const prompt = count(u.prompt_tokens) ?? count(u.input_tokens) ?? (completion === undefined ? count(u.total_tokens) : undefined);
   if (prompt === undefined && completion === undefined) return undefined;
@@ -74,6 +90,7 @@ function eventUsage(dialect: WireDialect, data: Record<string, unknown>): Partia
     // message_start carries the input tokens, message_delta the output tokens so far (and sometimes input again)
     const prompt = count(raw.input_tokens);
     const completion = count(raw.output_tokens);
+    if (Number.isNaN(prompt) || Number.isNaN(completion)) return undefined;
     return { ...(prompt !== undefined ? { prompt } : {}), ...(completion !== undefined && data.type === 'message_delta' ? { completion } : {}) };
   }
   const usage = toUsage(raw);

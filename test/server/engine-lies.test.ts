@@ -1,0 +1,99 @@
+/**
+ * A replica that lies in its answers (compromised, or broken): what it reports is not believed beyond
+ * what an answer can be. Its usage cannot spend a key's budgets or stick the token counters.
+ */
+import { afterAll, afterEach, beforeAll, describe, expect, it } from '@jest/globals';
+import { type RunningRouter } from '../../src/main.js';
+import { rawRequest, sseData } from '../helpers/http.js';
+import { adminMetrics, chatSetup, metricSum, startTestRouter, type TestRouter } from '../helpers/router.js';
+import { okChat, startUpstream, type RecordingUpstream, type Reply } from '../helpers/upstream.js';
+import { waitFor } from '../helpers/sim.js';
+
+const KEY = 'sk-budget-0123456789';
+
+let engine: RecordingUpstream;
+let g: TestRouter<RunningRouter>;
+
+beforeAll(async () => {
+  engine = await startUpstream();
+  g = await startTestRouter(
+    chatSetup([engine.url], {
+      keysYaml: `- name: budget\n  key: ${KEY}\n  limits: { requestsPerMinute: unlimited, tokensPerDay: 1000000 }\n`,
+      config: { routing: { engineMetrics: { enabled: false } } },
+    }),
+  );
+});
+afterAll(async () => {
+  await g.close();
+  await engine.close();
+});
+afterEach(() => {
+  engine.reply = okChat;
+});
+
+const chat = (stream = false): Promise<Awaited<ReturnType<typeof rawRequest>>> =>
+  rawRequest(`${g.router.apiUrl}/v1/chat/completions`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${KEY}`, 'content-type': 'application/json' },
+    body: { model: 'llm', messages: [{ role: 'user', content: 'hi' }], ...(stream ? { stream: true } : {}) },
+  });
+
+/** Tokens the key's day has used, as GET /v1/limits says. */
+async function usedToday(): Promise<number> {
+  const limits = JSON.parse((await rawRequest(`${g.router.apiUrl}/v1/limits`, { headers: { authorization: `Bearer ${KEY}` } })).body) as { tokens_per_day: { used: number } };
+  return limits.tokens_per_day.used;
+}
+
+const lyingJson =
+  (usage: object): Reply =>
+  (_req, res) => {
+    const body = JSON.stringify({ id: 'c', object: 'chat.completion', model: 'served/llm', choices: [{ index: 0, message: { role: 'assistant', content: 'ok' }, finish_reason: 'stop' }], usage });
+    res.writeHead(200, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) });
+    res.end(body);
+  };
+
+const lyingStream: Reply = (_req, res) => {
+  res.writeHead(200, { 'content-type': 'text/event-stream' });
+  res.end(
+    'data: {"id":"c","choices":[{"index":0,"delta":{"content":"ok"},"finish_reason":null}]}\n\n' +
+      'data: {"id":"c","choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}\n\n' +
+      'data: {"id":"c","choices":[],"usage":{"prompt_tokens":1e15,"completion_tokens":1e15,"total_tokens":2e15}}\n\n' +
+      'data: [DONE]\n\n',
+  );
+};
+
+describe("a replica's usage is believed only as far as an answer can use tokens", () => {
+  it.each([
+    ['1e15 tokens', { prompt_tokens: 1e15, completion_tokens: 1e15, total_tokens: 2e15 }],
+    ['a fraction', { prompt_tokens: 0.5, completion_tokens: 3 }],
+    ['negative completion tokens', { prompt_tokens: 5, completion_tokens: -1000000 }],
+  ])('usage reporting %s spends neither the key’s budget nor the token counters beyond the prompt’s estimate', async (_name, usage) => {
+    const before = await usedToday();
+    const counted = metricSum(await adminMetrics(g), 'modelgate_prompt_tokens_total') + metricSum(await adminMetrics(g), 'modelgate_completion_tokens_total');
+    engine.reply = lyingJson(usage);
+    const lied = await chat();
+    expect(lied.status).toBe(200);
+    engine.reply = okChat;
+    // the key is not locked out for the day: its next request is served
+    const next = await chat();
+    expect(next.status).toBe(200);
+    await waitFor(async () => (await usedToday()) - before > 0, 'the two requests charged');
+    // the lie is charged as an answer without usage (its prompt's estimate, 1 token here), the next its 2 tokens
+    expect((await usedToday()) - before).toBeLessThan(10);
+    const after = metricSum(await adminMetrics(g), 'modelgate_prompt_tokens_total') + metricSum(await adminMetrics(g), 'modelgate_completion_tokens_total');
+    expect(after - counted).toBeLessThan(10);
+  });
+
+  it("a stream's usage chunk reporting 1e15 tokens does not spend the key's day either", async () => {
+    const before = await usedToday();
+    engine.reply = lyingStream;
+    const lied = await chat(true);
+    expect(lied.status).toBe(200);
+    expect(sseData(lied.body).at(-1)).toBe('[DONE]');
+    engine.reply = okChat;
+    expect((await chat()).status).toBe(200);
+    await waitFor(async () => (await usedToday()) - before > 0, 'the two requests charged');
+    // the stream counts its one content event, as a stream without usage does
+    expect((await usedToday()) - before).toBeLessThan(10);
+  });
+});
