@@ -197,6 +197,7 @@ export class Director {
       dialect: api.dialect,
       knownStreamEnd: KNOWN_STREAM_END.has(api.name),
       ...(api.countsAnswerText ? { countsAnswerText: true } : {}),
+      ...(api.body === 'json' ? { answersJson: true } : {}),
       ...streamChoicesOf(api.name, body),
       ...(holdsBackText(body) ? { holdsBackText: true } : {}),
       ...(request.onContent ? { onContent: request.onContent } : {}),

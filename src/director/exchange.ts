@@ -109,6 +109,8 @@ export interface ExchangePlan {
   knownStreamEnd?: boolean;
   /** A non-streamed answer without token usage is counted by its text (speech to text; routes.ts `countsAnswerText`). */
   countsAnswerText?: boolean;
+  /** The API answers JSON when it does not stream (every API with a JSON body): an answer that is not JSON is no answer. */
+  answersJson?: boolean;
   /** The choices a chat or completions stream carries (the request's `n`, when over 1): each must finish before the stream has. */
   streamChoices?: number;
   /** The request names a long stop string (director.ts `holdsBackText`): its stream may go silent with nothing wrong with the replica. */
@@ -336,7 +338,7 @@ export class ExchangeRunner {
     result: Extract<AttemptResult, { kind: 'committed' }>,
     meter: ResponseMeter,
     report: ExchangeReport,
-    plan: Pick<ExchangePlan, 'requestId' | 'holdsBackText' | 'request'>,
+    plan: Pick<ExchangePlan, 'requestId' | 'holdsBackText' | 'request' | 'answersJson'>,
     splice?: StreamSplice,
   ): Promise<ExchangeReport> {
     const { requestId, holdsBackText } = plan;
@@ -369,6 +371,11 @@ export class ExchangeRunner {
     } else if (end === 'client_gone' || end === 'client_stalled') {
       counted = undefined; // the client's doing: nothing said of the engine either way
       report.failure = end;
+    } else if (meter.noAnswer(plan.answersJson === true)) {
+      // A 2xx that is no answer (empty, or not JSON from an API that answers JSON) is the replica's
+      // failure, whatever its health path says: answered at once, it drew most of the pool's requests
+      counted = 'failure';
+      report.failure = 'upstream_invalid_answer';
     } else if (engineError) {
       // the engine ended the stream with its own error: a server error counts against its breaker and is
       // its own end (ModelgateStreamsCut); a 4xx one (a tool call it could not parse) is the request's

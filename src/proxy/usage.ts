@@ -220,9 +220,29 @@ export class ResponseMeter implements ResponseObserver {
 
   /** Bytes of a non-streamed body read. */
   private bodyBytes = 0;
+  /** The first byte of a non-streamed body that is not white space, once one came. */
+  private lead: number | undefined;
+  /** A non-streamed body ended (an empty one too). */
+  private bodyEnded = false;
+
+  /**
+   * A non-streamed answer that ended whole but is no answer: an empty body, or, from an API that answers
+   * JSON (`json`), one that is not a JSON object or array (a page of HTML, a word). A replica that answers
+   * so to everything does it at once, so least-outstanding scheduling sent it most of its pool's requests.
+   */
+  noAnswer(json: boolean): boolean {
+    return this.bodyEnded && (this.lead === undefined || (json && this.lead !== 0x7b && this.lead !== 0x5b));
+  }
 
   body(chunk: Buffer): void {
     this.bodyBytes += chunk.length;
+    if (this.lead === undefined) {
+      for (const byte of chunk) {
+        if (byte === 0x20 || byte === 0x0a || byte === 0x0d || byte === 0x09) continue;
+        this.lead = byte;
+        break;
+      }
+    }
     if (!this.overflow && this.headBytes + chunk.length <= BODY_HEAD) {
       this.head.push(chunk);
       this.headBytes += chunk.length;
@@ -288,6 +308,7 @@ export class ResponseMeter implements ResponseObserver {
   }
 
   bodyEnd(): void {
+    this.bodyEnded = true;
     const text = this.overflow ? this.tail : Buffer.concat(this.head).toString('utf8');
     if (this.dialect === 'responses' && this.responseId === undefined) {
       const id = this.bodyId(text);

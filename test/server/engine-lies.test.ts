@@ -97,3 +97,42 @@ describe("a replica's usage is believed only as far as an answer can use tokens"
     expect((await usedToday()) - before).toBeLessThan(10);
   });
 });
+
+describe('a replica that answers 2xx with no answer is taken out by its breaker', () => {
+  const good: Reply = okChat;
+  it.each([
+    ['an empty body', (_req, res) => res.writeHead(200, { 'content-type': 'application/json' }).end()],
+    ['a page of HTML', (_req, res) => res.writeHead(200, { 'content-type': 'text/html' }).end('<html>oops</html>')],
+    ['a word that is not JSON', (_req, res) => res.writeHead(200, { 'content-type': 'application/json' }).end('garbage')],
+    ['a 204', (_req, res) => res.writeHead(204).end()],
+  ] as Array<[string, Reply]>)('answering %s at once, it opens its breaker and every request after goes to the healthy replica', async (_name, reply) => {
+    const bad = await startUpstream(reply);
+    const healthy = await startUpstream(good);
+    const router = await startTestRouter(
+      chatSetup([bad.url, healthy.url], {
+        config: { routing: { engineMetrics: { enabled: false } }, resilience: { breaker: { failureThreshold: 2, cooldownMs: 60_000 }, retries: { maxRetries: 0 } } },
+      }),
+    );
+    try {
+      const ask = (): ReturnType<typeof rawRequest> =>
+        rawRequest(`${router.router.apiUrl}/v1/chat/completions`, {
+          method: 'POST',
+          headers: { authorization: 'Bearer sk-test-0123456789', 'content-type': 'application/json' },
+          body: { model: 'llm', messages: [{ role: 'user', content: 'hi' }] },
+        });
+      const open = async (): Promise<boolean> => metricSum(await adminMetrics(router), 'modelgate_breaker_state', { endpoint: bad.url }) === 2;
+      for (let i = 0; i < 40 && !(await open()); i++) await ask();
+      expect(await open()).toBe(true);
+      expect(bad.requests.length).toBe(2); // failureThreshold
+      expect(router.logs.join('')).toContain('"failure":"upstream_invalid_answer"');
+      const served = healthy.requests.length;
+      for (let i = 0; i < 5; i++) expect((await ask()).status).toBe(200);
+      expect(healthy.requests.length).toBe(served + 5);
+      expect(bad.requests.length).toBe(2);
+    } finally {
+      await router.close();
+      await bad.close();
+      await healthy.close();
+    }
+  });
+});
