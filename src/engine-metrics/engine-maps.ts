@@ -150,11 +150,20 @@ function adapterList(value: string | undefined): string[] {
     .filter((name) => name !== '');
 }
 
-/** KV-cache size in tokens from the first series of the info metric (one data-parallel rank's cache: prefixes do not cross ranks). */
+/**
+ * Most KV-cache tokens a replica's `cache_config_info` is believed for: more than one rank of any
+ * engine holds today (an H200 holds about a million tokens of an 8B model). The router's prefix index
+ * remembers as many block hashes for the replica as its cache holds (1/16 of its tokens, ~64 bytes
+ * each); a replica that said `num_gpu_blocks="1e12"` had its share of the index never evict, growing
+ * with every new prompt sent there, and held every prompt it was ever sent as cached there.
+ */
+export const MAX_CACHE_TOKENS = 2 ** 24;
+
+/** KV-cache size in tokens from the first series of the info metric (one data-parallel rank's cache: prefixes do not cross ranks); beyond {@link MAX_CACHE_TOKENS}, not believed. */
 function cacheSize(text: string, config: NonNullable<EngineSeries['cacheConfig']>): number | undefined {
   const [labels] = scanLabels(text, config.name);
   const tokens = Number(labels?.get(config.blockSize)) * Number(labels?.get(config.blocks));
-  return Number.isFinite(tokens) && tokens > 0 ? tokens : undefined;
+  return Number.isFinite(tokens) && tokens > 0 && tokens <= MAX_CACHE_TOKENS ? tokens : undefined;
 }
 
 /** Whether every sample line of the page names a metric with one of `prefixes` (true for a page with none). */

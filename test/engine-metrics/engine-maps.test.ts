@@ -176,6 +176,25 @@ describe('readEngineLoad', () => {
       expected: { waiting: 0, running: 0, cacheTokens: 150000 },
     },
     {
+      // believed, the replica's share of the prefix index never evicted, and grew with every new prompt sent there
+      name: 'a KV cache larger than any engine holds is not believed (num_gpu_blocks="1e12")',
+      engine: 'vllm',
+      text: 'vllm:cache_config_info{block_size="16",engine="0",num_gpu_blocks="1e12"} 1.0\nvllm:num_requests_running 1\n',
+      expected: { waiting: 0, running: 1 },
+    },
+    {
+      name: 'SGLang: nor one a block over 2^24 tokens',
+      engine: 'sglang',
+      text: 'sglang:cache_config_info{page_size="16",num_pages="1048577"} 1\nsglang:num_queue_reqs 0\n',
+      expected: { waiting: 0, running: 0 },
+    },
+    {
+      name: 'SGLang: a KV cache of 2^24 tokens is believed',
+      engine: 'sglang',
+      text: 'sglang:cache_config_info{page_size="16",num_pages="1048576"} 1\nsglang:num_queue_reqs 0\n',
+      expected: { waiting: 0, running: 0, cacheTokens: 16777216 },
+    },
+    {
       name: 'a malformed cache_config_info is ignored',
       engine: 'vllm',
       text: 'vllm:cache_config_info{block_size="x",num_gpu_blocks="5"} 1\nvllm:num_requests_running 1\n',
