@@ -17,7 +17,7 @@ import { passed } from '../core/phases.js';
 import { errorBody, noAdapterReplica, RouterError, streamErrorEvent, toErrorResponse, writeErrorAnswer } from '../core/errors.js';
 import { type PoolSpec, type RequestTrace, type ScheduleInfo, type WireDialect } from '../core/types.js';
 import { type AttemptResult, type AttemptSpec, type Forwarder, type StreamEnd } from '../proxy/forwarder.js';
-import { brokenError, streamEnd } from '../proxy/relay.js';
+import { brokenError, FINAL_EVENT, streamEnd } from '../proxy/relay.js';
 import { streamError } from '../proxy/upstream-errors.js';
 import { ResponseMeter, type MeterWatch, type TokenUsage } from '../proxy/usage.js';
 import { type EndpointPicker, type Picked, type PickRequest } from '../resilience/picker.js';
@@ -297,7 +297,10 @@ export class ExchangeRunner {
       errorEvent: (err) => streamErrorEvent(err, dialect, meter.nextSequence()),
       engineError: ENGINE_ERROR[dialect],
     };
-    if (plan.knownStreamEnd) spec.endOfStream = streamEnd(dialect, plan.streamChoices);
+    if (plan.knownStreamEnd) {
+      spec.endOfStream = streamEnd(dialect, plan.streamChoices);
+      spec.finalEvent = FINAL_EVENT[dialect];
+    }
     if (splice) {
       spec.rewrite = (segment) => splice.rewrite(segment);
       spec.resumable = { cut: () => splice.errored };

@@ -53,6 +53,8 @@ export interface AttemptSpec {
   engineError?: (event: SseEvent) => StreamError | undefined;
   /** Whether an event is the stream's last in the API's dialect (relay.ts `endsStream`): a stream that ends without one ends as broken. */
   endOfStream?: (event: SseEvent) => boolean;
+  /** Whether an event is the very last of the stream (relay.ts `FINAL_EVENT`): what the engine sends after it is dropped. */
+  finalEvent?: (event: SseEvent) => boolean;
   /** Rewrites each complete event of a stream on its way to the client ('' drops it). With it, only whole events are written. */
   rewrite?: (segment: SseSegment) => string;
   /**

@@ -99,6 +99,17 @@ function isOpenAiError(event: SseEvent): boolean {
   return event.event === 'error' || OPENAI_ERROR.test(event.data);
 }
 
+/**
+ * Whether `event` is the very last a stream of the dialect carries: OpenAI's `data: [DONE]` (after a
+ * chunk with a finish reason come the usage chunk and `[DONE]`), the Responses API's
+ * `response.completed`, `.incomplete`, `.failed` or `error`, the Messages API's `message_stop` or `error`.
+ */
+export const FINAL_EVENT: Record<WireDialect, (event: SseEvent) => boolean> = {
+  openai: (event) => event.data === '[DONE]',
+  anthropic: (event) => endsStream('anthropic', event),
+  responses: (event) => endsStream('responses', event),
+};
+
 /** {@link endsStream} of each dialect, made once (a stream's attempt takes its dialect's). */
 const ENDS_STREAM: Record<WireDialect, (event: SseEvent) => boolean> = {
   openai: (event) => endsStream('openai', event),
@@ -156,6 +167,14 @@ export function relayResponse(spec: AttemptSpec, proxyRes: EngineResponse, res: 
   const notes = (event: SseEvent | undefined): void => {
     if (!sawEnd && event && (endOfStream as (e: SseEvent) => boolean)(event)) sawEnd = true;
   };
+  /**
+   * The stream's final event ({@link finalEvent}) was read: what the engine sends after it is not the
+   * answer (it is dropped, unread: not counted, not written). Relayed, `data: [DONE]` then more content
+   * reached the client, and each content event after it was counted as a token of the key. (A stream
+   * that may be resumed ends as its splice says.)
+   */
+  let final = false;
+  const isFinal = spec.resumable ? undefined : spec.finalEvent;
   let bytes = 0;
   let committed = false;
   let finish: (end: StreamEnd) => void = () => undefined;
@@ -386,7 +405,14 @@ export function relayResponse(spec: AttemptSpec, proxyRes: EngineResponse, res: 
     /** An event of this chunk waits to be written with the rest: none may go ahead of it. */
     let behind = false;
     for (let seg = tap.next(); seg !== undefined; seg = tap.next()) {
+      if (final) {
+        // after the stream's last event: neither relayed nor read (its bytes dropped as a usage chunk's are)
+        blocks.add({ raw: seg.raw, event: undefined }, '');
+        changed = true;
+        continue;
+      }
       notes(seg.event);
+      if (isFinal && seg.event && isFinal(seg.event)) final = true;
       // a stream whose API names no last event (the audio APIs') is whole only at its end
       if (sawEnd && endOfStream && !spec.resumable && !wasAnswered) whole = true;
       const own = textOf(seg);
@@ -458,7 +484,7 @@ export function relayResponse(spec: AttemptSpec, proxyRes: EngineResponse, res: 
     // a last event without its blank line (some llama.cpp builds): read as a whole one, its blank line added
     const last = tap?.closeTail();
     let tail = '';
-    if (last) {
+    if (last && !final) {
       notes(last.event);
       if (sawEnd) {
         tail = textOf(last);

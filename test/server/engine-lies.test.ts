@@ -136,3 +136,33 @@ describe('a replica that answers 2xx with no answer is taken out by its breaker'
     }
   });
 });
+
+describe("what a replica streams after its stream's last event", () => {
+  const content = (text: string): string => `data: {"id":"c","choices":[{"index":0,"delta":{"content":"${text}"},"finish_reason":null}]}\n\n`;
+  const finish = 'data: {"id":"c","choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}\n\n';
+  it.each([
+    ['in the same chunk', (res: Parameters<Reply>[1]) => res.end(content('ok') + finish + 'data: [DONE]\n\n' + content('MORE') + content('MORE'))],
+    [
+      'in later chunks',
+      (res: Parameters<Reply>[1]) => {
+        res.write(content('ok') + finish + 'data: [DONE]\n\n');
+        setImmediate(() => res.write(content('MORE'), () => res.end(content('MORE') + 'data: {"error":{"message":"fake","code":500}}\n\n')));
+      },
+    ],
+  ])('%s is neither relayed nor counted: the client’s stream ends at [DONE]', async (_name, send) => {
+    const before = await usedToday();
+    engine.reply = (_req, res) => {
+      res.writeHead(200, { 'content-type': 'text/event-stream' });
+      send(res);
+    };
+    const res = await chat(true);
+    expect(res.status).toBe(200);
+    expect(res.body).not.toContain('MORE');
+    expect(sseData(res.body).at(-1)).toBe('[DONE]');
+    engine.reply = okChat;
+    expect((await chat()).status).toBe(200);
+    await waitFor(async () => (await usedToday()) - before > 0, 'the two requests charged');
+    // the stream's one content event and its prompt's estimate, and the next request's 2 tokens: not the events after [DONE]
+    expect((await usedToday()) - before).toBeLessThanOrEqual(4);
+  });
+});
