@@ -139,8 +139,8 @@ function labelSet(text: string, from: number, to: number, key: string): boolean 
   let pos = from;
   while (pos < to) {
     while (pos < to && (text.charCodeAt(pos) === 0x2c || isBlank(text.charCodeAt(pos)))) pos++;
-    const eq = text.indexOf('=', pos);
-    if (eq < 0 || eq >= to) return false;
+    const eq = indexBefore(text, 0x3d, pos, to); // '=' within the label set: indexOf would read on through the page
+    if (eq < 0) return false;
     const open = skipBlanks(text, eq + 1, to);
     if (text.charCodeAt(open) !== QUOTE) return false;
     let close = open + 1;
