@@ -66,6 +66,11 @@ function count(value: unknown): number | undefined {
   return Number.isInteger(value) && value >= 0 && value <= MAX_REPORTED_TOKENS ? value : NaN;
 }
 
+/** Whether `value` is a number that is no count of tokens (every answer's usage is read: no array made to ask). */
+function unbelieved(value: unknown): boolean {
+  return Number.isNaN(count(value));
+}
+
 /**
  * A usage object's counts, or undefined when it reports none, or any it reports is no count of tokens
  * (a fraction, negative, beyond {@link MAX_REPORTED_TOKENS}): such an answer is charged as one that
@@ -74,7 +79,7 @@ function count(value: unknown): number | undefined {
 function toUsage(value: unknown): TokenUsage | undefined {
   if (typeof value !== 'object' || value === null) return undefined;
   const u = value as Record<string, unknown>;
-  if ([u.completion_tokens, u.output_tokens, u.prompt_tokens, u.input_tokens, u.total_tokens].some((v) => Number.isNaN(count(v)))) return undefined;
+  if (unbelieved(u.completion_tokens) || unbelieved(u.output_tokens) || unbelieved(u.prompt_tokens) || unbelieved(u.input_tokens) || unbelieved(u.total_tokens)) return undefined;
   const completion = count(u.completion_tokens) ?? count(u.output_tokens);
   const prompt = count(u.prompt_tokens) ?? count(u.input_tokens) ?? (completion === undefined ? count(u.total_tokens) : undefined);
   if (prompt === undefined && completion === undefined) return undefined;
