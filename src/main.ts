@@ -5,6 +5,7 @@
 import http from './core/node-http.js';
 import { type Express } from 'express';
 import type { RequestListener } from 'node:http';
+import { getHeapStatistics } from 'node:v8';
 import { type Logger } from 'pino';
 import { KeyStore } from './auth/key-store.js';
 import { InFlight } from './balancer/in-flight.js';
@@ -43,6 +44,7 @@ import { badPayloadLog, exportWatch, keptClosedLog } from './wiring/log-watches.
 import { sloResult } from './metrics/goodput.js';
 import { discoveryGauges } from './wiring/gauges.js';
 import { ListedEndpoints } from './wiring/listed-endpoints.js';
+import { HeldEvents, heldEventsLimit } from './proxy/held-events.js';
 
 export interface RouterOptions {
   logger?: Logger;
@@ -293,7 +295,7 @@ export async function createRouter(config: Config, options: RouterOptions = {}):
   discovery.observeDemand((pool) => ({ waiting: admission.depth(pool), held: picker.heldRequests(pool) }));
   metrics.observeDemand(() => poolDemand(discovery, { inFlight, admission, picker, engine: engineMetrics, turnedAway }), config.discovery.mode === 'kubernetes');
   const exchange = new ExchangeRunner({
-    forwarder: new Forwarder(agent, clock),
+    forwarder: new Forwarder(agent, clock, systemScheduler, new HeldEvents(heldEventsLimit(getHeapStatistics().heap_size_limit, process.constrainedMemory()))),
     picker,
     clock,
     sleep: systemSleep,

@@ -25,6 +25,7 @@ import { type Endpoint } from '../core/types.js';
 import { retryHeaders } from './headers.js';
 import { type EngineAgent } from './engine-agent.js';
 import { relayResponse, type AttemptControl, type BodySink, type EngineResponse } from './relay.js';
+import { type HeldEvents } from './held-events.js';
 import { type SseEvent, type SseSegment } from './sse-tap.js';
 import { MAX_ERROR_BODY_BYTES, normaliseUpstreamError, type NormalisedError, type StreamError } from './upstream-errors.js';
 
@@ -153,6 +154,7 @@ class Attempt implements AttemptControl, Dispatcher.DispatchHandler, EngineRespo
     /** The client's response, and the 'close' listener this attempt keeps on it until it settles. */
     private readonly res: ServerResponse,
     private readonly onClientClose: () => void,
+    private readonly heldEvents: HeldEvents | undefined,
   ) {
     this.firstByteDue = Math.min(clock.now() + spec.timeouts.firstByteMs, spec.deadline);
   }
@@ -255,7 +257,7 @@ class Attempt implements AttemptControl, Dispatcher.DispatchHandler, EngineRespo
       this.errorBody = { status, chunks: [], size: 0 };
       this.arm(Math.min(this.spec.timeouts.idleMs, this.spec.deadline - this.clock.now()), () => this.fail({ kind: 'failed', reason: 'reset', detail: 'error body stalled' }));
     } else {
-      this.sink = relayResponse(this.spec, this, this.res, status, this, this.clock);
+      this.sink = relayResponse(this.spec, this, this.res, status, this, this.clock, this.heldEvents);
     }
   }
 
@@ -354,6 +356,8 @@ export class Forwarder {
     private readonly agent: EngineAgent,
     private readonly clock: Clock,
     private readonly scheduler: Scheduler = systemScheduler,
+    /** What every stream holds of unfinished events, router-wide (relay.ts); none: each stream's own bound only. */
+    private readonly heldEvents?: HeldEvents,
   ) {}
 
   /** Runs one attempt. The request headers must already be prepared for the upstream. */
@@ -361,7 +365,7 @@ export class Forwarder {
     if (res.destroyed || res.writableEnded) return Promise.resolve({ kind: 'client_gone' });
     return new Promise<AttemptResult>((resolve) => {
       const onClose = (): void => attempt.fail({ kind: 'client_gone' });
-      const attempt = new Attempt(spec, resolve, this.scheduler, this.clock, res, onClose);
+      const attempt = new Attempt(spec, resolve, this.scheduler, this.clock, res, onClose, this.heldEvents);
       res.once('close', onClose);
       attempt.armStart();
       this.send(attempt);

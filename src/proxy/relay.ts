@@ -26,6 +26,7 @@
 import type { IncomingHttpHeaders, ServerResponse } from 'node:http';
 import { RouterError, streamErrorEvent } from '../core/errors.js';
 import { type Clock } from '../core/clock.js';
+import { type HeldEvents } from './held-events.js';
 import { passed } from '../core/phases.js';
 import { type WireDialect } from '../core/types.js';
 import { clientResponseHeaders } from './headers.js';
@@ -151,7 +152,8 @@ function isEventStream(contentType: string | undefined): boolean {
   return contentType?.toLowerCase().startsWith('text/event-stream') ?? false;
 }
 
-export function relayResponse(spec: AttemptSpec, proxyRes: EngineResponse, res: ServerResponse, status: number, control: AttemptControl, clock: Clock): BodySink {
+/** `heldEvents`: what every stream holds of unfinished events, router-wide (none: only this stream's {@link MAX_EVENT_CHARS} bounds it). */
+export function relayResponse(spec: AttemptSpec, proxyRes: EngineResponse, res: ServerResponse, status: number, control: AttemptControl, clock: Clock, heldEvents?: HeldEvents): BodySink {
   const tap = isEventStream(proxyRes.headers['content-type']) ? new SseTap() : undefined;
   if (spec.continues && !tap) {
     // the client is mid-stream: a body that is not an event stream cannot be appended to it
@@ -180,11 +182,15 @@ export function relayResponse(spec: AttemptSpec, proxyRes: EngineResponse, res: 
   let finish: (end: StreamEnd) => void = () => undefined;
   /** The engine's own error event, when it sent one (relayed re-wrapped). */
   let engineError: StreamDone['engineError'];
+  /** This stream's share of `heldEvents`: the characters of an unfinished event its tap holds (0 once it ended). */
+  let heldShare = 0;
+  let ended = false;
   const done = new Promise<StreamDone>((resolve) => {
-    let ended = false;
     finish = (end) => {
       if (ended) return;
       ended = true;
+      if (heldShare > 0) heldEvents?.move(heldShare, 0);
+      heldShare = 0;
       control.disarm();
       const done: StreamDone = { end, bytes };
       if (engineError) done.engineError = engineError;
@@ -450,8 +456,16 @@ export function relayResponse(spec: AttemptSpec, proxyRes: EngineResponse, res: 
       observed();
       after(answered(), () => writeOut(out), true);
     } else writeOut(out);
-    if (tap.heldChars > MAX_EVENT_CHARS) {
-      // an event without end (or a body that is no event stream after all): not held without bound
+    const holding = tap.heldChars;
+    // the router's share moves only while an event is held (never for a stream of whole events)
+    let over = false;
+    if (heldEvents && holding !== heldShare && !ended) {
+      over = heldEvents.move(heldShare, holding);
+      heldShare = holding;
+    }
+    if (holding > MAX_EVENT_CHARS || over) {
+      // an event without end (or a body that is no event stream after all): not held without bound, nor
+      // past its share while the router holds too much over every stream
       tooLong();
       return;
     }

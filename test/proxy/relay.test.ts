@@ -8,6 +8,7 @@ import http, { type ServerResponse } from 'node:http';
 import { type AddressInfo } from 'node:net';
 import { type AttemptResult, type AttemptSpec, type StreamDone } from '../../src/proxy/forwarder.js';
 import { ChunkBlocks, relayResponse, type AttemptControl, type BodySink, type EngineResponse } from '../../src/proxy/relay.js';
+import { HeldEvents, SHARE_CHARS } from '../../src/proxy/held-events.js';
 import { FakeTime } from '../helpers/fake-time.js';
 import { holdingObserver } from '../helpers/holding-observer.js';
 import { rawRequest } from '../helpers/http.js';
@@ -44,6 +45,7 @@ async function relayed(
   headers: http.IncomingHttpHeaders,
   spec: Partial<AttemptSpec>,
   time = new FakeTime(),
+  heldEvents?: HeldEvents,
 ): Promise<{ url: string; ready: Promise<{ sink: BodySink; engine: HandEngine; done: Promise<StreamDone>; res: ServerResponse }> }> {
   let ready: (v: { sink: BodySink; engine: HandEngine; done: Promise<StreamDone>; res: ServerResponse }) => void = () => undefined;
   const setUp = new Promise<{ sink: BodySink; engine: HandEngine; done: Promise<StreamDone>; res: ServerResponse }>((resolve) => (ready = resolve));
@@ -63,7 +65,7 @@ async function relayed(
       settle: (r) => settle(r),
     };
     const full = { requestId: 'r1', timeouts: { connectMs: 1000, firstByteMs: 1000, idleMs: 60_000, clientStallMs: 60_000 }, deadline: 120_000, ...spec } as AttemptSpec;
-    const sink = relayResponse(full, engine, res, 200, control, time);
+    const sink = relayResponse(full, engine, res, 200, control, time, heldEvents);
     const done = result.then((r) => (r.kind === 'committed' ? r.done : Promise.reject(new Error(r.kind))));
     ready({ sink, engine, done, res });
   });
@@ -387,5 +389,46 @@ describe('relayResponse: the usage chunk the router asked for, dropped from a ch
     blocks.add(segments[1]!, '');
     expect(blocks.keptBytes(Buffer.from(usage))).toEqual([]);
     expect(blocks.text()).toBe('');
+  });
+});
+
+describe('relayResponse: what every stream holds of unfinished events, router-wide', () => {
+  /** A stream relayed with `heldEvents`: its client's request sent, its sink ready. */
+  async function stream(heldEvents: HeldEvents) {
+    const { url, ready } = await relayed({ 'content-type': 'text/event-stream' }, { endOfStream: (e) => e.data === '[DONE]' }, new FakeTime(), heldEvents);
+    const response = rawRequest(`${url}/x`, { body: '{}' });
+    return { response, ...(await ready) };
+  }
+
+  it('cuts a stream that holds more than its share while the router holds more than its limit; a stream of small events goes on', async () => {
+    const heldEvents = new HeldEvents(3 * SHARE_CHARS);
+    const big = await stream(heldEvents);
+    const small = await stream(heldEvents);
+    big.sink.data(Buffer.from('data: ' + 'a'.repeat(1.5 * SHARE_CHARS))); // an event without end, over its share: the router is under its limit
+    small.sink.data(Buffer.from('data: {"choices":[{"delta":{"content":"b"}}]}\n\ndata: ' + 'b'.repeat(SHARE_CHARS / 2)));
+    expect(heldEvents.chars).toBe(1.5 * SHARE_CHARS + 6 + SHARE_CHARS / 2 + 6);
+    big.sink.data(Buffer.from('a'.repeat(SHARE_CHARS))); // the router over its limit: the stream past its share is cut
+    expect((await big.done).end).toBe('upstream_broken');
+    expect(big.engine.log).toContain('destroy');
+    const cut = await big.response;
+    expect(cut.body).toContain('"code":"upstream_stream_broken"');
+    expect(cut.body).not.toContain('aaa'); // no part of the unfinished event reached the client
+    expect(heldEvents.chars).toBe(SHARE_CHARS / 2 + 6); // its share went with it
+    small.sink.data(Buffer.from('b\n\ndata: [DONE]\n\n'));
+    small.sink.end();
+    expect((await small.done).end).toBe('complete');
+    expect((await small.response).body).toMatch(/^data: \{"choices":\[\{"delta":\{"content":"b"\}\}\]\}\n\ndata: b+\n\ndata: \[DONE\]\n\n$/);
+    expect(heldEvents.chars).toBe(0);
+  });
+
+  it('leaves a stream that holds less than its share, however full the router is', async () => {
+    const heldEvents = new HeldEvents(0);
+    const { sink, done, response } = await stream(heldEvents);
+    sink.data(Buffer.from('data: ' + 'x'.repeat(SHARE_CHARS - 6)));
+    sink.data(Buffer.from('\n\ndata: [DONE]\n\n'));
+    sink.end();
+    expect((await done).end).toBe('complete');
+    expect((await response).body).toHaveLength(SHARE_CHARS + 16);
+    expect(heldEvents.chars).toBe(0);
   });
 });
