@@ -48,6 +48,7 @@ export const ERROR_CODES = {
   UPSTREAM_AUTH_FAILED: { status: 502, type: 'server_error' },
   UPSTREAM_REDIRECT: { status: 502, type: 'server_error' },
   UPSTREAM_STREAM_BROKEN: { status: 502, type: 'server_error' },
+  UPSTREAM_INVALID_ANSWER: { status: 502, type: 'server_error' },
   ADAPTER_LOAD_FAILED: { status: 502, type: 'server_error' },
   NO_READY_REPLICA: { status: 503, type: 'server_error' },
   UPSTREAM_TIMEOUT: { status: 504, type: 'server_error' },

@@ -48,6 +48,7 @@ export function outcomeName(result: AttemptResult): string {
 
 /** The router's answer when the last attempt failed without any answer from the engine. */
 export function failureError(result: Extract<AttemptResult, { kind: 'failed' }>): RouterError {
+  if (result.reason === 'invalid_answer') return new RouterError('UPSTREAM_INVALID_ANSWER', `The model server answered with what the router cannot pass on (${result.detail}).`);
   const timedOut = result.reason === 'first_byte_timeout' || result.reason === 'connect_timeout' || result.reason === 'deadline';
   return timedOut
     ? new RouterError('UPSTREAM_TIMEOUT', `The model server did not answer in time (${result.detail}).`)

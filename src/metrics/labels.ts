@@ -47,7 +47,7 @@ export type ScrapeResult = (typeof SCRAPE_RESULTS)[number];
 export const PREFIX_RESULTS = ['hit', 'miss'] as const;
 
 /** Why an attempt got no usable answer, before the first byte. */
-export const ATTEMPT_FAILURES = ['connect', 'reset', 'connect_timeout', 'first_byte_timeout', 'deadline'] as const;
+export const ATTEMPT_FAILURES = ['connect', 'reset', 'connect_timeout', 'first_byte_timeout', 'deadline', 'invalid_answer'] as const;
 /** An engine's HTTP status as an attempt's outcome: `upstream_503`. */
 export type UpstreamStatus = `upstream_${number}`;
 /** How an attempt ended (`modelgate_upstream_attempts_total{outcome}`); `other` stands in for a name outside the set. */
@@ -57,7 +57,7 @@ const NAMED_OUTCOMES: ReadonlySet<string> = new Set(['committed', 'client_gone',
 export const UPSTREAM_STATUS = /^upstream_[1-5][0-9][0-9]$/;
 
 /** The outcomes a retry follows (`modelgate_retries_total{reason}`): the retryable statuses and the failures other than the deadline. */
-export const RETRY_REASONS = ['upstream_429', 'upstream_502', 'upstream_503', 'upstream_504', 'connect', 'reset', 'connect_timeout', 'first_byte_timeout'] as const;
+export const RETRY_REASONS = ['upstream_429', 'upstream_502', 'upstream_503', 'upstream_504', 'connect', 'reset', 'connect_timeout', 'first_byte_timeout', 'invalid_answer'] as const;
 export type RetryReason = (typeof RETRY_REASONS)[number] | 'other';
 
 /**

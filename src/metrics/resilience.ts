@@ -42,7 +42,7 @@ export function resilienceMetrics(registers: Registry[], sources: AdmissionSourc
   return {
     attempts: new HotCounter({
       name: 'modelgate_upstream_attempts_total',
-      help: 'Attempts to forward a request to an endpoint, by outcome (committed, upstream_<status>, connect, reset, first_byte_timeout, …).',
+      help: 'Attempts to forward a request to an endpoint, by outcome (committed, upstream_<status>, connect, reset, first_byte_timeout, invalid_answer, …).',
       labelNames: ['pool', 'endpoint', 'outcome'],
       registers,
     }),

@@ -83,7 +83,8 @@ export interface ResponseObserver {
   answered?(): Promise<unknown> | undefined;
 }
 
-export type FailureReason = 'connect' | 'connect_timeout' | 'reset' | 'first_byte_timeout' | 'deadline';
+/** `invalid_answer`: the engine answered, with something no client can be given (a status HTTP does not have). */
+export type FailureReason = 'connect' | 'connect_timeout' | 'reset' | 'first_byte_timeout' | 'deadline' | 'invalid_answer';
 export type StreamEnd = 'complete' | 'client_gone' | 'client_stalled' | 'upstream_broken' | 'idle_timeout' | 'deadline';
 
 /** How a committed response ended, and how many body bytes the engine sent. */
@@ -250,6 +251,11 @@ class Attempt implements AttemptControl, Dispatcher.DispatchHandler, EngineRespo
     passed(this.res, 'responded');
     if (this.settled) {
       this.destroy();
+      return;
+    }
+    if (status > 599) {
+      // HTTP has no such status (undici reads any three digits): no client is given it; the replica answered wrong, as with a 502
+      this.fail({ kind: 'failed', reason: 'invalid_answer', detail: `status ${status}, which HTTP does not have` });
       return;
     }
     this.headers = nodeHeaders(headers);

@@ -166,3 +166,58 @@ describe("what a replica streams after its stream's last event", () => {
     expect((await usedToday()) - before).toBeLessThanOrEqual(4);
   });
 });
+
+/** A router over `endpoints` with the given retries and breaker, closed after `run`. */
+async function withRouter(endpoints: string[], resilience: object, run: (router: TestRouter<RunningRouter>, ask: () => ReturnType<typeof rawRequest>) => Promise<void>): Promise<void> {
+  const router = await startTestRouter(chatSetup(endpoints, { config: { routing: { engineMetrics: { enabled: false } }, resilience } }));
+  try {
+    await run(router, () =>
+      rawRequest(`${router.router.apiUrl}/v1/chat/completions`, {
+        method: 'POST',
+        headers: { authorization: 'Bearer sk-test-0123456789', 'content-type': 'application/json' },
+        body: { model: 'llm', messages: [{ role: 'user', content: 'hi' }] },
+      }),
+    );
+  } finally {
+    await router.close();
+  }
+}
+
+/** An answer written on the engine's socket as it is (Node's server would not write it), the connection closed after it. */
+const rawAnswer =
+  (head: string, body: string): Reply =>
+  (_req, res) =>
+    res.socket?.end(`${head}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`);
+
+describe('a replica answering a status HTTP does not have (over 599)', () => {
+  it.each([600, 999])('%i reaches its client as 502 upstream_invalid_answer, never as itself', async (status) => {
+    const bad = await startUpstream(rawAnswer(`HTTP/1.1 ${status} Weird`, '{}'));
+    try {
+      await withRouter([bad.url], { retries: { maxRetries: 0 } }, async (router, ask) => {
+        const res = await ask();
+        expect(res.status).toBe(502);
+        expect((JSON.parse(res.body) as { error: { code: string } }).error.code).toBe('upstream_invalid_answer');
+        await waitFor(() => router.logs.join('').includes('"failure":"upstream_invalid_answer"'), 'the access log line');
+      });
+    } finally {
+      await bad.close();
+    }
+  });
+
+  it('is a failed attempt: retried on another replica, and counted against its breaker as a server error is', async () => {
+    const bad = await startUpstream(rawAnswer('HTTP/1.1 600 Weird', '{}'));
+    const healthy = await startUpstream(okChat);
+    try {
+      await withRouter([bad.url, healthy.url], { breaker: { failureThreshold: 2, cooldownMs: 60_000 }, retries: { maxRetries: 1, initialBackoffMs: 1, maxBackoffMs: 1 } }, async (router, ask) => {
+        const open = async (): Promise<boolean> => metricSum(await adminMetrics(router), 'modelgate_breaker_state', { endpoint: bad.url }) === 2;
+        for (let i = 0; i < 40 && !(await open()); i++) expect((await ask()).status).toBe(200);
+        expect(await open()).toBe(true);
+        expect(bad.requests.length).toBe(2); // failureThreshold
+        expect(metricSum(await adminMetrics(router), 'modelgate_upstream_attempts_total', { endpoint: bad.url, outcome: 'invalid_answer' })).toBe(2);
+      });
+    } finally {
+      await bad.close();
+      await healthy.close();
+    }
+  });
+});
