@@ -152,8 +152,25 @@ function isEventStream(contentType: string | undefined): boolean {
   return contentType?.toLowerCase().startsWith('text/event-stream') ?? false;
 }
 
+/**
+ * A `content-encoding` other than `identity` (or none): the router asks no engine for one (it sends no
+ * `accept-encoding`), and reads, meters and rewrites bodies as text. Passed on, a lying `gzip` over
+ * plain JSON failed the client's SDK (it gunzipped it), and a really compressed answer went unmetered.
+ */
+function encoded(encoding: string): boolean {
+  const name = encoding.trim().toLowerCase();
+  return name !== '' && name !== 'identity';
+}
+
 /** `heldEvents`: what every stream holds of unfinished events, router-wide (none: only this stream's {@link MAX_EVENT_CHARS} bounds it). */
 export function relayResponse(spec: AttemptSpec, proxyRes: EngineResponse, res: ServerResponse, status: number, control: AttemptControl, clock: Clock, heldEvents?: HeldEvents): BodySink {
+  const encoding = proxyRes.headers['content-encoding'];
+  if (encoding !== undefined && encoded(encoding)) {
+    // an answer the router cannot read: a failed attempt (retried elsewhere, counted against the replica), never the client's
+    proxyRes.destroy();
+    control.settle({ kind: 'failed', reason: 'invalid_answer', detail: `content-encoding ${encoding.slice(0, 40)}, which the router did not ask for` });
+    return IGNORED;
+  }
   const tap = isEventStream(proxyRes.headers['content-type']) ? new SseTap() : undefined;
   if (spec.continues && !tap) {
     // the client is mid-stream: a body that is not an event stream cannot be appended to it

@@ -3,6 +3,7 @@
  * what an answer can be. Its usage cannot spend a key's budgets or stick the token counters.
  */
 import { afterAll, afterEach, beforeAll, describe, expect, it } from '@jest/globals';
+import { gzipSync } from 'node:zlib';
 import { type RunningRouter } from '../../src/main.js';
 import { rawRequest, sseData } from '../helpers/http.js';
 import { adminMetrics, chatSetup, metricSum, startTestRouter, type TestRouter } from '../helpers/router.js';
@@ -218,6 +219,78 @@ describe('a replica answering a status HTTP does not have (over 599)', () => {
     } finally {
       await bad.close();
       await healthy.close();
+    }
+  });
+});
+
+describe('a replica answering a 2xx in a content-encoding (the router asks for none)', () => {
+  const chatBody = JSON.stringify({
+    id: 'c',
+    object: 'chat.completion',
+    model: 'served/llm',
+    choices: [{ index: 0, message: { role: 'assistant', content: 'ok' }, finish_reason: 'stop' }],
+    usage: { prompt_tokens: 1, completion_tokens: 1, total_tokens: 2 },
+  });
+  const encoded =
+    (encoding: string, body: Buffer | string, type = 'application/json'): Reply =>
+    (_req, res) =>
+      res.writeHead(200, { 'content-type': type, 'content-encoding': encoding, 'content-length': Buffer.byteLength(body) }).end(body);
+  const cases: Array<[string, Reply]> = [
+    ['gzip over plain JSON (a lying header)', encoded('gzip', chatBody)],
+    ['really gzipped JSON', encoded('gzip', gzipSync(chatBody))],
+    ['a really gzipped stream', encoded('gzip', gzipSync('data: {"id":"c","choices":[{"index":0,"delta":{"content":"ok"},"finish_reason":"stop"}]}\n\ndata: [DONE]\n\n'), 'text/event-stream')],
+    ['br', encoded('br', chatBody)],
+  ];
+
+  it.each(cases)('%s: its client is never given it, but another replica’s answer; the replica is counted failed until its breaker opens', async (_name, reply) => {
+    const bad = await startUpstream(reply);
+    const healthy = await startUpstream(okChat);
+    try {
+      await withRouter([bad.url, healthy.url], { breaker: { failureThreshold: 2, cooldownMs: 60_000 }, retries: { maxRetries: 1, initialBackoffMs: 1, maxBackoffMs: 1 } }, async (router, ask) => {
+        const open = async (): Promise<boolean> => metricSum(await adminMetrics(router), 'modelgate_breaker_state', { endpoint: bad.url }) === 2;
+        for (let i = 0; i < 40 && !(await open()); i++) {
+          const res = await ask();
+          expect(res.status).toBe(200);
+          expect(res.headers['content-encoding']).toBeUndefined();
+          expect((JSON.parse(res.body) as { id: string }).id).toBe('chatcmpl-up'); // the healthy replica's
+        }
+        expect(await open()).toBe(true);
+        expect(bad.requests.length).toBe(2); // failureThreshold
+        expect(metricSum(await adminMetrics(router), 'modelgate_upstream_attempts_total', { endpoint: bad.url, outcome: 'invalid_answer' })).toBe(2);
+      });
+    } finally {
+      await bad.close();
+      await healthy.close();
+    }
+  });
+
+  it('from the only replica, its client gets 502 upstream_invalid_answer naming the encoding, and the log says so', async () => {
+    const bad = await startUpstream(encoded('gzip', gzipSync(chatBody)));
+    try {
+      await withRouter([bad.url], { retries: { maxRetries: 0 } }, async (router, ask) => {
+        const res = await ask();
+        expect(res.status).toBe(502);
+        expect(res.headers['content-encoding']).toBeUndefined();
+        const { error } = JSON.parse(res.body) as { error: { code: string; message: string } };
+        expect(error.code).toBe('upstream_invalid_answer');
+        expect(error.message).toContain('content-encoding gzip');
+        await waitFor(() => router.logs.join('').includes('"failure":"upstream_invalid_answer"'), 'the access log line');
+      });
+    } finally {
+      await bad.close();
+    }
+  });
+
+  it('`identity` is no encoding: the answer is relayed', async () => {
+    const engine = await startUpstream(encoded('Identity', chatBody));
+    try {
+      await withRouter([engine.url], { retries: { maxRetries: 0 } }, async (_router, ask) => {
+        const res = await ask();
+        expect(res.status).toBe(200);
+        expect(res.body).toBe(chatBody);
+      });
+    } finally {
+      await engine.close();
     }
   });
 });
