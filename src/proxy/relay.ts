@@ -287,7 +287,8 @@ export function relayResponse(spec: AttemptSpec, proxyRes: EngineResponse, res: 
     committed = true;
     if (!spec.continues) {
       const headers = clientResponseHeaders(proxyRes.headers, spec.requestId);
-      if (tap) delete headers['content-length'];
+      // a stream is framed by the router; a 204 has no body, whatever length the engine claims for it (304 never gets here: a 3xx is no answer)
+      if (tap || status === 204) delete headers['content-length'];
       // a header the router set ahead (Anthropic's `request-id`) is the router's, not the engine's
       if (headers['request-id'] !== undefined && res.hasHeader('request-id')) delete headers['request-id'];
       res.writeHead(status, headers);

@@ -294,3 +294,23 @@ describe('a replica answering a 2xx in a content-encoding (the router asks for n
     }
   });
 });
+
+describe('a replica’s content-length on an answer that has no body', () => {
+  it('a 204 saying `content-length: 5` reaches its client without it (a 200 keeps its own)', async () => {
+    const bad = await startUpstream((_req, res) => res.socket?.end('HTTP/1.1 204 No Content\r\ncontent-type: application/json\r\ncontent-length: 5\r\nconnection: close\r\n\r\nhello'));
+    try {
+      await withRouter([bad.url], { retries: { maxRetries: 0 } }, async (_router, ask) => {
+        const res = await ask();
+        expect(res.status).toBe(204);
+        expect(res.body).toBe('');
+        expect(res.headers['content-length']).toBeUndefined();
+        bad.reply = okChat;
+        const ok = await ask();
+        expect(ok.status).toBe(200);
+        expect(ok.headers['content-length']).toBe(String(Buffer.byteLength(ok.body)));
+      });
+    } finally {
+      await bad.close();
+    }
+  });
+});
