@@ -77,22 +77,45 @@ export function upstreamHeaders(client: IncomingHttpHeaders, allowed: ReadonlySe
 }
 
 /**
- * Engine response headers no client gets: hop-by-hop ones, and those that describe the router's own
- * connection to the engine, not the client's exchange — a cookie the engine (or a proxy in front of
- * it) sets is for the router, and would reach every tenant the router sends there; `server` names the
- * engine's stack, which is not the client's server. One set: one lookup a header.
+ * Engine response headers a client gets: an allow-list, as for requests. `true`: passed on; `false`:
+ * never; a name not listed passes when it is an extension header (`x-…`), the engines' own namespace
+ * (TGI's and TEI's `x-compute-time`, `x-queue-time`, `x-total-time`, `x-accel-buffering`, …), except
+ * `x-ratelimit-*` (below). Every other header an engine sends stays at the router: the client's
+ * response comes from the router's origin, and a browser there obeys what it says for the whole origin
+ * (`clear-site-data`, `alt-svc`, `strict-transport-security`, `nel`, `report-to`), for reading it from
+ * elsewhere (`access-control-*`), or for where to go (`location`, `refresh`, `link`); caching
+ * (`cache-control`, `etag`, `vary`) is the router's to say, as a shared cache holding one tenant's answer
+ * would hand it to the next; `set-cookie` is for the router's connection, which every tenant shares;
+ * `server`, `x-powered-by` and `date` are the engine's stack and clock; `openai-organization`,
+ * `openai-project` and Anthropic's `anthropic-*` name the account behind the router's backend key.
+ * A new header of that kind stays out without a release. One map: one lookup a header.
  */
-const NOT_FOR_CLIENTS: ReadonlySet<string> = new Set([...HOP_BY_HOP, 'set-cookie', 'server']);
+const FOR_CLIENTS: ReadonlyMap<string, boolean> = new Map([
+  // what the official SDKs read of an answer (content-length is dropped where it no longer describes the body: relay.ts)
+  ['content-type', true],
+  ['content-length', true],
+  ['request-id', true],
+  ['retry-after', true],
+  ['retry-after-ms', true],
+  // OpenAI's own, describing the answer, not the account
+  ['openai-processing-ms', true],
+  ['openai-version', true],
+  ['x-powered-by', false],
+]);
 
-/** The upstream response headers a client may see: hop-by-hop ones removed, the request id set. */
+/**
+ * The upstream response headers a client may see: the allow-listed and extension ones but those the
+ * engine lists in `Connection`, and the request id set.
+ */
 export function clientResponseHeaders(upstream: IncomingHttpHeaders, requestId: string): OutgoingHttpHeaders {
   const listed = connectionTokens(upstream);
   const out: OutgoingHttpHeaders = {};
-  // An engine's own rate-limit headers describe the router's backend key, shared by every tenant: the
-  // client gets the router's, for its own key (set before the response starts), never the engine's.
   for (const name in upstream) {
     const value = upstream[name];
-    if (value === undefined || NOT_FOR_CLIENTS.has(name) || name.startsWith('x-ratelimit-')) continue;
+    const allowed = FOR_CLIENTS.get(name);
+    // An engine's own rate-limit headers describe the router's backend key, shared by every tenant: the
+    // client gets the router's, for its own key (set before the response starts), never the engine's.
+    if (value === undefined || allowed === false || (allowed === undefined && (!name.startsWith('x-') || name.startsWith('x-ratelimit-')))) continue;
     if (listed.length === 0 || !listed.includes(name)) out[name] = value;
   }
   out['x-request-id'] = requestId;

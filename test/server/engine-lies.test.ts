@@ -314,3 +314,70 @@ describe('a replica’s content-length on an answer that has no body', () => {
     }
   });
 });
+
+describe('what of a replica’s response headers reaches its client: an allow-list', () => {
+  /** Headers a browser on the router's origin obeys, or that describe the router's backend account or connection. */
+  const HOSTILE: Record<string, string | string[]> = {
+    'set-cookie': 'sess=evil',
+    server: 'uvicorn',
+    'x-powered-by': 'Express',
+    date: 'Thu, 01 Jan 1970 00:00:00 GMT',
+    'alt-svc': 'h3=":443"; ma=86400',
+    'clear-site-data': '"*"',
+    'strict-transport-security': 'max-age=0',
+    'access-control-allow-origin': '*',
+    'access-control-allow-credentials': 'true',
+    'access-control-expose-headers': '*',
+    location: 'http://evil.example/',
+    'content-location': 'http://evil.example/',
+    refresh: '0;url=http://evil.example/',
+    link: '<http://evil.example/>; rel=preload',
+    'content-security-policy': 'default-src *',
+    'content-security-policy-report-only': 'default-src *',
+    'www-authenticate': 'Basic realm=x',
+    nel: '{"report_to":"evil","max_age":86400}',
+    'report-to': '{"group":"evil","max_age":86400,"endpoints":[{"url":"http://evil.example/"}]}',
+    'cache-control': 'public, max-age=86400',
+    vary: 'origin',
+    etag: '"engine"',
+    'content-disposition': 'attachment; filename=x.html',
+    'openai-organization': 'backend-org',
+    'openai-project': 'proj_backend',
+    'anthropic-organization-id': 'backend-org',
+    'anthropic-ratelimit-requests-remaining': '0',
+    'x-ratelimit-remaining-requests': '0',
+    'some-future-policy': 'x',
+  };
+  /** What clients and operators read: the type and length, the engines' own timings, OpenAI's and Anthropic's ids and hints. */
+  const KEPT: Record<string, string> = {
+    'openai-processing-ms': '12',
+    'openai-version': '2020-10-01',
+    'request-id': 'req_engine',
+    'retry-after': '1',
+    'retry-after-ms': '1000',
+    'x-compute-time': '0.01',
+    'x-accel-buffering': 'no',
+    'x-engine-note': 'kept',
+  };
+  it.each([
+    ['a JSON answer', false],
+    ['a stream', true],
+  ])('%s carries the allow-listed ones and the extension (x-) ones, none other', async (_name, stream) => {
+    engine.reply = (_req, res) => {
+      const body = stream
+        ? 'data: {"id":"c","choices":[{"index":0,"delta":{"content":"ok"},"finish_reason":"stop"}]}\n\ndata: [DONE]\n\n'
+        : JSON.stringify({ id: 'c', object: 'chat.completion', model: 'served/llm', choices: [{ index: 0, message: { role: 'assistant', content: 'ok' }, finish_reason: 'stop' }] });
+      res.writeHead(200, { ...HOSTILE, ...KEPT, 'content-type': stream ? 'text/event-stream' : 'application/json', 'content-length': Buffer.byteLength(body) });
+      res.end(body);
+    };
+    const res = await chat(stream);
+    expect(res.status).toBe(200);
+    // the router sets its own date and (for a limited key) its own x-ratelimit-*: not the engine's
+    for (const [name, value] of Object.entries(HOSTILE))
+      expect([name, res.headers[name]]).toEqual([name, name === 'date' || name.startsWith('x-ratelimit-') ? expect.not.stringMatching(`^${String(value)}$`) : undefined]);
+    for (const [name, value] of Object.entries(KEPT)) expect([name, res.headers[name]]).toEqual([name, value]);
+    expect(res.headers['content-type']).toBe(stream ? 'text/event-stream' : 'application/json');
+    if (!stream) expect(res.headers['content-length']).toBe(String(Buffer.byteLength(res.body)));
+    expect(res.headers['x-request-id']).toMatch(/^[0-9a-f-]{36}$/); // the router's
+  });
+});
