@@ -437,9 +437,11 @@ export function relayResponse(spec: AttemptSpec, proxyRes: EngineResponse, res: 
       }
       notes(seg.event);
       if (isFinal && seg.event && isFinal(seg.event)) final = true;
-      // a stream whose API names no last event (the audio APIs') is whole only at its end
-      if (sawEnd && endOfStream && !spec.resumable && !wasAnswered) whole = true;
       const own = textOf(seg);
+      // a stream whose API names no last event (the audio APIs') is whole only at its end; a resumable
+      // one is whole at its last event too, unless that was the engine's error event its rewrite held
+      // back (read just above): then the stream goes on elsewhere
+      if (sawEnd && endOfStream && !wasAnswered && !spec.resumable?.cut()) whole = true;
       if (own !== seg.raw) {
         changed = true;
         if (own !== '') onlyDropped = false;

@@ -7,7 +7,8 @@ import { afterEach, describe, expect, it } from '@jest/globals';
 import http, { type ServerResponse } from 'node:http';
 import { type AddressInfo } from 'node:net';
 import { type AttemptResult, type AttemptSpec, type StreamDone } from '../../src/proxy/forwarder.js';
-import { ChunkBlocks, relayResponse, type AttemptControl, type BodySink, type EngineResponse } from '../../src/proxy/relay.js';
+import { ChunkBlocks, relayResponse, streamEnd, type AttemptControl, type BodySink, type EngineResponse } from '../../src/proxy/relay.js';
+import { StreamSplice } from '../../src/director/resume.js';
 import { HeldEvents, SHARE_CHARS } from '../../src/proxy/held-events.js';
 import { FakeTime } from '../helpers/fake-time.js';
 import { holdingObserver } from '../helpers/holding-observer.js';
@@ -430,5 +431,43 @@ describe('relayResponse: what every stream holds of unfinished events, router-wi
     expect((await done).end).toBe('complete');
     expect((await response).body).toHaveLength(SHARE_CHARS + 16);
     expect(heldEvents.chars).toBe(0);
+  });
+});
+
+describe('relayResponse: a stream that may be resumed (director/resume.ts)', () => {
+  const chunk = (delta: object, finish: string | null = null): string =>
+    `data: ${JSON.stringify({ id: 'a', object: 'chat.completion.chunk', created: 1, model: 'm', choices: [{ index: 0, delta, logprobs: null, finish_reason: finish }] })}\n\n`;
+
+  /** A resumable chat stream as the exchange sets it up: each event through a splice, the stream left open when the splice says it was cut. */
+  async function resumableStream(time: FakeTime): Promise<{ response: ReturnType<typeof rawRequest>; sink: BodySink; engine: HandEngine; done: Promise<StreamDone> }> {
+    const splice = new StreamSplice('chat');
+    const { url, ready } = await relayed(
+      { 'content-type': 'text/event-stream' },
+      { rewrite: (segment) => splice.rewrite(segment), resumable: { cut: () => splice.errored }, endOfStream: streamEnd('openai'), timeouts: shortTimeouts, deadline: 60_000 },
+      time,
+    );
+    const response = rawRequest(`${url}/x`, { body: '{}' });
+    return { response, ...(await ready) };
+  }
+
+  it.each([
+    ['its [DONE]', `${chunk({ content: 'a' }, 'stop')}data: [DONE]\n\n`],
+    ['its finish chunk (no usage chunk, no [DONE] yet)', chunk({ content: 'a' }, 'stop')],
+  ])('an engine that sends nothing after %s and never ends its response: ended complete an idle timeout later, as sent, with no error event', async (_case, sent) => {
+    const time = new FakeTime();
+    const { response, sink, engine, done } = await resumableStream(time);
+    sink.data(Buffer.from(chunk({ role: 'assistant', content: '' }) + sent));
+    await time.advance(1000);
+    expect((await done).end).toBe('complete');
+    expect(engine.log).toContain('destroy');
+    expect((await response).body).toBe(chunk({ role: 'assistant', content: '' }) + sent);
+  });
+
+  it('an engine that sent its error event and never ends its response: left open for the caller as an idle timeout (the stream goes on elsewhere)', async () => {
+    const time = new FakeTime();
+    const { sink, done } = await resumableStream(time);
+    sink.data(Buffer.from(`${chunk({ content: 'a' })}data: {"error":{"message":"boom","code":500}}\n\ndata: [DONE]\n\n`));
+    await time.advance(1000);
+    expect((await done).end).toBe('idle_timeout');
   });
 });
