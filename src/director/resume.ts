@@ -114,6 +114,8 @@ export class StreamSplice {
   private tokensBefore = 0;
   private unfit: RefusedReason | undefined;
   private finished = false;
+  /** The client got a role chunk (a continuation's is dropped then, and passed on when not). */
+  private roled = false;
 
   constructor(readonly api: ResumableApi) {}
 
@@ -158,7 +160,10 @@ export class StreamSplice {
       return '';
     }
     this.observe(chunk);
-    if (!this.continuing) return segment.raw;
+    if (!this.continuing) {
+      this.roled ||= carriesRole(chunk);
+      return segment.raw;
+    }
     return this.continued(chunk);
   }
 
@@ -190,7 +195,11 @@ export class StreamSplice {
       if (!isObject(choice)) continue;
       const delta = choice.delta;
       if (isObject(delta)) {
-        delete delta.role; // the client had its role chunk from the first attempt
+        // the client had its role chunk from the first attempt, unless that broke before its first whole event
+        if (delta.role !== undefined) {
+          if (this.roled) delete delta.role;
+          else this.roled = true;
+        }
         if (Object.keys(delta).some((key) => key !== 'content' || delta.content !== '')) empty = false;
       } else if (typeof choice.text === 'string' && choice.text !== '') empty = false;
       if (choice.finish_reason !== null && choice.finish_reason !== undefined) empty = false;
@@ -263,6 +272,11 @@ export class StreamSplice {
     const raw = member ? text.slice(member.valueStart, member.valueEnd) : JSON.stringify(messages);
     return `${raw.slice(0, raw.lastIndexOf(']'))},${JSON.stringify({ role: 'assistant', content: this.text })}]`;
   }
+}
+
+/** Whether a chat chunk gives a choice its role (`delta.role`). */
+function carriesRole(chunk: Json): boolean {
+  return Array.isArray(chunk.choices) && (chunk.choices as unknown[]).some((choice) => isObject(choice) && isObject(choice.delta) && choice.delta.role !== undefined);
 }
 
 function count(value: unknown): number {

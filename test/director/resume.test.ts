@@ -80,6 +80,17 @@ describe('StreamSplice', () => {
     expect(splice.refusal()).toBe('finished');
   });
 
+  it('passes a continuation’s role chunk to a client that got none (the first attempt broke before its first whole event), and only that one', () => {
+    const splice = new StreamSplice('chat');
+    splice.begin();
+    splice.resumed();
+    const out = relay(splice, chunk('b', { role: 'assistant', content: '' }) + chunk('b', { content: ' one' }));
+    expect(events(out).map((e) => (e.choices as Array<{ delta: object }>)[0]?.delta)).toEqual([{ role: 'assistant', content: '' }, { content: ' one' }]);
+    splice.begin();
+    splice.resumed();
+    expect(relay(splice, chunk('c', { role: 'assistant', content: '' }) + chunk('c', { content: ' two' }))).not.toContain('"role"');
+  });
+
   it('holds back an engine’s error event and the [DONE] after it, and says the stream was cut', () => {
     const splice = new StreamSplice('chat');
     const out = relay(splice, chunk('a', { content: ' one' }) + 'data: {"error":{"message":"boom","code":500}}\n\ndata: [DONE]\n\n');
