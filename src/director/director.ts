@@ -225,7 +225,7 @@ export class Director {
     const { metrics } = this.deps;
     const record: ResumePlan['record'] = (result, reason) => metrics.recordStreamResumption?.(deployment.id, result, reason);
     const refused = requestRefusal(api.name, body);
-    return { resume: refused ? { refused, record } : { splice: new StreamSplice(api.name), record } };
+    return { resume: refused ? { refused, record } : { splice: new StreamSplice(api.name, body), record } };
   }
 
   /**

@@ -20,7 +20,8 @@
  *
  * Refused (the stream ends with today's SSE error event) for `n` > 1 or beam search, tools, logprobs,
  * guided decoding or a `response_format`, a completions prompt that is not one string or is echoed, an
- * answer that streamed tool calls or reasoning, one already finished, an engine that cannot continue
+ * answer that streamed tool calls or reasoning, one already finished (or that delivered every token its
+ * request allows), an engine that cannot continue
  * a message, and past {@link MAX_RESUMPTIONS} resumptions. Pure, apart from the counters it keeps.
  */
 import { type ValidRequest } from '../api/validate.js';
@@ -86,6 +87,17 @@ export function requestRefusal(api: ResumableApi, raw: ValidRequest): RefusedRea
   return undefined;
 }
 
+/**
+ * The completion tokens a request allows, as vLLM reads them: chat's `max_completion_tokens`, else its
+ * `max_tokens`; completions' `max_tokens`, else vLLM's default. Undefined for a chat request that sets none.
+ */
+function budgetOf(api: ResumableApi, raw: ValidRequest): number | undefined {
+  const body = effective(raw);
+  const limit = (value: unknown): number | undefined => (typeof value === 'number' ? value : undefined);
+  if (api === 'completions') return limit(body.max_tokens) ?? COMPLETIONS_DEFAULT_MAX_TOKENS;
+  return limit(body.max_completion_tokens) ?? limit(body.max_tokens);
+}
+
 /** The identity every chunk the client gets carries: the first attempt's. */
 interface StreamHead {
   id: unknown;
@@ -116,13 +128,24 @@ export class StreamSplice {
   private finished = false;
   /** The client got a role chunk (a continuation's is dropped then, and passed on when not). */
   private roled = false;
+  /** The completion tokens the request allows, when it sets a limit ({@link budgetOf}). */
+  private readonly budget: number | undefined;
 
-  constructor(readonly api: ResumableApi) {}
+  constructor(
+    readonly api: ResumableApi,
+    request: ValidRequest,
+  ) {
+    this.budget = budgetOf(api, request);
+  }
 
-  /** Why the answer as streamed so far cannot be continued (or no more resumptions are allowed); undefined when it can. */
+  /**
+   * Why the answer as streamed so far cannot be continued (or no more resumptions are allowed); undefined
+   * when it can. An answer that delivered every token its request allows is finished, whether or not its
+   * finish chunk came: a continuation (which asks for at least one token) would go past them.
+   */
   refusal(): RefusedReason | undefined {
     if (this.unfit) return this.unfit;
-    if (this.finished) return 'finished';
+    if (this.finished || (this.budget !== undefined && this.tokens >= this.budget)) return 'finished';
     return this.resumptions >= MAX_RESUMPTIONS ? 'max_resumptions' : undefined;
   }
 

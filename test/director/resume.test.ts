@@ -51,16 +51,18 @@ describe('requestRefusal', () => {
   });
 });
 
+const CHAT: ValidRequest = { model: 'm', messages: [{ role: 'user', content: 'hi' }], stream: true };
+
 describe('StreamSplice', () => {
   it('passes the first attempt through byte for byte while it records the text and content events delivered', () => {
-    const splice = new StreamSplice('chat');
+    const splice = new StreamSplice('chat', CHAT);
     const first = chunk('a', { role: 'assistant', content: '' }) + chunk('a', { content: ' one' }) + chunk('a', { content: ' two' });
     expect(relay(splice, first)).toBe(first);
     expect([splice.text, splice.tokens, splice.refusal()]).toEqual([' one two', 2, undefined]);
   });
 
   it('splices a continuation: the first id, created and model, no second role chunk, usage from the answer’s start, one [DONE]', () => {
-    const splice = new StreamSplice('chat');
+    const splice = new StreamSplice('chat', CHAT);
     relay(splice, chunk('a', { role: 'assistant', content: '' }) + chunk('a', { content: ' one' }) + chunk('a', { content: ' two' }));
     splice.begin();
     splice.resumed();
@@ -81,7 +83,7 @@ describe('StreamSplice', () => {
   });
 
   it('passes a continuation’s role chunk to a client that got none (the first attempt broke before its first whole event), and only that one', () => {
-    const splice = new StreamSplice('chat');
+    const splice = new StreamSplice('chat', CHAT);
     splice.begin();
     splice.resumed();
     const out = relay(splice, chunk('b', { role: 'assistant', content: '' }) + chunk('b', { content: ' one' }));
@@ -92,14 +94,14 @@ describe('StreamSplice', () => {
   });
 
   it('holds back an engine’s error event and the [DONE] after it, and says the stream was cut', () => {
-    const splice = new StreamSplice('chat');
+    const splice = new StreamSplice('chat', CHAT);
     const out = relay(splice, chunk('a', { content: ' one' }) + 'data: {"error":{"message":"boom","code":500}}\n\ndata: [DONE]\n\n');
     expect(out).toBe(chunk('a', { content: ' one' }));
     expect(splice.errored).toBe(true);
   });
 
   it('holds back an error sent as an `error:` block (llama.cpp’s server_sent_event) as it does `data: {"error": …}`', () => {
-    const splice = new StreamSplice('chat');
+    const splice = new StreamSplice('chat', CHAT);
     const out = relay(splice, chunk('a', { content: ' one' }) + 'error: {"code":500,"message":"Failed to decode the batch, n_batch = 512, ret = -3","type":"server_error"}\n\ndata: [DONE]\n\n');
     expect(out).toBe(chunk('a', { content: ' one' }));
     expect(splice.errored).toBe(true);
@@ -109,13 +111,35 @@ describe('StreamSplice', () => {
     ['a tool call', { tool_calls: [{ index: 0, function: { name: 'f' } }] }, 'tools'],
     ['reasoning', { reasoning_content: 'hmm' }, 'reasoning'],
   ])('refuses an answer that streamed %s', (_what, delta, reason) => {
-    const splice = new StreamSplice('chat');
+    const splice = new StreamSplice('chat', CHAT);
     relay(splice, chunk('a', delta));
     expect(splice.refusal()).toBe(reason);
   });
 
+  it.each([
+    ['chat', { max_tokens: 2 }, 2, 'finished'],
+    ['chat', { max_tokens: 3 }, 2, undefined],
+    ['chat', { extra_body: { max_tokens: 2 } }, 2, 'finished'],
+    // vLLM reads max_completion_tokens first
+    ['chat', { max_tokens: 2, max_completion_tokens: 3 }, 2, undefined],
+    ['chat', { max_tokens: 3, max_completion_tokens: 2 }, 2, 'finished'],
+    ['chat', {}, 40, undefined],
+    ['completions', {}, 16, 'finished'],
+    ['completions', {}, 15, undefined],
+    ['completions', { max_tokens: 4 }, 4, 'finished'],
+  ] as const)('refuses (finished) an answer that delivered every token its request allows, finish chunk or not: %s %j after %i content events → %s', (api, limits, events, reason) => {
+    const body = api === 'chat' ? { ...CHAT, ...limits } : { model: 'm', prompt: 'Once', ...limits };
+    const splice = new StreamSplice(api, body);
+    const piece = (i: number): string =>
+      api === 'chat'
+        ? chunk('a', { content: ` t${i}` })
+        : `data: ${JSON.stringify({ id: 'a', object: 'text_completion', created: 1, model: 'm', choices: [{ index: 0, text: ` t${i}`, logprobs: null, finish_reason: null }] })}\n\n`;
+    relay(splice, Array.from({ length: events }, (_, i) => piece(i)).join(''));
+    expect(splice.refusal()).toBe(reason);
+  });
+
   it(`refuses after ${MAX_RESUMPTIONS} resumptions`, () => {
-    const splice = new StreamSplice('chat');
+    const splice = new StreamSplice('chat', CHAT);
     for (let i = 0; i < MAX_RESUMPTIONS; i++) {
       expect(splice.refusal()).toBeUndefined();
       splice.begin();
@@ -125,7 +149,7 @@ describe('StreamSplice', () => {
   });
 
   it('builds the chat continuation: the delivered text as the final assistant message, budgets reduced, every other member kept as written', () => {
-    const splice = new StreamSplice('chat');
+    const splice = new StreamSplice('chat', CHAT);
     relay(splice, chunk('a', { content: ' one' }) + chunk('a', { content: ' "two"' }));
     const upstream = '{"model":"served","messages":[{"role":"user","content":"hi"}],"max_tokens":10,"min_tokens":1,"temperature":1.0,"stream":true}';
     const body = splice.continuationBody(Buffer.from(upstream)).toString();
@@ -146,7 +170,7 @@ describe('StreamSplice', () => {
   });
 
   it('appends to a final assistant message the request itself continued', () => {
-    const splice = new StreamSplice('chat');
+    const splice = new StreamSplice('chat', CHAT);
     relay(splice, chunk('a', { content: ' more' }));
     const upstream = JSON.stringify({ messages: [{ role: 'assistant', content: 'Start' }], continue_final_message: true, add_generation_prompt: false, max_completion_tokens: 5 });
     const body = JSON.parse(splice.continuationBody(Buffer.from(upstream)).toString()) as Record<string, unknown>;
@@ -155,7 +179,7 @@ describe('StreamSplice', () => {
   });
 
   it('builds the completions continuation: the delivered text after the prompt, max_tokens from vLLM’s default when unset', () => {
-    const splice = new StreamSplice('completions');
+    const splice = new StreamSplice('completions', { model: 'm', prompt: 'Once' });
     const text = (t: string): string =>
       `data: ${JSON.stringify({ id: 'c', object: 'text_completion', created: 1, model: 'm', choices: [{ index: 0, text: t, logprobs: null, finish_reason: null }], usage: null })}\n\n`;
     relay(splice, text(' a') + text(' b') + text(' c'));

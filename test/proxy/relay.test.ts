@@ -440,7 +440,7 @@ describe('relayResponse: a stream that may be resumed (director/resume.ts)', () 
 
   /** A resumable chat stream as the exchange sets it up: each event through a splice, the stream left open when the splice says it was cut. */
   async function resumableStream(time: FakeTime): Promise<{ response: ReturnType<typeof rawRequest>; sink: BodySink; engine: HandEngine; done: Promise<StreamDone> }> {
-    const splice = new StreamSplice('chat');
+    const splice = new StreamSplice('chat', { model: 'm', messages: [], stream: true });
     const { url, ready } = await relayed(
       { 'content-type': 'text/event-stream' },
       { rewrite: (segment) => splice.rewrite(segment), resumable: { cut: () => splice.errored }, endOfStream: streamEnd('openai'), timeouts: shortTimeouts, deadline: 60_000 },
