@@ -189,11 +189,12 @@ export function relayResponse(spec: AttemptSpec, proxyRes: EngineResponse, res: 
   /**
    * The stream's final event ({@link finalEvent}) was read: what the engine sends after it is not the
    * answer (it is dropped, unread: not counted, not written). Relayed, `data: [DONE]` then more content
-   * reached the client, and each content event after it was counted as a token of the key. (A stream
-   * that may be resumed ends as its splice says.)
+   * reached the client, and each content event after it was counted as a token of the key. A stream
+   * that may be resumed too: after `[DONE]` its attempt is over, whether the answer was whole or the
+   * engine's error event before it sends the stream on elsewhere.
    */
   let final = false;
-  const isFinal = spec.resumable ? undefined : spec.finalEvent;
+  const isFinal = spec.finalEvent;
   let bytes = 0;
   let committed = false;
   let finish: (end: StreamEnd) => void = () => undefined;

@@ -14,26 +14,31 @@ const KEY = 'sk-budget-0123456789';
 
 let engine: RecordingUpstream;
 let g: TestRouter<RunningRouter>;
+/** The same, its deployment's streams resumed on another replica when one breaks (`resumeStreams`). */
+let resuming: TestRouter<RunningRouter>;
 
 beforeAll(async () => {
   engine = await startUpstream();
-  g = await startTestRouter(
+  const setup = (resumeStreams: boolean) =>
     chatSetup([engine.url], {
       keysYaml: `- name: budget\n  key: ${KEY}\n  limits: { requestsPerMinute: unlimited, tokensPerDay: 1000000 }\n`,
       config: { routing: { engineMetrics: { enabled: false } } },
-    }),
-  );
+      ...(resumeStreams ? { deployments: [{ id: 'llm-prod', model: 'llm', aliases: ['default'], targets: [{ pool: 'llm' }], resumeStreams: true }] } : {}),
+    });
+  g = await startTestRouter(setup(false));
+  resuming = await startTestRouter(setup(true));
 });
 afterAll(async () => {
   await g.close();
+  await resuming.close();
   await engine.close();
 });
 afterEach(() => {
   engine.reply = okChat;
 });
 
-const chat = (stream = false): Promise<Awaited<ReturnType<typeof rawRequest>>> =>
-  rawRequest(`${g.router.apiUrl}/v1/chat/completions`, {
+const chat = (stream = false, router = g): Promise<Awaited<ReturnType<typeof rawRequest>>> =>
+  rawRequest(`${router.router.apiUrl}/v1/chat/completions`, {
     method: 'POST',
     headers: { authorization: `Bearer ${KEY}`, 'content-type': 'application/json' },
     body: { model: 'llm', messages: [{ role: 'user', content: 'hi' }], ...(stream ? { stream: true } : {}) },
@@ -150,12 +155,16 @@ describe("what a replica streams after its stream's last event", () => {
         setImmediate(() => res.write(content('MORE'), () => res.end(content('MORE') + 'data: {"error":{"message":"fake","code":500}}\n\n')));
       },
     ],
-  ])('%s is neither relayed nor counted: the client’s stream ends at [DONE]', async (_name, send) => {
+  ])('%s is neither relayed nor counted: the client’s stream ends at [DONE] (resumable streams too)', async (_name, send) => {
     const before = await usedToday();
     engine.reply = (_req, res) => {
       res.writeHead(200, { 'content-type': 'text/event-stream' });
       send(res);
     };
+    const resumed = await chat(true, resuming);
+    expect(resumed.status).toBe(200);
+    expect(resumed.body).not.toContain('MORE');
+    expect(sseData(resumed.body).at(-1)).toBe('[DONE]');
     const res = await chat(true);
     expect(res.status).toBe(200);
     expect(res.body).not.toContain('MORE');
@@ -163,8 +172,8 @@ describe("what a replica streams after its stream's last event", () => {
     engine.reply = okChat;
     expect((await chat()).status).toBe(200);
     await waitFor(async () => (await usedToday()) - before > 0, 'the two requests charged');
-    // the stream's one content event and its prompt's estimate, and the next request's 2 tokens: not the events after [DONE]
-    expect((await usedToday()) - before).toBeLessThanOrEqual(4);
+    // each stream's one content event and its prompt's estimate, and the next request's 2 tokens: not the events after [DONE]
+    expect((await usedToday()) - before).toBeLessThanOrEqual(6);
   });
 });
 
