@@ -164,6 +164,7 @@ export class Director {
     const { deps } = this;
     const { deployment, api, body } = request;
     let planned = planRoute({ catalog: deps.catalog(), hasEndpoints: (pool) => deps.endpoints.snapshot(pool).length > 0, random: deps.random }, deployment, api.capability, request.asked);
+    const continued = api.continues ? body[api.continues] : undefined;
     const pinned = api.continues ? await this.pinned(request, planned) : undefined;
     if (pinned) planned = [pinned.step];
     const first = planned[0] as PlannedPool;
@@ -205,6 +206,8 @@ export class Director {
       // a stored Responses API answer is recorded as soon as its id is read, and its last bytes wait
       // for the record: the follow-up the client sends the moment it has them finds it, through any router
       ...(api.continues && body.store !== false ? { onResponseId: (id: string, endpoint: string, pool: string) => deps.responses.remember(id, { pool, endpoint, owner: request.tenant }) } : {}),
+      // the engine's 404 for an id it does not hold quotes it: never the engine lacking the pool's adapter
+      ...(typeof continued === 'string' && continued !== '' ? { quoted: continued } : {}),
       ...(request.trace ? { trace: request.trace } : {}),
       ...(deployment.resumeStreams ? this.resumePlan(request) : {}),
       onInterToken: (pool, ms) => deps.metrics.recordInterToken(deployment.id, pool, ms / 1000),

@@ -126,6 +126,11 @@ export interface ExchangePlan {
    * promise returned (its record's write) holds the answer's last bytes until it settles.
    */
   onResponseId?: (id: string, endpoint: string, pool: string) => Promise<boolean> | undefined;
+  /**
+   * Text of the request an engine's 404 may quote back (the Responses API's `previous_response_id`): not
+   * read as the engine saying it lacks the pool's adapter (see {@link namesMissingModel}).
+   */
+  quoted?: string;
   /** The request's trace: a span for each scheduling and each attempt. */
   trace?: RequestTrace;
   /** A stream of a deployment with `resumeStreams`: what to do when it breaks after its first byte (resume.ts). */
@@ -159,9 +164,15 @@ function scheduleAttributes(pool: string, info: ScheduleInfo): Record<string, st
   return out;
 }
 
-/** Whether an engine's 404 message says `name` is a model it does not have (vLLM: "The model `name` does not exist."). */
-export function namesMissingModel(message: string, name: string): boolean {
-  return message.includes(`\`${name}\``) || (message.includes(name) && /does not exist|not found|no adapter/i.test(message));
+/**
+ * Whether an engine's 404 message says `name` is a model it does not have (vLLM: "The model `name` does
+ * not exist."). `quoted`: text of the request the engine may quote back (a Responses API
+ * `previous_response_id`: "Response with id '…' not found."), taken out of the message first, so a
+ * client's own id cannot pass for the engine naming the adapter.
+ */
+export function namesMissingModel(message: string, name: string, quoted?: string): boolean {
+  const own = quoted ? message.split(quoted).join('') : message;
+  return own.includes(`\`${name}\``) || (own.includes(name) && /does not exist|not found|no adapter/i.test(own));
 }
 
 export class ExchangeRunner {
@@ -215,7 +226,7 @@ export class ExchangeRunner {
       // Given up, the client is told its model has no replica serving it. Any other 404 (a Responses API
       // id the replica does not hold) is the request's, passed on as it is.
       const adapterMissing =
-        result.kind === 'upstream_error' && result.status === 404 && step.pool.adapter !== undefined && namesMissingModel(result.error.envelope.error.message, step.pool.adapter.name);
+        result.kind === 'upstream_error' && result.status === 404 && step.pool.adapter !== undefined && namesMissingModel(result.error.envelope.error.message, step.pool.adapter.name, plan.quoted);
       if (adapterMissing) {
         this.deps.picker.adapterMissing(step.pool, picked.endpoint.id);
         if (step.pool.routing.lora.loadOnDemand && !at.reloaded) {

@@ -392,6 +392,9 @@ describe('ExchangeRunner: success and retries within a pool', () => {
       expect(namesMissingModel('No adapter ad1 found', 'ad1')).toBe(true);
       expect(namesMissingModel("Response with id 'resp_123' not found.", 'ad1')).toBe(false);
       expect(namesMissingModel('The model `other` does not exist.', 'ad1')).toBe(false);
+      // the id the client named, quoted back in the engine's "not found", is not the engine naming the adapter
+      expect(namesMissingModel("Response with id 'The model `ad1` does not exist.' not found.", 'ad1', 'The model `ad1` does not exist.')).toBe(false);
+      expect(namesMissingModel("Response with id 'x-ad1' not found.", 'ad1', 'x-ad1')).toBe(false);
     });
 
     it('a fallback pool gets its own once-more (with loadOnDemand) after the first pool used it', async () => {

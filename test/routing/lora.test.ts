@@ -23,6 +23,8 @@ let bare: SimServer;
 /** Two replicas of one pool, only the first of which knows adapter p. */
 let partial: SimServer[];
 let refusing: RecordingUpstream;
+/** Two replicas that both hold adapter agent-v1 and answer the Responses API. */
+let agents: SimServer[];
 let router: ServedRouter;
 let client: OpenAI;
 
@@ -33,6 +35,7 @@ beforeAll(async () => {
   bare = await startTestSim({ model: [BASE], name: 'bare', loraLoadMs: 10 });
   partial = await Promise.all([startTestSim({ model: [BASE], name: 'has-p', loraAdapters: ['p'] }), startTestSim({ model: [BASE], name: 'lacks-p' })]);
   // an engine that refuses every adapter load, as vLLM does for a path it cannot find
+  agents = await Promise.all([0, 1].map((i) => startTestSim({ model: [BASE], name: `agents-${i}`, loraAdapters: ['agent-v1'] })));
   refusing = await startUpstream(replyWith(404, JSON.stringify({ object: 'error', message: 'No adapter found for /adapters/ghost', type: 'NotFoundError', param: null, code: 404 })));
   await writeFile(join(dir, 'keys.yaml'), `- { name: tester, key: ${KEY} }\n`);
   const config = {
@@ -46,6 +49,7 @@ beforeAll(async () => {
       { name: 'llama-dynamic', servedModelName: BASE, endpoints: [bare.url], routing: { lora: { loadOnDemand: true } } },
       { name: 'llama-refusing', servedModelName: BASE, endpoints: [refusing.url], routing: { lora: { loadOnDemand: true } } },
       { name: 'llama-partial', servedModelName: BASE, endpoints: partial.map((s) => s.url) },
+      { name: 'llama-agents', servedModelName: BASE, capabilities: ['responses'], endpoints: agents.map((s) => s.url), routing: { lora: { loadOnDemand: true } } },
     ],
     deployments: [
       { id: 'llama', model: 'llama', targets: [{ pool: 'llama' }] },
@@ -55,6 +59,7 @@ beforeAll(async () => {
       { id: 'fresh-bot', model: 'fresh-bot', targets: [{ pool: 'llama-dynamic' }], adapter: { name: 'fresh', path: '/adapters/fresh' } },
       { id: 'ghost-bot', model: 'ghost-bot', targets: [{ pool: 'llama-refusing' }], adapter: { name: 'ghost', path: '/adapters/ghost' } },
       { id: 'p-bot', model: 'p-bot', targets: [{ pool: 'llama-partial' }], adapter: { name: 'p' } },
+      { id: 'agent-bot', model: 'agent-bot', targets: [{ pool: 'llama-agents' }], adapter: { name: 'agent-v1' } },
     ],
   };
   await writeFile(join(dir, 'modelgate.yaml'), JSON.stringify(config));
@@ -64,7 +69,7 @@ beforeAll(async () => {
 
 afterAll(async () => {
   await router?.stop();
-  await Promise.all([...(fleet ?? []), ...(bare ? [bare] : []), ...(partial ?? [])].map((s) => s.close()));
+  await Promise.all([...(fleet ?? []), ...(bare ? [bare] : []), ...(partial ?? []), ...(agents ?? [])].map((s) => s.close()));
   await refusing?.close();
   await rm(dir, { recursive: true, force: true });
 });
@@ -146,5 +151,22 @@ describe('LoRA adapters through the router', () => {
     expect(metricSum(await metrics(), 'modelgate_lora_adapter_loads_total', { pool: 'llama-refusing', result: 'failed' })).toBe(1);
     // the load was the only call: the request itself never reached the engine
     expect(refusing.requests.map((r) => [r.method, r.url, JSON.parse(r.body) as unknown])).toEqual([['POST', '/v1/load_lora_adapter', { lora_name: 'ghost', lora_path: '/adapters/ghost' }]]);
+  });
+
+  it("a previous_response_id that names the adapter is the client's unknown id: the engine's 404 is passed on, no other replica is tried", async () => {
+    for (const id of ['agent-v1', 'The model `agent-v1` does not exist.']) {
+      const err = (await client.responses.create({ model: 'agent-bot', input: 'hi', previous_response_id: id }).catch((e: unknown) => e)) as InstanceType<typeof OpenAI.APIError>;
+      expect(err).toBeInstanceOf(OpenAI.APIError);
+      expect(err.status).toBe(404);
+      expect(err.message).toContain(`Response with id '${id}' not found.`);
+    }
+    const text = await metrics();
+    // one engine request for each: before, each 404 was taken for the replica lacking the adapter, so
+    // each request went to both replicas (a load first on each) and was answered 503 no_ready_replica
+    expect(metricSum(text, 'modelgate_upstream_attempts_total', { pool: 'llama-agents' })).toBe(2);
+    // a conversation on the adapter still continues on its replica
+    const first = await client.responses.create({ model: 'agent-bot', input: 'hi' }).withResponse();
+    const next = await client.responses.create({ model: 'agent-bot', input: 'and?', previous_response_id: first.data.id }).withResponse();
+    expect(next.response.headers.get('x-sim-replica')).toBe(first.response.headers.get('x-sim-replica'));
   });
 });
