@@ -7,13 +7,18 @@
  * Priorities: a `sheddable` request never waits — with no free slot it is answered 429 at once; every
  * `critical` waiter goes ahead of every `standard` one.
  *
+ * A waiter that may take a slot on only some of the pool's replicas (`narrow`: a Responses API follow-up
+ * pinned to the replica holding its response, a retry that has tried some) and cannot take one when a
+ * slot frees keeps its place and is passed over: the waiters behind it are tried for the slot. Any other
+ * waiter that cannot take one means no replica has a free slot, and `notify` stops there.
+ *
  * Fair sharing: inside each priority class, tenants (API keys) take turns by weighted start-time fair
  * queueing (fair-queue.ts): a tenant's burst is spread out in virtual time, so another tenant's request
  * waits for about one admission per busier tenant, not for the whole burst; a tenant of weight w is
  * admitted w times as often as one of weight 1 while both have requests waiting. Requests without a
  * tenant share one anonymous tenant (all of them alone: plain FIFO). Each pool and class has its own
  * virtual time; `notify` admits the critical class by start tag, then the standard one, and stops at the
- * first waiter that cannot take a slot.
+ * first waiter that cannot take a slot (a `narrow` one aside, above).
  *
  * A full queue (`maxSize` waiters over both classes) makes room for a newcomer by turning one waiter
  * away with the 429 instead (event `displaced`, then `queue_full`), so neither a lower class nor a
@@ -38,6 +43,8 @@ interface Waiter<T> {
   onAbort: () => void;
   enqueuedAt: number;
   critical: boolean;
+  /** See {@link AdmitOptions.narrow}. */
+  narrow: boolean;
   /** Its place in its class's fair queue (set once queued). */
   entry?: FairEntry<Waiter<unknown>>;
 }
@@ -78,6 +85,11 @@ export interface AdmitOptions {
    * running out of time is answered with `expired()` and counted as `no_replica_timeout`.
    */
   held?: { expired: () => RouterError };
+  /**
+   * The request may take a slot on only some of the pool's replicas (pinned to one, or some already
+   * tried): while it cannot take one, the waiters behind it are tried for a freed slot.
+   */
+  narrow?: boolean;
 }
 
 /** The tenant of requests that name none. Not a valid key name (those come from the keys file), so no key shares it by accident. */
@@ -133,7 +145,7 @@ export class AdmissionQueues {
    * aborts, or a RangeError for a weight that is not a positive number.
    */
   admit<T>(pool: string, tryTake: () => T | undefined, limits: { maxSize: number; timeoutMs: number }, options: AdmitOptions = {}): Promise<T> {
-    const { signal, priority = 'standard', tenant = ANONYMOUS, weight = 1, held } = options;
+    const { signal, priority = 'standard', tenant = ANONYMOUS, weight = 1, held, narrow = false } = options;
     if (!(weight > 0 && Number.isFinite(weight))) return Promise.reject(new RangeError(`A fair-share weight must be a positive number (got ${weight}).`));
     const first = tryTake();
     if (first !== undefined) return Promise.resolve(first);
@@ -163,6 +175,7 @@ export class AdmissionQueues {
         signal,
         enqueuedAt: this.now(),
         critical,
+        narrow,
         timer: this.scheduler.setTimeout(() => {
           this.remove(pool, waiter as Waiter<unknown>, 'timeout');
           this.events.onRejected?.(pool, held ? 'no_replica_timeout' : 'queue_timeout');
@@ -183,14 +196,24 @@ export class AdmissionQueues {
     });
   }
 
-  /** A slot may have freed in `pool`: admit waiters in order for as long as they can take one. */
+  /**
+   * A slot may have freed in `pool`: admit waiters in order for as long as they can take one (a `narrow`
+   * waiter that cannot is passed over, keeping its place; see the module comment).
+   */
   notify(pool: string): void {
+    let passed = 0;
     for (;;) {
       const queue = this.queues.get(pool);
-      const waiter = (queue?.critical.head() ?? queue?.standard.head())?.value;
+      if (!queue) return;
+      const inCritical = passed < queue.critical.size;
+      const waiter = (inCritical ? queue.critical.at(passed) : queue.standard.at(passed - queue.critical.size))?.value;
       if (!waiter) return;
       const value = waiter.tryTake();
-      if (value === undefined) return;
+      if (value === undefined) {
+        if (!waiter.narrow) return;
+        passed += 1;
+        continue;
+      }
       this.remove(pool, waiter, 'admitted');
       waiter.resolve(value);
     }

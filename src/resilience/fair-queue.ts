@@ -51,6 +51,11 @@ export class FairQueue<T> {
     return this.order[0];
   }
 
+  /** The entry `i` places behind the head (0: the head), in serving order. */
+  at(i: number): FairEntry<T> | undefined {
+    return this.order[i];
+  }
+
   /** Tenants it keeps state for: those with entries and those V has not passed yet (bounded memory). */
   get trackedTenants(): number {
     return this.tenants.size;

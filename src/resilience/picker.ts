@@ -260,7 +260,9 @@ export class EndpointPicker {
     const { queue } = pool.resilience;
     const limits = maxWaitMs < queue.timeoutMs ? { ...queue, timeoutMs: Math.max(0, maxWaitMs) } : queue;
     const { priority, tenant, weight } = request;
-    const picked = this.deps.admission.admit(pool.name, () => this.take(pool, tried, request), limits, { signal, priority, tenant, weight });
+    // a request pinned to one replica, or that has tried some, cannot take every freed slot: it must not hold up those behind it
+    const narrow = request.only !== undefined || tried.size > 0;
+    const picked = this.deps.admission.admit(pool.name, () => this.take(pool, tried, request), limits, { signal, priority, tenant, weight, narrow });
     const loads = this.deps.adapterLoads;
     return pool.adapter && pool.routing.lora.loadOnDemand && loads ? picked.then((p) => this.withAdapter(loads, pool, p, signal)) : picked;
   }

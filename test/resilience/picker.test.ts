@@ -516,6 +516,38 @@ describe('EndpointPicker: a request pinned to one endpoint (PickRequest.only)', 
     second?.release();
   });
 
+  it("waiting for its full replica, does not hold up another key's request queued behind it when another replica frees a slot", async () => {
+    const t = setup(['a', 'b']);
+    const spec = pool({ maxConcurrencyPerReplica: 1, queue: { maxSize: 4, timeoutMs: 1_000 } });
+    const onB = await t.picker.pick(spec, new Set(), undefined, pinned);
+    const onA = await t.picker.pick(spec, new Set(), undefined, { priority: 'standard' });
+    expect(onA.endpoint.id).toBe('a');
+    let follow: Picked | undefined;
+    let other: Picked | undefined;
+    let retry: Picked | undefined;
+    void t.picker.pick(spec, new Set(), undefined, { ...pinned, tenant: 'team-a' }).then((p) => (follow = p));
+    void t.picker.pick(spec, new Set(['a']), undefined, { priority: 'standard', tenant: 'team-c' }).then((p) => (retry = p));
+    void t.picker.pick(spec, new Set(), undefined, { priority: 'standard', tenant: 'team-b' }).then((p) => (other = p));
+    await flush();
+    expect(t.admission.depth('p')).toBe(3);
+    // a frees: the follow-up (pinned to b) and the retry (a tried) cannot take it; the request behind them does
+    onA.release();
+    await flush();
+    expect(other?.endpoint.id).toBe('a');
+    expect(follow).toBeUndefined();
+    expect(retry).toBeUndefined();
+    // b frees: the follow-up, first in line, takes it; then the retry gets the next slot
+    onB.release();
+    await flush();
+    expect(follow?.endpoint.id).toBe('b');
+    expect(retry).toBeUndefined();
+    follow?.release();
+    await flush();
+    expect(retry?.endpoint.id).toBe('b');
+    other?.release();
+    retry?.release();
+  });
+
   it('is NO_READY_REPLICA when its endpoint cannot take traffic, even though others could', async () => {
     const t = setup(['a', 'b']);
     const spec = pool();
