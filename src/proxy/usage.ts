@@ -231,12 +231,13 @@ export class ResponseMeter implements ResponseObserver {
   private bodyEnded = false;
 
   /**
-   * A non-streamed answer that ended whole but is no answer: an empty body, or, from an API that answers
-   * JSON (`json`), one that is not a JSON object or array (a page of HTML, a word). A replica that answers
+   * A non-streamed answer that ended whole but is no answer, from an API that answers JSON (`json`): an
+   * empty body, or one that is not a JSON object or array (a page of HTML, a word). A replica that answers
    * so to everything does it at once, so least-outstanding scheduling sent it most of its pool's requests.
+   * The audio APIs' answers are not JSON in every format, and may be empty (a `text` transcription of silence).
    */
   noAnswer(json: boolean): boolean {
-    return this.bodyEnded && (this.lead === undefined || (json && this.lead !== 0x7b && this.lead !== 0x5b));
+    return json && this.bodyEnded && (this.lead === undefined || (this.lead !== 0x7b && this.lead !== 0x5b));
   }
 
   body(chunk: Buffer): void {

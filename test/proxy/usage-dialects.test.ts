@@ -281,3 +281,34 @@ describe('a speech-to-text answer without token usage is counted by its text', (
     expect(meterFor(false, JSON.stringify({ text: 'x'.repeat(40) })).finalUsage()).toBeUndefined();
   });
 });
+
+describe('ResponseMeter.noAnswer: a whole non-streamed 2xx that is no answer', () => {
+  const ended = (...chunks: string[]): ResponseMeter => {
+    const meter = new ResponseMeter({ now: () => 0 }, 0, 'openai');
+    for (const chunk of chunks) meter.body(Buffer.from(chunk));
+    meter.bodyEnd();
+    return meter;
+  };
+
+  it('from an API that answers JSON: empty, or not a JSON object or array', () => {
+    expect(ended().noAnswer(true)).toBe(true);
+    expect(ended(' \n').noAnswer(true)).toBe(true);
+    expect(ended('<html>oops</html>').noAnswer(true)).toBe(true);
+    expect(ended('garbage').noAnswer(true)).toBe(true);
+  });
+
+  it('an answer that is JSON, whatever white space or chunks lead to it, is one', () => {
+    expect(ended('{"id":"c"}').noAnswer(true)).toBe(false);
+    expect(ended('\r\n  ', '\t', '[1]').noAnswer(true)).toBe(false);
+  });
+
+  it('from the audio APIs, whose answers may be text or empty (a transcription of silence), never', () => {
+    expect(ended().noAnswer(false)).toBe(false);
+    expect(ended('Hello there.').noAnswer(false)).toBe(false);
+  });
+
+  it('an answer still coming is not judged', () => {
+    const meter = new ResponseMeter({ now: () => 0 }, 0, 'openai');
+    expect(meter.noAnswer(true)).toBe(false);
+  });
+});
