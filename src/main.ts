@@ -252,7 +252,7 @@ export async function createRouter(config: Config, options: RouterOptions = {}):
   // change of discovery or the timer below; a pod out of its readiness for a few seconds keeps them.
   const listed = new ListedEndpoints(options.forgetEndpointsAfterMs ?? FORGET_ENDPOINTS_AFTER_MS, () => clock.now());
   const prune = (): void => {
-    const keep = listed.update(discovery.pools().flatMap((p) => discovery.endpoints.snapshot(p.name).map((e) => e.id)));
+    const keep = listed.update(discovery.pools().map((p) => [p.name, discovery.endpoints.snapshot(p.name).map((e) => e.id)] as const));
     breakers.retain(keep);
     prefixIndex.retain(keep);
     adapterPlacements.retain(keep);
