@@ -115,10 +115,18 @@ export async function createRouter(config: Config, options: RouterOptions = {}):
   if (config.discovery.mode !== 'kubernetes') for (const pool of discovery.pools()) for (const warning of unservedCapabilities(pool)) logger.warn({ pool: pool.name }, warning);
   // The ready gauges read the health checks and breakers built below, at scrape time only.
   const readiness = { isHealthy: (id: string, unknown: boolean) => health.isHealthy(id, unknown), breakers: () => breakers.states() };
-  const metrics = new RouterMetrics(discoveryGauges(discovery, inFlight, config.discovery.mode === 'kubernetes', readiness, API_ROUTES), {
-    processMetrics: options.processMetrics ?? true,
-    exemplars: config.tracing.enabled, // sampled trace ids on the latency histograms; off, they are plain histograms
-  });
+  // Breakers (an opossum circuit and its timer, about 7 KiB each), prefix memory, adapter placements and
+  // attempt series of endpoints no snapshot has listed for a minute (pods replaced), or last listed by a
+  // pool that left, are dropped, at a change of discovery, the timer below, or a scrape (the series).
+  const listed = new ListedEndpoints(options.forgetEndpointsAfterMs ?? FORGET_ENDPOINTS_AFTER_MS, () => clock.now());
+  const kept = (): ReadonlySet<string> => listed.update(discovery.pools().map((p) => [p.name, discovery.endpoints.snapshot(p.name).map((e) => e.id)] as const));
+  const metrics = new RouterMetrics(
+    { ...discoveryGauges(discovery, inFlight, config.discovery.mode === 'kubernetes', readiness, API_ROUTES), liveEndpoints: kept },
+    {
+      processMetrics: options.processMetrics ?? true,
+      exemplars: config.tracing.enabled, // sampled trace ids on the latency histograms; off, they are plain histograms
+    },
+  );
   // what a reload of the keys file means for the per-key series (set once the limits' metrics exist)
   let keysReloaded = (): void => undefined;
   const keys = new KeyStore(config.auth.keysFile, {
@@ -247,12 +255,8 @@ export async function createRouter(config: Config, options: RouterOptions = {}):
       onHold: (pool, event) => holds.record(pool, event),
     },
   });
-  // Breakers (an opossum circuit and its timer, about 7 KiB each), prefix memory, adapter placements and
-  // attempt counts of endpoints no snapshot has listed for a minute (pods replaced) are dropped, at a
-  // change of discovery or the timer below; a pod out of its readiness for a few seconds keeps them.
-  const listed = new ListedEndpoints(options.forgetEndpointsAfterMs ?? FORGET_ENDPOINTS_AFTER_MS, () => clock.now());
   const prune = (): void => {
-    const keep = listed.update(discovery.pools().map((p) => [p.name, discovery.endpoints.snapshot(p.name).map((e) => e.id)] as const));
+    const keep = kept();
     breakers.retain(keep);
     prefixIndex.retain(keep);
     adapterPlacements.retain(keep);

@@ -67,7 +67,7 @@ export interface KnownLabelSources {
   holdingPools?(): Iterable<string>;
   /** Every hop between two pools of a route that the route plan can make. */
   fallbacks?(): Iterable<FallbackHop>;
-  /** The ids of the endpoints discovery lists now. */
+  /** The ids of the endpoints whose series are kept: those discovery lists now, or listed within the router's grace (main.ts). */
   liveEndpoints(): ReadonlySet<string>;
 }
 

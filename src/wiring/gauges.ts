@@ -80,7 +80,6 @@ export function discoveryGauges(
         .filter((p) => p.resilience.scaleFromZero.enabled)
         .map((p) => p.name),
     fallbacks: () => fallbackHops(discovery.catalog()),
-    liveEndpoints: () => new Set(discovery.pools().flatMap((p) => discovery.endpoints.snapshot(p.name).map((e) => e.id))),
     ...(kubernetes ? { watches: () => discovery.watches(), leader: () => discovery.isLeader() } : {}),
   };
 }

@@ -96,20 +96,15 @@ describe('Kubernetes mode: churn', () => {
     const blocks = metricSum(await scrape(), 'modelgate_prefix_index_blocks', {});
     // pod-a fails its readiness probe: out of the snapshot, pod-b serves alone
     fake.apply('endpointslices', endpointSlice('llama-abc', 'llama', [{ pod: pods[0]!, ready: false }, { pod: next }]));
-    await eventually(
-      () => servedBy(router, 'default', 4),
-      (c) => only(c, 'pod-b'),
-      'pod-b to serve alone',
-      BOUND_MS,
-    );
+    const ready = async (): Promise<number> => metricSum(await scrape(), 'modelgate_pool_ready_endpoints', { pool: 'models/llama' });
+    await eventually(ready, (n) => n === 1, 'pod-a out of the snapshot', BOUND_MS);
+    // a scrape meanwhile keeps its series (its attempts, its breaker)
+    const during = (await scrape()).split('\n').filter((line) => line.includes('pod-a'));
+    expect(during.some((line) => line.startsWith('modelgate_upstream_attempts_total'))).toBe(true);
+    expect(during.some((line) => line.startsWith('modelgate_breaker_state'))).toBe(true);
     // and passes it again
     fake.apply('endpointslices', endpointSlice('llama-abc', 'llama', [{ pod: pods[0]! }, { pod: next }]));
-    await eventually(
-      () => servedBy(router, 'default', 8),
-      (c) => (c.get('pod-a') ?? 0) > 0,
-      'pod-a to serve again',
-      BOUND_MS,
-    );
+    await eventually(ready, (n) => n === 2, 'pod-a back in the snapshot', BOUND_MS);
     expect([...router.breakers.states()].map((b) => b.endpoint)).toContain(podA);
     // what pod-a's engine still caches is still what the router predicts (the 'hi' chats add no whole block)
     expect(metricSum(await scrape(), 'modelgate_prefix_index_blocks', {})).toBe(blocks);
