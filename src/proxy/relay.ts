@@ -408,6 +408,7 @@ export function relayResponse(spec: AttemptSpec, proxyRes: EngineResponse, res: 
       spec.observe?.body(chunk);
       return;
     }
+    if (final) return; // after the stream's last event: not even read (an event without end there is held by no one)
     const held = !tap.atBoundary;
     tap.feed(chunk);
     const last = chunk[chunk.length - 1];
@@ -477,6 +478,7 @@ export function relayResponse(spec: AttemptSpec, proxyRes: EngineResponse, res: 
       observed();
       after(answered(), () => writeOut(out), true);
     } else writeOut(out);
+    if (final) tap.rest(); // what came after the last event in its chunk, unfinished: dropped, not held
     const holding = tap.heldChars;
     // the router's share moves only while an event is held (never for a stream of whole events)
     let over = false;

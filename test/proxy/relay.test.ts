@@ -422,6 +422,19 @@ describe('relayResponse: what every stream holds of unfinished events, router-wi
     expect(heldEvents.chars).toBe(0);
   });
 
+  it("holds nothing of what an engine sends after its stream's final event: it is dropped unread, never cut for", async () => {
+    const heldEvents = new HeldEvents(0);
+    const { url, ready } = await relayed({ 'content-type': 'text/event-stream' }, { endOfStream: (e) => e.data === '[DONE]', finalEvent: (e) => e.data === '[DONE]' }, new FakeTime(), heldEvents);
+    const response = rawRequest(`${url}/x`, { body: '{}' });
+    const { sink, done } = await ready;
+    sink.data(Buffer.from('data: {"choices":[{"delta":{"content":"a"}}]}\n\ndata: [DONE]\n\ndata: ' + 'x'.repeat(2 * SHARE_CHARS)));
+    sink.data(Buffer.from('x'.repeat(2 * SHARE_CHARS)));
+    expect(heldEvents.chars).toBe(0);
+    sink.end();
+    expect((await done).end).toBe('complete');
+    expect((await response).body).toBe('data: {"choices":[{"delta":{"content":"a"}}]}\n\ndata: [DONE]\n\n');
+  });
+
   it('leaves a stream that holds less than its share, however full the router is', async () => {
     const heldEvents = new HeldEvents(0);
     const { sink, done, response } = await stream(heldEvents);
