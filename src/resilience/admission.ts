@@ -9,8 +9,9 @@
  *
  * A waiter that may take a slot on only some of the pool's replicas (`narrow`: a Responses API follow-up
  * pinned to the replica holding its response, a retry that has tried some) and cannot take one when a
- * slot frees keeps its place and is passed over: the waiters behind it are tried for the slot. Any other
- * waiter that cannot take one means no replica has a free slot, and `notify` stops there.
+ * slot frees keeps its place and is passed over: the waiters behind it are tried for the slot (up to
+ * {@link MAX_PASSED_OVER} passed a release). Any other waiter that cannot take one means no replica has
+ * a free slot, and `notify` stops there.
  *
  * Fair sharing: inside each priority class, tenants (API keys) take turns by weighted start-time fair
  * queueing (fair-queue.ts): a tenant's burst is spread out in virtual time, so another tenant's request
@@ -94,6 +95,14 @@ export interface AdmitOptions {
 
 /** The tenant of requests that name none. Not a valid key name (those come from the keys file), so no key shares it by accident. */
 const ANONYMOUS = '\0anonymous';
+
+/**
+ * Narrow waiters a freed slot passes over at most before it stops: each is asked with a pick of its
+ * own (a retry's over the whole pool, 30 µs at 1,000 endpoints), and a full queue of them (256 by
+ * default) asked at every release cost 256 picks a release. Beyond this many, the waiters behind wait
+ * for the next release, as every waiter did behind the first that could not take a slot before.
+ */
+export const MAX_PASSED_OVER = 8;
 
 /** The 429 of a sheddable request that found the pool saturated. */
 export function shedError(): RouterError {
@@ -203,6 +212,7 @@ export class AdmissionQueues {
   notify(pool: string): void {
     let passed = 0;
     for (;;) {
+      if (passed > MAX_PASSED_OVER) return; // each costs a pick (a retry's, over the pool): bounded a slot
       const queue = this.queues.get(pool);
       if (!queue) return;
       const inCritical = passed < queue.critical.size;

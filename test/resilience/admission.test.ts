@@ -3,7 +3,7 @@ import fc from 'fast-check';
 import { type Scheduler } from '../../src/core/clock.js';
 import { RouterError } from '../../src/core/errors.js';
 import { type Priority } from '../../src/core/types.js';
-import { AdmissionQueues, type AdmitOptions } from '../../src/resilience/admission.js';
+import { AdmissionQueues, MAX_PASSED_OVER, type AdmitOptions } from '../../src/resilience/admission.js';
 import { flush } from '../helpers/fake-time.js';
 
 class Timers implements Scheduler {
@@ -386,5 +386,45 @@ describe('AdmissionQueues', () => {
         { numRuns: 300 },
       );
     });
+  });
+});
+
+describe('AdmissionQueues: narrow waiters (a request that may take a slot on some replicas only)', () => {
+  it('a freed slot passes over narrow waiters that cannot take it, keeping their place, at most MAX_PASSED_OVER of them', async () => {
+    const { queues } = setup();
+    let asked = 0;
+    const never = (): string | undefined => {
+      asked += 1;
+      return undefined;
+    };
+    const limits = { maxSize: 256, timeoutMs: 60_000 };
+    for (let i = 0; i < 20; i++) void queues.admit('p', never, limits, { narrow: true });
+    let free = 0;
+    const behind = queues.admit('p', () => (free > 0 ? (free--, 'slot') : undefined), limits);
+    let admitted: string | undefined;
+    void behind.then((v) => (admitted = v));
+    free = 1; // a slot frees
+    asked = 0;
+    queues.notify('p');
+    await flush();
+    expect(asked).toBe(MAX_PASSED_OVER + 1); // not the 20 a release, nor the request behind them
+    expect(admitted).toBeUndefined();
+    expect(queues.depth('p')).toBe(21);
+  });
+
+  it('with fewer narrow waiters ahead, the request behind them takes the freed slot; they keep their place', async () => {
+    const { queues } = setup();
+    const limits = { maxSize: 256, timeoutMs: 60_000 };
+    let narrowFree = 0;
+    const first = queues.admit('p', () => (narrowFree > 0 ? (narrowFree--, 'pinned') : undefined), limits, { narrow: true });
+    let free = 0;
+    const behind = queues.admit('p', () => (free > 0 ? (free--, 'slot') : undefined), limits);
+    free = 1;
+    queues.notify('p');
+    await expect(behind).resolves.toBe('slot');
+    expect(queues.depth('p')).toBe(1);
+    narrowFree = 1;
+    queues.notify('p');
+    await expect(first).resolves.toBe('pinned');
   });
 });
