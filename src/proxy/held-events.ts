@@ -1,14 +1,18 @@
 /**
  * What the relays of every stream hold of events their engines have not finished, router-wide. A
  * stream's relay holds an event until its blank line comes (only whole events reach a client), up to
- * `MAX_EVENT_CHARS` (relay.ts: a Responses API stream's last event carries the whole answer).
- * That bound is a stream's: a replica that sent events without end to 150 streams at once held 956 MB
- * of the router (about 130 would have reached a 4 GiB heap's limit and ended the process, every
- * tenant's requests with it). Past the router's limit, a stream that holds more than
- * {@link SHARE_CHARS} is cut as it grows; a stream of ordinary events (a token each) never is.
+ * `MAX_EVENT_CHARS` (relay.ts: a Responses API stream's last event carries the whole answer). That
+ * bound is a stream's: a replica that sent events without end to 140 streams at once took the router
+ * past its heap's limit and ended the process, every tenant's requests with it. So, past the router's
+ * limit, a stream whose event grows is cut when it holds more than its fair share: the limit over the
+ * streams holding anything, and never less than {@link MIN_SHARE_CHARS} (a stream of ordinary events,
+ * a token each, or one split across two reads, holds far less). The largest holders go first, and what
+ * is held stays within the limit and {@link MIN_SHARE_CHARS} a stream.
  */
 export class HeldEvents {
   private total = 0;
+  /** Streams holding anything now. */
+  private holders = 0;
 
   constructor(
     /** Characters every stream together may hold before the large holders are cut. */
@@ -22,16 +26,18 @@ export class HeldEvents {
 
   /**
    * A stream's share went from `before` to `after` characters. Answers whether that stream is to be cut:
-   * the router holds more than its limit and this stream more than its fair share.
+   * it grew, the router holds more than its limit, and the stream more than its fair share.
    */
   move(before: number, after: number): boolean {
     this.total += after - before;
-    return after > SHARE_CHARS && this.total > this.limitChars;
+    if (before === 0 && after > 0) this.holders += 1;
+    else if (before > 0 && after === 0) this.holders -= 1;
+    return after > before && this.total > this.limitChars && after > Math.max(MIN_SHARE_CHARS, this.limitChars / this.holders);
   }
 }
 
-/** What a stream may hold however full the router is: far more than any event but an answer's last. */
-export const SHARE_CHARS = 64 * 1024;
+/** What a stream may hold however full the router is: more than any ordinary event (a chunk with its logprobs). */
+export const MIN_SHARE_CHARS = 16 * 1024;
 
 /**
  * The router's limit: an eighth of its V8 heap's limit, or of the memory its container may use when

@@ -1,7 +1,8 @@
 import { describe, expect, it } from '@jest/globals';
-import { HeldEvents, heldEventsLimit, SHARE_CHARS } from '../../src/proxy/held-events.js';
+import { HeldEvents, heldEventsLimit, MIN_SHARE_CHARS } from '../../src/proxy/held-events.js';
 
 const MiB = 1024 * 1024;
+const MIN = MIN_SHARE_CHARS;
 
 describe('heldEventsLimit', () => {
   it("is an eighth of the heap's limit, or of the container's memory when that is less", () => {
@@ -13,16 +14,28 @@ describe('heldEventsLimit', () => {
 });
 
 describe('HeldEvents', () => {
-  it('sums every stream’s share and cuts only a stream past its own share while the sum is past the limit', () => {
-    const held = new HeldEvents(2 * SHARE_CHARS);
-    expect(held.move(0, SHARE_CHARS)).toBe(false); // at its share
-    expect(held.move(0, SHARE_CHARS)).toBe(false); // another, the router at its limit
-    expect(held.move(0, 10)).toBe(false); // past the limit, but a small event
-    expect(held.move(SHARE_CHARS, SHARE_CHARS + 1)).toBe(true); // past its share and the router past its limit
-    expect(held.chars).toBe(2 * SHARE_CHARS + 11);
-    held.move(SHARE_CHARS + 1, 0); // that stream cut: its share released
-    expect(held.move(10, 2 * SHARE_CHARS)).toBe(true);
-    expect(held.move(2 * SHARE_CHARS, 0)).toBe(false);
-    expect(held.chars).toBe(SHARE_CHARS);
+  it('under its limit, cuts no one, however much one stream holds', () => {
+    const held = new HeldEvents(10 * MIN);
+    expect(held.move(0, 9 * MIN)).toBe(false);
+    expect(held.move(0, MIN)).toBe(false);
+    expect(held.chars).toBe(10 * MIN);
+  });
+
+  it('past its limit, cuts a growing stream that holds more than the limit over the streams holding anything: the largest first', () => {
+    const held = new HeldEvents(10 * MIN);
+    expect(held.move(0, 6 * MIN)).toBe(false); // a
+    expect(held.move(0, 5 * MIN)).toBe(false); // b: past the limit, but at its share (10 / 2)
+    expect(held.move(6 * MIN, 7 * MIN)).toBe(true); // a grows past its share: cut
+    held.move(7 * MIN, 0); // its share released
+    expect(held.chars).toBe(5 * MIN);
+    expect(held.move(5 * MIN, 9 * MIN)).toBe(false); // b alone, under the limit again
+  });
+
+  it('many streams: each may hold its fair share of the limit, never less than MIN_SHARE_CHARS; one that shrinks is not cut', () => {
+    const held = new HeldEvents(10 * MIN);
+    for (let i = 0; i < 20; i++) expect(held.move(0, MIN)).toBe(false); // 20 at the floor: past the limit, none cut
+    expect(held.move(MIN, MIN + 1)).toBe(true); // past the floor
+    expect(held.move(MIN, MIN / 2)).toBe(false); // an event finished in part
+    expect(held.chars).toBe(19.5 * MIN + 1);
   });
 });

@@ -9,7 +9,7 @@ import { type AddressInfo } from 'node:net';
 import { type AttemptResult, type AttemptSpec, type StreamDone } from '../../src/proxy/forwarder.js';
 import { ChunkBlocks, relayResponse, streamEnd, type AttemptControl, type BodySink, type EngineResponse } from '../../src/proxy/relay.js';
 import { StreamSplice } from '../../src/director/resume.js';
-import { HeldEvents, SHARE_CHARS } from '../../src/proxy/held-events.js';
+import { HeldEvents, MIN_SHARE_CHARS } from '../../src/proxy/held-events.js';
 import { FakeTime } from '../helpers/fake-time.js';
 import { holdingObserver } from '../helpers/holding-observer.js';
 import { rawRequest } from '../helpers/http.js';
@@ -402,19 +402,19 @@ describe('relayResponse: what every stream holds of unfinished events, router-wi
   }
 
   it('cuts a stream that holds more than its share while the router holds more than its limit; a stream of small events goes on', async () => {
-    const heldEvents = new HeldEvents(3 * SHARE_CHARS);
+    const heldEvents = new HeldEvents(3 * MIN_SHARE_CHARS);
     const big = await stream(heldEvents);
     const small = await stream(heldEvents);
-    big.sink.data(Buffer.from('data: ' + 'a'.repeat(1.5 * SHARE_CHARS))); // an event without end, over its share: the router is under its limit
-    small.sink.data(Buffer.from('data: {"choices":[{"delta":{"content":"b"}}]}\n\ndata: ' + 'b'.repeat(SHARE_CHARS / 2)));
-    expect(heldEvents.chars).toBe(1.5 * SHARE_CHARS + 6 + SHARE_CHARS / 2 + 6);
-    big.sink.data(Buffer.from('a'.repeat(SHARE_CHARS))); // the router over its limit: the stream past its share is cut
+    big.sink.data(Buffer.from('data: ' + 'a'.repeat(1.5 * MIN_SHARE_CHARS))); // an event without end, over its share: the router is under its limit
+    small.sink.data(Buffer.from('data: {"choices":[{"delta":{"content":"b"}}]}\n\ndata: ' + 'b'.repeat(MIN_SHARE_CHARS / 2)));
+    expect(heldEvents.chars).toBe(1.5 * MIN_SHARE_CHARS + 6 + MIN_SHARE_CHARS / 2 + 6);
+    big.sink.data(Buffer.from('a'.repeat(MIN_SHARE_CHARS))); // the router over its limit: the stream past its share is cut
     expect((await big.done).end).toBe('upstream_broken');
     expect(big.engine.log).toContain('destroy');
     const cut = await big.response;
     expect(cut.body).toContain('"code":"upstream_stream_broken"');
     expect(cut.body).not.toContain('aaa'); // no part of the unfinished event reached the client
-    expect(heldEvents.chars).toBe(SHARE_CHARS / 2 + 6); // its share went with it
+    expect(heldEvents.chars).toBe(MIN_SHARE_CHARS / 2 + 6); // its share went with it
     small.sink.data(Buffer.from('b\n\ndata: [DONE]\n\n'));
     small.sink.end();
     expect((await small.done).end).toBe('complete');
@@ -427,8 +427,8 @@ describe('relayResponse: what every stream holds of unfinished events, router-wi
     const { url, ready } = await relayed({ 'content-type': 'text/event-stream' }, { endOfStream: (e) => e.data === '[DONE]', finalEvent: (e) => e.data === '[DONE]' }, new FakeTime(), heldEvents);
     const response = rawRequest(`${url}/x`, { body: '{}' });
     const { sink, done } = await ready;
-    sink.data(Buffer.from('data: {"choices":[{"delta":{"content":"a"}}]}\n\ndata: [DONE]\n\ndata: ' + 'x'.repeat(2 * SHARE_CHARS)));
-    sink.data(Buffer.from('x'.repeat(2 * SHARE_CHARS)));
+    sink.data(Buffer.from('data: {"choices":[{"delta":{"content":"a"}}]}\n\ndata: [DONE]\n\ndata: ' + 'x'.repeat(2 * MIN_SHARE_CHARS)));
+    sink.data(Buffer.from('x'.repeat(2 * MIN_SHARE_CHARS)));
     expect(heldEvents.chars).toBe(0);
     sink.end();
     expect((await done).end).toBe('complete');
@@ -438,11 +438,11 @@ describe('relayResponse: what every stream holds of unfinished events, router-wi
   it('leaves a stream that holds less than its share, however full the router is', async () => {
     const heldEvents = new HeldEvents(0);
     const { sink, done, response } = await stream(heldEvents);
-    sink.data(Buffer.from('data: ' + 'x'.repeat(SHARE_CHARS - 6)));
+    sink.data(Buffer.from('data: ' + 'x'.repeat(MIN_SHARE_CHARS - 6)));
     sink.data(Buffer.from('\n\ndata: [DONE]\n\n'));
     sink.end();
     expect((await done).end).toBe('complete');
-    expect((await response).body).toHaveLength(SHARE_CHARS + 16);
+    expect((await response).body).toHaveLength(MIN_SHARE_CHARS + 16);
     expect(heldEvents.chars).toBe(0);
   });
 });
