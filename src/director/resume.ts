@@ -89,12 +89,13 @@ export function requestRefusal(api: ResumableApi, raw: ValidRequest): RefusedRea
 
 /**
  * The completion tokens a request allows, as vLLM reads them: chat's `max_completion_tokens`, else its
- * `max_tokens`; completions' `max_tokens`, else vLLM's default. Undefined for a chat request that sets none.
+ * `max_tokens`; completions' `max_tokens`, else vLLM's default (but `null`, which vLLM reads as up to the
+ * context). Undefined for a request that sets none.
  */
 function budgetOf(api: ResumableApi, raw: ValidRequest): number | undefined {
   const body = effective(raw);
   const limit = (value: unknown): number | undefined => (typeof value === 'number' ? value : undefined);
-  if (api === 'completions') return limit(body.max_tokens) ?? COMPLETIONS_DEFAULT_MAX_TOKENS;
+  if (api === 'completions') return body.max_tokens === null ? undefined : (limit(body.max_tokens) ?? COMPLETIONS_DEFAULT_MAX_TOKENS);
   return limit(body.max_completion_tokens) ?? limit(body.max_tokens);
 }
 

@@ -168,10 +168,14 @@ function cacheSize(text: string, config: NonNullable<EngineSeries['cacheConfig']
 
 /** Whether every sample line of the page names a metric with one of `prefixes` (true for a page with none). */
 function onlySamplesOf(text: string, prefixes: readonly string[]): boolean {
-  for (const raw of text.split('\n')) {
-    const line = raw.trim();
-    if (line === '' || line.startsWith('#')) continue;
-    if (!prefixes.some((prefix) => line.startsWith(prefix))) return false;
+  for (let start = 0; start < text.length;) {
+    let end = text.indexOf('\n', start);
+    if (end < 0) end = text.length;
+    let at = start;
+    while (at < end && (text.charCodeAt(at) === 0x20 || text.charCodeAt(at) === 0x09 || text.charCodeAt(at) === 0x0d)) at++;
+    // a line read in place (no page-sized split at every scrape of a page without load series)
+    if (at < end && text.charCodeAt(at) !== 0x23 && !prefixes.some((prefix) => text.startsWith(prefix, at))) return false;
+    start = end + 1;
   }
   return true;
 }

@@ -83,7 +83,7 @@ export interface ResponseObserver {
   answered?(): Promise<unknown> | undefined;
 }
 
-/** `invalid_answer`: the engine answered, with something no client can be given (a status HTTP does not have). */
+/** `invalid_answer`: the engine answered, with something no client can be given (a status HTTP does not have, a compressed body the router did not ask for). */
 export type FailureReason = 'connect' | 'connect_timeout' | 'reset' | 'first_byte_timeout' | 'deadline' | 'invalid_answer';
 export type StreamEnd = 'complete' | 'client_gone' | 'client_stalled' | 'upstream_broken' | 'idle_timeout' | 'deadline';
 

@@ -153,14 +153,17 @@ function isEventStream(contentType: string | undefined): boolean {
 }
 
 /**
- * A `content-encoding` other than `identity` (or none): the router asks no engine for one (it sends no
+ * A `content-encoding` that compresses ({@link COMPRESSIONS}): the router asks no engine for one (it sends no
  * `accept-encoding`), and reads, meters and rewrites bodies as text. Passed on, a lying `gzip` over
  * plain JSON failed the client's SDK (it gunzipped it), and a really compressed answer went unmetered.
  */
 function encoded(encoding: string): boolean {
-  const name = encoding.trim().toLowerCase();
-  return name !== '' && name !== 'identity';
+  for (const token of encoding.toLowerCase().split(',')) if (COMPRESSIONS.has(token.trim())) return true;
+  return false;
 }
+
+/** The content codings that compress (RFC 9110's registry and what engines' servers send): one the router cannot read. Any other value (`identity`, a stray `utf-8`) is no compression, and passes as before. */
+const COMPRESSIONS: ReadonlySet<string> = new Set(['gzip', 'x-gzip', 'deflate', 'br', 'zstd', 'compress', 'x-compress']);
 
 /** `heldEvents`: what every stream holds of unfinished events, router-wide (none: only this stream's {@link MAX_EVENT_CHARS} bounds it). */
 export function relayResponse(spec: AttemptSpec, proxyRes: EngineResponse, res: ServerResponse, status: number, control: AttemptControl, clock: Clock, heldEvents?: HeldEvents): BodySink {
@@ -187,7 +190,7 @@ export function relayResponse(spec: AttemptSpec, proxyRes: EngineResponse, res: 
     if (!sawEnd && event && (endOfStream as (e: SseEvent) => boolean)(event)) sawEnd = true;
   };
   /**
-   * The stream's final event ({@link finalEvent}) was read: what the engine sends after it is not the
+   * The stream's final event (`spec.finalEvent`) was read: what the engine sends after it is not the
    * answer (it is dropped, unread: not counted, not written). Relayed, `data: [DONE]` then more content
    * reached the client, and each content event after it was counted as a token of the key. A stream
    * that may be resumed too: after `[DONE]` its attempt is over, whether the answer was whole or the

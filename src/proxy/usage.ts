@@ -244,7 +244,8 @@ export class ResponseMeter implements ResponseObserver {
     this.bodyBytes += chunk.length;
     if (this.lead === undefined) {
       for (const byte of chunk) {
-        if (byte === 0x20 || byte === 0x0a || byte === 0x0d || byte === 0x09) continue;
+        // white space, and a UTF-8 byte order mark (fetch's json() drops it, so the SDKs read such an answer)
+        if (byte === 0x20 || byte === 0x0a || byte === 0x0d || byte === 0x09 || byte === 0xef || byte === 0xbb || byte === 0xbf) continue;
         this.lead = byte;
         break;
       }

@@ -127,6 +127,8 @@ describe('StreamSplice', () => {
     ['completions', {}, 16, 'finished'],
     ['completions', {}, 15, undefined],
     ['completions', { max_tokens: 4 }, 4, 'finished'],
+    // null: vLLM generates up to the context, not its default of 16
+    ['completions', { max_tokens: null }, 16, undefined],
   ] as const)('refuses (finished) an answer that delivered every token its request allows, finish chunk or not: %s %j after %i content events → %s', (api, limits, events, reason) => {
     const body = api === 'chat' ? { ...CHAT, ...limits } : { model: 'm', prompt: 'Once', ...limits };
     const splice = new StreamSplice(api, body);

@@ -290,8 +290,8 @@ describe('a replica answering a 2xx in a content-encoding (the router asks for n
     }
   });
 
-  it('`identity` is no encoding: the answer is relayed', async () => {
-    const engine = await startUpstream(encoded('Identity', chatBody));
+  it.each(['Identity', 'utf-8', 'none'])('`%s` is no compression: the answer is relayed', async (coding) => {
+    const engine = await startUpstream(encoded(coding, chatBody));
     try {
       await withRouter([engine.url], { retries: { maxRetries: 0 } }, async (_router, ask) => {
         const res = await ask();
