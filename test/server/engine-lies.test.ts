@@ -193,6 +193,28 @@ async function withRouter(endpoints: string[], resilience: object, run: (router:
   }
 }
 
+/**
+ * A router over a replica answering `reply` and a healthy one (breaker opens after 2 failures, one retry),
+ * asked until the bad replica's breaker opens, each answer checked by `check`: the bad replica then has
+ * had exactly its 2 requests, each an `invalid_answer` attempt.
+ */
+async function untilBreakerOpens(reply: Reply, check: (res: Awaited<ReturnType<typeof rawRequest>>) => void): Promise<void> {
+  const bad = await startUpstream(reply);
+  const healthy = await startUpstream(okChat);
+  try {
+    await withRouter([bad.url, healthy.url], { breaker: { failureThreshold: 2, cooldownMs: 60_000 }, retries: { maxRetries: 1, initialBackoffMs: 1, maxBackoffMs: 1 } }, async (router, ask) => {
+      const open = async (): Promise<boolean> => metricSum(await adminMetrics(router), 'modelgate_breaker_state', { endpoint: bad.url }) === 2;
+      for (let i = 0; i < 40 && !(await open()); i++) check(await ask());
+      expect(await open()).toBe(true);
+      expect(bad.requests.length).toBe(2); // failureThreshold
+      expect(metricSum(await adminMetrics(router), 'modelgate_upstream_attempts_total', { endpoint: bad.url, outcome: 'invalid_answer' })).toBe(2);
+    });
+  } finally {
+    await bad.close();
+    await healthy.close();
+  }
+}
+
 /** An answer written on the engine's socket as it is (Node's server would not write it), the connection closed after it. */
 const rawAnswer =
   (head: string, body: string): Reply =>
@@ -215,20 +237,7 @@ describe('a replica answering a status HTTP does not have (over 599)', () => {
   });
 
   it('is a failed attempt: retried on another replica, and counted against its breaker as a server error is', async () => {
-    const bad = await startUpstream(rawAnswer('HTTP/1.1 600 Weird', '{}'));
-    const healthy = await startUpstream(okChat);
-    try {
-      await withRouter([bad.url, healthy.url], { breaker: { failureThreshold: 2, cooldownMs: 60_000 }, retries: { maxRetries: 1, initialBackoffMs: 1, maxBackoffMs: 1 } }, async (router, ask) => {
-        const open = async (): Promise<boolean> => metricSum(await adminMetrics(router), 'modelgate_breaker_state', { endpoint: bad.url }) === 2;
-        for (let i = 0; i < 40 && !(await open()); i++) expect((await ask()).status).toBe(200);
-        expect(await open()).toBe(true);
-        expect(bad.requests.length).toBe(2); // failureThreshold
-        expect(metricSum(await adminMetrics(router), 'modelgate_upstream_attempts_total', { endpoint: bad.url, outcome: 'invalid_answer' })).toBe(2);
-      });
-    } finally {
-      await bad.close();
-      await healthy.close();
-    }
+    await untilBreakerOpens(rawAnswer('HTTP/1.1 600 Weird', '{}'), (res) => expect(res.status).toBe(200));
   });
 });
 
@@ -252,25 +261,11 @@ describe('a replica answering a 2xx in a content-encoding (the router asks for n
   ];
 
   it.each(cases)('%s: its client is never given it, but another replica’s answer; the replica is counted failed until its breaker opens', async (_name, reply) => {
-    const bad = await startUpstream(reply);
-    const healthy = await startUpstream(okChat);
-    try {
-      await withRouter([bad.url, healthy.url], { breaker: { failureThreshold: 2, cooldownMs: 60_000 }, retries: { maxRetries: 1, initialBackoffMs: 1, maxBackoffMs: 1 } }, async (router, ask) => {
-        const open = async (): Promise<boolean> => metricSum(await adminMetrics(router), 'modelgate_breaker_state', { endpoint: bad.url }) === 2;
-        for (let i = 0; i < 40 && !(await open()); i++) {
-          const res = await ask();
-          expect(res.status).toBe(200);
-          expect(res.headers['content-encoding']).toBeUndefined();
-          expect((JSON.parse(res.body) as { id: string }).id).toBe('chatcmpl-up'); // the healthy replica's
-        }
-        expect(await open()).toBe(true);
-        expect(bad.requests.length).toBe(2); // failureThreshold
-        expect(metricSum(await adminMetrics(router), 'modelgate_upstream_attempts_total', { endpoint: bad.url, outcome: 'invalid_answer' })).toBe(2);
-      });
-    } finally {
-      await bad.close();
-      await healthy.close();
-    }
+    await untilBreakerOpens(reply, (res) => {
+      expect(res.status).toBe(200);
+      expect(res.headers['content-encoding']).toBeUndefined();
+      expect((JSON.parse(res.body) as { id: string }).id).toBe('chatcmpl-up'); // the healthy replica's
+    });
   });
 
   it('from the only replica, its client gets 502 upstream_invalid_answer naming the encoding, and the log says so', async () => {
