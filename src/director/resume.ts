@@ -74,7 +74,8 @@ export function requestRefusal(api: ResumableApi, raw: ValidRequest): RefusedRea
   const body = effective(raw);
   if ((typeof body.n === 'number' && body.n > 1) || (typeof body.best_of === 'number' && body.best_of > 1) || body.use_beam_search === true) return 'n';
   if ((Array.isArray(body.tools) && body.tools.length > 0) || set(body.functions)) return 'tools';
-  if (set(body.logprobs) || set(body.top_logprobs) || set(body.prompt_logprobs)) return 'logprobs';
+  // chat's `top_logprobs` counts only with `logprobs: true` (some clients send 0 by default); completions' integer `logprobs`, 0 too, asks for them
+  if (set(body.logprobs) || (api === 'completions' && set(body.top_logprobs)) || set(body.prompt_logprobs)) return 'logprobs';
   if ((isObject(body.response_format) && body.response_format.type !== 'text') || GUIDED.some((field) => set(body[field]))) return 'guided_decoding';
   // echoed, the prompt (chat: the last message) is in the answer already: a continuation would have the
   // engine echo the delivered text again (vLLM echoes the final message it is asked to continue)
