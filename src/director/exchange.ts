@@ -401,7 +401,8 @@ export class ExchangeRunner {
       else if (engineError.status === 429) counted = undefined;
     }
     // the engine's own server-error event is an answer a request may cause (on a resumable stream the
-    // splice holds it back, so the stream ends broken: the splice says it erred); a cut or silent stream is not
+    // splice holds it back, so the stream ends broken: the splice says it erred; a 4xx one it passes on,
+    // as engineError); a cut or silent stream is not
     const answered = engineError !== undefined || splice?.errored === true;
     if (counted) this.deps.picker.recordAnswerEnd(step.pool, picked.endpoint.id, counted, requestId, counted === 'failure' ? { key: plan.request.tenant, answered } : undefined);
     return report;

@@ -1,6 +1,7 @@
 /**
  * Streams that survive a dying replica. When the engine streaming a chat or completions answer dies,
- * stalls or ends with an in-stream error after the first byte, the router can ask another replica to
+ * stalls or ends with an in-stream server error (not one the request caused: a 4xx other than 429 is
+ * passed on, re-wrapped, and ends the stream) after the first byte, the router can ask another replica to
  * go on from the text the client already has, and splice that continuation into the same SSE stream:
  *
  * - chat: the request again, with the delivered text appended as an assistant message that the engine
@@ -28,6 +29,7 @@ import { type ValidRequest } from '../api/validate.js';
 import { type Engine, type RESUME_REASONS, type ResumeResult } from '../core/types.js';
 import { patchTopLevel, scanMembers } from '../proxy/body-patch.js';
 import { type SseEvent, type SseSegment } from '../proxy/sse-tap.js';
+import { streamError } from '../proxy/upstream-errors.js';
 import { type TokenUsage } from '../proxy/usage.js';
 
 /** Resumptions one stream may have; the next break ends it with the error event. */
@@ -165,7 +167,8 @@ export class StreamSplice {
 
   /**
    * The client's view of an event of the current attempt: an engine's error event (and the `[DONE]`
-   * after it) is held back, as the stream may yet go on; a continuation's chunks get the first
+   * after it) is held back, as the stream may yet go on, unless the request caused it (a 4xx other than
+   * 429: passed on, the stream ends with it); a continuation's chunks get the first
    * attempt's id, created and model, lose the role delta, and report usage from the answer's start.
    * Returns the text to write ('' drops the event).
    */
@@ -173,8 +176,12 @@ export class StreamSplice {
     const event = segment.event;
     if (!event) return segment.raw;
     if (event.data === '[DONE]') return this.errored ? '' : segment.raw;
-    if (event.event === 'error') {
-      // an engine's error in an `error:` block (llama.cpp's), or an event named error: held back as `{"error": …}` is
+    // the engine's error event (`{"error": …}`, llama.cpp's `error:` block): one the request caused (a 4xx
+    // but 429) is passed on, for the relay to re-wrap as on any stream (another replica would fail the
+    // same way); any other is held back
+    const error = streamError('openai', event);
+    if (error) {
+      if (error.status < 500 && error.status !== 429) return segment.raw;
       this.errored = true;
       return '';
     }

@@ -56,7 +56,10 @@ export interface AttemptSpec {
   endOfStream?: (event: SseEvent) => boolean;
   /** Whether an event is the very last of the stream (relay.ts `FINAL_EVENT`): what the engine sends after it is dropped. */
   finalEvent?: (event: SseEvent) => boolean;
-  /** Rewrites each complete event of a stream on its way to the client ('' drops it). With it, only whole events are written. */
+  /**
+   * Rewrites each complete event of a stream on its way to the client ('' drops it). With it, only whole events are written;
+   * an engine's error event it passes on is re-wrapped (`engineError`) as on any stream.
+   */
   rewrite?: (segment: SseSegment) => string;
   /**
    * The caller may continue this stream elsewhere: when the engine breaks or stalls after the first

@@ -219,15 +219,15 @@ export function relayResponse(spec: AttemptSpec, proxyRes: EngineResponse, res: 
     };
   });
   /**
-   * The text to relay for a whole event: '' for the usage chunk the router asked for, the `rewrite`'s
-   * text, the engine's error event re-wrapped, anything else as it came.
+   * The text to relay for a whole event: '' for the usage chunk the router asked for, the engine's error
+   * event re-wrapped (unless the `rewrite` dropped it), the `rewrite`'s text, anything else as it came.
    */
   const textOf = (segment: SseSegment): string => {
     const { event } = segment;
     if (spec.stripUsageChunk && event && isUsageChunk(event)) return '';
-    if (spec.rewrite) return spec.rewrite(segment);
-    const found = event && spec.engineError ? spec.engineError(event) : undefined;
-    if (!found) return segment.raw;
+    const own = spec.rewrite ? spec.rewrite(segment) : segment.raw;
+    const found = own !== '' && event && spec.engineError ? spec.engineError(event) : undefined;
+    if (!found) return own;
     engineError ??= { status: found.status, code: found.code };
     return found.text;
   };

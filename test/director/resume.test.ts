@@ -113,6 +113,28 @@ describe('StreamSplice', () => {
   });
 
   it.each([
+    ['vLLM’s 400 (a ValueError raised while it streams)', 'data: {"error": {"message": "bad thing in your request", "type": "BadRequestError", "param": null, "code": 400}}\n\n'],
+    ['llama.cpp’s `error:` block with a 400', 'error: {"code":400,"message":"the request exceeds the available context size","type":"invalid_request_error"}\n\n'],
+    ['a TGI-style validation error', 'data: {"error":"Input validation error","error_type":"validation"}\n\n'],
+  ])('passes on an error event the request caused (4xx), %s, and the [DONE] after it: the stream is not cut', (_what, error) => {
+    const splice = new StreamSplice('chat', CHAT);
+    const out = relay(splice, chunk('a', { content: ' one' }) + error + 'data: [DONE]\n\n');
+    expect(out).toBe(chunk('a', { content: ' one' }) + error + 'data: [DONE]\n\n');
+    expect(splice.errored).toBe(false);
+  });
+
+  it.each([
+    ['a 500', 'data: {"error": {"message": "boom", "type": "InternalServerError", "param": null, "code": 500}}\n\n'],
+    ['a 429 (the replica is busy, not the request wrong)', 'data: {"error": {"message": "busy", "type": "rate_limit_error", "param": null, "code": 429}}\n\n'],
+    ['one without a status', 'data: {"error": {"message": "boom"}}\n\n'],
+    ['one that is not JSON', 'error: the engine fell over\n\n'],
+  ])('holds back %s error event: the stream goes on elsewhere', (_what, error) => {
+    const splice = new StreamSplice('chat', CHAT);
+    expect(relay(splice, chunk('a', { content: ' one' }) + error + 'data: [DONE]\n\n')).toBe(chunk('a', { content: ' one' }));
+    expect(splice.errored).toBe(true);
+  });
+
+  it.each([
     ['a tool call', { tool_calls: [{ index: 0, function: { name: 'f' } }] }, 'tools'],
     ['reasoning', { reasoning_content: 'hmm' }, 'reasoning'],
   ])('refuses an answer that streamed %s', (_what, delta, reason) => {
