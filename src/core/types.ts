@@ -55,7 +55,7 @@ export type ResumeResult = keyof typeof RESUME_REASONS;
 export type ResumeReason = (typeof RESUME_REASONS)[ResumeResult][number];
 
 /** What became of a `previous_response_id`: sent to the replica holding it, unknown to the router, its replica gone, or another key's (refused). */
-export type PreviousResponseOutcome = 'pinned' | 'unknown' | 'replica_gone' | 'other_key' | 'unchecked';
+export type PreviousResponseOutcome = 'pinned' | 'unknown' | 'replica_gone' | 'other_route' | 'other_key' | 'unchecked';
 
 /** A pool's timeouts, retries, breaker, admission and health checks (defaults: resilience/settings.ts). */
 export interface ResilienceSettings {

@@ -253,7 +253,8 @@ export class Director {
     }
     const step = location && planned.find((p) => p.pool.name === location.pool);
     const endpoint = step && location ? heldBy(this.deps.endpoints.snapshot(step.pool.name), location.endpoint) : undefined;
-    this.deps.metrics.recordPreviousResponse(!location ? 'unknown' : endpoint ? 'pinned' : 'replica_gone');
+    // a record whose pool this request's route does not take (the follow-up names another model) says nothing of its replica
+    this.deps.metrics.recordPreviousResponse(!location ? 'unknown' : endpoint ? 'pinned' : step ? 'replica_gone' : 'other_route');
     return step && endpoint ? { step, endpoint } : undefined;
   }
 }

@@ -75,7 +75,7 @@ export function retryReason(name: string): RetryReason {
 }
 
 /** `modelgate_previous_response_requests_total{outcome}`. */
-export const PREVIOUS_RESPONSE_OUTCOMES = ['pinned', 'unknown', 'replica_gone', 'other_key', 'unchecked'] as const satisfies readonly PreviousResponseOutcome[];
+export const PREVIOUS_RESPONSE_OUTCOMES = ['pinned', 'unknown', 'replica_gone', 'other_route', 'other_key', 'unchecked'] as const satisfies readonly PreviousResponseOutcome[];
 
 /** `modelgate_pool_held_requests_total{event}`. */
 export const HOLD_EVENTS = ['held', 'served', 'timeout', 'abandoned', 'rejected'] as const satisfies readonly HoldEvent[];

@@ -81,7 +81,7 @@ export function routingMetrics(registers: Registry[], sources: RoutingStateSourc
   });
   const previousResponses = new HotCounter<'outcome', [outcome: PreviousResponseOutcome]>({
     name: 'modelgate_previous_response_requests_total',
-    help: "Responses API requests naming a previous_response_id, by outcome: pinned (sent to the replica holding it), unknown (the router does not know it; routed as usual), replica_gone (its replica left; routed as usual), other_key (made by another API key: answered 404), unchecked (the routers' shared record in Redis did not answer; routed as usual).",
+    help: "Responses API requests naming a previous_response_id, by outcome: pinned (sent to the replica holding it), unknown (the router does not know it; routed as usual), replica_gone (its replica left; routed as usual), other_route (its pool is not one the request's model routes to; routed as usual), other_key (made by another API key: answered 404), unchecked (the routers' shared record in Redis did not answer; routed as usual).",
     labelNames: ['outcome'],
     registers,
   });

@@ -285,6 +285,15 @@ describe('Director.direct: Responses API follow-ups', () => {
     expect(t.recorded).toEqual(['previous replica_gone']);
   });
 
+  it('a known id made through a pool this request does not route to is routed like any request, and counted as other_route, not replica_gone', async () => {
+    const t = setup();
+    void t.responses.remember('resp_elsewhere', { pool: 'some-other-pool', endpoint: 'x-1', owner: 'team-a' });
+    await t.director.direct(req, res, request('responses', AGENT, follow('resp_elsewhere')));
+    expect(t.plans[0]?.request.only).toBeUndefined();
+    expect(t.plans[0]?.route.map((s) => s.pool.name)).toEqual(['r1', 'r2']);
+    expect(t.recorded).toEqual(['previous other_route']);
+  });
+
   it('a record an earlier version wrote (a Kubernetes replica was its pod, now its pod and port) still pins the follow-up to that pod', async () => {
     const t = setup({ ids: { r1: 'models/vllm-0:8000' } });
     void t.responses.remember('resp_legacy', { pool: 'r1', endpoint: 'models/vllm-0', owner: 'team-a' });
