@@ -100,22 +100,23 @@ function isOpenAiError(event: SseEvent): boolean {
   return event.event === 'error' || OPENAI_ERROR.test(event.data);
 }
 
-/**
- * Whether `event` is the very last a stream of the dialect carries: OpenAI's `data: [DONE]` (after a
- * chunk with a finish reason come the usage chunk and `[DONE]`), the Responses API's
- * `response.completed`, `.incomplete`, `.failed` or `error`, the Messages API's `message_stop` or `error`.
- */
-export const FINAL_EVENT: Record<WireDialect, (event: SseEvent) => boolean> = {
-  openai: (event) => event.data === '[DONE]',
-  anthropic: (event) => endsStream('anthropic', event),
-  responses: (event) => endsStream('responses', event),
-};
-
 /** {@link endsStream} of each dialect, made once (a stream's attempt takes its dialect's). */
 const ENDS_STREAM: Record<WireDialect, (event: SseEvent) => boolean> = {
   openai: (event) => endsStream('openai', event),
   anthropic: (event) => endsStream('anthropic', event),
   responses: (event) => endsStream('responses', event),
+};
+
+/**
+ * Whether `event` is the very last a stream of the dialect carries: OpenAI's `data: [DONE]` (after a
+ * chunk with a finish reason come the usage chunk and `[DONE]`), the Responses API's
+ * `response.completed`, `.incomplete`, `.failed` or `error`, the Messages API's `message_stop` or `error`:
+ * for those two, the event that ends the stream, the same function (the relay then reads it once an event).
+ */
+export const FINAL_EVENT: Record<WireDialect, (event: SseEvent) => boolean> = {
+  openai: (event) => event.data === '[DONE]',
+  anthropic: ENDS_STREAM.anthropic,
+  responses: ENDS_STREAM.responses,
 };
 
 /** The indexes of the choices an OpenAI chunk finishes (none for a chunk that is not JSON). */
@@ -198,6 +199,8 @@ export function relayResponse(spec: AttemptSpec, proxyRes: EngineResponse, res: 
    */
   let final = false;
   const isFinal = spec.finalEvent;
+  /** The final event is the one that ends the stream (the Responses and Messages APIs'): `sawEnd` says it, not a second reading. */
+  const finalIsEnd = isFinal !== undefined && isFinal === endOfStream;
   let bytes = 0;
   let committed = false;
   let finish: (end: StreamEnd) => void = () => undefined;
@@ -441,7 +444,7 @@ export function relayResponse(spec: AttemptSpec, proxyRes: EngineResponse, res: 
         continue;
       }
       notes(seg.event);
-      if (isFinal && seg.event && isFinal(seg.event)) final = true;
+      if (isFinal && (finalIsEnd ? sawEnd : seg.event !== undefined && isFinal(seg.event))) final = true;
       const own = textOf(seg);
       // a stream whose API names no last event (the audio APIs') is whole only at its end; a resumable
       // one is whole at its last event too, unless that was the engine's error event its rewrite held

@@ -64,6 +64,9 @@ const STREAMS: Record<string, string> = {
     'event: message_delta\ndata: {"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":1}}\n\n' +
     'event: message_stop\ndata: {"type":"message_stop"}\n\n',
 };
+// what a faulty engine sends after the stream's final event
+STREAMS['responses-after'] = STREAMS['responses-whole']! + 'event: response.output_text.delta\ndata: {"type":"response.output_text.delta","sequence_number":2,"delta":"MORE"}\n\n';
+STREAMS['messages-after'] = STREAMS['messages-whole']! + 'event: content_block_delta\ndata: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"MORE"}}\n\n';
 
 /** Answers each request with the stream its prompt names, framed with a Content-Length as a buffering engine might. */
 const scripted: Reply = (req, res) => {
@@ -328,6 +331,15 @@ describe('a stream the engine ends without its last event', () => {
     const whole = await post('/v1/responses', { input: 'responses-whole', stream: true });
     expect(whole.body).not.toContain('event: error');
     expect(whole.body.trimEnd().endsWith('"status":"completed","usage":{"input_tokens":3,"output_tokens":1}}}')).toBe(true);
+  });
+
+  it('drops what an engine sends after response.completed or message_stop: the client’s stream ends with its final event', async () => {
+    const responses = await post('/v1/responses', { input: 'responses-after', stream: true });
+    expect(responses.body).not.toContain('MORE');
+    expect(responses.body.trimEnd().endsWith('"status":"completed","usage":{"input_tokens":3,"output_tokens":1}}}')).toBe(true);
+    const messages = await post('/v1/messages', { max_tokens: 8, messages: [{ role: 'user', content: 'messages-after' }], stream: true }, { 'x-api-key': KEY });
+    expect(messages.body).not.toContain('MORE');
+    expect(messages.body.trimEnd().endsWith('event: message_stop\ndata: {"type":"message_stop"}')).toBe(true);
   });
 
   it('ends a Messages API stream without message_stop with Anthropic’s error event', async () => {
