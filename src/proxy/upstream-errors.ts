@@ -32,6 +32,20 @@ function clip(message: string): string {
 }
 
 /**
+ * The first line of a stack trace: Python's header or a frame of it, a JavaScript frame, a Rust panic's
+ * location, Go's goroutine dump. An engine may put one in an error's message (a server catching every
+ * exception and answering its formatted traceback): file paths, versions and code lines of its insides.
+ */
+const TRACE_LINE = /^(?:Traceback \(most recent call last\)|\s*File "[^"\n]*", line \d+|\s+at \S.*:\d+(?::\d+)?\)?$|.*panicked at .*\.rs:\d+|goroutine \d+ \[)/m;
+
+/** An engine's message as the client sees it: what comes before a stack trace in it, or nothing when it starts with one. */
+function withoutTrace(message: string): string | undefined {
+  const at = message.search(TRACE_LINE);
+  if (at < 0) return message;
+  return str(message.slice(0, at).trim());
+}
+
+/**
  * A body that is not JSON, as far as the client sees it: an engine's plain-text refusal of a request
  * (a 4xx) is passed on; a page of HTML, or the text of a server error (a Python traceback, a proxy's
  * error page), describes the engine's insides, not the request, and is left out (the message names the status).
@@ -92,7 +106,8 @@ export function normaliseUpstreamError(status: number, body: Buffer): Normalised
     return { status: refused.status, envelope: envelopeOf(refused) };
   }
   const outStatus = status === 424 ? 502 : status;
-  const message = clip(parsed.message ?? plain ?? `The model server answered with status ${status}.`);
+  const said = parsed.message ?? plain;
+  const message = clip((said !== undefined ? withoutTrace(said) : undefined) ?? `The model server answered with status ${status}.`);
   return {
     status: outStatus,
     envelope: envelope(message, parsed.type !== undefined && OPENAI_TYPES.has(parsed.type) ? parsed.type : openAiType(outStatus), parsed.param, codeFor(status, message, parsed.param, parsed.code)),

@@ -199,6 +199,18 @@ describe('upstream errors', () => {
       500,
       { message: 'The model server answered with status 500.', type: 'server_error', param: null },
     ],
+    // the same insides in a JSON message (an engine answering its formatted exception): what precedes the trace
+    // is shown (a 4xx here: one more server error would open this table's replica's breaker; the 5xx are unit-tested)
+    [
+      'JSON error carrying a traceback',
+      400,
+      JSON.stringify({
+        error: { message: 'Bad sampling parameters\nTraceback (most recent call last):\n  File "/opt/vllm/engine.py", line 9, in step\nValueError: top_p', type: 'BadRequestError', code: 400 },
+      }),
+      {},
+      400,
+      { message: 'Bad sampling parameters', type: 'invalid_request_error', param: null, code: null },
+    ],
     ['HTML error page', 502, '<html><body><h1>502 Bad Gateway</h1><hr>nginx/1.22.1</body></html>', { 'content-type': 'text/html' }, 502, { message: 'The model server answered with status 502.' }],
     ['HTML page on a 4xx', 404, '<!DOCTYPE html><title>Not Found</title>', { 'content-type': 'text/html' }, 404, { message: 'The model server answered with status 404.' }],
     ['empty body', 503, '', {}, 503, { message: 'The model server answered with status 503.', type: 'server_error' }],
