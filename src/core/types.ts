@@ -64,7 +64,7 @@ export interface ResilienceSettings {
     connectMs: number;
     /** Request sent → first byte of the response body (a stuck prefill). Bounds a whole non-streamed generation. */
     firstByteMs: number;
-    /** Longest silence between two chunks of a response once it started. */
+    /** Longest silence between two chunks of a stream once it started; a body that is not a stream gets it from its first byte to its last. */
     idleMs: number;
     /** Whole exchange, all attempts included. */
     totalMs: number;

@@ -398,9 +398,14 @@ export function relayResponse(spec: AttemptSpec, proxyRes: EngineResponse, res: 
     });
   };
   const data = (chunk: Buffer): void => {
-    if (!committed) commit();
+    const first = !committed;
+    if (first) commit();
     bytes += chunk.length;
-    idle();
+    // A stream's idle clock starts again with each chunk. A body that is not a stream is written by an
+    // engine that has finished the answer: it gets the idle timeout from its first byte (and from each
+    // time a client that held it back took it up again), not from each chunk, so a replica that drips
+    // it a byte at a time is cut at the idle timeout, as a failure of its own, not at the deadline.
+    if (tap || first) idle();
     // The client gets each chunk first (the first one sent at once, see `write`); what the router
     // reads from it (usage, token timing, the per-key token count) comes after.
     if (!tap) {

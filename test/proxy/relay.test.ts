@@ -304,6 +304,61 @@ describe('relayResponse: an answer held for what answered() returned', () => {
   });
 });
 
+// Engine hunt F7: a replica that dripped a non-streamed answer a byte every 500 ms reset the idle clock
+// with each byte, so only the total timeout (30 minutes) ended it, and a deadline counts nothing on its breaker.
+describe('relayResponse: the idle timeout of a body that is not a stream', () => {
+  it('runs from the first byte: an answer dripped a byte at a time is cut at the idle timeout, as the engine’s failure (idle_timeout)', async () => {
+    const time = new FakeTime();
+    const { url, ready } = await relayed({ 'content-type': 'application/json' }, { timeouts: shortTimeouts, deadline: 600_000 }, time);
+    const response = rawRequest(`${url}/x`, { body: '{}' });
+    const { sink, engine, done } = await ready;
+    const drip = '{"id":"x","object":"chat.completion","choices":[]}';
+    let ended = false;
+    void done.then(() => (ended = true));
+    // a byte every 400 ms, each within the idle timeout of the one before, for 4 s (or until the relay ends)
+    for (let at = 0; at < 10 && !ended; at++) {
+      sink.data(Buffer.from(drip[at]!));
+      await time.advance(400);
+    }
+    await time.advance(1000); // an idle timeout after the last byte: what a clock reset by each byte would wait
+    expect((await done).end).toBe('idle_timeout');
+    expect(engine.log).toContain('destroy');
+    const answer = await response;
+    expect(answer.error).toBeDefined(); // cut: a JSON body short of its end never looks complete
+    expect(answer.body).toBe('{"i');
+  });
+
+  it('a stream’s idle clock still starts again with each chunk: events 400 ms apart outlast the 1 s idle timeout', async () => {
+    const time = new FakeTime();
+    const { url, ready } = await relayed({ 'content-type': 'text/event-stream' }, { endOfStream: (e) => e.data === '[DONE]', timeouts: shortTimeouts, deadline: 600_000 }, time);
+    const response = rawRequest(`${url}/x`, { body: '{}' });
+    const { sink, done } = await ready;
+    const event = 'data: {"choices":[{"delta":{"content":"a"}}]}\n\n';
+    for (let step = 0; step < 5; step++) {
+      sink.data(Buffer.from(event));
+      await time.advance(400);
+    }
+    sink.data(Buffer.from('data: [DONE]\n\n'));
+    sink.end();
+    expect((await done).end).toBe('complete');
+    expect((await response).body).toBe(`${event.repeat(5)}data: [DONE]\n\n`);
+  });
+
+  it('a whole body of known length in several chunks is unaffected: it ends complete', async () => {
+    const time = new FakeTime();
+    const body = '{"ok":true}';
+    const { url, ready } = await relayed({ 'content-type': 'application/json', 'content-length': String(body.length) }, { timeouts: shortTimeouts, deadline: 600_000 }, time);
+    const response = rawRequest(`${url}/x`, { body: '{}' });
+    const { sink, done } = await ready;
+    sink.data(Buffer.from(body.slice(0, 5)));
+    await time.advance(900);
+    sink.data(Buffer.from(body.slice(5)));
+    sink.end();
+    expect((await done).end).toBe('complete');
+    expect((await response).body).toBe(body);
+  });
+});
+
 describe('relayResponse: the usage chunk the router asked for, dropped from a chunk that goes as it came', () => {
   const usage = 'data: {"id":"c","choices":[],"usage":{"prompt_tokens":3,"completion_tokens":2}}\n\n';
   const content = (text: string): string => `data: {"id":"c","choices":[{"index":0,"delta":{"content":"${text}"}}]}\n\n`;
