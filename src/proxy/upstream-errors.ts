@@ -38,9 +38,14 @@ function clip(message: string): string {
  */
 const TRACE_LINE = /^(?:Traceback \(most recent call last\)|\s*File "[^"\n]*", line \d+|\s+at \S.*:\d+(?::\d+)?\)?$|.*panicked at .*\.rs:\d+|goroutine \d+ \[)/m;
 
-/** An engine's message as the client sees it: what comes before a stack trace in it, or nothing when it starts with one. */
+/**
+ * An engine's message as the client sees it: what comes before a stack trace in it, or nothing when it
+ * starts with one. Only its start is searched (a trace that begins past what {@link clip} keeps is cut
+ * with the rest, and a line of hostile text costs the search its length squared: at 64 KiB, 0.1 s).
+ */
 function withoutTrace(message: string): string | undefined {
-  const at = message.search(TRACE_LINE);
+  const head = message.length > MAX_MESSAGE_CHARS + 256 ? message.slice(0, MAX_MESSAGE_CHARS + 256) : message;
+  const at = head.search(TRACE_LINE);
   if (at < 0) return message;
   return str(message.slice(0, at).trim());
 }

@@ -94,6 +94,12 @@ describe('normaliseUpstreamError: stack traces in a message', () => {
     expect(messageOf(status, body)).toBe(shown);
   });
 
+  it('a trace past what is shown goes with the clipped rest; one just inside it is cut at its start', () => {
+    const prose = 'word '.repeat(600).trim(); // 2,999 characters
+    expect(messageOf(500, JSON.stringify({ error: { message: `${prose}\n${python}` } }))).toBe(`${prose.slice(0, 2000)}…`);
+    expect(messageOf(500, JSON.stringify({ error: { message: `${prose.slice(0, 1500)}\n${python}` } }))).toBe(prose.slice(0, 1500).trim());
+  });
+
   it('holds a traceback back from an in-stream error event too', () => {
     const err = streamError('openai', { data: JSON.stringify({ error: { message: `Engine loop failed\n${python}`, type: 'InternalServerError', code: 500 } }) });
     expect(err?.text).toBe('data: {"error":{"message":"Engine loop failed","type":"server_error","param":null,"code":null}}\n\n');
