@@ -25,7 +25,7 @@ import { Limiter } from './limits/limiter.js';
 import { sharedLimits } from './wiring/limits.js';
 import { createEngineAgent } from './proxy/engine-agent.js';
 import { Forwarder } from './proxy/forwarder.js';
-import { AdmissionQueues } from './resilience/admission.js';
+import { AdmissionQueues, shuttingDownError } from './resilience/admission.js';
 import { BreakerRegistry } from './resilience/breaker.js';
 import { HealthChecker } from './resilience/health-checker.js';
 import { EngineMetricsScraper } from './engine-metrics/scraper.js';
@@ -75,6 +75,11 @@ export interface Router {
   beginShutdown(): void;
   /** Requests received and not yet answered in full. */
   activeRequests(): number;
+  /**
+   * The grace period is over: every request waiting for a replica (queued or held) is answered 503
+   * now, and so is every later one, instead of being cut without an answer. Returns how many waited.
+   */
+  refuseWaiting(): number;
   /** A request the API server's HTTP parser refused, as it answered it (the access log's line, the count). */
   refused(request: RefusedRequest): void;
   /** Marks the router as stopping (readiness fails) and releases what it holds. */
@@ -92,7 +97,7 @@ export interface RunningRouter extends Router {
    * controllers take the pod out of Services), then refuse new connections and give in-flight
    * requests and streams up to `server.gracePeriodMs` to finish before cutting what is left.
    */
-  shutdown(): Promise<{ cut: number }>;
+  shutdown(): Promise<{ cut: number; refused: number }>;
 }
 
 export { createLogger };
@@ -412,6 +417,7 @@ export async function createRouter(config: Config, options: RouterOptions = {}):
       app.closeConnections();
     },
     activeRequests: () => app.activeRequests(),
+    refuseWaiting: () => admission.closeAll(shuttingDownError),
     refused: (request) => app.refused(request),
     async close() {
       stopping = true;
@@ -456,12 +462,18 @@ export async function startRouter(config: Config, options: RouterOptions = {}): 
         router.beginShutdown();
         router.logger.info({ shutdownDelayMs, gracePeriodMs }, 'shutting down: readiness failed, draining');
         await systemSleep(shutdownDelayMs);
-        const cut = await drain(apiServer, () => router.activeRequests(), gracePeriodMs);
+        const { cut, refused } = await drain(
+          apiServer,
+          () => router.activeRequests(),
+          gracePeriodMs,
+          () => router.refuseWaiting(),
+        );
+        if (refused > 0) router.logger.warn({ refused }, 'grace period over: the requests still waiting for a replica were answered 503');
         if (cut > 0) router.logger.warn({ cut }, 'grace period over: the requests still open were cut');
         await router.close();
         await closeServer(adminServer);
-        router.logger.info({ cut }, 'shut down');
-        return { cut };
+        router.logger.info({ cut, refused }, 'shut down');
+        return { cut, refused };
       },
     };
   } catch (err) {

@@ -1,7 +1,8 @@
 /**
  * SIGTERM to a real `modelgate serve` process (the built dist/, which `npm test` builds first) during
  * 50 open streams: readiness fails first, every stream finishes, new connections are refused after
- * the shutdown delay, and the process exits 0.
+ * the shutdown delay, and the process exits 0. Requests still queued for a replica when the grace
+ * period ends are answered 503, not cut.
  */
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { spawn, type ChildProcess } from 'node:child_process';
@@ -24,16 +25,19 @@ beforeAll(async () => {
   dir = await mkdtemp(join(tmpdir(), 'modelgate-shutdown-'));
   await writeFile(join(dir, 'keys.yaml'), '- name: t\n  key: sk-shutdown-test\n');
   // drain timings: the 50 streams finish in the grace period; the short one's stream outlasts it
-  const configWith = (drain: { shutdownDelayMs: number; gracePeriodMs: number }): string =>
+  const configWith = (drain: { shutdownDelayMs: number; gracePeriodMs: number }, resilience: object = {}): string =>
     JSON.stringify({
       server: { host: '127.0.0.1', port: 0, ...drain },
       admin: { host: '127.0.0.1', port: 0 },
       auth: { keysFile: 'keys.yaml' },
+      resilience,
       pools: [{ name: 'llm', servedModelName: 'served/llm', endpoints: sims.map((s) => s.url) }],
       deployments: [{ id: 'llm', model: 'llm', targets: [{ pool: 'llm' }] }],
     });
   await writeFile(join(dir, 'modelgate.yaml'), configWith({ shutdownDelayMs: 400, gracePeriodMs: 20000 }));
   await writeFile(join(dir, 'modelgate-short-grace.yaml'), configWith({ shutdownDelayMs: 0, gracePeriodMs: 300 }));
+  // one request at a time per replica: a third waits in the pool's admission queue
+  await writeFile(join(dir, 'modelgate-queue.yaml'), configWith({ shutdownDelayMs: 0, gracePeriodMs: 300 }, { maxConcurrencyPerReplica: 1, queue: { maxSize: 10, timeoutMs: 60000 } }));
 });
 afterAll(async () => {
   await Promise.all(sims.map((s) => s.close()));
@@ -115,5 +119,31 @@ describe('SIGTERM', () => {
     const line = logged.find((entry) => entry.requestId === 'cut-me-1');
     expect(line).toMatchObject({ status: 200, incomplete: true, model: 'llm' });
     expect(line?.endpoint).toMatch(/^http:\/\/127\.0\.0\.1:\d+$/);
+  });
+
+  it('answers a request still queued for a replica when the grace period ends with a 503 it can retry, not a cut connection', async () => {
+    const { child, api, admin, exit, logged, outputEnded } = await start('modelgate-queue.yaml');
+    const long = (id: string): Promise<unknown> =>
+      rawRequest(`${api}/v1/chat/completions`, {
+        headers: { authorization: 'Bearer sk-shutdown-test', 'x-request-id': id },
+        body: { model: 'llm', messages: [{ role: 'user', content: 'hi' }], stream: true, max_tokens: 4000, ignore_eos: true },
+      }).catch((err: unknown) => err);
+    const streams = [long('busy-1'), long('busy-2')]; // one on each replica, for far longer than the grace period
+    const queued = rawRequest(`${api}/v1/chat/completions`, {
+      headers: { authorization: 'Bearer sk-shutdown-test', 'x-request-id': 'queued-1' },
+      body: { model: 'llm', messages: [{ role: 'user', content: 'hi' }], max_tokens: 4 },
+    });
+    await waitFor(async () => /modelgate_queue_depth\{pool="llm"\} 1\b/.test((await rawRequest(`${admin}/metrics`)).body), 'a request to wait in the queue');
+    child.kill('SIGTERM');
+    const res = await queued;
+    expect(res.error).toBeUndefined();
+    expect(res.status).toBe(503);
+    expect(res.headers['retry-after']).toBe('1');
+    expect(res.headers.connection).toBe('close');
+    expect(JSON.parse(res.body)).toMatchObject({ error: { code: 'no_ready_replica', type: 'server_error' } });
+    await Promise.all(streams); // the streams themselves are cut
+    expect(await exit).toBe(0);
+    await outputEnded;
+    expect(logged.find((entry) => entry.requestId === 'queued-1')).toMatchObject({ status: 503 });
   });
 });

@@ -56,7 +56,7 @@ interface PoolQueue {
   standard: FairQueue<Waiter<unknown>>;
 }
 
-type DequeueResult = 'admitted' | 'timeout' | 'abandoned' | 'displaced' | 'pool_removed';
+type DequeueResult = 'admitted' | 'timeout' | 'abandoned' | 'displaced' | 'pool_removed' | 'shutdown';
 
 export interface AdmissionEvents {
   onQueued?: (pool: string) => void;
@@ -67,9 +67,10 @@ export interface AdmissionEvents {
 
 /**
  * Why admission turned a request away (`no_replica_timeout`: a request held for a pool at zero waited
- * its whole `scaleFromZero.maxWaitMs`; `pool_removed`: the pool it waited for is gone).
+ * its whole `scaleFromZero.maxWaitMs`; `pool_removed`: the pool it waited for is gone; `shutdown`: the
+ * router's grace period ended while it waited, or it came after).
  */
-export type RejectReason = 'queue_full' | 'queue_timeout' | 'shed' | 'no_replica_timeout' | 'pool_removed';
+export type RejectReason = 'queue_full' | 'queue_timeout' | 'shed' | 'no_replica_timeout' | 'pool_removed' | 'shutdown';
 
 /** Who is asking, for the order among waiters. */
 export interface AdmitOptions {
@@ -113,6 +114,17 @@ function queueFullError(maxSize: number): RouterError {
   return new RouterError('QUEUE_FULL', `Every replica of this model is busy and ${maxSize} requests are already waiting; retry shortly.`, { retryAfterSeconds: BUSY_RETRY_AFTER_SECONDS });
 }
 
+/**
+ * The answer of a request still waiting for a replica when the router's grace period ends on SIGTERM:
+ * a 503 another router (or this one's replacement) can take on retry, instead of a connection cut
+ * without an answer.
+ */
+export function shuttingDownError(): RouterError {
+  return new RouterError('NO_READY_REPLICA', 'This router is shutting down and the request was still waiting for a replica; retry (another router will take it).', {
+    retryAfterSeconds: BUSY_RETRY_AFTER_SECONDS,
+  });
+}
+
 function abortError(): Error {
   const err = new Error('The client went away while queued');
   err.name = 'AbortError';
@@ -132,6 +144,8 @@ function displaceable(queue: PoolQueue, critical: boolean, tenant: string): Wait
 
 export class AdmissionQueues {
   private readonly queues = new Map<string, PoolQueue>();
+  /** Set by {@link closeAll}: every request from then on is refused with it. */
+  private closedWith: (() => Error) | undefined;
 
   constructor(
     private readonly scheduler: Scheduler,
@@ -156,6 +170,10 @@ export class AdmissionQueues {
   admit<T>(pool: string, tryTake: () => T | undefined, limits: { maxSize: number; timeoutMs: number }, options: AdmitOptions = {}): Promise<T> {
     const { signal, priority = 'standard', tenant = ANONYMOUS, weight = 1, held, narrow = false } = options;
     if (!(weight > 0 && Number.isFinite(weight))) return Promise.reject(new RangeError(`A fair-share weight must be a positive number (got ${weight}).`));
+    if (this.closedWith) {
+      this.events.onRejected?.(pool, 'shutdown');
+      return Promise.reject(this.closedWith());
+    }
     const first = tryTake();
     if (first !== undefined) return Promise.resolve(first);
     if (signal?.aborted) return Promise.reject(abortError());
@@ -234,17 +252,30 @@ export class AdmissionQueues {
    * queued or held, is turned away at once with `error()` (event `pool_removed`) rather than left to
    * wait out its timeout for a replica that will not come. Returns how many waited.
    */
-  close(pool: string, error: () => Error): number {
+  close(pool: string, error: () => Error, reason: 'pool_removed' | 'shutdown' = 'pool_removed'): number {
     const queue = this.queues.get(pool);
     let closed = 0;
     for (;;) {
       const waiter = (queue?.critical.head() ?? queue?.standard.head())?.value;
       if (!waiter) return closed;
-      this.remove(pool, waiter, 'pool_removed');
-      this.events.onRejected?.(pool, 'pool_removed');
+      this.remove(pool, waiter, reason);
+      this.events.onRejected?.(pool, reason);
       waiter.reject(error());
       closed += 1;
     }
+  }
+
+  /**
+   * The router is shutting down and its grace period is over: every waiter of every pool, queued or
+   * held, is answered `error()` at once (event `shutdown`), and so is every request that asks from now
+   * on (one moving on to its fallback pool, or a retry), rather than having its connection cut with no
+   * answer. Returns how many waited.
+   */
+  closeAll(error: () => Error): number {
+    this.closedWith = error;
+    let closed = 0;
+    for (const pool of [...this.queues.keys()]) closed += this.close(pool, error, 'shutdown');
+    return closed;
   }
 
   private remove(pool: string, waiter: Waiter<unknown>, result: DequeueResult): void {

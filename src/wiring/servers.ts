@@ -123,13 +123,20 @@ const CUT_SETTLE_MS = 2_000;
 
 /**
  * Stops taking connections (idle keep-alive ones close now), gives the requests still open up to
- * `gracePeriodMs` to finish, then cuts what is left (and waits for their access-log lines). Resolves
- * with how many were cut.
+ * `gracePeriodMs` to finish, then has `refuseWaiting` answer those still waiting for a replica (503,
+ * rather than a connection cut with no answer: a client retries a 503, not always a reset) and waits
+ * for those answers, then cuts what is left (and waits for their access-log lines). Resolves with how
+ * many were answered so and how many were cut.
  */
-export async function drain(server: Server, active: () => number, gracePeriodMs: number): Promise<number> {
+export async function drain(server: Server, active: () => number, gracePeriodMs: number, refuseWaiting: () => number = () => 0): Promise<{ cut: number; refused: number }> {
   const closed = closeServer(server);
   const deadline = Date.now() + gracePeriodMs;
   while (active() > 0 && Date.now() < deadline) await systemSleep(20);
+  const open = active();
+  const refused = open > 0 ? refuseWaiting() : 0;
+  // the refused requests' answers are written now (an error answer, a moment): each is counted out when written
+  const answered = Date.now() + CUT_SETTLE_MS;
+  while (refused > 0 && active() > open - refused && Date.now() < answered) await systemSleep(5);
   const cut = active();
   server.closeAllConnections();
   // the requests just cut end now: each is counted out once its exchange has settled and its
@@ -137,5 +144,5 @@ export async function drain(server: Server, active: () => number, gracePeriodMs:
   const written = Date.now() + CUT_SETTLE_MS;
   while (active() > 0 && Date.now() < written) await systemSleep(20);
   await closed;
-  return cut;
+  return { cut, refused };
 }

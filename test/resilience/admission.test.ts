@@ -120,6 +120,20 @@ describe('AdmissionQueues', () => {
     expect(queues.close('p', () => new Error('none'))).toBe(0);
   });
 
+  it('shut down, answers every waiter of every pool, and every request that asks later, with the error it is given (not a cut connection)', async () => {
+    const { queues, take, setFree, events, timers } = setup();
+    const wide = { maxSize: 10, timeoutMs: 1000 };
+    const waiting = [queues.admit('p', take, wide, { tenant: 'a' }).catch((e: unknown) => e), queues.admit('q', take, wide, { priority: 'critical' }).catch((e: unknown) => e)];
+    timers.advance(5);
+    expect(queues.closeAll(() => new RouterError('NO_READY_REPLICA', 'shutting down'))).toBe(2);
+    for (const err of await Promise.all(waiting)) expect(err).toMatchObject({ code: 'NO_READY_REPLICA', message: 'shutting down' });
+    expect([...queues.depths()]).toEqual([]);
+    // a request arriving now (a fallback pool, a retry) is refused at once, even with a slot free
+    setFree(1);
+    await expect(queues.admit('r', take, wide)).rejects.toMatchObject({ message: 'shutting down' });
+    expect(events).toEqual(['p:shutdown:5', 'p:shutdown', 'q:shutdown:5', 'q:shutdown', 'r:shutdown']);
+  });
+
   describe('priorities', () => {
     it('turns a sheddable request away at once, with 429 request_shed, when no slot is free', async () => {
       const { queues, take, setFree, events } = setup();
