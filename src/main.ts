@@ -289,6 +289,12 @@ export async function createRouter(config: Config, options: RouterOptions = {}):
       const waiting = picker.poolRemoved(name);
       if (waiting > 0) logger.warn({ pool: name, requests: waiting }, 'pool removed: the requests waiting for it were answered 503 no_ready_replica (or went on to a fallback)');
     }
+    // a replica that joined takes the requests queued for its pool now; a pool left with none answers them
+    for (const pool of discovery.pools()) {
+      const answered = picker.endpointsChanged(pool);
+      if (answered > 0)
+        logger.warn({ pool: pool.name, requests: answered }, 'pool has no ready replica left: the requests waiting for it were answered 503 no_ready_replica (or went on to a fallback)');
+    }
     // every change of discovery (pods replaced, pools and deployments gone): the state of what left goes with it
     prune();
     const deploymentsNow = new Set(

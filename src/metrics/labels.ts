@@ -32,11 +32,11 @@ export const RESPONSE_ENDS = ['complete', 'client_gone', 'client_stalled', 'upst
 export type ResponseEnd = (typeof RESPONSE_ENDS)[number];
 
 /** Why admission turns a request away (`modelgate_rejected_requests_total{reason}`). */
-export const REJECT_REASONS = ['queue_full', 'queue_timeout', 'shed', 'no_replica_timeout', 'pool_removed', 'shutdown'] as const;
+export const REJECT_REASONS = ['queue_full', 'queue_timeout', 'shed', 'no_replica_timeout', 'pool_removed', 'no_replica', 'shutdown'] as const;
 export type RejectReason = (typeof REJECT_REASONS)[number];
 
 /** How a wait in an admission queue ended (`modelgate_queue_wait_seconds{result}`). */
-export const QUEUE_RESULTS = ['admitted', 'timeout', 'abandoned', 'displaced', 'pool_removed', 'shutdown'] as const;
+export const QUEUE_RESULTS = ['admitted', 'timeout', 'abandoned', 'displaced', 'pool_removed', 'no_replica', 'shutdown'] as const;
 export type QueueResult = (typeof QUEUE_RESULTS)[number];
 
 /** Results of engine-metrics scrapes (`modelgate_engine_scrapes_total{result}`). */

@@ -56,7 +56,7 @@ interface PoolQueue {
   standard: FairQueue<Waiter<unknown>>;
 }
 
-type DequeueResult = 'admitted' | 'timeout' | 'abandoned' | 'displaced' | 'pool_removed' | 'shutdown';
+type DequeueResult = 'admitted' | 'timeout' | 'abandoned' | 'displaced' | 'pool_removed' | 'no_replica' | 'shutdown';
 
 export interface AdmissionEvents {
   onQueued?: (pool: string) => void;
@@ -67,10 +67,11 @@ export interface AdmissionEvents {
 
 /**
  * Why admission turned a request away (`no_replica_timeout`: a request held for a pool at zero waited
- * its whole `scaleFromZero.maxWaitMs`; `pool_removed`: the pool it waited for is gone; `shutdown`: the
+ * its whole `scaleFromZero.maxWaitMs`; `pool_removed`: the pool it waited for is gone; `no_replica`:
+ * its last ready replica left discovery; `shutdown`: the
  * router's grace period ended while it waited, or it came after).
  */
-export type RejectReason = 'queue_full' | 'queue_timeout' | 'shed' | 'no_replica_timeout' | 'pool_removed' | 'shutdown';
+export type RejectReason = 'queue_full' | 'queue_timeout' | 'shed' | 'no_replica_timeout' | 'pool_removed' | 'no_replica' | 'shutdown';
 
 /** Who is asking, for the order among waiters. */
 export interface AdmitOptions {
@@ -252,7 +253,7 @@ export class AdmissionQueues {
    * queued or held, is turned away at once with `error()` (event `pool_removed`) rather than left to
    * wait out its timeout for a replica that will not come. Returns how many waited.
    */
-  close(pool: string, error: () => Error, reason: 'pool_removed' | 'shutdown' = 'pool_removed'): number {
+  close(pool: string, error: () => Error, reason: 'pool_removed' | 'no_replica' | 'shutdown' = 'pool_removed'): number {
     const queue = this.queues.get(pool);
     let closed = 0;
     for (;;) {

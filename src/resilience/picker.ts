@@ -141,6 +141,13 @@ export interface PickerDeps {
 
 const NO_ENGINE: EngineLoadSource = { load: () => undefined };
 
+/** The answer of a request that waited for a pool whose last ready replica left discovery. */
+function noReplicaLeftError(): RouterError {
+  return new RouterError('NO_READY_REPLICA', 'The last ready replica of this model left while the request waited for it; retry shortly.', {
+    retryAfterSeconds: NO_REPLICA_RETRY_AFTER_SECONDS,
+  });
+}
+
 /** The answer of a request that waited for a pool that is gone. */
 function poolRemovedError(): RouterError {
   return new RouterError('NO_READY_REPLICA', 'The pool serving this model was removed while the request waited for a replica; retry shortly.', {
@@ -347,6 +354,21 @@ export class EndpointPicker {
       this.letGo(view);
     }
     return this.deps.admission.close(pool, poolRemovedError);
+  }
+
+  /**
+   * Discovery changed `pool` (its endpoints, most often): the requests queued for it are offered a slot
+   * again at once, so a replica that just joined takes them rather than waiting for a slot to free on
+   * the old ones (a queued request used to wait for that, or for `queue.timeoutMs` and a 429, while the
+   * new replica sat idle). When the pool has no ready replica left and does not scale from zero, they
+   * are answered NO_READY_REPLICA now, as a new request is (and a route moves on to its next pool),
+   * instead of waiting out `queue.timeoutMs` for a 429 `queue_timeout`. Returns how many were answered so.
+   */
+  endpointsChanged(pool: PoolSpec): number {
+    if (this.deps.admission.depth(pool.name) === 0) return 0;
+    if (!pool.resilience.scaleFromZero.enabled && this.readyReplicas(pool) === 0) return this.deps.admission.close(pool.name, noReplicaLeftError, 'no_replica');
+    this.deps.admission.notify(pool.name);
+    return 0;
   }
 
   /** `pool` is in discovery (again): requests may be held for it. */
