@@ -80,6 +80,8 @@ export interface Router {
    * now, and so is every later one, instead of being cut without an answer. Returns how many waited.
    */
   refuseWaiting(): number;
+  /** The connections still open are about to be cut: their requests are logged `failure: "shutdown_cut"`, not `client_gone`. */
+  cutting(): void;
   /** A request the API server's HTTP parser refused, as it answered it (the access log's line, the count). */
   refused(request: RefusedRequest): void;
   /** Marks the router as stopping (readiness fails) and releases what it holds. */
@@ -424,6 +426,7 @@ export async function createRouter(config: Config, options: RouterOptions = {}):
     },
     activeRequests: () => app.activeRequests(),
     refuseWaiting: () => admission.closeAll(shuttingDownError),
+    cutting: () => app.cutting(),
     refused: (request) => app.refused(request),
     async close() {
       stopping = true;
@@ -468,12 +471,10 @@ export async function startRouter(config: Config, options: RouterOptions = {}): 
         router.beginShutdown();
         router.logger.info({ shutdownDelayMs, gracePeriodMs }, 'shutting down: readiness failed, draining');
         await systemSleep(shutdownDelayMs);
-        const { cut, refused } = await drain(
-          apiServer,
-          () => router.activeRequests(),
-          gracePeriodMs,
-          () => router.refuseWaiting(),
-        );
+        const { cut, refused } = await drain(apiServer, () => router.activeRequests(), gracePeriodMs, {
+          refuseWaiting: () => router.refuseWaiting(),
+          beforeCut: () => router.cutting(),
+        });
         if (refused > 0) router.logger.warn({ refused }, 'grace period over: the requests still waiting for a replica were answered 503');
         if (cut > 0) router.logger.warn({ cut }, 'grace period over: the requests still open were cut');
         await router.close();

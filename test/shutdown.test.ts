@@ -117,7 +117,8 @@ describe('SIGTERM', () => {
     expect(await exit).toBe(0);
     await outputEnded;
     const line = logged.find((entry) => entry.requestId === 'cut-me-1');
-    expect(line).toMatchObject({ status: 200, incomplete: true, model: 'llm' });
+    // the router cut it, not the client: not `client_gone`
+    expect(line).toMatchObject({ status: 200, incomplete: true, model: 'llm', failure: 'shutdown_cut' });
     expect(line?.endpoint).toMatch(/^http:\/\/127\.0\.0\.1:\d+$/);
   });
 
@@ -145,5 +146,6 @@ describe('SIGTERM', () => {
     expect(await exit).toBe(0);
     await outputEnded;
     expect(logged.find((entry) => entry.requestId === 'queued-1')).toMatchObject({ status: 503 });
+    for (const id of ['busy-1', 'busy-2']) expect(logged.find((entry) => entry.requestId === id)).toMatchObject({ incomplete: true, failure: 'shutdown_cut' });
   });
 });

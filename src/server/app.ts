@@ -81,6 +81,12 @@ export interface BuiltApp {
   activeRequests(): number;
   /** From now on every response asks the client to close its connection (used while draining). */
   closeConnections(): void;
+  /**
+   * The grace period is over and the open connections are about to be cut: a request whose response
+   * ends unfinished from now on is logged with `failure: "shutdown_cut"` (the router's doing, not the
+   * client's `client_gone`).
+   */
+  cutting(): void;
   /** A request the HTTP parser refused, as the API server answered it: its access-log line and count. */
   refused(request: RefusedRequest): void;
 }
@@ -166,6 +172,7 @@ export function buildApp(deps: AppDeps): BuiltApp {
   const accessLog = new AccessLog(deps.logger, recorder, deps.logSink, deps.onFinished);
   let active = 0;
   let draining = false;
+  let cut = false;
   const authenticate: ChainHandler = (req, res, next) => {
     // Anthropic's clients send their key as x-api-key; the Messages API takes either
     const anthropic = contextOf(res).dialect === 'anthropic';
@@ -257,9 +264,11 @@ export function buildApp(deps: AppDeps): BuiltApp {
       const closedAt = deps.clock.now();
       ctx.closed = true;
       if (!res.writableFinished) ctx.abort.abort();
+      const cutHere = cut && !res.writableFinished;
       // The director's report (endpoint, attempts, tokens, TTFT) lands just after the response closes.
       const log = (): void => {
         active -= 1;
+        if (cutHere) ctx.failure = 'shutdown_cut';
         accessLog.record(req, res, ctx, closedAt);
       };
       if (ctx.exchange) void ctx.exchange.finally(log);
@@ -313,6 +322,9 @@ export function buildApp(deps: AppDeps): BuiltApp {
     activeRequests: () => active,
     closeConnections: () => {
       draining = true;
+    },
+    cutting: () => {
+      cut = true;
     },
     refused: (request) => accessLog.refused(request),
   };

@@ -128,16 +128,23 @@ const CUT_SETTLE_MS = 2_000;
  * for those answers, then cuts what is left (and waits for their access-log lines). Resolves with how
  * many were answered so and how many were cut.
  */
-export async function drain(server: Server, active: () => number, gracePeriodMs: number, refuseWaiting: () => number = () => 0): Promise<{ cut: number; refused: number }> {
+/** `refuseWaiting`: answers the requests still waiting for a replica, returns how many; `beforeCut`: hears that the rest are cut now. */
+export async function drain(
+  server: Server,
+  active: () => number,
+  gracePeriodMs: number,
+  hooks: { refuseWaiting?: () => number; beforeCut?: () => void } = {},
+): Promise<{ cut: number; refused: number }> {
   const closed = closeServer(server);
   const deadline = Date.now() + gracePeriodMs;
   while (active() > 0 && Date.now() < deadline) await systemSleep(20);
   const open = active();
-  const refused = open > 0 ? refuseWaiting() : 0;
+  const refused = open > 0 ? (hooks.refuseWaiting?.() ?? 0) : 0;
   // the refused requests' answers are written now (an error answer, a moment): each is counted out when written
   const answered = Date.now() + CUT_SETTLE_MS;
   while (refused > 0 && active() > open - refused && Date.now() < answered) await systemSleep(5);
   const cut = active();
+  if (cut > 0) hooks.beforeCut?.();
   server.closeAllConnections();
   // the requests just cut end now: each is counted out once its exchange has settled and its
   // access-log line is written (a moment), before the caller flushes the log and exits
