@@ -78,22 +78,32 @@ export function limitsMetrics(registers: Registry[], options: { redis: boolean; 
       labelNames: ['key', 'window'],
       registers,
     });
-    events.onAdmitted = (key) => requests.inc({ key, outcome: 'admitted' });
+    // a key removed from the file (revoked, renamed) would keep its series, and its budget gauge, for
+    // good. Only a key of the file has series (requests are authenticated first): the names the file
+    // had before are the keys that may have them. A request of a removed key still under way (a long
+    // stream) does not write them again: they came back when it ended, and no later reload removed them.
+    let known: ReadonlySet<string> = new Set();
+    events.onAdmitted = (key) => {
+      if (known.has(key)) requests.inc({ key, outcome: 'admitted' });
+    };
     events.onRejected = (key, reason) => {
       rejections.inc({ reason });
-      requests.inc({ key, outcome: reason === 'budget' ? 'quota_exceeded' : 'rate_limited' });
+      if (known.has(key)) requests.inc({ key, outcome: reason === 'budget' ? 'quota_exceeded' : 'rate_limited' });
     };
     events.onTokens = (key, prompt, completion) => {
+      if (!known.has(key)) return;
       if (prompt > 0) tokens.inc({ key, type: 'prompt' }, prompt);
       if (completion > 0) tokens.inc({ key, type: 'completion' }, completion);
     };
     /** Each key's budget left as last set, per window (to take a request's settlement off it). */
     const left = new Map<string, number>();
     events.onBudget = (key, window, remaining) => {
+      if (!known.has(key)) return;
       left.set(`${key}\0${window}`, remaining);
       budget.set({ key, window }, remaining);
     };
     events.onBudgetSpent = (key, window, tokens) => {
+      if (!known.has(key)) return;
       const id = `${key}\0${window}`;
       const before = left.get(id);
       if (before === undefined) return;
@@ -101,10 +111,6 @@ export function limitsMetrics(registers: Registry[], options: { redis: boolean; 
       left.set(id, now);
       budget.set({ key, window }, now);
     };
-    // a key removed from the file (revoked, renamed) would keep its series, and its budget gauge, for
-    // good. Only a key of the file has series (requests are authenticated first): the names the file
-    // had before are the keys that may have them.
-    let known: ReadonlySet<string> = new Set();
     events.keysNow = (names) => {
       for (const key of known) {
         if (names.has(key)) continue;

@@ -58,6 +58,28 @@ describe('RouterMetrics', () => {
     expect(text).toContain('modelgate_previous_response_requests_total{outcome="pinned"} 0');
   });
 
+  it("drops a removed key's series at the reload, and its request still under way does not bring them back", async () => {
+    const metrics = new RouterMetrics(sources(new Set()), { processMetrics: false });
+    const events = metrics.observeLimits({ redis: false, keyMetrics: true });
+    events.keysNow?.(new Set(['a', 'b']));
+    events.onAdmitted?.('a');
+    events.onTokens?.('a', 13, 4);
+    events.onBudget?.('a', 'day', 1000);
+    expect(await metrics.metrics()).toContain('modelgate_key_tokens_total{key="a",type="prompt"} 13');
+    events.keysNow?.(new Set(['b'])); // key a revoked while one of its streams runs on
+    expect(await metrics.metrics()).not.toContain('key="a"');
+    events.onTokens?.('a', 0, 150); // that stream's tokens, and its end
+    events.onAdmitted?.('a');
+    events.onBudget?.('a', 'day', 850);
+    events.onBudgetSpent?.('a', 'day', 10);
+    events.onRejected?.('a', 'requests');
+    expect(await metrics.metrics()).not.toContain('key="a"');
+    events.keysNow?.(new Set(['b', 'c'])); // a later reload
+    const text = await metrics.metrics();
+    expect(text).not.toContain('key="a"');
+    expect(text).toContain('modelgate_limit_rejections_total{reason="requests"} 1'); // the router-wide count still counts it
+  });
+
   it("starts a resumeStreams deployment's resumption counters at 0 before its first stream, and removes them when it leaves", async () => {
     let routes = [
       { deployment: 'resumes', pool: 'llm', resumable: true },
