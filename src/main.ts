@@ -45,6 +45,7 @@ import { sloResult } from './metrics/goodput.js';
 import { discoveryGauges } from './wiring/gauges.js';
 import { ListedEndpoints } from './wiring/listed-endpoints.js';
 import { HeldEvents, heldEventsLimit } from './proxy/held-events.js';
+import { OpenExchanges } from './proxy/open-exchanges.js';
 
 export interface RouterOptions {
   logger?: Logger;
@@ -80,6 +81,11 @@ export interface Router {
    * now, and so is every later one, instead of being cut without an answer. Returns how many waited.
    */
   refuseWaiting(): number;
+  /**
+   * The grace period is over: every event stream still being relayed ends now with its error event
+   * (`router_shutting_down`), and the engine's request is cancelled. Returns how many.
+   */
+  endStreams(): number;
   /** The connections still open are about to be cut: their requests are logged `failure: "shutdown_cut"`, not `client_gone`. */
   cutting(): void;
   /** A request the API server's HTTP parser refused, as it answered it (the access log's line, the count). */
@@ -99,7 +105,7 @@ export interface RunningRouter extends Router {
    * controllers take the pod out of Services), then refuse new connections and give in-flight
    * requests and streams up to `server.gracePeriodMs` to finish before cutting what is left.
    */
-  shutdown(): Promise<{ cut: number; refused: number }>;
+  shutdown(): Promise<{ cut: number; refused: number; ended: number }>;
 }
 
 export { createLogger };
@@ -153,6 +159,7 @@ export async function createRouter(config: Config, options: RouterOptions = {}):
   });
   await keys.load();
   const agent = createEngineAgent();
+  const openExchanges = new OpenExchanges();
   // A transition a request's outcome triggered is logged on that request's child logger (its id bound).
   const breakerLog = logger.child({ component: 'breaker' });
   const breakers = new BreakerRegistry(
@@ -312,7 +319,7 @@ export async function createRouter(config: Config, options: RouterOptions = {}):
   discovery.observeDemand((pool) => ({ waiting: admission.depth(pool), held: picker.heldRequests(pool) }));
   metrics.observeDemand(() => poolDemand(discovery, { inFlight, admission, picker, engine: engineMetrics, turnedAway }), config.discovery.mode === 'kubernetes');
   const exchange = new ExchangeRunner({
-    forwarder: new Forwarder(agent, clock, systemScheduler, new HeldEvents(heldEventsLimit(getHeapStatistics().heap_size_limit, process.constrainedMemory()))),
+    forwarder: new Forwarder(agent, clock, systemScheduler, new HeldEvents(heldEventsLimit(getHeapStatistics().heap_size_limit, process.constrainedMemory())), openExchanges),
     picker,
     clock,
     sleep: systemSleep,
@@ -426,6 +433,7 @@ export async function createRouter(config: Config, options: RouterOptions = {}):
     },
     activeRequests: () => app.activeRequests(),
     refuseWaiting: () => admission.closeAll(shuttingDownError),
+    endStreams: () => openExchanges.endAll(),
     cutting: () => app.cutting(),
     refused: (request) => app.refused(request),
     async close() {
@@ -471,16 +479,18 @@ export async function startRouter(config: Config, options: RouterOptions = {}): 
         router.beginShutdown();
         router.logger.info({ shutdownDelayMs, gracePeriodMs }, 'shutting down: readiness failed, draining');
         await systemSleep(shutdownDelayMs);
-        const { cut, refused } = await drain(apiServer, () => router.activeRequests(), gracePeriodMs, {
+        const { cut, refused, ended } = await drain(apiServer, () => router.activeRequests(), gracePeriodMs, {
           refuseWaiting: () => router.refuseWaiting(),
+          endStreams: () => router.endStreams(),
           beforeCut: () => router.cutting(),
         });
         if (refused > 0) router.logger.warn({ refused }, 'grace period over: the requests still waiting for a replica were answered 503');
+        if (ended > 0) router.logger.warn({ ended }, 'grace period over: the streams still open were ended with their error event');
         if (cut > 0) router.logger.warn({ cut }, 'grace period over: the requests still open were cut');
         await router.close();
         await closeServer(adminServer);
-        router.logger.info({ cut, refused }, 'shut down');
-        return { cut, refused };
+        router.logger.info({ cut, refused, ended }, 'shut down');
+        return { cut, refused, ended };
       },
     };
   } catch (err) {

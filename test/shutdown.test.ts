@@ -6,6 +6,8 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { spawn, type ChildProcess } from 'node:child_process';
+import http from 'node:http';
+import { type AddressInfo } from 'node:net';
 import { existsSync } from 'node:fs';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -103,22 +105,28 @@ describe('SIGTERM', () => {
     expect(logged.filter((entry) => entry.status === 200)).toHaveLength(50);
   });
 
-  it('writes the access-log line of a stream the grace period cuts: the operator sees whose, where, and that it was cut short', async () => {
+  it('ends a stream still open when the grace period is over with its error event and [DONE], and logs it: the client, the SDK and the operator see why', async () => {
     const { child, api, exit, logged, outputEnded } = await start('modelgate-short-grace.yaml');
     let started = false;
     const stream = rawRequest(`${api}/v1/chat/completions`, {
       headers: { authorization: 'Bearer sk-shutdown-test', 'x-request-id': 'cut-me-1' },
       body: { model: 'llm', messages: [{ role: 'user', content: 'hi' }], stream: true, max_tokens: 2000, ignore_eos: true },
       onChunk: (_d, all) => void (all.includes('"content":" ') && (started = true)),
-    }).catch((err: unknown) => err);
+    });
     await waitFor(() => started, 'the stream to be under way');
     child.kill('SIGTERM');
-    await stream; // cut by the router once the grace period is over
+    const res = await stream; // ended by the router once the grace period is over
+    // the connection was not cut: the stream ended on an event boundary, with the router's error event and [DONE]
+    expect(res.error).toBeUndefined();
+    const events = sseData(res.body);
+    expect(events.at(-1)).toBe('[DONE]');
+    expect(JSON.parse(events.at(-2)!)).toEqual({ error: { message: expect.stringContaining('shutting down'), type: 'server_error', param: null, code: 'router_shutting_down' } });
+    expect(events.length).toBeGreaterThan(3); // the tokens before it came as they were
     expect(await exit).toBe(0);
     await outputEnded;
     const line = logged.find((entry) => entry.requestId === 'cut-me-1');
-    // the router cut it, not the client: not `client_gone`
-    expect(line).toMatchObject({ status: 200, incomplete: true, model: 'llm', failure: 'shutdown_cut' });
+    // the router ended it, not the client: not `client_gone`
+    expect(line).toMatchObject({ status: 200, incomplete: true, model: 'llm', failure: 'router_shutting_down' });
     expect(line?.endpoint).toMatch(/^http:\/\/127\.0\.0\.1:\d+$/);
   });
 
@@ -141,11 +149,62 @@ describe('SIGTERM', () => {
     expect(res.status).toBe(503);
     expect(res.headers['retry-after']).toBe('1');
     expect(res.headers.connection).toBe('close');
-    expect(JSON.parse(res.body)).toMatchObject({ error: { code: 'no_ready_replica', type: 'server_error' } });
-    await Promise.all(streams); // the streams themselves are cut
+    expect(JSON.parse(res.body)).toMatchObject({ error: { code: 'router_shutting_down', type: 'server_error' } });
+    await Promise.all(streams); // the streams themselves end with their error event
     expect(await exit).toBe(0);
     await outputEnded;
     expect(logged.find((entry) => entry.requestId === 'queued-1')).toMatchObject({ status: 503 });
-    for (const id of ['busy-1', 'busy-2']) expect(logged.find((entry) => entry.requestId === id)).toMatchObject({ incomplete: true, failure: 'shutdown_cut' });
+    for (const id of ['busy-1', 'busy-2']) expect(logged.find((entry) => entry.requestId === id)).toMatchObject({ incomplete: true, failure: 'router_shutting_down' });
+  });
+
+  it('answers a request still waiting for its engine’s first byte 503 router_shutting_down, and cuts a non-streamed body under way (shutdown_cut)', async () => {
+    // an engine that answers neither request in time: one never (its prefill, say), one half (a body it stopped writing)
+    const pending: http.ServerResponse[] = [];
+    const engine = http.createServer((req, res) => {
+      if (req.method === 'GET') return void res.end(req.url === '/metrics' ? '' : 'ok');
+      let body = '';
+      req.on('data', (chunk: Buffer) => (body += chunk.toString()));
+      req.on('end', () => {
+        pending.push(res);
+        if (!body.includes('half')) return; // the first byte never comes
+        res.writeHead(200, { 'content-type': 'application/json' });
+        res.write('{"id":"chatcmpl-1","object":"chat.completion",');
+      });
+    });
+    await new Promise<void>((listening) => engine.listen(0, '127.0.0.1', listening));
+    const url = `http://127.0.0.1:${(engine.address() as AddressInfo).port}`;
+    const config = JSON.stringify({
+      server: { host: '127.0.0.1', port: 0, shutdownDelayMs: 0, gracePeriodMs: 300 },
+      admin: { host: '127.0.0.1', port: 0 },
+      auth: { keysFile: 'keys.yaml' },
+      pools: [{ name: 'slow', servedModelName: 'served/llm', endpoints: [url] }],
+      deployments: [{ id: 'llm', model: 'llm', targets: [{ pool: 'slow' }] }],
+    });
+    await writeFile(join(dir, 'modelgate-slow-engine.yaml'), config);
+    try {
+      const { child, api, exit, logged, outputEnded } = await start('modelgate-slow-engine.yaml');
+      const ask = (id: string, content: string): Promise<RawResponse> =>
+        rawRequest(`${api}/v1/chat/completions`, { headers: { authorization: 'Bearer sk-shutdown-test', 'x-request-id': id }, body: { model: 'llm', messages: [{ role: 'user', content }] } });
+      const waiting = ask('no-first-byte', 'hi');
+      const half = ask('half-body', 'half');
+      await waitFor(() => pending.length === 2, 'both requests to reach the engine');
+      child.kill('SIGTERM');
+      const answered = await waiting;
+      expect(answered.error).toBeUndefined();
+      expect(answered.status).toBe(503);
+      expect(answered.headers['retry-after']).toBe('1');
+      expect(JSON.parse(answered.body)).toMatchObject({ error: { code: 'router_shutting_down', type: 'server_error', message: expect.stringContaining('had not answered yet') } });
+      const cut = await half;
+      expect(cut.status).toBe(200);
+      expect(cut.error).toBeDefined(); // a JSON body cut short closes the connection: it never looks complete
+      expect(await exit).toBe(0);
+      await outputEnded;
+      expect(logged.find((entry) => entry.requestId === 'no-first-byte')).toMatchObject({ status: 503, failure: 'router_shutting_down' });
+      expect(logged.find((entry) => entry.requestId === 'half-body')).toMatchObject({ status: 200, incomplete: true, failure: 'shutdown_cut' });
+    } finally {
+      for (const res of pending) res.destroy();
+      engine.closeAllConnections();
+      await new Promise((closed) => engine.close(closed));
+    }
   });
 });

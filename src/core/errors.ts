@@ -51,6 +51,7 @@ export const ERROR_CODES = {
   UPSTREAM_INVALID_ANSWER: { status: 502, type: 'server_error' },
   ADAPTER_LOAD_FAILED: { status: 502, type: 'server_error' },
   NO_READY_REPLICA: { status: 503, type: 'server_error' },
+  ROUTER_SHUTTING_DOWN: { status: 503, type: 'server_error' },
   UPSTREAM_TIMEOUT: { status: 504, type: 'server_error' },
 } as const satisfies Record<string, CodeSpec>;
 

@@ -382,6 +382,9 @@ export class ExchangeRunner {
     } else if (end === 'deadline') {
       counted = undefined; // the request's own time ran out: nothing said of the engine
       report.failure = 'upstream_timeout';
+    } else if (end === 'shutdown') {
+      counted = undefined; // the router's own doing: nothing said of the engine
+      report.failure = 'router_shutting_down';
     } else if (end === 'client_gone' || end === 'client_stalled') {
       counted = undefined; // the client's doing: nothing said of the engine either way
       report.failure = end;

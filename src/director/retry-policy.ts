@@ -12,7 +12,7 @@ const RETRYABLE_STATUS = new Set([429, 502, 503, 504]);
 
 /** An attempt that got nowhere for a reason another replica (or pool) may not share. */
 export function retryable(result: AttemptResult): boolean {
-  if (result.kind === 'failed') return result.reason !== 'deadline';
+  if (result.kind === 'failed') return result.reason !== 'deadline' && result.reason !== 'shutdown';
   return result.kind === 'upstream_error' && RETRYABLE_STATUS.has(result.status);
 }
 
@@ -25,8 +25,8 @@ export function breakerOutcome(result: AttemptResult): AttemptOutcome {
       if (result.status === 429 || result.status === 503) return 'backpressure';
       return result.status >= 500 ? 'failure' : 'success';
     case 'failed':
-      // the total timeout ran out: time spent elsewhere (queues, other replicas) is not this endpoint's fault
-      return result.reason === 'deadline' ? 'unknown' : 'failure';
+      // the total timeout ran out: time spent elsewhere (queues, other replicas) is not this endpoint's fault; nor is the router's shutdown
+      return result.reason === 'deadline' || result.reason === 'shutdown' ? 'unknown' : 'failure';
     case 'client_gone':
       return 'unknown'; // says nothing about the endpoint (and a half-open probe so ended proves nothing)
   }
@@ -48,6 +48,10 @@ export function outcomeName(result: AttemptResult): string {
 
 /** The router's answer when the last attempt failed without any answer from the engine. */
 export function failureError(result: Extract<AttemptResult, { kind: 'failed' }>): RouterError {
+  if (result.reason === 'shutdown')
+    return new RouterError('ROUTER_SHUTTING_DOWN', 'This router is shutting down and the model server had not answered yet; retry the request (another router will take it).', {
+      retryAfterSeconds: 1,
+    });
   if (result.reason === 'invalid_answer') return new RouterError('UPSTREAM_INVALID_ANSWER', `The model server answered with what the router cannot pass on (${result.detail}).`);
   const timedOut = result.reason === 'first_byte_timeout' || result.reason === 'connect_timeout' || result.reason === 'deadline';
   return timedOut

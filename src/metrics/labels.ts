@@ -28,7 +28,7 @@ export const ROUTES: readonly Route[] = [
 ] satisfies readonly Route[];
 
 /** How a started response can end (`modelgate_response_ends_total{end}`). */
-export const RESPONSE_ENDS = ['complete', 'client_gone', 'client_stalled', 'upstream_broken', 'idle_timeout', 'deadline', 'engine_error'] as const;
+export const RESPONSE_ENDS = ['complete', 'client_gone', 'client_stalled', 'upstream_broken', 'idle_timeout', 'deadline', 'engine_error', 'shutdown'] as const;
 export type ResponseEnd = (typeof RESPONSE_ENDS)[number];
 
 /** Why admission turns a request away (`modelgate_rejected_requests_total{reason}`). */
@@ -47,7 +47,7 @@ export type ScrapeResult = (typeof SCRAPE_RESULTS)[number];
 export const PREFIX_RESULTS = ['hit', 'miss'] as const;
 
 /** Why an attempt got no usable answer, before the first byte. */
-export const ATTEMPT_FAILURES = ['connect', 'reset', 'connect_timeout', 'first_byte_timeout', 'deadline', 'invalid_answer'] as const;
+export const ATTEMPT_FAILURES = ['connect', 'reset', 'connect_timeout', 'first_byte_timeout', 'deadline', 'invalid_answer', 'shutdown'] as const;
 /** An engine's HTTP status as an attempt's outcome: `upstream_503`. */
 export type UpstreamStatus = `upstream_${number}`;
 /** How an attempt ended (`modelgate_upstream_attempts_total{outcome}`); `other` stands in for a name outside the set. */

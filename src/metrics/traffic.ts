@@ -85,7 +85,7 @@ export function trafficMetrics(registers: Registry[], exemplars = false): Traffi
     }),
     streamEnds: new HotCounter({
       name: 'modelgate_response_ends_total',
-      help: 'How responses that had started ended: complete, client_gone, client_stalled (the client accepted no bytes for server.clientStallTimeoutMs), upstream_broken, idle_timeout, deadline, engine_error (the engine ended its stream with its own error event).',
+      help: 'How responses that had started ended: complete, client_gone, client_stalled (the client accepted no bytes for server.clientStallTimeoutMs), upstream_broken, idle_timeout, deadline, engine_error (the engine ended its stream with its own error event), shutdown (a stream still open when the shutdown grace period of the router ended, ended with its error event).',
       labelNames: ['deployment', 'pool', 'end'],
       registers,
     }),

@@ -26,6 +26,7 @@ import { retryHeaders } from './headers.js';
 import { type EngineAgent } from './engine-agent.js';
 import { relayResponse, type AttemptControl, type BodySink, type EngineResponse } from './relay.js';
 import { type HeldEvents } from './held-events.js';
+import { type OpenExchanges } from './open-exchanges.js';
 import { type SseEvent, type SseSegment } from './sse-tap.js';
 import { MAX_ERROR_BODY_BYTES, normaliseUpstreamError, type NormalisedError, type StreamError } from './upstream-errors.js';
 
@@ -87,8 +88,10 @@ export interface ResponseObserver {
 }
 
 /** `invalid_answer`: the engine answered, with something no client can be given (a status HTTP does not have, a compressed body the router did not ask for). */
-export type FailureReason = 'connect' | 'connect_timeout' | 'reset' | 'first_byte_timeout' | 'deadline' | 'invalid_answer';
-export type StreamEnd = 'complete' | 'client_gone' | 'client_stalled' | 'upstream_broken' | 'idle_timeout' | 'deadline';
+/** `shutdown`: the router's shutdown grace period ended while the attempt waited for the engine's answer. */
+export type FailureReason = 'connect' | 'connect_timeout' | 'reset' | 'first_byte_timeout' | 'deadline' | 'invalid_answer' | 'shutdown';
+/** `shutdown`: the router's grace period ended while the stream was open (it ended the stream with its error event). */
+export type StreamEnd = 'complete' | 'client_gone' | 'client_stalled' | 'upstream_broken' | 'idle_timeout' | 'deadline' | 'shutdown';
 
 /** How a committed response ended, and how many body bytes the engine sent. */
 export interface StreamDone {
@@ -159,6 +162,7 @@ class Attempt implements AttemptControl, Dispatcher.DispatchHandler, EngineRespo
     private readonly res: ServerResponse,
     private readonly onClientClose: () => void,
     private readonly heldEvents: HeldEvents | undefined,
+    private readonly openExchanges: OpenExchanges | undefined,
   ) {
     this.firstByteDue = Math.min(clock.now() + spec.timeouts.firstByteMs, spec.deadline);
   }
@@ -177,6 +181,7 @@ class Attempt implements AttemptControl, Dispatcher.DispatchHandler, EngineRespo
   settle(result: AttemptResult): void {
     if (this.settled) return;
     this.settled = true;
+    this.openExchanges?.delete(this.endForShutdown); // a stream the relay goes on with is its own entry
     this.disarm();
     this.res.off('close', this.onClientClose);
     this.resolve(result);
@@ -207,6 +212,11 @@ class Attempt implements AttemptControl, Dispatcher.DispatchHandler, EngineRespo
       return;
     }
     this.arm(this.firstByteDue - this.clock.now(), this.firstByteTimeout);
+  };
+
+  /** The router's grace period is over and the engine has not answered: the request is answered 503 (not retried), the engine's request cancelled. */
+  readonly endForShutdown = (): void => {
+    this.fail({ kind: 'failed', reason: 'shutdown', detail: 'the router is shutting down' });
   };
 
   private readonly firstByteTimeout = (): void => {
@@ -266,7 +276,7 @@ class Attempt implements AttemptControl, Dispatcher.DispatchHandler, EngineRespo
       this.errorBody = { status, chunks: [], size: 0 };
       this.arm(Math.min(this.spec.timeouts.idleMs, this.spec.deadline - this.clock.now()), () => this.fail({ kind: 'failed', reason: 'reset', detail: 'error body stalled' }));
     } else {
-      this.sink = relayResponse(this.spec, this, this.res, status, this, this.clock, this.heldEvents);
+      this.sink = relayResponse(this.spec, this, this.res, status, this, this.clock, this.heldEvents, this.openExchanges);
     }
   }
 
@@ -367,6 +377,8 @@ export class Forwarder {
     private readonly scheduler: Scheduler = systemScheduler,
     /** What every stream holds of unfinished events, router-wide (relay.ts); none: each stream's own bound only. */
     private readonly heldEvents?: HeldEvents,
+    /** The event streams being relayed, which the shutdown ends with their error event (none: a shutdown cuts them). */
+    private readonly openExchanges?: OpenExchanges,
   ) {}
 
   /** Runs one attempt. The request headers must already be prepared for the upstream. */
@@ -374,7 +386,8 @@ export class Forwarder {
     if (res.destroyed || res.writableEnded) return Promise.resolve({ kind: 'client_gone' });
     return new Promise<AttemptResult>((resolve) => {
       const onClose = (): void => attempt.fail({ kind: 'client_gone' });
-      const attempt = new Attempt(spec, resolve, this.scheduler, this.clock, res, onClose, this.heldEvents);
+      const attempt = new Attempt(spec, resolve, this.scheduler, this.clock, res, onClose, this.heldEvents, this.openExchanges);
+      this.openExchanges?.add(attempt.endForShutdown);
       res.once('close', onClose);
       attempt.armStart();
       this.send(attempt);

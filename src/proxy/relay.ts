@@ -27,6 +27,7 @@ import type { IncomingHttpHeaders, ServerResponse } from 'node:http';
 import { RouterError, streamErrorEvent } from '../core/errors.js';
 import { type Clock } from '../core/clock.js';
 import { type HeldEvents } from './held-events.js';
+import { type OpenExchanges } from './open-exchanges.js';
 import { passed } from '../core/phases.js';
 import { type WireDialect } from '../core/types.js';
 import { clientResponseHeaders } from './headers.js';
@@ -62,7 +63,7 @@ export interface BodySink {
   broken(): void;
 }
 
-export type BrokenEnd = Exclude<StreamEnd, 'complete' | 'client_gone' | 'client_stalled'>;
+export type BrokenEnd = Exclude<StreamEnd, 'complete' | 'client_gone' | 'client_stalled' | 'shutdown'>;
 
 const BROKEN: Record<BrokenEnd, () => RouterError> = {
   upstream_broken: () => new RouterError('UPSTREAM_STREAM_BROKEN', 'The model server closed the stream before it finished.'),
@@ -166,8 +167,25 @@ function encoded(encoding: string): boolean {
 /** The content codings that compress (RFC 9110's registry and what engines' servers send): one the router cannot read. Any other value (`identity`, a stray `utf-8`) is no compression, and passes as before. */
 const COMPRESSIONS: ReadonlySet<string> = new Set(['gzip', 'x-gzip', 'deflate', 'br', 'zstd', 'compress', 'x-compress']);
 
-/** `heldEvents`: what every stream holds of unfinished events, router-wide (none: only this stream's {@link MAX_EVENT_CHARS} bounds it). */
-export function relayResponse(spec: AttemptSpec, proxyRes: EngineResponse, res: ServerResponse, status: number, control: AttemptControl, clock: Clock, heldEvents?: HeldEvents): BodySink {
+/** The error a stream still open when the router's shutdown grace period ends is ended with. */
+const shutdownStreamError = (): RouterError =>
+  new RouterError('ROUTER_SHUTTING_DOWN', 'This router is shutting down and ended the stream before it finished; retry the request (another router will take it).');
+
+/**
+ * `heldEvents`: what every stream holds of unfinished events, router-wide (none: only this stream's
+ * {@link MAX_EVENT_CHARS} bounds it). `openExchanges`: the event streams being relayed, router-wide, which
+ * the shutdown ends (none: a shutdown cuts them).
+ */
+export function relayResponse(
+  spec: AttemptSpec,
+  proxyRes: EngineResponse,
+  res: ServerResponse,
+  status: number,
+  control: AttemptControl,
+  clock: Clock,
+  heldEvents?: HeldEvents,
+  openExchanges?: OpenExchanges,
+): BodySink {
   const encoding = proxyRes.headers['content-encoding'];
   if (encoding !== undefined && encoded(encoding)) {
     // an answer the router cannot read: a failed attempt (retried elsewhere, counted against the replica), never the client's
@@ -215,6 +233,7 @@ export function relayResponse(spec: AttemptSpec, proxyRes: EngineResponse, res: 
       ended = true;
       if (heldShare > 0) heldEvents?.move(heldShare, 0);
       heldShare = 0;
+      if (tap) openExchanges?.delete(endForShutdown);
       control.disarm();
       const done: StreamDone = { end, bytes };
       if (engineError) done.engineError = engineError;
@@ -290,8 +309,21 @@ export function relayResponse(spec: AttemptSpec, proxyRes: EngineResponse, res: 
     }
     finish(end);
   };
+  /**
+   * The router's grace period is over and the stream is still open: it ends now as the router ends a
+   * stream it cannot finish (whole events only were written: the client is on a boundary), and the
+   * engine's request is cancelled. An answer already whole is left to end (its last bytes may wait for
+   * `answered`); the connection's cut that follows ends it if it has not.
+   */
+  const endForShutdown = (): void => {
+    if (ended || wasAnswered) return;
+    if (!res.writableEnded && !res.destroyed) res.end((spec.errorEvent ?? streamErrorEvent)(shutdownStreamError()));
+    finish('shutdown');
+    proxyRes.destroy();
+  };
   const commit = (): void => {
     committed = true;
+    if (tap) openExchanges?.add(endForShutdown);
     if (!spec.continues) {
       const headers = clientResponseHeaders(proxyRes.headers, spec.requestId);
       // a stream is framed by the router; a 204 has no body, whatever length the engine claims for it (304 never gets here: a 3xx is no answer)

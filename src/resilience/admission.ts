@@ -121,7 +121,7 @@ function queueFullError(maxSize: number): RouterError {
  * without an answer.
  */
 export function shuttingDownError(): RouterError {
-  return new RouterError('NO_READY_REPLICA', 'This router is shutting down and the request was still waiting for a replica; retry (another router will take it).', {
+  return new RouterError('ROUTER_SHUTTING_DOWN', 'This router is shutting down and the request was still waiting for a replica; retry (another router will take it).', {
     retryAfterSeconds: BUSY_RETRY_AFTER_SECONDS,
   });
 }

@@ -28,7 +28,7 @@ const tenths = (ms: number): number => Math.round(ms * 10) / 10;
  */
 function incomplete(res: ServerResponse, ctx: RequestContext): boolean {
   const end = ctx.report?.end;
-  return !res.writableFinished || end === 'upstream_broken' || end === 'idle_timeout' || end === 'deadline' || ctx.report?.engineError !== undefined;
+  return !res.writableFinished || end === 'upstream_broken' || end === 'idle_timeout' || end === 'deadline' || end === 'shutdown' || ctx.report?.engineError !== undefined;
 }
 /** Why the request did not end well (the router's, or its exchange's); undefined when it did. */
 const failureOf = (ctx: RequestContext): string | undefined => ctx.failure ?? ctx.report?.failure;

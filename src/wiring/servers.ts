@@ -123,26 +123,28 @@ const CUT_SETTLE_MS = 2_000;
 
 /**
  * Stops taking connections (idle keep-alive ones close now), gives the requests still open up to
- * `gracePeriodMs` to finish, then has `refuseWaiting` answer those still waiting for a replica (503,
- * rather than a connection cut with no answer: a client retries a 503, not always a reset) and waits
- * for those answers, then cuts what is left (and waits for their access-log lines). Resolves with how
- * many were answered so and how many were cut.
+ * `gracePeriodMs` to finish, then ends those it can end with an answer and waits for them: `refuseWaiting`
+ * answers the requests still waiting for a replica (503, rather than a connection cut with no answer: a
+ * client retries a 503, not always a reset), `endStreams` ends the event streams still open with their
+ * error event (an SDK then reports why, instead of a network error or an answer that merely stops).
+ * Then it cuts what is left (`beforeCut` hears it first) and waits for their access-log lines. Resolves
+ * with how many were answered 503, how many streams were ended and how many requests were cut.
  */
-/** `refuseWaiting`: answers the requests still waiting for a replica, returns how many; `beforeCut`: hears that the rest are cut now. */
 export async function drain(
   server: Server,
   active: () => number,
   gracePeriodMs: number,
-  hooks: { refuseWaiting?: () => number; beforeCut?: () => void } = {},
-): Promise<{ cut: number; refused: number }> {
+  hooks: { refuseWaiting?: () => number; endStreams?: () => number; beforeCut?: () => void } = {},
+): Promise<{ cut: number; refused: number; ended: number }> {
   const closed = closeServer(server);
   const deadline = Date.now() + gracePeriodMs;
   while (active() > 0 && Date.now() < deadline) await systemSleep(20);
   const open = active();
   const refused = open > 0 ? (hooks.refuseWaiting?.() ?? 0) : 0;
-  // the refused requests' answers are written now (an error answer, a moment): each is counted out when written
+  const ended = open > 0 ? (hooks.endStreams?.() ?? 0) : 0;
+  // those answers are written now (an error answer, a stream's last event: a moment): each is counted out when written
   const answered = Date.now() + CUT_SETTLE_MS;
-  while (refused > 0 && active() > open - refused && Date.now() < answered) await systemSleep(5);
+  while (refused + ended > 0 && active() > open - refused - ended && Date.now() < answered) await systemSleep(5);
   const cut = active();
   if (cut > 0) hooks.beforeCut?.();
   server.closeAllConnections();
@@ -151,5 +153,5 @@ export async function drain(
   const written = Date.now() + CUT_SETTLE_MS;
   while (active() > 0 && Date.now() < written) await systemSleep(20);
   await closed;
-  return { cut, refused };
+  return { cut, refused, ended };
 }
