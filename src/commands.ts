@@ -31,10 +31,11 @@ function flags(args: string[], options: Record<string, { type: 'string' }>): Rec
   }
 }
 
-function onSignals(stop: () => Promise<void>): void {
+/** The first SIGTERM or SIGINT stops gracefully (`stop`); a second one asks it to be quick (`hurry`). */
+function onSignals(stop: () => Promise<void>, hurry?: () => void): void {
   let stopping = false;
   const handler = (): void => {
-    if (stopping) return;
+    if (stopping) return void hurry?.();
     stopping = true;
     stop().then(
       () => process.exit(0),
@@ -101,9 +102,16 @@ async function runServe(args: string[]): Promise<void> {
   await checkTokenizers(config);
   const starting = import('./main.js').then(({ startRouter }) => startRouter(config));
   // Signals are handled from the start: one that arrives while starting drains once started.
-  onSignals(async () => {
-    await (await starting).shutdown();
-  });
+  onSignals(
+    async () => {
+      await (await starting).shutdown();
+    },
+    () =>
+      void starting.then(
+        (router) => router.hurry(),
+        () => undefined,
+      ),
+  );
   await starting;
 }
 

@@ -106,6 +106,12 @@ export interface RunningRouter extends Router {
    * requests and streams up to `server.gracePeriodMs` to finish before cutting what is left.
    */
   shutdown(): Promise<{ cut: number; refused: number; ended: number }>;
+  /**
+   * A second signal during {@link shutdown}: what is left of the shutdown delay and the grace period
+   * ends now (what can be answered is, the rest is cut, the access log flushed), for someone at a
+   * terminal who pressed Ctrl+C twice rather than wait out the grace period.
+   */
+  hurry(): void;
 }
 
 export { createLogger };
@@ -465,10 +471,16 @@ export async function startRouter(config: Config, options: RouterOptions = {}): 
     const apiUrl = await listen(apiServer, config.server.port, config.server.host, 'server.port');
     const adminUrl = await listen(adminServer, config.admin.port, config.admin.host, 'admin.port');
     router.logger.info({ api: apiUrl, admin: adminUrl, pools: config.pools.length, deployments: config.deployments.length }, 'modelgate listening');
+    const hurried = new AbortController();
     return {
       ...router,
       apiUrl,
       adminUrl,
+      hurry() {
+        if (hurried.signal.aborted) return;
+        router.logger.warn('second signal: the shutdown ends its wait now');
+        hurried.abort();
+      },
       async close() {
         await router.close();
         apiServer.closeAllConnections();
@@ -478,8 +490,9 @@ export async function startRouter(config: Config, options: RouterOptions = {}): 
         const { shutdownDelayMs, gracePeriodMs } = config.server;
         router.beginShutdown();
         router.logger.info({ shutdownDelayMs, gracePeriodMs }, 'shutting down: readiness failed, draining');
-        await systemSleep(shutdownDelayMs);
+        await systemSleep(shutdownDelayMs, hurried.signal).catch(() => undefined);
         const { cut, refused, ended } = await drain(apiServer, () => router.activeRequests(), gracePeriodMs, {
+          hurried: hurried.signal,
           refuseWaiting: () => router.refuseWaiting(),
           endStreams: () => router.endStreams(),
           beforeCut: () => router.cutting(),

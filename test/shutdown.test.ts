@@ -38,6 +38,8 @@ beforeAll(async () => {
     });
   await writeFile(join(dir, 'modelgate.yaml'), configWith({ shutdownDelayMs: 400, gracePeriodMs: 20000 }));
   await writeFile(join(dir, 'modelgate-short-grace.yaml'), configWith({ shutdownDelayMs: 0, gracePeriodMs: 300 }));
+  // a drain only a second signal ends within the test's time
+  await writeFile(join(dir, 'modelgate-long-grace.yaml'), configWith({ shutdownDelayMs: 60000, gracePeriodMs: 600000 }));
   // one request at a time per replica: a third waits in the pool's admission queue
   await writeFile(join(dir, 'modelgate-queue.yaml'), configWith({ shutdownDelayMs: 0, gracePeriodMs: 300 }, { maxConcurrencyPerReplica: 1, queue: { maxSize: 10, timeoutMs: 60000 } }));
 });
@@ -55,17 +57,21 @@ interface Logged {
   model?: string;
 }
 
-function start(config = 'modelgate.yaml'): Promise<{ child: ChildProcess; api: string; admin: string; exit: Promise<number | null>; logged: Logged[]; outputEnded: Promise<void> }> {
+function start(
+  config = 'modelgate.yaml',
+): Promise<{ child: ChildProcess; api: string; admin: string; exit: Promise<number | null>; logged: Logged[]; messages: string[]; outputEnded: Promise<void> }> {
   const child = spawn(process.execPath, [cli, 'serve', '--config', join(dir, config)], { stdio: ['ignore', 'pipe', 'inherit'] });
   const exit = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
   return new Promise((resolve, reject) => {
     const lines = createInterface(child.stdout);
     const logged: Logged[] = []; // the access log's lines
+    const messages: string[] = []; // every line's msg
     const outputEnded = new Promise<void>((done) => lines.once('close', done));
     lines.on('line', (line) => {
       const entry = JSON.parse(line) as Logged & { msg?: string; api?: string; admin?: string };
+      if (entry.msg) messages.push(entry.msg);
       if (entry.msg === 'request') logged.push(entry);
-      if (entry.msg === 'modelgate listening') resolve({ child, api: entry.api!, admin: entry.admin!, exit, logged, outputEnded });
+      if (entry.msg === 'modelgate listening') resolve({ child, api: entry.api!, admin: entry.admin!, exit, logged, messages, outputEnded });
     });
     void exit.then((code) => reject(new Error(`modelgate exited early with ${code}`)));
   });
@@ -206,5 +212,29 @@ describe('SIGTERM', () => {
       engine.closeAllConnections();
       await new Promise((closed) => engine.close(closed));
     }
+  });
+
+  it('ends the drain at a second signal (Ctrl+C twice): the stream still open ends with its error event, the process exits 0', async () => {
+    // a minute's delay and ten minutes' grace, a stream far longer than the test
+    const { child, api, exit, logged, messages, outputEnded } = await start('modelgate-long-grace.yaml');
+    let started = false;
+    const stream = rawRequest(`${api}/v1/chat/completions`, {
+      headers: { authorization: 'Bearer sk-shutdown-test', 'x-request-id': 'twice-1' },
+      body: { model: 'llm', messages: [{ role: 'user', content: 'hi' }], stream: true, max_tokens: 4000, ignore_eos: true },
+      onChunk: (_d, all) => void (all.includes('"content":" ') && (started = true)),
+    });
+    await waitFor(() => started, 'the stream to be under way');
+    child.kill('SIGINT');
+    await waitFor(() => messages.includes('shutting down: readiness failed, draining'), 'the shutdown to begin');
+    child.kill('SIGINT');
+    const res = await stream;
+    expect(res.error).toBeUndefined();
+    const events = sseData(res.body);
+    expect(events.at(-1)).toBe('[DONE]');
+    expect(JSON.parse(events.at(-2)!)).toMatchObject({ error: { code: 'router_shutting_down' } });
+    expect(await exit).toBe(0);
+    await outputEnded;
+    expect(messages).toContain('second signal: the shutdown ends its wait now');
+    expect(logged.find((entry) => entry.requestId === 'twice-1')).toMatchObject({ incomplete: true, failure: 'router_shutting_down' });
   });
 });

@@ -127,18 +127,19 @@ const CUT_SETTLE_MS = 2_000;
  * answers the requests still waiting for a replica (503, rather than a connection cut with no answer: a
  * client retries a 503, not always a reset), `endStreams` ends the event streams still open with their
  * error event (an SDK then reports why, instead of a network error or an answer that merely stops).
- * Then it cuts what is left (`beforeCut` hears it first) and waits for their access-log lines. Resolves
+ * Then it cuts what is left (`beforeCut` hears it first) and waits for their access-log lines. Once
+ * `hurried` aborts, the grace period is over at once. Resolves
  * with how many were answered 503, how many streams were ended and how many requests were cut.
  */
 export async function drain(
   server: Server,
   active: () => number,
   gracePeriodMs: number,
-  hooks: { refuseWaiting?: () => number; endStreams?: () => number; beforeCut?: () => void } = {},
+  hooks: { refuseWaiting?: () => number; endStreams?: () => number; beforeCut?: () => void; hurried?: AbortSignal } = {},
 ): Promise<{ cut: number; refused: number; ended: number }> {
   const closed = closeServer(server);
   const deadline = Date.now() + gracePeriodMs;
-  while (active() > 0 && Date.now() < deadline) await systemSleep(20);
+  while (active() > 0 && Date.now() < deadline && hooks.hurried?.aborted !== true) await systemSleep(20);
   const open = active();
   const refused = open > 0 ? (hooks.refuseWaiting?.() ?? 0) : 0;
   const ended = open > 0 ? (hooks.endStreams?.() ?? 0) : 0;
