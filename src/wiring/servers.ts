@@ -125,11 +125,12 @@ const CUT_SETTLE_MS = 2_000;
  * Stops taking connections (idle keep-alive ones close now), gives the requests still open up to
  * `gracePeriodMs` to finish, then ends those it can end with an answer and waits for them: `refuseWaiting`
  * answers the requests still waiting for a replica (503, rather than a connection cut with no answer: a
- * client retries a 503, not always a reset), `endStreams` ends the event streams still open with their
- * error event (an SDK then reports why, instead of a network error or an answer that merely stops).
- * Then it cuts what is left (`beforeCut` hears it first) and waits for their access-log lines. Once
- * `hurried` aborts, the grace period is over at once. Resolves
- * with how many were answered 503, how many streams were ended and how many requests were cut.
+ * client retries a 503, not always a reset), `endStreams` ends the engine exchanges still open with an
+ * answer (one still waiting for its engine's first byte a 503, a stream its error event: an SDK then
+ * reports why, instead of a network error or an answer that merely stops). Then it cuts what is left
+ * (`beforeCut` hears it first) and waits for their access-log lines. Once `hurried` aborts, the grace
+ * period is over at once. Resolves with how many requests were answered 503 in the queues, how many
+ * exchanges were ended and how many requests were cut.
  */
 export async function drain(
   server: Server,
