@@ -168,14 +168,40 @@ export function toErrorResponse(err: unknown, dialect: WireDialect = 'openai'): 
 }
 
 /**
+ * The longest wait the official SDKs take from an answer's `retry-after-ms` or `Retry-After`: OpenAI's
+ * and the AI SDK's. Asked to wait longer, they retry at once on their own backoff (about 0.5 s and 1 s
+ * later, all refused again); Anthropic's SDK sleeps the whole wait, however long, inside the call.
+ */
+export const SDK_MAX_RETRY_AFTER_MS = 60_000;
+
+/** ms an answer's `retry-after-ms` or `Retry-After` (seconds, or an HTTP date) asks a client to wait, if either does. */
+export function askedWaitMs(headers: Readonly<Record<string, string>>, now = Date.now()): number | undefined {
+  const ms = Number(headers['retry-after-ms']);
+  if (headers['retry-after-ms'] !== undefined && headers['retry-after-ms'].trim() !== '' && Number.isFinite(ms)) return ms;
+  const raw = headers['retry-after'];
+  if (raw === undefined || raw.trim() === '') return undefined;
+  const seconds = Number(raw);
+  if (Number.isFinite(seconds)) return seconds * 1000;
+  const date = Date.parse(raw);
+  return Number.isFinite(date) ? date - now : undefined;
+}
+
+/**
  * Writes an error answer (`toErrorResponse`'s, or an engine's passed on) as JSON, the request id in the
- * head it is written with; nothing once the response has started or the client is gone.
+ * head it is written with; nothing once the response has started or the client is gone. An answer that
+ * asks for a wait longer than the SDKs take (a key's tokens bucket deep in debt, an engine's
+ * `Retry-After: 3600`) says `x-should-retry: false`, unless it already says whether to retry: the
+ * OpenAI SDK would otherwise retry it twice within 1.5 s, each refused again, and Anthropic's would
+ * sleep the whole wait inside the call.
  */
 export function writeErrorAnswer(res: ServerResponse, answer: { status: number; headers: Record<string, string>; body: unknown }, requestId: string | undefined): void {
   if (res.headersSent || res.destroyed) return;
   const text = JSON.stringify(answer.body);
+  const wait = askedWaitMs(answer.headers);
+  const tooLong = wait !== undefined && wait > SDK_MAX_RETRY_AFTER_MS && answer.headers['x-should-retry'] === undefined;
   res.writeHead(answer.status, {
     ...answer.headers,
+    ...(tooLong ? { 'x-should-retry': 'false' } : {}),
     ...(requestId === undefined ? {} : { 'x-request-id': requestId }),
     'content-type': 'application/json',
     'content-length': Buffer.byteLength(text),

@@ -1,0 +1,94 @@
+/**
+ * What the official SDKs' automatic retries do with the router's error answers, counted at the router:
+ * an answer that asks for a wait longer than the SDKs take (a key's tokens bucket deep in debt, an
+ * engine's `Retry-After: 3600` passed on) says `x-should-retry: false`, so OpenAI's SDK does not send
+ * it again twice within 1.5 s (each refused again) and Anthropic's does not sleep the whole wait inside
+ * the call.
+ */
+import Anthropic from '@anthropic-ai/sdk';
+import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import OpenAI from 'openai';
+import { type RunningRouter } from '../../src/main.js';
+import { type SimServer } from '../../src/sim/server.js';
+import { adminMetrics, metricSum, startTestRouter, type TestRouter } from '../helpers/router.js';
+import { startTestSim, waitFor } from '../helpers/sim.js';
+
+const INDEBTED = 'sk-indebted-0123456789'; // 1,000 tokens a minute
+const FREE = 'sk-free-0123456789';
+
+let sim: SimServer;
+let busySim: SimServer;
+let gateway: TestRouter<RunningRouter>;
+
+beforeAll(async () => {
+  sim = await startTestSim({ model: ['meta/llama'] });
+  // an engine (say, a hosted API behind an `openai` pool) that asks for an hour's wait
+  busySim = await startTestSim({ model: ['meta/busy'], fault: 'status=429,retry-after=3600' });
+  gateway = await startTestRouter({
+    pools: [
+      { name: 'llama', servedModelName: 'meta/llama', capabilities: ['chat', 'messages'], endpoints: [sim.url] },
+      { name: 'busy', servedModelName: 'meta/busy', capabilities: ['chat', 'messages'], endpoints: [busySim.url] },
+    ],
+    deployments: [
+      { id: 'llama', model: 'llama', targets: [{ pool: 'llama' }] },
+      { id: 'busy', model: 'busy', targets: [{ pool: 'busy' }] },
+    ],
+    keysYaml: `- name: indebted\n  key: ${INDEBTED}\n  limits: { tokensPerMinute: 1000 }\n- name: free\n  key: ${FREE}\n`,
+  });
+});
+afterAll(async () => {
+  await gateway.close();
+  await sim.close();
+  await busySim.close();
+});
+
+/** The access log's request lines for `path` so far. */
+function requestsTo(path: string): number {
+  return gateway.logs.filter((line) => line.includes('"msg":"request"') && line.includes(`"path":"${path}"`)).length;
+}
+
+const chat = { model: 'llama', messages: [{ role: 'user' as const, content: 'hello' }], max_tokens: 5 };
+
+describe("a wait longer than the SDKs take: x-should-retry: false, and the SDK's one request", () => {
+  it('a tokens bucket minutes in debt: the OpenAI SDK (2 retries) sends one request, not three', async () => {
+    const openai = new OpenAI({ apiKey: INDEBTED, baseURL: `${gateway.router.apiUrl}/v1`, maxRetries: 2 });
+    // one admitted prompt of about 4,000 tokens puts the 1,000-a-minute bucket about 3,000 in debt: minutes to refill
+    const big = await openai.chat.completions.create({ ...chat, messages: [{ role: 'user', content: 'word '.repeat(4000) }] });
+    expect(big.usage?.prompt_tokens).toBeGreaterThan(3000);
+    const before = metricSum(await adminMetrics(gateway), 'modelgate_limit_rejections_total', { reason: 'tokens' });
+    const refused = await openai.chat.completions.create(chat).catch((err: unknown) => err);
+    expect(refused).toBeInstanceOf(OpenAI.RateLimitError);
+    const error = refused as InstanceType<typeof OpenAI.RateLimitError>;
+    expect(error.code).toBe('rate_limit_exceeded');
+    expect(Number(error.headers?.get('retry-after-ms'))).toBeGreaterThan(60_000);
+    expect(error.headers?.get('x-should-retry')).toBe('false');
+    // refused once: the SDK did not retry at once on its own backoff, ignoring a wait it will not take
+    expect(metricSum(await adminMetrics(gateway), 'modelgate_limit_rejections_total', { reason: 'tokens' }) - before).toBe(1);
+
+    // Anthropic's SDK would sleep the minutes inside messages.create: it answers at once instead
+    const anthropic = new Anthropic({ apiKey: INDEBTED, baseURL: gateway.router.apiUrl, maxRetries: 2 });
+    const anthropicRefused = await anthropic.messages.create(chat).catch((err: unknown) => err);
+    expect(anthropicRefused).toBeInstanceOf(Anthropic.RateLimitError);
+    expect(metricSum(await adminMetrics(gateway), 'modelgate_limit_rejections_total', { reason: 'tokens' }) - before).toBe(2);
+  });
+
+  it("an engine's Retry-After of an hour, passed on: one request reaches the router and the engine per SDK call", async () => {
+    const openai = new OpenAI({ apiKey: FREE, baseURL: `${gateway.router.apiUrl}/v1`, maxRetries: 2 });
+    const before = requestsTo('/v1/chat/completions');
+    const refused = await openai.chat.completions.create({ ...chat, model: 'busy' }).catch((err: unknown) => err);
+    expect(refused).toBeInstanceOf(OpenAI.RateLimitError);
+    const error = refused as InstanceType<typeof OpenAI.RateLimitError>;
+    expect(error.headers?.get('retry-after')).toBe('3600');
+    expect(error.headers?.get('x-should-retry')).toBe('false');
+    // the access log line is written as the exchange ends, a moment after the answer
+    await waitFor(() => requestsTo('/v1/chat/completions') > before, 'the request logged');
+    expect(requestsTo('/v1/chat/completions') - before).toBe(1);
+
+    const anthropic = new Anthropic({ apiKey: FREE, baseURL: gateway.router.apiUrl, maxRetries: 2 });
+    const messagesBefore = requestsTo('/v1/messages');
+    const anthropicRefused = await anthropic.messages.create({ ...chat, model: 'busy' }).catch((err: unknown) => err);
+    expect(anthropicRefused).toBeInstanceOf(Anthropic.RateLimitError);
+    await waitFor(() => requestsTo('/v1/messages') > messagesBefore, 'the request logged');
+    expect(requestsTo('/v1/messages') - messagesBefore).toBe(1);
+  });
+});
