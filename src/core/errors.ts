@@ -19,6 +19,12 @@ interface CodeSpec {
   type: string;
   /** Answered to the client as this code instead (the log keeps the real one). */
   answerAs?: string;
+  /**
+   * `false`: retrying the request cannot help until an operator acts (a wrong backend key, an endpoint
+   * URL that redirects), so the answer says `x-should-retry: false`; the official SDKs would otherwise
+   * send it twice more, each reaching the engine, before the client saw the error.
+   */
+  retry?: false;
 }
 
 export const ERROR_CODES = {
@@ -45,8 +51,8 @@ export const ERROR_CODES = {
   CLIENT_STALLED: { status: 499, type: 'invalid_request_error' },
   INTERNAL_ERROR: { status: 500, type: 'server_error' },
   UPSTREAM_CONNECTION_FAILED: { status: 502, type: 'server_error' },
-  UPSTREAM_AUTH_FAILED: { status: 502, type: 'server_error' },
-  UPSTREAM_REDIRECT: { status: 502, type: 'server_error' },
+  UPSTREAM_AUTH_FAILED: { status: 502, type: 'server_error', retry: false },
+  UPSTREAM_REDIRECT: { status: 502, type: 'server_error', retry: false },
   UPSTREAM_STREAM_BROKEN: { status: 502, type: 'server_error' },
   UPSTREAM_INVALID_ANSWER: { status: 502, type: 'server_error' },
   ADAPTER_LOAD_FAILED: { status: 502, type: 'server_error' },
@@ -156,12 +162,18 @@ export function errorBody(body: ErrorEnvelope, status: number, dialect: WireDial
   return { type: 'error', error: { type: anthropicType(status), message: body.error.message } };
 }
 
+/** `x-should-retry: false` for an answer with this wire `code` when it is one of the router's that retrying cannot help (an engine's error keeps its own code and gets none). */
+export function noRetryHeaders(code: string | null): Record<string, string> {
+  const spec: CodeSpec | undefined = code === null ? undefined : (ERROR_CODES as Record<string, CodeSpec>)[code.toUpperCase()];
+  return spec?.retry === false ? { 'x-should-retry': 'false' } : {};
+}
+
 /** The HTTP answer for any error: RouterErrors by their code, anything else as a bare 500; in the route's dialect. */
 export function toErrorResponse(err: unknown): { status: number; headers: Record<string, string>; body: ErrorEnvelope };
 export function toErrorResponse(err: unknown, dialect: WireDialect | undefined): { status: number; headers: Record<string, string>; body: ErrorEnvelope | AnthropicErrorBody };
 export function toErrorResponse(err: unknown, dialect: WireDialect = 'openai'): { status: number; headers: Record<string, string>; body: ErrorEnvelope | AnthropicErrorBody } {
   const routerError = err instanceof RouterError ? err : new RouterError('INTERNAL_ERROR', 'The router failed to handle the request.');
-  const headers: Record<string, string> = { ...routerError.headers };
+  const headers: Record<string, string> = { ...noRetryHeaders(failureCode(routerError.code)), ...routerError.headers };
   if (routerError.retryAfterSeconds !== undefined) headers['retry-after'] = String(routerError.retryAfterSeconds);
   const status = ERROR_CODES[answered(routerError.code)].status;
   return { status, headers, body: errorBody(envelopeOf(routerError), status, dialect) };

@@ -14,7 +14,7 @@
 import type { IncomingMessage, OutgoingHttpHeaders, ServerResponse } from 'node:http';
 import { isAbortError, type Clock, type Sleep } from '../core/clock.js';
 import { passed } from '../core/phases.js';
-import { errorBody, noAdapterReplica, RouterError, streamErrorEvent, toErrorResponse, writeErrorAnswer } from '../core/errors.js';
+import { errorBody, noAdapterReplica, noRetryHeaders, RouterError, streamErrorEvent, toErrorResponse, writeErrorAnswer } from '../core/errors.js';
 import { type PoolSpec, type RequestTrace, type ScheduleInfo, type WireDialect } from '../core/types.js';
 import { type AttemptResult, type AttemptSpec, type Forwarder, type StreamEnd } from '../proxy/forwarder.js';
 import { brokenError, FINAL_EVENT, streamEnd } from '../proxy/relay.js';
@@ -516,13 +516,20 @@ export class ExchangeRunner {
   /** Passes an engine's error answer on (status kept, body in the OpenAI envelope). */
   private passOn(res: ServerResponse, plan: ExchangePlan, report: ExchangeReport, result: Extract<AttemptResult, { kind: 'upstream_error' }>): ExchangeReport {
     const { status } = result.error;
-    writeErrorAnswer(res, { status, headers: result.headers, body: errorBody(result.error.envelope, status, plan.dialect ?? 'openai') }, plan.requestId);
+    // an engine's answer the router turned into one of its own codes (upstream_auth_failed, upstream_redirect) says whether to retry as that code does
+    const headers = { ...result.headers, ...noRetryHeaders(result.error.envelope.error.code) };
+    writeErrorAnswer(res, { status, headers, body: errorBody(result.error.envelope, status, plan.dialect ?? 'openai') }, plan.requestId);
     return { ...report, failure: result.error.envelope.error.code ?? `upstream_${result.status}` };
   }
 
   /** Answers with the router's own error. */
   private fail(res: ServerResponse, plan: ExchangePlan, report: ExchangeReport, err: unknown): ExchangeReport {
-    writeErrorAnswer(res, toErrorResponse(err, plan.dialect), plan.requestId);
+    const answer = toErrorResponse(err, plan.dialect);
+    // A timeout the router has already retried: the official SDKs would send the request twice more, each
+    // going through every attempt again (a hung replica, or a generation longer than firstByteMs, got 9
+    // attempts per call, 27 minutes at the defaults); the router's retries were theirs.
+    if (err instanceof RouterError && err.code === 'UPSTREAM_TIMEOUT' && report.attempts.length > 1) answer.headers['x-should-retry'] = 'false';
+    writeErrorAnswer(res, answer, plan.requestId);
     return { ...report, failure: err instanceof RouterError ? err.failure : 'internal_error' };
   }
 }

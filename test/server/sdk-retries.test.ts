@@ -18,20 +18,38 @@ const FREE = 'sk-free-0123456789';
 
 let sim: SimServer;
 let busySim: SimServer;
+let refusingSim: SimServer;
+let hungSim: SimServer;
 let gateway: TestRouter<RunningRouter>;
 
 beforeAll(async () => {
   sim = await startTestSim({ model: ['meta/llama'] });
   // an engine (say, a hosted API behind an `openai` pool) that asks for an hour's wait
   busySim = await startTestSim({ model: ['meta/busy'], fault: 'status=429,retry-after=3600' });
+  // an engine that refuses the router's backend key, and one that never answers
+  refusingSim = await startTestSim({ model: ['meta/refusing'], fault: 'status=401' });
+  hungSim = await startTestSim({ model: ['meta/hung'], fault: 'hang' });
+  const hung = (name: string, maxRetries: number): object => ({
+    name,
+    servedModelName: 'meta/hung',
+    capabilities: ['chat'],
+    endpoints: [hungSim.url],
+    resilience: { timeouts: { firstByteMs: 200 }, retries: { maxRetries, initialBackoffMs: 0 }, breaker: { failureThreshold: 100 } },
+  });
   gateway = await startTestRouter({
     pools: [
       { name: 'llama', servedModelName: 'meta/llama', capabilities: ['chat', 'messages'], endpoints: [sim.url] },
       { name: 'busy', servedModelName: 'meta/busy', capabilities: ['chat', 'messages'], endpoints: [busySim.url] },
+      { name: 'refusing', servedModelName: 'meta/refusing', capabilities: ['chat', 'messages'], endpoints: [refusingSim.url] },
+      hung('hung', 1),
+      hung('hung-no-retries', 0),
     ],
     deployments: [
       { id: 'llama', model: 'llama', targets: [{ pool: 'llama' }] },
       { id: 'busy', model: 'busy', targets: [{ pool: 'busy' }] },
+      { id: 'refusing', model: 'refusing', targets: [{ pool: 'refusing' }] },
+      { id: 'hung', model: 'hung', targets: [{ pool: 'hung' }] },
+      { id: 'hung-no-retries', model: 'hung-no-retries', targets: [{ pool: 'hung-no-retries' }] },
     ],
     keysYaml: `- name: indebted\n  key: ${INDEBTED}\n  limits: { tokensPerMinute: 1000 }\n- name: free\n  key: ${FREE}\n`,
   });
@@ -40,6 +58,8 @@ afterAll(async () => {
   await gateway.close();
   await sim.close();
   await busySim.close();
+  await refusingSim.close();
+  await hungSim.close();
 });
 
 /** The access log's request lines for `path` so far. */
@@ -90,5 +110,52 @@ describe("a wait longer than the SDKs take: x-should-retry: false, and the SDK's
     expect(anthropicRefused).toBeInstanceOf(Anthropic.RateLimitError);
     await waitFor(() => requestsTo('/v1/messages') > messagesBefore, 'the request logged');
     expect(requestsTo('/v1/messages') - messagesBefore).toBe(1);
+  });
+});
+
+describe('errors retrying cannot fix, or that the router has already retried: x-should-retry: false', () => {
+  it("an engine that refuses the router's backend key (502 upstream_auth_failed): one request per SDK call, not three", async () => {
+    const openai = new OpenAI({ apiKey: FREE, baseURL: `${gateway.router.apiUrl}/v1`, maxRetries: 2 });
+    const before = requestsTo('/v1/chat/completions');
+    const refused = await openai.chat.completions.create({ ...chat, model: 'refusing' }).catch((err: unknown) => err);
+    expect(refused).toBeInstanceOf(OpenAI.InternalServerError);
+    const error = refused as InstanceType<typeof OpenAI.InternalServerError>;
+    expect(error.status).toBe(502);
+    expect(error.code).toBe('upstream_auth_failed');
+    expect(error.headers?.get('x-should-retry')).toBe('false');
+    await waitFor(() => requestsTo('/v1/chat/completions') > before, 'the request logged');
+    expect(requestsTo('/v1/chat/completions') - before).toBe(1);
+
+    const anthropic = new Anthropic({ apiKey: FREE, baseURL: gateway.router.apiUrl, maxRetries: 2 });
+    const messagesBefore = requestsTo('/v1/messages');
+    const anthropicRefused = await anthropic.messages.create({ ...chat, model: 'refusing' }).catch((err: unknown) => err);
+    expect(anthropicRefused).toBeInstanceOf(Anthropic.InternalServerError);
+    await waitFor(() => requestsTo('/v1/messages') > messagesBefore, 'the request logged');
+    expect(requestsTo('/v1/messages') - messagesBefore).toBe(1);
+  });
+
+  it('a first-byte timeout the router retried (504 upstream_timeout): the SDK does not send it through every attempt again', async () => {
+    const attempts = async (): Promise<number> => metricSum(await adminMetrics(gateway), 'modelgate_upstream_attempts_total', { pool: 'hung' });
+    const before = await attempts();
+    const openai = new OpenAI({ apiKey: FREE, baseURL: `${gateway.router.apiUrl}/v1`, maxRetries: 2 });
+    const timedOut = await openai.chat.completions.create({ ...chat, model: 'hung' }).catch((err: unknown) => err);
+    expect(timedOut).toBeInstanceOf(OpenAI.InternalServerError);
+    const error = timedOut as InstanceType<typeof OpenAI.InternalServerError>;
+    expect(error.status).toBe(504);
+    expect(error.code).toBe('upstream_timeout');
+    expect(error.headers?.get('x-should-retry')).toBe('false');
+    // the router's two attempts, once: not 2 × 3
+    await waitFor(async () => (await attempts()) - before >= 2, 'the attempts counted');
+    expect((await attempts()) - before).toBe(2);
+  });
+
+  it('a timeout the router did not retry (its pool allows no retries) is left to the SDK, which retries it', async () => {
+    const before = requestsTo('/v1/chat/completions');
+    const openai = new OpenAI({ apiKey: FREE, baseURL: `${gateway.router.apiUrl}/v1`, maxRetries: 1 });
+    const timedOut = await openai.chat.completions.create({ ...chat, model: 'hung-no-retries' }).catch((err: unknown) => err);
+    expect((timedOut as InstanceType<typeof OpenAI.InternalServerError>).status).toBe(504);
+    expect((timedOut as InstanceType<typeof OpenAI.InternalServerError>).headers?.get('x-should-retry')).toBeNull();
+    await waitFor(() => requestsTo('/v1/chat/completions') - before >= 2, 'both requests logged');
+    expect(requestsTo('/v1/chat/completions') - before).toBe(2);
   });
 });
