@@ -122,12 +122,18 @@ export function clientResponseHeaders(upstream: IncomingHttpHeaders, requestId: 
   return out;
 }
 
-/** Retry hints worth passing on with an upstream error. */
+/**
+ * Retry hints worth passing on with an upstream error: the waits, and an engine's `x-should-retry:
+ * false` (a hosted API or another router behind an `openai` pool that says its answer will not change:
+ * dropped, the official SDKs sent the request twice more). Only `false`: an engine's `true` would have
+ * the SDKs repeat answers they do not retry, a 400 three times.
+ */
 export function retryHeaders(upstream: IncomingHttpHeaders): Record<string, string> {
   const out: Record<string, string> = {};
   for (const name of ['retry-after', 'retry-after-ms']) {
     const value = upstream[name];
     if (typeof value === 'string') out[name] = value;
   }
+  if (typeof upstream['x-should-retry'] === 'string' && upstream['x-should-retry'].trim().toLowerCase() === 'false') out['x-should-retry'] = 'false';
   return out;
 }

@@ -7,6 +7,8 @@
  */
 import Anthropic from '@anthropic-ai/sdk';
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import http from 'node:http';
+import { type AddressInfo } from 'node:net';
 import OpenAI from 'openai';
 import { type RunningRouter } from '../../src/main.js';
 import { type SimServer } from '../../src/sim/server.js';
@@ -20,6 +22,7 @@ let sim: SimServer;
 let busySim: SimServer;
 let refusingSim: SimServer;
 let hungSim: SimServer;
+let saysNo: http.Server;
 let gateway: TestRouter<RunningRouter>;
 
 beforeAll(async () => {
@@ -29,6 +32,15 @@ beforeAll(async () => {
   // an engine that refuses the router's backend key, and one that never answers
   refusingSim = await startTestSim({ model: ['meta/refusing'], fault: 'status=401' });
   hungSim = await startTestSim({ model: ['meta/hung'], fault: 'hang' });
+  // a hosted API (or another router) behind an `openai` pool, whose error says it will not change
+  saysNo = http.createServer((req, res) => {
+    req.resume();
+    req.on('end', () => {
+      const body = JSON.stringify({ error: { message: 'This organization is not allowed to use this model.', type: 'server_error', param: null, code: null } });
+      res.writeHead(500, { 'content-type': 'application/json', 'x-should-retry': 'false' }).end(body);
+    });
+  });
+  await new Promise<void>((resolve) => saysNo.listen(0, '127.0.0.1', resolve));
   const hung = (name: string, maxRetries: number): object => ({
     name,
     servedModelName: 'meta/hung',
@@ -41,6 +53,7 @@ beforeAll(async () => {
       { name: 'llama', servedModelName: 'meta/llama', capabilities: ['chat', 'messages'], endpoints: [sim.url] },
       { name: 'busy', servedModelName: 'meta/busy', capabilities: ['chat', 'messages'], endpoints: [busySim.url] },
       { name: 'refusing', servedModelName: 'meta/refusing', capabilities: ['chat', 'messages'], endpoints: [refusingSim.url] },
+      { name: 'says-no', engine: 'openai', servedModelName: 'hosted/model', capabilities: ['chat'], endpoints: [`http://127.0.0.1:${(saysNo.address() as AddressInfo).port}`] },
       hung('hung', 1),
       hung('hung-no-retries', 0),
     ],
@@ -48,6 +61,7 @@ beforeAll(async () => {
       { id: 'llama', model: 'llama', targets: [{ pool: 'llama' }] },
       { id: 'busy', model: 'busy', targets: [{ pool: 'busy' }] },
       { id: 'refusing', model: 'refusing', targets: [{ pool: 'refusing' }] },
+      { id: 'says-no', model: 'says-no', targets: [{ pool: 'says-no' }] },
       { id: 'hung', model: 'hung', targets: [{ pool: 'hung' }] },
       { id: 'hung-no-retries', model: 'hung-no-retries', targets: [{ pool: 'hung-no-retries' }] },
     ],
@@ -60,6 +74,7 @@ afterAll(async () => {
   await busySim.close();
   await refusingSim.close();
   await hungSim.close();
+  await new Promise<void>((resolve) => saysNo.close(() => resolve()));
 });
 
 /** The access log's request lines for `path` so far. */
@@ -132,6 +147,16 @@ describe('errors retrying cannot fix, or that the router has already retried: x-
     expect(anthropicRefused).toBeInstanceOf(Anthropic.InternalServerError);
     await waitFor(() => requestsTo('/v1/messages') > messagesBefore, 'the request logged');
     expect(requestsTo('/v1/messages') - messagesBefore).toBe(1);
+  });
+
+  it("an engine's own x-should-retry: false is passed on with its error: one request per SDK call", async () => {
+    const openai = new OpenAI({ apiKey: FREE, baseURL: `${gateway.router.apiUrl}/v1`, maxRetries: 2 });
+    const before = requestsTo('/v1/chat/completions');
+    const refused = await openai.chat.completions.create({ ...chat, model: 'says-no' }).catch((err: unknown) => err);
+    expect(refused).toBeInstanceOf(OpenAI.InternalServerError);
+    expect((refused as InstanceType<typeof OpenAI.InternalServerError>).headers?.get('x-should-retry')).toBe('false');
+    await waitFor(() => requestsTo('/v1/chat/completions') > before, 'the request logged');
+    expect(requestsTo('/v1/chat/completions') - before).toBe(1);
   });
 
   it('a first-byte timeout the router retried (504 upstream_timeout): the SDK does not send it through every attempt again', async () => {
