@@ -254,7 +254,11 @@ export function buildApp(deps: AppDeps): BuiltApp {
     // An inference response carries its id in the head it is written with (the relay, the director's
     // and sendError's answers): a header set ahead makes Node's writeHead set every header of the
     // head one at a time, validated and stored, instead of writing them as given.
-    if (!api) res.setHeader('x-request-id', ctx.requestId);
+    if (!api) {
+      res.setHeader('x-request-id', ctx.requestId);
+      // an Anthropic client (its SDK sends `anthropic-version` on every call) listing models reads the id from `request-id` too
+      if (req.headers['anthropic-version'] !== undefined) res.setHeader('request-id', ctx.requestId);
+    }
     // Anthropic's clients read the id from `request-id` (the Messages API's own header): set ahead, so
     // every answer on the route has it, the engine's, the relay's and the errors' alike
     else if (api.dialect === 'anthropic') res.setHeader('request-id', ctx.requestId);

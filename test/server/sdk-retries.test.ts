@@ -184,3 +184,16 @@ describe('errors retrying cannot fix, or that the router has already retried: x-
     expect(requestsTo('/v1/chat/completions') - before).toBe(2);
   });
 });
+
+describe('request ids through the SDKs', () => {
+  it("Anthropic's SDK gets the router's request id on /v1/models too, as on /v1/messages, matching the access log", async () => {
+    const anthropic = new Anthropic({ apiKey: FREE, baseURL: gateway.router.apiUrl, maxRetries: 0 });
+    const listed = await anthropic.models.list().withResponse();
+    expect(listed.request_id).toMatch(/^[0-9a-f-]{36}$/);
+    const missing = await anthropic.models.retrieve('nope').catch((err: unknown) => err);
+    expect(missing).toBeInstanceOf(Anthropic.NotFoundError);
+    const id = (missing as InstanceType<typeof Anthropic.NotFoundError>).requestID;
+    expect(id).toMatch(/^[0-9a-f-]{36}$/);
+    await waitFor(() => gateway.logs.some((line) => line.includes(`"requestId":"${id ?? ''}"`)), 'the request logged under that id');
+  });
+});
