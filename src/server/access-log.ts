@@ -37,6 +37,18 @@ const clientEnded = (failure: string | undefined): boolean => failure === 'clien
 const str = (name: string, value: string | undefined): string => (value === undefined ? '' : `,"${name}":${JSON.stringify(value)}`);
 const num = (name: string, value: number | undefined): string => (value === undefined ? '' : `,"${name}":${Number.isFinite(value) ? value : 'null'}`);
 
+/**
+ * The official SDKs' retry count of a request that is one of their retries (`x-stainless-retry-count`,
+ * which the OpenAI and Anthropic SDKs send on every call, 0 on its first request): the operator tells
+ * an SDK's retries of one call from new calls. A value that is not a small whole number is no count.
+ */
+function clientRetry(req: IncomingMessage): number | undefined {
+  const raw = req.headers['x-stainless-retry-count'];
+  if (typeof raw !== 'string' || raw.length > 2) return undefined;
+  const count = Number(raw);
+  return Number.isInteger(count) && count > 0 ? count : undefined;
+}
+
 /** The line's members after `requestId`, each with its leading comma. Members without a value are left out. */
 function members(req: IncomingMessage, res: ServerResponse, ctx: RequestContext, status: number, ms: number): string {
   const report = ctx.report;
@@ -56,6 +68,7 @@ function members(req: IncomingMessage, res: ServerResponse, ctx: RequestContext,
     str('endpoint', report?.endpoint) +
     num('upstreamStatus', report?.upstreamStatus) +
     (report && report.attempts.length > 1 ? `,"attempts":${JSON.stringify(report.attempts)}` : '') +
+    num('clientRetry', clientRetry(req)) +
     num('ttftMs', report?.ttftMs === undefined ? undefined : tenths(report.ttftMs)) +
     num('promptTokens', usage?.estimated ? undefined : usage?.promptTokens) +
     num('completionTokens', usage?.completionTokens) +

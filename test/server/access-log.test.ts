@@ -29,7 +29,7 @@ const written = (): void => {
   for (const sink of batches.splice(0)) sink.flush?.();
 };
 
-const req = { method: 'POST' } as Request;
+const req = { method: 'POST', headers: {} } as Request;
 const finished = { headersSent: true, statusCode: 200, writableFinished: true } as Response;
 
 function context(overrides: Partial<RequestContext> = {}): RequestContext {
@@ -120,6 +120,26 @@ describe('access log', () => {
     expect({ ...ours, time: 0 }).toEqual({ ...theirs, time: 0 });
     expect(Object.keys(ours)).toEqual(Object.keys(theirs));
     expect(recorded).toEqual([['chat', 'llama-prod', 'llama', 200, expect.closeTo(0.05234, 9)]]);
+  });
+
+  // The official SDKs retry a 5xx, a 429 or a timeout twice on their own: the operator could not tell those retries from new calls
+  it.each([
+    ['2', 2],
+    ['1', 1],
+    ['0', undefined],
+    ['-1', undefined],
+    ['1.5', undefined],
+    ['abc', undefined],
+    ['100', undefined],
+    [undefined, undefined],
+  ])('names an SDK retry (x-stainless-retry-count %s) as clientRetry, after attempts', (header, logged) => {
+    const { lines, sink } = capture();
+    const log = accessLog(createLogger('info', sink), { recordRequest: () => undefined });
+    log.record({ method: 'POST', headers: header === undefined ? {} : { 'x-stainless-retry-count': header } } as Request, finished, context(), 1052.34);
+    written();
+    const line = JSON.parse(lines[0] as string) as Record<string, unknown>;
+    expect(line.clientRetry).toBe(logged);
+    if (logged !== undefined) expect(Object.keys(line).indexOf('clientRetry')).toBe(Object.keys(line).indexOf('attempts') + 1);
   });
 
   it('leaves out what the request did not get to, and marks a client that left', () => {

@@ -182,6 +182,9 @@ describe('errors retrying cannot fix, or that the router has already retried: x-
     expect((timedOut as InstanceType<typeof OpenAI.InternalServerError>).headers?.get('x-should-retry')).toBeNull();
     await waitFor(() => requestsTo('/v1/chat/completions') - before >= 2, 'both requests logged');
     expect(requestsTo('/v1/chat/completions') - before).toBe(2);
+    // the operator tells the SDK's retry from a new call: its line says clientRetry (the SDK's x-stainless-retry-count)
+    const lines = gateway.logs.filter((line) => line.includes('"msg":"request"') && line.includes('"model":"hung-no-retries"'));
+    expect(lines.map((line) => (JSON.parse(line) as { clientRetry?: number }).clientRetry)).toEqual([undefined, 1]);
   });
 });
 
