@@ -16,7 +16,7 @@ import { createHmac, hash, timingSafeEqual } from 'node:crypto';
 import { unwatchFile, watchFile, type Stats } from 'node:fs';
 import { readKeysFile, type KeyEntry } from '../config/keys-file.js';
 import { type KeyLimitFields } from '../limits/settings.js';
-import { type Deployment, type Priority } from '../core/types.js';
+import { type Priority } from '../core/types.js';
 
 /** The caller, once authenticated. */
 export interface Principal {
@@ -177,9 +177,15 @@ export class KeyStore {
   }
 }
 
-/** Whether `principal` may call `deployment` (by its ID, model name or any alias). */
-export function mayUse(principal: Principal, deployment: Deployment): boolean {
+/**
+ * Whether `principal` may call a deployment that holds `names` (its ID, model name and aliases as the
+ * registry gives them: `ModelCatalog.namesOf`). Only names the deployment holds count: in Kubernetes
+ * mode a younger ModelDeployment that claims a name another holds (the same `metadata.name` in another
+ * namespace, an alias) does not get it, and a key allowed that name must not reach the younger one
+ * through its other names.
+ */
+export function mayUse(principal: Principal, names: readonly string[]): boolean {
   const allowed = principal.models;
   if (allowed === undefined) return true;
-  return allowed.has(deployment.id) || allowed.has(deployment.model) || deployment.aliases.some((a) => allowed.has(a));
+  return names.some((name) => allowed.has(name));
 }

@@ -21,7 +21,7 @@ export interface ModelCatalog {
   targetPool(deployment: Deployment, target: DeploymentTarget): PoolSpec | undefined;
   deployments(): readonly Deployment[];
   /** The client-facing names a deployment holds (ID, aliases, model name), without names it lost to a conflict. */
-  namesOf(deployment: Deployment): string[];
+  namesOf(deployment: Deployment): readonly string[];
   /** The fallback `id` of `deployment`: the deployment of that ID in the same namespace (in Kubernetes mode; the config has one). */
   fallbackOf(deployment: Deployment, id: string): Deployment | undefined;
 }
@@ -43,6 +43,8 @@ export class Registry implements ModelCatalog {
   /** Each pool's views for the LoRA adapters deployed on it, by pool, then adapter name. */
   private readonly adapterPools = new Map<string, Map<string, PoolSpec>>();
   private readonly ordered: readonly Deployment[];
+  /** The names each deployment holds (namesOf), made once: a key's model list is checked against them on every request. */
+  private readonly held = new Map<Deployment, readonly string[]>();
   readonly conflicts: readonly Conflict[];
 
   constructor(pools: readonly PoolSpec[], deployments: readonly Deployment[]) {
@@ -62,6 +64,7 @@ export class Registry implements ModelCatalog {
       claim('model', dep.model, dep);
     }
     this.conflicts = conflicts;
+    for (const dep of this.ordered) this.held.set(dep, this.heldBy(dep));
   }
 
   resolve(model: string): Deployment | undefined {
@@ -96,8 +99,11 @@ export class Registry implements ModelCatalog {
     return this.byKey.get(`${deployment.namespace ?? ''}/${id}`);
   }
 
-  namesOf(dep: Deployment): string[] {
-    const names = [dep.id, ...dep.aliases, dep.model].filter((n) => this.resolve(n) === dep);
-    return [...new Set(names)];
+  namesOf(dep: Deployment): readonly string[] {
+    return this.held.get(dep) ?? this.heldBy(dep);
+  }
+
+  private heldBy(dep: Deployment): readonly string[] {
+    return [...new Set([dep.id, ...dep.aliases, dep.model].filter((n) => this.resolve(n) === dep))];
   }
 }

@@ -135,7 +135,8 @@ export function inferenceHandler(deps: InferenceDeps, api: ApiRoute) {
     const { body, text, form } = api.body === 'multipart' ? await readForm(api, raw, req.headers['content-type'] ?? '') : readJson(api, raw, deps.maxJsonDepth);
     passed(res, 'validated');
     ctx.model = shownModel(body.model);
-    const deployment = deps.catalog().resolve(body.model);
+    const catalog = deps.catalog();
+    const deployment = catalog.resolve(body.model);
     if (!deployment) {
       // before the first full listing, "no such model" is not known: a 503 to retry, not a 404 to believe
       if (deps.catalogLoading?.()) throw new RouterError('NO_READY_REPLICA', 'The router is still loading its models; retry shortly.', { retryAfterSeconds: NO_REPLICA_RETRY_AFTER_SECONDS });
@@ -143,7 +144,7 @@ export function inferenceHandler(deps: InferenceDeps, api: ApiRoute) {
     }
     ctx.deployment = deployment.id;
     // A model the key may not use is answered like a missing one; the log says which it was.
-    if (!mayUse(principal, deployment)) throw modelNotFound(body.model, true);
+    if (!mayUse(principal, catalog.namesOf(deployment))) throw modelNotFound(body.model, true);
     const priority = requestPriority(principal.priority, req.headers[deps.priorityHeader], deps.priorityHeader);
     ctx.priority = priority;
     const trace = ctx.trace;

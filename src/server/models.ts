@@ -25,7 +25,7 @@ export interface ModelObject {
 export function modelsFor(catalog: ModelCatalog, principal: Principal): ModelObject[] {
   return catalog
     .deployments()
-    .filter((d) => mayUse(principal, d))
+    .filter((d) => mayUse(principal, catalog.namesOf(d)))
     .flatMap((d) => {
       const lineage = d.adapter ? { root: d.adapter.name, parent: baseModelOf(catalog, d, principal) } : {};
       return catalog.namesOf(d).map((id): ModelObject => ({ id, object: 'model', created: d.created, owned_by: 'modelgate', ...lineage }));
@@ -40,7 +40,7 @@ function baseModelOf(catalog: ModelCatalog, adapterDeployment: Deployment, princ
   const first = adapterDeployment.targets[0];
   const pool = first && catalog.pool(first.pool);
   if (!pool) return undefined;
-  const base = catalog.deployments().find((d) => !d.adapter && d.targets.some((t) => t.pool === pool.name) && mayUse(principal, d) && catalog.namesOf(d).includes(d.model));
+  const base = catalog.deployments().find((d) => !d.adapter && d.targets.some((t) => t.pool === pool.name) && mayUse(principal, catalog.namesOf(d)) && catalog.namesOf(d).includes(d.model));
   return base?.model ?? pool.servedModelName;
 }
 

@@ -129,6 +129,10 @@ describe('mayUse', () => {
     [new Set(['default']), true],
     [new Set(['other']), false],
   ])('with models %p → %p', (models, allowed) => {
-    expect(mayUse({ name: 'k', models, priority: 'standard', weight: 1, cacheSalt: 's' }, deployment)).toBe(allowed);
+    expect(mayUse({ name: 'k', models, priority: 'standard', weight: 1, cacheSalt: 's' }, [deployment.id, deployment.model, ...deployment.aliases])).toBe(allowed);
+  });
+
+  it('counts only the names it is given (those the deployment holds), not every name the deployment claims', () => {
+    expect(mayUse({ name: 'k', models: new Set(['llama-prod']), priority: 'standard', weight: 1, cacheSalt: 's' }, ['llama', 'default'])).toBe(false);
   });
 });

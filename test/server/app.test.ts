@@ -25,7 +25,7 @@ const principals: Record<string, Principal> = {
   'sk-none': { name: 'none', models: new Set(['other']), priority: 'critical', weight: 1, cacheSalt: 'salt' },
 };
 
-function app(report: Partial<DirectorReport> = {}, limits?: AppDeps['limits']): { api: ReturnType<typeof buildApp>['api']; handed: DirectedRequest[]; logs: string[] } {
+function app(report: Partial<DirectorReport> = {}, limits?: AppDeps['limits'], models: Registry = catalog): { api: ReturnType<typeof buildApp>['api']; handed: DirectedRequest[]; logs: string[] } {
   const handed: DirectedRequest[] = [];
   const { logs, logger } = captureLogs();
   const built = buildApp({
@@ -34,7 +34,7 @@ function app(report: Partial<DirectorReport> = {}, limits?: AppDeps['limits']): 
     maxUploadBytes: 8192,
     maxJsonDepth: 8,
     keys: { authenticateOn: (key) => principals[key] },
-    catalog: () => catalog,
+    catalog: () => models,
     director: {
       direct: (_req, res, directed) => {
         handed.push(directed);
@@ -106,6 +106,39 @@ describe('the API app', () => {
     await request(api).post('/v1/chat/completions').set({ authorization: 'Bearer sk-batch', 'x-modelgate-priority': 'critical' }).send(chat).expect(200);
     expect(handed.map((d) => d.priority)).toEqual(['sheddable', 'sheddable']);
     await request(api).post('/v1/chat/completions').set({ authorization: 'Bearer sk-all', 'x-modelgate-priority': 'urgent' }).send(chat).expect(400);
+  });
+
+  it('lets a key reach a deployment only through the names that deployment holds: a name it lost to an older one gives no access to it', async () => {
+    // Kubernetes mode: the same ModelDeployment name in two namespaces; the older keeps the bare name
+    const target = { targets: [{ pool: 'p', weight: 100 }], fallbacks: [] };
+    const teamA = { id: 'llama-prod', namespace: 'team-a', model: 'llama-8b', aliases: [], created: 1, ...target };
+    const teamB = { id: 'llama-prod', namespace: 'team-b', model: 'secret-70b', aliases: ['llama-8b', 'big'], created: 2, ...target };
+    const contested = new Registry([pool], [teamA, teamB]);
+    principals['sk-llama'] = { name: 'llama', models: new Set(['llama-prod']), priority: 'standard', weight: 1, cacheSalt: 'salt' };
+    try {
+      const { api, handed } = app({}, undefined, contested);
+      const auth = { authorization: 'Bearer sk-llama' };
+      const listed = await request(api).get('/v1/models').set(auth).expect(200);
+      expect((listed.body as { data: Array<{ id: string }> }).data.map((m) => m.id)).toEqual(['llama-prod', 'llama-8b']);
+      await request(api).get('/v1/models/secret-70b').set(auth).expect(404);
+      for (const model of ['secret-70b', 'big']) {
+        const res = await request(api)
+          .post('/v1/chat/completions')
+          .set(auth)
+          .send({ ...chat, model })
+          .expect(404);
+        expect((res.body as { error: { code: string } }).error.code).toBe('model_not_found');
+      }
+      expect(handed).toHaveLength(0);
+      await request(api)
+        .post('/v1/chat/completions')
+        .set(auth)
+        .send({ ...chat, model: 'llama-prod' })
+        .expect(200);
+      expect(handed.map((d) => d.deployment.namespace)).toEqual(['team-a']);
+    } finally {
+      delete principals['sk-llama'];
+    }
   });
 
   it.each([
