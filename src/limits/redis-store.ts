@@ -14,7 +14,10 @@
  *   `${prefix}{${key}}:c:${concurrencyId}` a lease set (sorted set: lease → expiry ms). Every write
  *   sets a PEXPIRE, so idle state disappears by itself.
  * - Time: by default the scripts read Redis's clock (`TIME`), one clock for every router. `now`
- *   (tests only) passes the caller's ms to the scripts instead.
+ *   (tests only) passes the caller's ms to the scripts instead. That clock is a wall clock: a bucket
+ *   measured later than the script's now (Redis's clock stepped back, or a failover moved to a host
+ *   whose clock is behind) is taken as measured now, so it refills from then on instead of holding a
+ *   key at its limit until the clock is back where it was.
  * - Numbers: bucket levels are doubles, stored and returned as `%.17g` strings (exact; a Lua number
  *   in a reply would be truncated to an integer). Budgets are integer counters (INCRBY): tokens must
  *   be integers wherever a budget is involved.
@@ -64,7 +67,14 @@ local function num(x) return string.format('%.17g', x) end
 local function refill(key, perMinute, now)
   local b = redis.call('HMGET', key, 'level', 'at')
   if not b[1] then return perMinute end
-  return math.min(perMinute, tonumber(b[1]) + (math.max(0, now - tonumber(b[2])) * perMinute) / 60000)
+  local level, at = tonumber(b[1]), tonumber(b[2])
+  if at > now then
+    -- the clock went back (a step, a failover to a host whose clock is behind): the bucket refills from
+    -- now on at its level, rather than not at all until the clock is back at 'at'
+    redis.call('HSET', key, 'at', num(now))
+    return math.min(perMinute, level)
+  end
+  return math.min(perMinute, level + ((now - at) * perMinute) / 60000)
 end
 local function setBucket(key, level, perMinute, now)
   redis.call('HSET', key, 'level', num(level), 'at', num(now))

@@ -408,6 +408,21 @@ describe('RedisLimitStore on Redis', () => {
     expect(await ttl('test:{alice}:c:all')).toBeGreaterThan(LEASE_MS - slack);
   });
 
+  it('refills a bucket from the moment Redis’s clock went back (a step back, a failover to a host whose clock is behind), not once it is caught up', async () => {
+    let now = 10 * HOUR;
+    const store = new RedisLimitStore(client, { prefix: 'test:', now: () => now });
+    const rates = [requests(3)];
+    for (let i = 0; i < 3; i++) expect((await store.admit(request({ rates }))).ok).toBe(true);
+    now -= HOUR; // the clock steps back an hour: the bucket was measured "in the future"
+    expect((await store.admit(request({ rates }))).refused).toEqual({ reason: 'requests', id: 'requests', retryAfterMs: 20_000 });
+    now += 20_000;
+    expect((await store.admit(request({ rates }))).ok).toBe(true); // not refused for the hour until the clock is back where it was
+    expect(await client.hget('test:{alice}:r:requests', 'at')).toBe(String(now));
+    // a peek sees the same
+    now += 20_000;
+    expect((await store.peek({ key: 'alice', rates, budgets: [], concurrency: [] })).rates[0]?.remaining).toBe(1);
+  });
+
   it('counts the routers that beat within the ttl, dropping one that stopped', async () => {
     const time = new FakeTime();
     const store = new RedisLimitStore(client, { prefix: 'test:', now: () => time.now() });
