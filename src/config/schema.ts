@@ -3,6 +3,7 @@
  * the README quotes them, and unknown fields are errors (`additionalProperties: false`).
  */
 import { CAPABILITIES, ENGINES, type Capability, type Engine } from '../core/types.js';
+import { NAME_PATTERN } from '../core/schema-errors.js';
 import { routingOverridesSchema, type RoutingOverrides } from '../balancer/settings.js';
 import { type LoraAdapter, type RoutingSettings, type Slo } from '../core/types.js';
 import { defaultLimitsSchema, type LimitFields } from '../limits/settings.js';
@@ -145,7 +146,7 @@ export interface Config {
   deployments: DeploymentConfig[];
 }
 
-const name = { type: 'string', minLength: 1, maxLength: 253, pattern: '^\\S+$' } as const;
+const name = { type: 'string', minLength: 1, maxLength: 253, pattern: NAME_PATTERN } as const;
 const port = { type: 'integer', minimum: 0, maximum: 65535 } as const;
 
 /** An address to listen on: an IPv4 or IPv6 address, or a host name (what is not an address of this machine is found when the router listens). */

@@ -12,6 +12,8 @@ export interface SchemaError {
   schemaPath?: string;
   /** Present with ajv's `verbose: true`; unions use its `description` in their message. */
   parentSchema?: { description?: string };
+  /** The value that failed (ajv's `verbose: true`). */
+  data?: unknown;
 }
 
 /** `/messages/0/role` → `messages[0].role`. */
@@ -27,6 +29,9 @@ export function pointerToPath(pointer: string): string {
 function join(path: string, child: string): string {
   return path === '' ? child : `${path}.${child}`;
 }
+
+/** The pattern of the config's and the CRDs' names (pools, deployment IDs, model names, aliases): one or more characters, none of them whitespace. */
+export const NAME_PATTERN = '^\\S+$';
 
 export interface DescribedError {
   path: string;
@@ -58,6 +63,11 @@ export function describeSchemaError(err: SchemaError): DescribedError {
     case 'exclusiveMinimum':
     case 'exclusiveMaximum':
       return { path, message: `${path} must be ${String(p.comparison)} ${String(p.limit)}` };
+    case 'pattern':
+      // a name (a pool's, a deployment's ID, model name or alias): the regular expression says less than this
+      if (p.pattern === NAME_PATTERN)
+        return { path, message: `${path} must be a name without spaces, tabs or line breaks (got ${JSON.stringify(typeof err.data === 'string' ? err.data.slice(0, 80) : err.data)})` };
+      return { path, message: `${path || 'value'} ${err.message ?? 'is invalid'}` };
     default:
       return { path, message: `${path || 'value'} ${err.message ?? 'is invalid'}` };
   }

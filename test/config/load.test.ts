@@ -160,6 +160,11 @@ describe('routing settings, fallbacks and priority', () => {
     [{ ...minimal, routing: { saturation: { kvCacheUsage: 1.5 } } }, 'routing.saturation.kvCacheUsage must be <= 1'],
     [{ ...minimal, routing: { session: { header: 'bad header' } } }, 'routing.session.header must match pattern'],
     [{ ...minimal, priority: { header: 'x p' } }, 'priority.header must match pattern'],
+    [{ ...minimal, pools, deployments: [{ id: 'llama 8b', model: 'm', targets: [{ pool: 'p' }] }] }, 'deployments[0].id must be a name without spaces, tabs or line breaks (got "llama 8b")'],
+    [
+      { ...minimal, pools, deployments: [{ id: 'a', model: 'm', aliases: ['default\n'], targets: [{ pool: 'p' }] }] },
+      'deployments[0].aliases[0] must be a name without spaces, tabs or line breaks (got "default\\n")',
+    ],
     [{ ...minimal, pools, deployments: [{ id: 'a', model: 'm', targets: [{ pool: 'p' }], fallbacks: ['zz'] }] }, 'deployments[0].fallbacks[0]: deployment "zz" is not defined'],
     [{ ...minimal, pools, deployments: [{ id: 'a', model: 'm', targets: [{ pool: 'p' }], fallbacks: ['a'] }] }, 'deployments[0].fallbacks[0]: a deployment cannot be its own fallback'],
   ])('rejects %j: %s', (data, message) => {
