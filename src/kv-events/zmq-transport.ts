@@ -23,7 +23,7 @@ const MAX_REPLAY_MESSAGES = 10_000;
 const MAX_REPLAY_BYTES = 64 * 1024 * 1024;
 
 /** The frames a replay socket answers `from` with, up to its end marker (or the timeout, or the bound). */
-async function replayFrom(endpoint: string, from: bigint): Promise<Array<readonly [bigint, Uint8Array]>> {
+export async function replayFrom(endpoint: string, from: bigint): Promise<Array<readonly [bigint, Uint8Array]>> {
   const socket = new Dealer({ receiveTimeout: REPLAY_TIMEOUT_MS, linger: 0, maxMessageSize: MAX_MESSAGE_BYTES });
   const out: Array<readonly [bigint, Uint8Array]> = [];
   const until = Date.now() + REPLAY_TIMEOUT_MS;
@@ -33,7 +33,14 @@ async function replayFrom(endpoint: string, from: bigint): Promise<Array<readonl
     let bytes = 0;
     while (out.length < MAX_REPLAY_MESSAGES && bytes < MAX_REPLAY_BYTES && Date.now() < until) {
       socket.receiveTimeout = Math.max(1, until - Date.now()); // the whole replay's time, not each message's
-      const frames = await socket.receive();
+      let frames: Buffer[];
+      try {
+        frames = await socket.receive();
+      } catch (err) {
+        // the time ran out between two messages: what came is kept (thrown, it was all lost and the gap stayed whole)
+        if ((err as { code?: unknown }).code === 'EAGAIN') break;
+        throw err;
+      }
       const [seqBytes, payload] = frames.length >= 3 ? frames.slice(1) : frames;
       if (!seqBytes || !payload) break;
       const seq = readSeq(seqBytes);
