@@ -22,17 +22,22 @@ const REPLAY_TIMEOUT_MS = 2_000;
 const MAX_REPLAY_MESSAGES = 10_000;
 const MAX_REPLAY_BYTES = 64 * 1024 * 1024;
 
-/** The frames a replay socket answers `from` with, up to its end marker (or the timeout, or the bound). */
+/**
+ * The frames a replay socket answers `from` with, up to its end marker (or the timeout, or the bound).
+ * Timed on the monotonic clock: on the wall clock, a step back during a replay (NTP) stretched the
+ * wait for a silent replay socket by the step, and the feed, which holds live batches behind its
+ * replay, counted its replica unknown for that long.
+ */
 export async function replayFrom(endpoint: string, from: bigint): Promise<Array<readonly [bigint, Uint8Array]>> {
   const socket = new Dealer({ receiveTimeout: REPLAY_TIMEOUT_MS, linger: 0, maxMessageSize: MAX_MESSAGE_BYTES });
   const out: Array<readonly [bigint, Uint8Array]> = [];
-  const until = Date.now() + REPLAY_TIMEOUT_MS;
+  const until = performance.now() + REPLAY_TIMEOUT_MS;
   try {
     socket.connect(endpoint);
     await socket.send([Buffer.alloc(0), seqFrame(from)]);
     let bytes = 0;
-    while (out.length < MAX_REPLAY_MESSAGES && bytes < MAX_REPLAY_BYTES && Date.now() < until) {
-      socket.receiveTimeout = Math.max(1, until - Date.now()); // the whole replay's time, not each message's
+    while (out.length < MAX_REPLAY_MESSAGES && bytes < MAX_REPLAY_BYTES && performance.now() < until) {
+      socket.receiveTimeout = Math.max(1, Math.ceil(until - performance.now())); // the whole replay's time, not each message's
       let frames: Buffer[];
       try {
         frames = await socket.receive();
