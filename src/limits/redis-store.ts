@@ -25,20 +25,20 @@
  *   states; which check is named in the refusal is then chosen here, exactly as LocalLimitStore does,
  *   with the same {@link waitForOne} and {@link rateState}.
  *
- * Differences from LocalLimitStore, both outside what callers do: a budget counter outlives its period
- * by {@link TTL_MARGIN_MS}.budget (a router whose clock lags still names the old period and must see
- * its count, not a fresh one), and `renew` extends only leases that have not expired yet.
+ * A budget counter outlives its period by {@link TTL_MARGIN_MS}.budget (a router whose clock lags, or
+ * stepped back, still names the old period and must see its count, not a fresh one), as LocalLimitStore
+ * keeps it. `renew` extends only leases that have not expired yet.
  */
 import { Redis, type Result } from 'ioredis';
 import { withTimeout } from './timeout.js';
-import { rateState, refusalOf, type AdmitRequest, type Checks, type ConcurrencySpec, type LimitStore, type BudgetSpec, type Settlement, type Verdict } from './store.js';
+import { ENDED_PERIOD_KEPT_MS, rateState, refusalOf, type AdmitRequest, type Checks, type ConcurrencySpec, type LimitStore, type BudgetSpec, type Settlement, type Verdict } from './store.js';
 
 /** How long idle state outlives the moment it stops mattering (ms). */
 export const TTL_MARGIN_MS = {
   /** A bucket after it would be full again: absent means full, so any margin is safe; a minute keeps a busy key's hash from churning. */
   bucket: 60_000,
-  /** A budget counter after its period's end: routers' clocks differ, and a late one still names the ended period. */
-  budget: 3_600_000,
+  /** A budget counter after its period's end: routers' clocks differ, and a late one still names the ended period (as LocalLimitStore keeps it). */
+  budget: ENDED_PERIOD_KEPT_MS,
 } as const;
 
 /** ioredis command names of the scripts (one set per client; `defineCommand` of the same script again is harmless). */

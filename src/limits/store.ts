@@ -129,6 +129,13 @@ export const CONCURRENCY_RETRY_MS = 1000;
 
 const MINUTE_MS = 60_000;
 
+/**
+ * How long a budget's count is kept after its period ended (ms). A period is named from the wall
+ * clock (a UTC day or month), and a wall clock may step back (NTP) or lag another router's: one that
+ * names the ended period again must find its count, not a fresh budget.
+ */
+export const ENDED_PERIOD_KEPT_MS = 3_600_000;
+
 export interface Bucket {
   level: number;
   /** The store's ms clock when `level` was measured. */
@@ -246,7 +253,7 @@ export class LocalLimitStore implements LimitStore {
 
   private budgetUsed(key: string, spec: BudgetSpec, now: number): number {
     const entry = this.budgets.get(`${key}\0${spec.period}`);
-    return entry && entry.expires > now ? entry.used : 0;
+    return entry && entry.expires + ENDED_PERIOD_KEPT_MS > now ? entry.used : 0;
   }
 
   /** The unexpired leases of one concurrency check. */
@@ -260,7 +267,7 @@ export class LocalLimitStore implements LimitStore {
   /** Forgets full buckets, ended periods and empty lease sets (memory stays bounded by active keys). */
   private sweep(now: number): void {
     for (const [id, bucket] of this.buckets) if (now - bucket.at > MINUTE_MS && bucket.level >= 0) this.buckets.delete(id);
-    for (const [id, budget] of this.budgets) if (budget.expires <= now) this.budgets.delete(id);
+    for (const [id, budget] of this.budgets) if (budget.expires + ENDED_PERIOD_KEPT_MS <= now) this.budgets.delete(id);
     for (const [id, leases] of this.leases) {
       for (const [lease, expires] of leases) if (expires <= now) leases.delete(lease);
       if (leases.size === 0) this.leases.delete(id);

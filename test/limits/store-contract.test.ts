@@ -207,6 +207,14 @@ describe.each([local, redis])('$name', (subject) => {
       expect((await store.admit(request({ budgets: [day(100, '2026-11-26'), month(1_000)], tokens: 1 }))).refused).toEqual({ reason: 'budget', id: 'month', retryAfterMs: 200 * HOUR });
       expect((await store.admit(request({ budgets: [day(100, '2026-12-01'), month(1_000, '2026-12')], tokens: 1 }))).ok).toBe(true);
     });
+
+    it('keeps an ended period’s count for an hour: a wall clock that steps back across midnight names that period again and finds it spent', async () => {
+      expect((await store.admit(request({ budgets: [day(100, '2026-11-24', 1_000)], tokens: 100 }))).ok).toBe(true);
+      await time.advance(10_000); // the next day, 9 s in
+      expect((await store.admit(request({ budgets: [day(100, '2026-11-25', 24 * HOUR - 9_000)], tokens: 100 }))).ok).toBe(true);
+      // NTP steps the clock back 30 s: the router names 2026-11-24 again, 21 s before its end
+      expect((await store.admit(request({ budgets: [day(100, '2026-11-24', 21_000)], tokens: 1 }))).refused).toEqual({ reason: 'budget', id: 'day', retryAfterMs: 21_000 });
+    });
   });
 
   describe('concurrency leases', () => {
