@@ -139,21 +139,21 @@ export async function drain(
   hooks: { refuseWaiting?: () => number; endStreams?: () => number; beforeCut?: () => void; hurried?: AbortSignal } = {},
 ): Promise<{ cut: number; refused: number; ended: number }> {
   const closed = closeServer(server);
-  const deadline = Date.now() + gracePeriodMs;
-  while (active() > 0 && Date.now() < deadline && hooks.hurried?.aborted !== true) await systemSleep(20);
+  const deadline = performance.now() + gracePeriodMs;
+  while (active() > 0 && performance.now() < deadline && hooks.hurried?.aborted !== true) await systemSleep(20);
   const open = active();
   const refused = open > 0 ? (hooks.refuseWaiting?.() ?? 0) : 0;
   const ended = open > 0 ? (hooks.endStreams?.() ?? 0) : 0;
   // those answers are written now (an error answer, a stream's last event: a moment): each is counted out when written
-  const answered = Date.now() + CUT_SETTLE_MS;
-  while (refused + ended > 0 && active() > open - refused - ended && Date.now() < answered) await systemSleep(5);
+  const answered = performance.now() + CUT_SETTLE_MS;
+  while (refused + ended > 0 && active() > open - refused - ended && performance.now() < answered) await systemSleep(5);
   const cut = active();
   if (cut > 0) hooks.beforeCut?.();
   server.closeAllConnections();
   // the requests just cut end now: each is counted out once its exchange has settled and its
   // access-log line is written (a moment), before the caller flushes the log and exits
-  const written = Date.now() + CUT_SETTLE_MS;
-  while (active() > 0 && Date.now() < written) await systemSleep(20);
+  const written = performance.now() + CUT_SETTLE_MS;
+  while (active() > 0 && performance.now() < written) await systemSleep(20);
   await closed;
   return { cut, refused, ended };
 }
