@@ -24,7 +24,7 @@ import { DEFAULT_FORWARDED_HEADERS } from './proxy/headers.js';
 import { Limiter } from './limits/limiter.js';
 import { sharedLimits } from './wiring/limits.js';
 import { createEngineAgent } from './proxy/engine-agent.js';
-import { Forwarder } from './proxy/forwarder.js';
+import { Forwarder, SHUTTING_DOWN } from './proxy/forwarder.js';
 import { AdmissionQueues, shuttingDownError } from './resilience/admission.js';
 import { BreakerRegistry } from './resilience/breaker.js';
 import { HealthChecker } from './resilience/health-checker.js';
@@ -45,7 +45,6 @@ import { sloResult } from './metrics/goodput.js';
 import { discoveryGauges } from './wiring/gauges.js';
 import { ListedEndpoints } from './wiring/listed-endpoints.js';
 import { HeldEvents, heldEventsLimit } from './proxy/held-events.js';
-import { OpenExchanges } from './proxy/open-exchanges.js';
 
 export interface RouterOptions {
   logger?: Logger;
@@ -82,10 +81,11 @@ export interface Router {
    */
   refuseWaiting(): number;
   /**
-   * The grace period is over: every event stream still being relayed ends now with its error event
-   * (`router_shutting_down`), and the engine's request is cancelled. Returns how many.
+   * The grace period is over: every engine request still in flight is ended (SHUTTING_DOWN): a stream
+   * ends with its error event (`router_shutting_down`), a request whose engine has not answered yet is
+   * answered 503 `router_shutting_down`, a non-streamed body under way is cut.
    */
-  endStreams(): number;
+  endInFlight(): void;
   /** The connections still open are about to be cut: their requests are logged `failure: "shutdown_cut"`, not `client_gone`. */
   cutting(): void;
   /** A request the API server's HTTP parser refused, as it answered it (the access log's line, the count). */
@@ -165,7 +165,6 @@ export async function createRouter(config: Config, options: RouterOptions = {}):
   });
   await keys.load();
   const agent = createEngineAgent();
-  const openExchanges = new OpenExchanges();
   // A transition a request's outcome triggered is logged on that request's child logger (its id bound).
   const breakerLog = logger.child({ component: 'breaker' });
   const breakers = new BreakerRegistry(
@@ -325,7 +324,7 @@ export async function createRouter(config: Config, options: RouterOptions = {}):
   discovery.observeDemand((pool) => ({ waiting: admission.depth(pool), held: picker.heldRequests(pool) }));
   metrics.observeDemand(() => poolDemand(discovery, { inFlight, admission, picker, engine: engineMetrics, turnedAway }), config.discovery.mode === 'kubernetes');
   const exchange = new ExchangeRunner({
-    forwarder: new Forwarder(agent, clock, systemScheduler, new HeldEvents(heldEventsLimit(getHeapStatistics().heap_size_limit, process.constrainedMemory())), openExchanges),
+    forwarder: new Forwarder(agent, clock, systemScheduler, new HeldEvents(heldEventsLimit(getHeapStatistics().heap_size_limit, process.constrainedMemory()))),
     picker,
     clock,
     sleep: systemSleep,
@@ -439,7 +438,7 @@ export async function createRouter(config: Config, options: RouterOptions = {}):
     },
     activeRequests: () => app.activeRequests(),
     refuseWaiting: () => admission.closeAll(shuttingDownError),
-    endStreams: () => openExchanges.endAll(),
+    endInFlight: () => agent.endAll(SHUTTING_DOWN),
     cutting: () => app.cutting(),
     refused: (request) => app.refused(request),
     async close() {
@@ -494,11 +493,11 @@ export async function startRouter(config: Config, options: RouterOptions = {}): 
         const { cut, refused, ended } = await drain(apiServer, () => router.activeRequests(), gracePeriodMs, {
           hurried: hurried.signal,
           refuseWaiting: () => router.refuseWaiting(),
-          endStreams: () => router.endStreams(),
+          endInFlight: () => router.endInFlight(),
           beforeCut: () => router.cutting(),
         });
         if (refused > 0) router.logger.warn({ refused }, 'grace period over: the requests still waiting for a replica were answered 503');
-        if (ended > 0) router.logger.warn({ ended }, 'grace period over: the streams still open were ended with their error event');
+        if (ended > 0) router.logger.warn({ ended }, 'grace period over: the requests still at an engine were ended (streams with their error event, the others 503)');
         if (cut > 0) router.logger.warn({ cut }, 'grace period over: the requests still open were cut');
         await router.close();
         await closeServer(adminServer);

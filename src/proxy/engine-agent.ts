@@ -64,6 +64,11 @@ const AgentClass = loadAgent();
 export interface EngineAgent {
   dispatch(options: Dispatcher.DispatchOptions, handler: Dispatcher.DispatchHandler, connectMs: number): void;
   destroy(): Promise<void>;
+  /**
+   * Ends every request in flight with `reason` (undici's `destroy(error)`: each handler hears it in
+   * `onResponseError`) and drops the connections; a later dispatch starts on a new agent.
+   */
+  endAll(reason: Error): void;
 }
 
 /**
@@ -98,6 +103,11 @@ export function createEngineAgent(): EngineAgent {
       const all = [...agents.values()];
       agents.clear();
       await Promise.all(all.map((agent) => agent.destroy()));
+    },
+    endAll(reason) {
+      const all = [...agents.values()];
+      agents.clear();
+      for (const agent of all) void agent.destroy(reason).catch(() => undefined);
     },
   };
 }

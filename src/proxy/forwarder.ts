@@ -26,7 +26,6 @@ import { retryHeaders } from './headers.js';
 import { type EngineAgent } from './engine-agent.js';
 import { relayResponse, type AttemptControl, type BodySink, type EngineResponse } from './relay.js';
 import { type HeldEvents } from './held-events.js';
-import { type OpenExchanges } from './open-exchanges.js';
 import { type SseEvent, type SseSegment } from './sse-tap.js';
 import { MAX_ERROR_BODY_BYTES, normaliseUpstreamError, type NormalisedError, type StreamError } from './upstream-errors.js';
 
@@ -113,6 +112,15 @@ export type AttemptResult =
 /** Headers a response has before its engine answered. */
 const NO_HEADERS: IncomingHttpHeaders = {};
 
+/**
+ * What the shutdown ends every engine request still in flight with, when its grace period is over
+ * (`EngineAgent.endAll`, undici's documented `destroy(error)`): each attempt hears it in its handler's
+ * `onResponseError` and ends with an answer. Nothing per request is registered for it: a router-wide
+ * set of the attempts in flight held them from the old generation and doubled the young-generation
+ * collections' time (+19 µs of CPU a request in an A/B run).
+ */
+export const SHUTTING_DOWN = new Error('the router is shutting down');
+
 /** The reason an attempt gives undici when it cancels the engine's request. */
 const CANCELLED = new Error('the router cancelled the engine request');
 
@@ -162,7 +170,6 @@ class Attempt implements AttemptControl, Dispatcher.DispatchHandler, EngineRespo
     private readonly res: ServerResponse,
     private readonly onClientClose: () => void,
     private readonly heldEvents: HeldEvents | undefined,
-    private readonly openExchanges: OpenExchanges | undefined,
   ) {
     this.firstByteDue = Math.min(clock.now() + spec.timeouts.firstByteMs, spec.deadline);
   }
@@ -181,7 +188,6 @@ class Attempt implements AttemptControl, Dispatcher.DispatchHandler, EngineRespo
   settle(result: AttemptResult): void {
     if (this.settled) return;
     this.settled = true;
-    this.openExchanges?.delete(this.endForShutdown); // a stream the relay goes on with is its own entry
     this.disarm();
     this.res.off('close', this.onClientClose);
     this.resolve(result);
@@ -212,11 +218,6 @@ class Attempt implements AttemptControl, Dispatcher.DispatchHandler, EngineRespo
       return;
     }
     this.arm(this.firstByteDue - this.clock.now(), this.firstByteTimeout);
-  };
-
-  /** The router's grace period is over and the engine has not answered: the request is answered 503 (not retried), the engine's request cancelled. */
-  readonly endForShutdown = (): void => {
-    this.fail({ kind: 'failed', reason: 'shutdown', detail: 'the router is shutting down' });
   };
 
   private readonly firstByteTimeout = (): void => {
@@ -276,7 +277,7 @@ class Attempt implements AttemptControl, Dispatcher.DispatchHandler, EngineRespo
       this.errorBody = { status, chunks: [], size: 0 };
       this.arm(Math.min(this.spec.timeouts.idleMs, this.spec.deadline - this.clock.now()), () => this.fail({ kind: 'failed', reason: 'reset', detail: 'error body stalled' }));
     } else {
-      this.sink = relayResponse(this.spec, this, this.res, status, this, this.clock, this.heldEvents, this.openExchanges);
+      this.sink = relayResponse(this.spec, this, this.res, status, this, this.clock, this.heldEvents);
     }
   }
 
@@ -306,6 +307,13 @@ class Attempt implements AttemptControl, Dispatcher.DispatchHandler, EngineRespo
   onResponseError(_controller: Dispatcher.DispatchController, err: Error): void {
     if (this.over) return; // cancelled by the router, which has dealt with the attempt already
     this.over = true;
+    if (err === SHUTTING_DOWN) {
+      // the router's grace period is over (EngineAgent.endAll): an answer under way ends as the router ends
+      // one (a stream with its error event), one not begun is answered 503; neither is the engine's doing
+      if (this.sink !== undefined) this.sink.shutdown();
+      else if (!this.settled) this.settle({ kind: 'failed', reason: 'shutdown', detail: 'the router is shutting down' });
+      return;
+    }
     if (this.sink !== undefined) this.sink.broken();
     else if (this.errorBody !== undefined) this.settle({ kind: 'failed', reason: 'reset', detail: 'the connection closed while the error body was read' });
     else if (!this.settled) this.settle({ kind: 'failed', ...failureOf(err) });
@@ -377,8 +385,6 @@ export class Forwarder {
     private readonly scheduler: Scheduler = systemScheduler,
     /** What every stream holds of unfinished events, router-wide (relay.ts); none: each stream's own bound only. */
     private readonly heldEvents?: HeldEvents,
-    /** The event streams being relayed, which the shutdown ends with their error event (none: a shutdown cuts them). */
-    private readonly openExchanges?: OpenExchanges,
   ) {}
 
   /** Runs one attempt. The request headers must already be prepared for the upstream. */
@@ -386,8 +392,7 @@ export class Forwarder {
     if (res.destroyed || res.writableEnded) return Promise.resolve({ kind: 'client_gone' });
     return new Promise<AttemptResult>((resolve) => {
       const onClose = (): void => attempt.fail({ kind: 'client_gone' });
-      const attempt = new Attempt(spec, resolve, this.scheduler, this.clock, res, onClose, this.heldEvents, this.openExchanges);
-      this.openExchanges?.add(attempt.endForShutdown);
+      const attempt = new Attempt(spec, resolve, this.scheduler, this.clock, res, onClose, this.heldEvents);
       res.once('close', onClose);
       attempt.armStart();
       this.send(attempt);

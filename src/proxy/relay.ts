@@ -27,7 +27,6 @@ import type { IncomingHttpHeaders, ServerResponse } from 'node:http';
 import { RouterError, streamErrorEvent } from '../core/errors.js';
 import { type Clock } from '../core/clock.js';
 import { type HeldEvents } from './held-events.js';
-import { type OpenExchanges } from './open-exchanges.js';
 import { passed } from '../core/phases.js';
 import { type WireDialect } from '../core/types.js';
 import { clientResponseHeaders } from './headers.js';
@@ -61,6 +60,8 @@ export interface BodySink {
   end(): void;
   /** The body stopped before its end: the connection broke. */
   broken(): void;
+  /** The router's shutdown grace period is over: the engine's request was ended (SHUTTING_DOWN). */
+  shutdown(): void;
 }
 
 export type BrokenEnd = Exclude<StreamEnd, 'complete' | 'client_gone' | 'client_stalled' | 'shutdown'>;
@@ -171,21 +172,8 @@ const COMPRESSIONS: ReadonlySet<string> = new Set(['gzip', 'x-gzip', 'deflate', 
 const shutdownStreamError = (): RouterError =>
   new RouterError('ROUTER_SHUTTING_DOWN', 'This router is shutting down and ended the stream before it finished; retry the request (another router will take it).');
 
-/**
- * `heldEvents`: what every stream holds of unfinished events, router-wide (none: only this stream's
- * {@link MAX_EVENT_CHARS} bounds it). `openExchanges`: the event streams being relayed, router-wide, which
- * the shutdown ends (none: a shutdown cuts them).
- */
-export function relayResponse(
-  spec: AttemptSpec,
-  proxyRes: EngineResponse,
-  res: ServerResponse,
-  status: number,
-  control: AttemptControl,
-  clock: Clock,
-  heldEvents?: HeldEvents,
-  openExchanges?: OpenExchanges,
-): BodySink {
+/** `heldEvents`: what every stream holds of unfinished events, router-wide (none: only this stream's {@link MAX_EVENT_CHARS} bounds it). */
+export function relayResponse(spec: AttemptSpec, proxyRes: EngineResponse, res: ServerResponse, status: number, control: AttemptControl, clock: Clock, heldEvents?: HeldEvents): BodySink {
   const encoding = proxyRes.headers['content-encoding'];
   if (encoding !== undefined && encoded(encoding)) {
     // an answer the router cannot read: a failed attempt (retried elsewhere, counted against the replica), never the client's
@@ -233,7 +221,6 @@ export function relayResponse(
       ended = true;
       if (heldShare > 0) heldEvents?.move(heldShare, 0);
       heldShare = 0;
-      if (tap) openExchanges?.delete(endForShutdown);
       control.disarm();
       const done: StreamDone = { end, bytes };
       if (engineError) done.engineError = engineError;
@@ -309,21 +296,8 @@ export function relayResponse(
     }
     finish(end);
   };
-  /**
-   * The router's grace period is over and the stream is still open: it ends now as the router ends a
-   * stream it cannot finish (whole events only were written: the client is on a boundary), and the
-   * engine's request is cancelled. An answer already whole is left to end (its last bytes may wait for
-   * `answered`); the connection's cut that follows ends it if it has not.
-   */
-  const endForShutdown = (): void => {
-    if (ended || wasAnswered) return;
-    if (!res.writableEnded && !res.destroyed) res.end((spec.errorEvent ?? streamErrorEvent)(shutdownStreamError()));
-    finish('shutdown');
-    proxyRes.destroy();
-  };
   const commit = (): void => {
     committed = true;
-    if (tap) openExchanges?.add(endForShutdown);
     if (!spec.continues) {
       const headers = clientResponseHeaders(proxyRes.headers, spec.requestId);
       // a stream is framed by the router; a 204 has no body, whatever length the engine claims for it (304 never gets here: a 3xx is no answer)
@@ -603,11 +577,33 @@ export function relayResponse(
       end(); // its last event came: the answer is whole
     else endBroken('upstream_broken');
   };
+  /**
+   * The router's grace period is over (its engine request ended with SHUTTING_DOWN): an answer whole by
+   * now ends as it is; a stream still open ends as the router ends a stream it cannot finish (whole
+   * events only were written: the client is on a boundary), with its error event; a body that is not a
+   * stream is cut (it must not look complete). Nothing of it is the engine's doing.
+   */
+  const shutdown = (): void => {
+    if (holding) {
+      void holding.then(shutdown);
+      return;
+    }
+    if (!committed) control.settle({ kind: 'failed', reason: 'shutdown', detail: 'the router is shutting down' });
+    else if (ended) return;
+    else if (wasAnswered || (tap && endOfStream && sawEnd && !spec.resumable?.cut())) end();
+    else {
+      if (!res.writableEnded && !res.destroyed) {
+        if (tap) res.end((spec.errorEvent ?? streamErrorEvent)(shutdownStreamError()));
+        else res.destroy();
+      }
+      finish('shutdown');
+    }
+  };
   const tooLong = (): void => {
     endBroken('upstream_broken');
     proxyRes.destroy();
   };
-  return { data, end, broken };
+  return { data, end, broken, shutdown };
 }
 
 /** A block slot not in use (what a slot is emptied to: the arrays keep their storage and kind). */
@@ -674,4 +670,4 @@ export class ChunkBlocks {
 }
 
 /** The sink of an answer the relay turned down: its body is not wanted. */
-const IGNORED: BodySink = { data: () => undefined, end: () => undefined, broken: () => undefined };
+const IGNORED: BodySink = { data: () => undefined, end: () => undefined, broken: () => undefined, shutdown: () => undefined };

@@ -123,30 +123,31 @@ const CUT_SETTLE_MS = 2_000;
 
 /**
  * Stops taking connections (idle keep-alive ones close now), gives the requests still open up to
- * `gracePeriodMs` to finish, then ends those it can end with an answer and waits for them: `refuseWaiting`
- * answers the requests still waiting for a replica (503, rather than a connection cut with no answer: a
- * client retries a 503, not always a reset), `endStreams` ends the engine exchanges still open with an
- * answer (one still waiting for its engine's first byte a 503, a stream its error event: an SDK then
- * reports why, instead of a network error or an answer that merely stops). Then it cuts what is left
- * (`beforeCut` hears it first) and waits for their access-log lines. Once `hurried` aborts, the grace
- * period is over at once. Resolves with how many requests were answered 503 in the queues, how many
- * exchanges were ended and how many requests were cut.
+ * `gracePeriodMs` to finish, then ends those it can end with an answer and waits for them (at most
+ * {@link CUT_SETTLE_MS}): `refuseWaiting` answers the requests still waiting for a replica (503, rather
+ * than a connection cut with no answer: a client retries a 503, not always a reset), `endInFlight` ends
+ * the requests still at an engine (one whose engine has not answered a 503, a stream its error event:
+ * an SDK then reports why, instead of a network error or an answer that merely stops). Then it cuts
+ * what is left (`beforeCut` hears it first) and waits for their access-log lines. Once `hurried`
+ * aborts, the grace period is over at once. Resolves with how many requests were answered 503 in the
+ * queues, how many others ended so, and how many were cut.
  */
 export async function drain(
   server: Server,
   active: () => number,
   gracePeriodMs: number,
-  hooks: { refuseWaiting?: () => number; endStreams?: () => number; beforeCut?: () => void; hurried?: AbortSignal } = {},
+  hooks: { refuseWaiting?: () => number; endInFlight?: () => void; beforeCut?: () => void; hurried?: AbortSignal } = {},
 ): Promise<{ cut: number; refused: number; ended: number }> {
   const closed = closeServer(server);
   const deadline = performance.now() + gracePeriodMs;
   while (active() > 0 && performance.now() < deadline && hooks.hurried?.aborted !== true) await systemSleep(20);
   const open = active();
   const refused = open > 0 ? (hooks.refuseWaiting?.() ?? 0) : 0;
-  const ended = open > 0 ? (hooks.endStreams?.() ?? 0) : 0;
+  if (open > 0) hooks.endInFlight?.();
   // those answers are written now (an error answer, a stream's last event: a moment): each is counted out when written
   const answered = performance.now() + CUT_SETTLE_MS;
-  while (refused + ended > 0 && active() > open - refused - ended && performance.now() < answered) await systemSleep(5);
+  while (open > 0 && active() > 0 && performance.now() < answered) await systemSleep(5);
+  const ended = Math.max(0, open - refused - active());
   const cut = active();
   if (cut > 0) hooks.beforeCut?.();
   server.closeAllConnections();

@@ -12,8 +12,7 @@ import { runInNewContext } from 'node:vm';
 import { Worker } from 'node:worker_threads';
 import { type Endpoint } from '../../src/core/types.js';
 import { createEngineAgent, type EngineAgent } from '../../src/proxy/engine-agent.js';
-import { Forwarder, type AttemptResult, type AttemptSpec } from '../../src/proxy/forwarder.js';
-import { OpenExchanges } from '../../src/proxy/open-exchanges.js';
+import { Forwarder, SHUTTING_DOWN, type AttemptResult, type AttemptSpec } from '../../src/proxy/forwarder.js';
 import { type SseSegment } from '../../src/proxy/sse-tap.js';
 import type { Dispatcher } from 'undici';
 import { FakeTime } from '../helpers/fake-time.js';
@@ -84,12 +83,10 @@ async function oneAttempt(
   spec: Partial<AttemptSpec> = {},
   /** Sees the client's response before the attempt starts. */
   onResponse?: (res: ServerResponse) => void,
-  /** What the shutdown ends (none: nothing registers). */
-  open?: OpenExchanges,
 ): Promise<{ url: string; results: AttemptResult[]; agent: EngineAgent; specs: Array<WeakRef<AttemptSpec>> }> {
   const agent = createEngineAgent();
   closers.push(() => agent.destroy());
-  const forwarder = new Forwarder(agent, time, time, undefined, open);
+  const forwarder = new Forwarder(agent, time, time);
   const results: AttemptResult[] = [];
   const specs: Array<WeakRef<AttemptSpec>> = [];
   const endpoint: Endpoint = { id: 'e1', pool: 'p', url: new URL(upstream), weight: 1 };
@@ -216,6 +213,7 @@ describe('Forwarder.attempt', () => {
         return true;
       },
       destroy: () => Promise.resolve(),
+      endAll: () => undefined,
     };
     const time = new FakeTime();
     const forwarder = new Forwarder(fake, time, time);
@@ -600,10 +598,10 @@ describe('Forwarder.attempt', () => {
 
 // The shutdown's grace period ended with attempts waiting for their engine and streams under way: their
 // connections were cut with nothing said (an SDK saw a network error, or a stream that merely stopped).
-describe('Forwarder.attempt: what the shutdown ends (OpenExchanges)', () => {
-  it('an attempt still waiting for its engine fails as `shutdown` (the request is answered, not retried) and its engine request is cancelled', async () => {
+// The shutdown ends every engine request in flight with SHUTTING_DOWN (EngineAgent.endAll).
+describe('Forwarder.attempt: the engine requests the shutdown ends (SHUTTING_DOWN)', () => {
+  it('an attempt still waiting for its engine fails as `shutdown` (the request is answered, not retried) and its engine request is dropped', async () => {
     const time = new FakeTime();
-    const open = new OpenExchanges();
     let engineClosed = false;
     let reached = false;
     const upstream = await listen((req) => {
@@ -611,20 +609,17 @@ describe('Forwarder.attempt: what the shutdown ends (OpenExchanges)', () => {
       req.resume();
       req.socket.once('close', () => (engineClosed = true)); // never answered
     });
-    const { url, results } = await oneAttempt(upstream, time, {}, undefined, open);
+    const { url, results, agent } = await oneAttempt(upstream, time);
     const response = rawRequest(`${url}/anything`, { body: '{}' });
     await waitFor(() => reached, 'the request to reach the engine');
-    expect(open.size).toBe(1);
-    expect(open.endAll()).toBe(1);
+    agent.endAll(SHUTTING_DOWN);
     expect((await response).body).toBe('failed'); // the test router's own answer for a failed attempt
     expect(results[0]).toMatchObject({ kind: 'failed', reason: 'shutdown' });
-    await waitFor(() => engineClosed, 'the engine request to be cancelled');
-    expect(open.size).toBe(0);
+    await waitFor(() => engineClosed, 'the engine connection to be dropped');
   });
 
-  it('a stream under way ends with the router’s error event and [DONE], on an event boundary; its engine request is cancelled', async () => {
+  it('a stream under way ends with the router’s error event and [DONE], on an event boundary, as `shutdown`', async () => {
     const time = new FakeTime();
-    const open = new OpenExchanges();
     let engineClosed = false;
     const upstream = await listen((req, res) => {
       req.resume();
@@ -632,12 +627,11 @@ describe('Forwarder.attempt: what the shutdown ends (OpenExchanges)', () => {
       res.write('data: {"choices":[{"index":0,"delta":{"content":"a"}}]}\n\ndata: {"choices":[{"index":0,"delta":{"cont'); // an event and half of the next
       res.once('close', () => (engineClosed = true));
     });
-    const { url, results } = await oneAttempt(upstream, time, { endOfStream: (e) => e.data === '[DONE]' }, undefined, open);
+    const { url, results, agent } = await oneAttempt(upstream, time, { endOfStream: (e) => e.data === '[DONE]' });
     let firstEvent = false;
     const response = rawRequest(`${url}/anything`, { body: '{}', onChunk: () => void (firstEvent = true) });
     await waitFor(() => firstEvent, 'the first event to reach the client');
-    expect(open.size).toBe(1); // the stream's entry (the attempt's own went when it committed)
-    expect(open.endAll()).toBe(1);
+    agent.endAll(SHUTTING_DOWN);
     const answer = await response;
     expect(answer.error).toBeUndefined();
     expect(sseData(answer.body)).toEqual([
@@ -654,37 +648,42 @@ describe('Forwarder.attempt: what the shutdown ends (OpenExchanges)', () => {
     ]);
     const done = results[0]?.kind === 'committed' ? await results[0].done : undefined;
     expect(done?.end).toBe('shutdown');
-    await waitFor(() => engineClosed, 'the engine request to be cancelled');
-    expect(open.size).toBe(0);
+    await waitFor(() => engineClosed, 'the engine connection to be dropped');
   });
 
-  it('an exchange that ends on its own leaves nothing behind: a stream, and a non-streamed answer (which has no entry once answering)', async () => {
+  it('a non-streamed body under way is cut (it must not look complete) as `shutdown`, not as the engine breaking it', async () => {
     const time = new FakeTime();
-    const open = new OpenExchanges();
-    let streamed = true;
-    let finishBody: (() => void) | undefined;
     const upstream = await listen((req, res) => {
       req.resume();
-      if (streamed) {
-        res.writeHead(200, { 'content-type': 'text/event-stream' });
-        res.end('data: {"choices":[]}\n\ndata: [DONE]\n\n');
-        return;
-      }
       res.writeHead(200, { 'content-type': 'application/json' });
-      res.write('{"id":'); // under way: the shutdown does not end it (only its cut does)
-      finishBody = () => res.end('"x"}');
+      res.write('{"id":'); // and no more
     });
-    const { url, results } = await oneAttempt(upstream, time, { endOfStream: (e) => e.data === '[DONE]' }, undefined, open);
-    expect(sseData((await rawRequest(`${url}/anything`, { body: '{}' })).body).at(-1)).toBe('[DONE]');
-    expect(open.size).toBe(0);
-    streamed = false;
+    const { url, results, agent } = await oneAttempt(upstream, time);
     let begun = false;
-    const whole = rawRequest(`${url}/anything`, { body: '{}', onChunk: () => void (begun = true) });
+    const response = rawRequest(`${url}/anything`, { body: '{}', onChunk: () => void (begun = true) });
     await waitFor(() => begun, 'the answer to begin');
-    expect(open.size).toBe(0);
-    finishBody?.();
-    expect((await whole).body).toBe('{"id":"x"}');
-    for (const result of results) expect(result.kind === 'committed' ? (await result.done).end : result.kind).toBe('complete');
-    expect(open.size).toBe(0);
+    agent.endAll(SHUTTING_DOWN);
+    const answer = await response;
+    expect(answer.error).toBeDefined();
+    expect(answer.body).toBe('{"id":');
+    const done = results[0]?.kind === 'committed' ? await results[0].done : undefined;
+    expect(done?.end).toBe('shutdown');
+  });
+
+  it('any other error ending an engine request is what it was: a stream the engine broke is upstream_broken', async () => {
+    const time = new FakeTime();
+    const upstream = await listen((req, res) => {
+      req.resume();
+      res.writeHead(200, { 'content-type': 'text/event-stream' });
+      res.write('data: {"choices":[]}\n\n');
+    });
+    const { url, results, agent } = await oneAttempt(upstream, time, { endOfStream: (e) => e.data === '[DONE]' });
+    let begun = false;
+    const response = rawRequest(`${url}/anything`, { body: '{}', onChunk: () => void (begun = true) });
+    await waitFor(() => begun, 'the stream to begin');
+    agent.endAll(new Error('some other end'));
+    expect(sseData((await response).body).at(-2)).toContain('upstream_stream_broken');
+    const done = results[0]?.kind === 'committed' ? await results[0].done : undefined;
+    expect(done?.end).toBe('upstream_broken');
   });
 });
