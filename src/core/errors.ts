@@ -11,7 +11,7 @@
  * `CLIENT_STALLED`), or are sent as another (`MODEL_NOT_ALLOWED` answers as `MODEL_NOT_FOUND`, so a
  * key cannot discover models it may not use): they name the failure in the access log and metrics.
  */
-import type { ServerResponse } from 'node:http';
+import type { IncomingHttpHeaders, ServerResponse } from 'node:http';
 import { type WireDialect } from './types.js';
 
 interface CodeSpec {
@@ -162,10 +162,15 @@ export function errorBody(body: ErrorEnvelope, status: number, dialect: WireDial
   return { type: 'error', error: { type: anthropicType(status), message: body.error.message } };
 }
 
-/** `x-should-retry: false` for an answer with this wire `code` when it is one of the router's that retrying cannot help (an engine's error keeps its own code and gets none). */
+/** `x-should-retry: false` for an answer with this code when retrying cannot help it ({@link CodeSpec}.retry). */
+function noRetry(code: ErrorCode): Record<string, string> {
+  return (ERROR_CODES[code] as CodeSpec).retry === false ? { 'x-should-retry': 'false' } : {};
+}
+
+/** {@link noRetry} for an answer's wire `code` (an engine's answer the router re-coded, `upstream_auth_failed`); an engine's own code gets none. */
 export function noRetryHeaders(code: string | null): Record<string, string> {
-  const spec: CodeSpec | undefined = code === null ? undefined : (ERROR_CODES as Record<string, CodeSpec>)[code.toUpperCase()];
-  return spec?.retry === false ? { 'x-should-retry': 'false' } : {};
+  const key = code?.toUpperCase();
+  return key !== undefined && Object.hasOwn(ERROR_CODES, key) ? noRetry(key as ErrorCode) : {};
 }
 
 /** The HTTP answer for any error: RouterErrors by their code, anything else as a bare 500; in the route's dialect. */
@@ -173,7 +178,7 @@ export function toErrorResponse(err: unknown): { status: number; headers: Record
 export function toErrorResponse(err: unknown, dialect: WireDialect | undefined): { status: number; headers: Record<string, string>; body: ErrorEnvelope | AnthropicErrorBody };
 export function toErrorResponse(err: unknown, dialect: WireDialect = 'openai'): { status: number; headers: Record<string, string>; body: ErrorEnvelope | AnthropicErrorBody } {
   const routerError = err instanceof RouterError ? err : new RouterError('INTERNAL_ERROR', 'The router failed to handle the request.');
-  const headers: Record<string, string> = { ...noRetryHeaders(failureCode(routerError.code)), ...routerError.headers };
+  const headers: Record<string, string> = { ...noRetry(routerError.code), ...routerError.headers };
   if (routerError.retryAfterSeconds !== undefined) headers['retry-after'] = String(routerError.retryAfterSeconds);
   const status = ERROR_CODES[answered(routerError.code)].status;
   return { status, headers, body: errorBody(envelopeOf(routerError), status, dialect) };
@@ -186,16 +191,16 @@ export function toErrorResponse(err: unknown, dialect: WireDialect = 'openai'): 
  */
 export const SDK_MAX_RETRY_AFTER_MS = 60_000;
 
-/** ms an answer's `retry-after-ms` or `Retry-After` (seconds, or an HTTP date) asks a client to wait, if either does. */
-export function askedWaitMs(headers: Readonly<Record<string, string>>, now = Date.now()): number | undefined {
+/** How long an answer's `retry-after-ms` or `Retry-After` (seconds, or an HTTP date) asks a client to wait, in ms, if either does. */
+export function retryAfterMs(headers: IncomingHttpHeaders, now = Date.now()): number | undefined {
   const ms = Number(headers['retry-after-ms']);
-  if (headers['retry-after-ms'] !== undefined && headers['retry-after-ms'].trim() !== '' && Number.isFinite(ms)) return ms;
+  if (headers['retry-after-ms'] !== undefined && Number.isFinite(ms) && ms >= 0) return ms;
   const raw = headers['retry-after'];
-  if (raw === undefined || raw.trim() === '') return undefined;
+  if (typeof raw !== 'string') return undefined;
   const seconds = Number(raw);
-  if (Number.isFinite(seconds)) return seconds * 1000;
+  if (raw.trim() !== '' && Number.isFinite(seconds) && seconds >= 0) return seconds * 1000;
   const date = Date.parse(raw);
-  return Number.isFinite(date) ? date - now : undefined;
+  return Number.isFinite(date) ? Math.max(0, date - now) : undefined;
 }
 
 /**
@@ -209,7 +214,7 @@ export function askedWaitMs(headers: Readonly<Record<string, string>>, now = Dat
 export function writeErrorAnswer(res: ServerResponse, answer: { status: number; headers: Record<string, string>; body: unknown }, requestId: string | undefined): void {
   if (res.headersSent || res.destroyed) return;
   const text = JSON.stringify(answer.body);
-  const wait = askedWaitMs(answer.headers);
+  const wait = retryAfterMs(answer.headers);
   const tooLong = wait !== undefined && wait > SDK_MAX_RETRY_AFTER_MS && answer.headers['x-should-retry'] === undefined;
   res.writeHead(answer.status, {
     ...answer.headers,

@@ -19,7 +19,7 @@
 import type { IncomingHttpHeaders, IncomingMessage, OutgoingHttpHeaders, ServerResponse } from 'node:http';
 import type { Dispatcher } from 'undici';
 import { systemScheduler, type Clock, type Scheduler } from '../core/clock.js';
-import { type RouterError } from '../core/errors.js';
+import { retryAfterMs, type RouterError } from '../core/errors.js';
 import { passed } from '../core/phases.js';
 import { type Endpoint } from '../core/types.js';
 import { retryHeaders } from './headers.js';
@@ -355,18 +355,6 @@ const SINGLE_VALUED: ReadonlySet<string> = new Set([
   'server',
   'user-agent',
 ]);
-
-/** Retry-After (seconds or HTTP date) or retry-after-ms, in ms. */
-export function retryAfterMs(headers: IncomingHttpHeaders, now = Date.now()): number | undefined {
-  const ms = Number(headers['retry-after-ms']);
-  if (headers['retry-after-ms'] !== undefined && Number.isFinite(ms) && ms >= 0) return ms;
-  const raw = headers['retry-after'];
-  if (typeof raw !== 'string') return undefined;
-  const seconds = Number(raw);
-  if (raw.trim() !== '' && Number.isFinite(seconds) && seconds >= 0) return seconds * 1000;
-  const date = Date.parse(raw);
-  return Number.isFinite(date) ? Math.max(0, date - now) : undefined;
-}
 
 /** Where an endpoint's requests go: its origin, and the base path its requests' paths go under. */
 interface Target {

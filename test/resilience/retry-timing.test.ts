@@ -1,7 +1,7 @@
 import { describe, expect, it } from '@jest/globals';
 import { jsonDepthExceeds } from '../../src/api/json-depth.js';
 import { retryDelay } from '../../src/director/retry-policy.js';
-import { retryAfterMs } from '../../src/proxy/forwarder.js';
+import { retryAfterMs } from '../../src/core/errors.js';
 import { RESILIENCE_DEFAULTS } from '../../src/resilience/settings.js';
 
 describe('retryDelay', () => {
