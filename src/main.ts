@@ -176,6 +176,7 @@ export async function createRouter(config: Config, options: RouterOptions = {}):
     // server errors the engine answered ask the replica's health check before they open its breaker
     (pool, endpoint) => health.confirm(pool, endpoint),
     keptClosedLog(breakerLog, () => clock.now()),
+    () => clock.now(),
   );
   // the demand's share for requests turned away for want of capacity (autoscaling)
   const turnedAway = new TurnedAway(() => clock.now());

@@ -148,12 +148,16 @@ export class EndpointBreaker {
   /** A health check asked and not yet answered. */
   private confirming = false;
   private stopped = false;
+  /** When the current cool-down ends (on {@link now}'s clock): the breaker turns half-open then. */
+  private cooldownEndsAt = 0;
 
   constructor(
     private readonly settings: BreakerSettings,
     private readonly events: BreakerEvents = {},
     private readonly scheduler: Scheduler = systemScheduler,
     private readonly confirm?: HealthConfirm,
+    /** Monotonic ms, the clock of {@link cooldownLeftMs} (the scheduler's, in tests). */
+    private readonly now: () => number = () => performance.now(),
   ) {
     this.circuit = this.watch(new CircuitBreaker(attempt, { ...OPTIONS }));
   }
@@ -161,6 +165,14 @@ export class EndpointBreaker {
   get state(): BreakerState {
     if (this.circuit.opened) return 'open';
     return this.circuit.halfOpen ? 'half-open' : 'closed';
+  }
+
+  /**
+   * How long until an open breaker turns half-open and lets its probe through (ms, at least 0);
+   * undefined when it is not open (closed, or half-open: its probe decides it, at no known time).
+   */
+  cooldownLeftMs(): number | undefined {
+    return this.circuit.opened ? Math.max(0, this.cooldownEndsAt - this.now()) : undefined;
   }
 
   /** Whether a request may go now: closed, or half-open with its probe slot free. */
@@ -228,6 +240,7 @@ export class EndpointBreaker {
   private watch(circuit: Circuit): Circuit {
     circuit.on('open', () => {
       this.scheduler.clearTimeout(this.cooldown);
+      this.cooldownEndsAt = this.now() + this.settings.cooldownMs;
       this.cooldown = this.scheduler.setTimeout(() => this.endCooldown(circuit), this.settings.cooldownMs);
       this.events.onAvailabilityChange?.();
       this.events.onStateChange?.('open', this.cause);
@@ -323,6 +336,8 @@ export class BreakerRegistry {
     private readonly confirm?: (pool: string, endpoint: string) => Promise<boolean> | undefined,
     /** Server errors its engine answered did not open a breaker: its replica passed the health check. `keys`: whose. */
     private readonly onKeptClosed?: (pool: string, endpoint: string, keys: string[], failures: number) => void,
+    /** Monotonic ms, for how long a cool-down has left (the scheduler's clock in tests). */
+    private readonly now: () => number = () => performance.now(),
   ) {}
 
   get(endpoint: string, pool: string, settings: BreakerSettings): EndpointBreaker {
@@ -334,7 +349,7 @@ export class BreakerRegistry {
         onKeptClosed: (keys, failures) => this.onKeptClosed?.(pool, endpoint, keys, failures),
       };
       const confirm = this.confirm;
-      entry = { pool, breaker: new EndpointBreaker(settings, events, this.scheduler, confirm && (() => confirm(pool, endpoint))) };
+      entry = { pool, breaker: new EndpointBreaker(settings, events, this.scheduler, confirm && (() => confirm(pool, endpoint)), this.now) };
       this.breakers.set(endpoint, entry);
     }
     return entry.breaker;

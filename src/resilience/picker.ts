@@ -141,6 +141,9 @@ export interface PickerDeps {
 
 const NO_ENGINE: EngineLoadSource = { load: () => undefined };
 
+/** The longest `Retry-After` an all-open pool's answer gives: the official SDKs take waits up to 60 s. */
+const MAX_BREAKER_WAIT_SECONDS = 60;
+
 /** The answer of a request that waited for a pool whose last ready replica left discovery. */
 function noReplicaLeftError(): RouterError {
   return new RouterError('NO_READY_REPLICA', 'The last ready replica of this model left while the request waited for it; retry shortly.', {
@@ -258,7 +261,7 @@ export class EndpointPicker {
   pick(pool: PoolSpec, tried: ReadonlySet<string>, signal?: AbortSignal, request: PickRequest = { priority: 'standard' }, maxWaitMs = Infinity, mayHold = false): Promise<Picked> {
     const usable = this.usable(pool, request).endpoints;
     if (usable.length === 0) {
-      return mayHold && this.holds(pool, request) ? this.hold(pool, tried, signal, request, maxWaitMs) : Promise.reject(noReadyReplica());
+      return mayHold && this.holds(pool, request) ? this.hold(pool, tried, signal, request, maxWaitMs) : Promise.reject(this.noneUsable(pool));
     }
     if (request.priority === 'sheddable' && this.saturated(pool, usable)) {
       this.deps.events?.onShed?.(pool.name);
@@ -289,6 +292,31 @@ export class EndpointPicker {
       picked.release();
       throw err;
     }
+  }
+
+  /**
+   * The answer when no replica of the pool can take a request. When every replica passing its health
+   * checks is held out by an open breaker (and at least one is), its `Retry-After` is when the first of
+   * them turns half-open and lets a probe through (at least 1 s, at most {@link MAX_BREAKER_WAIT_SECONDS}):
+   * the official SDKs retry twice after the wait they are told, and with the usual 2 s both retries met
+   * breakers shut for their whole cool-down (10 s by default). Otherwise (no replica, none healthy, a
+   * half-open probe under way) the usual wait.
+   */
+  private noneUsable(pool: PoolSpec): RouterError {
+    const { endpoints, health, breakers } = this.deps;
+    const unknown = unprobedCountsHealthy(pool);
+    let soonest = Infinity;
+    for (const ep of endpoints.snapshot(pool.name)) {
+      if (!health.isHealthy(ep.id, unknown)) continue;
+      const left = breakers.find(ep.id)?.cooldownLeftMs();
+      if (left === undefined) return noReadyReplica();
+      soonest = Math.min(soonest, left);
+    }
+    if (soonest === Infinity) return noReadyReplica();
+    const seconds = Math.min(MAX_BREAKER_WAIT_SECONDS, Math.max(1, Math.ceil(soonest / 1000)));
+    return new RouterError('NO_READY_REPLICA', `Every replica of this model failed recently and is held out by its circuit breaker; the first is tried again in ${seconds} s.`, {
+      retryAfterSeconds: seconds,
+    });
   }
 
   /**

@@ -51,7 +51,7 @@ function setup(ids: Array<string | Endpoint>, health?: (time: FakeTime, snapshot
   const unhealthy = new Set<string>();
   const loads = new Map<string, EngineLoad>();
   const inFlight = new InFlight();
-  const breakers = new BreakerRegistry(undefined, time);
+  const breakers = new BreakerRegistry(undefined, time, undefined, undefined, () => time.now());
   opened.push(breakers);
   const events: string[] = [];
   const admission = new AdmissionQueues(time, () => time.now(), {
@@ -136,11 +136,12 @@ function track(promise: Promise<Picked>): { state: () => string; picked: () => P
 
 describe('EndpointPicker: who can take traffic', () => {
   it.each([
-    { case: 'the pool has no endpoints', ids: [], unhealthy: [], open: [] },
-    { case: 'every endpoint fails its health checks', ids: ['a', 'b'], unhealthy: ['a', 'b'], open: [] },
-    { case: 'every endpoint’s breaker is open', ids: ['a', 'b'], unhealthy: [], open: ['a', 'b'] },
-    { case: 'one unhealthy, the other open', ids: ['a', 'b'], unhealthy: ['a'], open: ['b'] },
-  ])('NO_READY_REPLICA (503, Retry-After 2) when $case, without queueing', async ({ ids, unhealthy, open }) => {
+    { case: 'the pool has no endpoints', ids: [], unhealthy: [], open: [], wait: 2 },
+    { case: 'every endpoint fails its health checks', ids: ['a', 'b'], unhealthy: ['a', 'b'], open: [], wait: 2 },
+    // the official SDKs retry after the wait they are told: the breakers' cool-down (10 s by default), not 2 s into it
+    { case: 'every endpoint’s breaker is open', ids: ['a', 'b'], unhealthy: [], open: ['a', 'b'], wait: 10 },
+    { case: 'one unhealthy, the other open', ids: ['a', 'b'], unhealthy: ['a'], open: ['b'], wait: 10 },
+  ])('NO_READY_REPLICA (503, Retry-After $wait) when $case, without queueing', async ({ ids, unhealthy, open, wait }) => {
     const t = setup(ids);
     const spec = pool({ maxConcurrencyPerReplica: 1 });
     for (const id of unhealthy) t.unhealthy.add(id);
@@ -148,10 +149,54 @@ describe('EndpointPicker: who can take traffic', () => {
     const err = await routerError(t.picker.pick(spec, new Set()));
     expect(err.code).toBe('NO_READY_REPLICA');
     expect(err.status).toBe(503);
-    expect(err.retryAfterSeconds).toBe(2);
+    expect(err.retryAfterSeconds).toBe(wait);
     expect(t.admission.depth('p')).toBe(0);
     expect(t.events).toEqual([]);
     expect(t.picker.hasUntried(spec, new Set())).toBe(false);
+  });
+
+  it('with every healthy replica held out by an open breaker, Retry-After is when the first turns half-open (whole seconds, at least 1)', async () => {
+    const t = setup(['a', 'b']);
+    const spec = pool({ breaker: { cooldownMs: 10_000 } });
+    t.open(spec, 'a');
+    await t.time.advance(4_000);
+    t.open(spec, 'b');
+    const wait = async (): Promise<number | undefined> => (await routerError(t.picker.pick(spec, new Set()))).retryAfterSeconds;
+    expect(await wait()).toBe(6); // a's cool-down has 6 s left, b's 10
+    const err = await routerError(t.picker.pick(spec, new Set()));
+    expect(err.message).toMatch(/circuit breaker.*tried again in 6 s/);
+    await t.time.advance(5_700);
+    expect(await wait()).toBe(1); // 0.3 s left: rounded up
+  });
+
+  it('a half-open replica whose probe is under way gives the usual Retry-After (the probe decides it, at no known time)', async () => {
+    const t = setup(['a', 'b']);
+    const spec = pool({ breaker: { cooldownMs: 10_000 } });
+    t.open(spec, 'a');
+    t.open(spec, 'b');
+    await t.time.advance(10_000);
+    const probeA = t.breakers.find('a')?.begin();
+    const probeB = t.breakers.find('b')?.begin();
+    expect(probeA && probeB).toBeDefined();
+    expect((await routerError(t.picker.pick(spec, new Set()))).retryAfterSeconds).toBe(2);
+    probeA?.settle('failure'); // a opens again for a whole cool-down; b's probe is still out
+    await flush();
+    expect((await routerError(t.picker.pick(spec, new Set()))).retryAfterSeconds).toBe(2);
+  });
+
+  it('a breaker’s cool-down left is undefined unless it is open, and counts down on its clock', async () => {
+    const time = new FakeTime();
+    const breakers = new BreakerRegistry(undefined, time, undefined, undefined, () => time.now());
+    opened.push(breakers);
+    const breaker = breakers.get('x', 'p', { failureThreshold: 1, cooldownMs: 3_000, closeAfterSuccesses: 1 });
+    expect(breaker.cooldownLeftMs()).toBeUndefined();
+    breaker.answerEnded('failure');
+    expect(breaker.cooldownLeftMs()).toBe(3_000);
+    await time.advance(2_500);
+    expect(breaker.cooldownLeftMs()).toBe(500);
+    await time.advance(500);
+    expect(breaker.state).toBe('half-open');
+    expect(breaker.cooldownLeftMs()).toBeUndefined();
   });
 
   it.each([0, 0.3, 0.6, 0.99])('picks the one usable endpoint whatever the draw (%p)', async (draw) => {

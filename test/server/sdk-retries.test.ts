@@ -22,6 +22,7 @@ let sim: SimServer;
 let busySim: SimServer;
 let refusingSim: SimServer;
 let hungSim: SimServer;
+let flakySim: SimServer;
 let saysNo: http.Server;
 let gateway: TestRouter<RunningRouter>;
 
@@ -32,6 +33,8 @@ beforeAll(async () => {
   // an engine that refuses the router's backend key, and one that never answers
   refusingSim = await startTestSim({ model: ['meta/refusing'], fault: 'status=401' });
   hungSim = await startTestSim({ model: ['meta/hung'], fault: 'hang' });
+  // a replica that hangs until a test mends it
+  flakySim = await startTestSim({ model: ['meta/flaky'], fault: 'hang' });
   // a hosted API (or another router) behind an `openai` pool, whose error says it will not change
   saysNo = http.createServer((req, res) => {
     req.resume();
@@ -56,6 +59,15 @@ beforeAll(async () => {
       { name: 'says-no', engine: 'openai', servedModelName: 'hosted/model', capabilities: ['chat'], endpoints: [`http://127.0.0.1:${(saysNo.address() as AddressInfo).port}`] },
       hung('hung', 1),
       hung('hung-no-retries', 0),
+      // one timeout opens the breaker for 4.5 s: longer than the SDK's two retries 2 s apart would wait (a server
+      // error the engine answered would ask the health check first, which the replica passes)
+      {
+        name: 'flaky',
+        servedModelName: 'meta/flaky',
+        capabilities: ['chat'],
+        endpoints: [flakySim.url],
+        resilience: { timeouts: { firstByteMs: 200 }, retries: { maxRetries: 0 }, breaker: { failureThreshold: 1, cooldownMs: 4_500 } },
+      },
     ],
     deployments: [
       { id: 'llama', model: 'llama', targets: [{ pool: 'llama' }] },
@@ -64,6 +76,7 @@ beforeAll(async () => {
       { id: 'says-no', model: 'says-no', targets: [{ pool: 'says-no' }] },
       { id: 'hung', model: 'hung', targets: [{ pool: 'hung' }] },
       { id: 'hung-no-retries', model: 'hung-no-retries', targets: [{ pool: 'hung-no-retries' }] },
+      { id: 'flaky', model: 'flaky', targets: [{ pool: 'flaky' }] },
     ],
     keysYaml: `- name: indebted\n  key: ${INDEBTED}\n  limits: { tokensPerMinute: 1000 }\n- name: free\n  key: ${FREE}\n`,
   });
@@ -74,6 +87,7 @@ afterAll(async () => {
   await busySim.close();
   await refusingSim.close();
   await hungSim.close();
+  await flakySim.close();
   await new Promise<void>((resolve) => saysNo.close(() => resolve()));
 });
 
@@ -186,6 +200,37 @@ describe('errors retrying cannot fix, or that the router has already retried: x-
     const lines = gateway.logs.filter((line) => line.includes('"msg":"request"') && line.includes('"model":"hung-no-retries"'));
     expect(lines.map((line) => (JSON.parse(line) as { clientRetry?: number }).clientRetry)).toEqual([undefined, 1]);
   });
+});
+
+describe('a pool whose every replica is held out by its breaker', () => {
+  it('says how long the cool-down has left, so the OpenAI SDK retries once, when the replica is tried again, and gets its answer', async () => {
+    // the replica times out once: its breaker opens for 4.5 s; then it is mended
+    const failed = await fetch(`${gateway.router.apiUrl}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${FREE}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ ...chat, model: 'flaky' }),
+    });
+    expect(failed.status).toBe(504);
+    flakySim.configure({ fault: '' });
+    const before = requestsTo('/v1/chat/completions');
+    const raw = await fetch(`${gateway.router.apiUrl}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${FREE}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ ...chat, model: 'flaky' }),
+    });
+    expect(raw.status).toBe(503);
+    // whole seconds to the cool-down's end (4.5 s from the failure, a moment ago): 4 or 5, never the usual 2
+    expect(Number(raw.headers.get('retry-after'))).toBeGreaterThanOrEqual(4);
+    expect(((await raw.json()) as { error: { code: string } }).error.code).toBe('no_ready_replica');
+
+    // with the usual Retry-After of 2 s, both of the SDK's retries met the open breaker and the call failed
+    const openai = new OpenAI({ apiKey: FREE, baseURL: `${gateway.router.apiUrl}/v1`, maxRetries: 2 });
+    const answer = await openai.chat.completions.create({ ...chat, model: 'flaky' });
+    expect(answer.choices[0]?.message.content).toBeTruthy();
+    await waitFor(() => requestsTo('/v1/chat/completions') >= before + 3, 'the requests logged');
+    // the probe above (503), then the SDK's call: one 503 and its one retry, answered
+    expect(requestsTo('/v1/chat/completions') - before).toBe(3);
+  }, 20_000);
 });
 
 describe('request ids through the SDKs', () => {
