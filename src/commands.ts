@@ -6,7 +6,7 @@
  * `sim` never loads the router (test/startup/lazy-loading.test.ts).
  */
 import { parseArgs } from 'node:util';
-import { describeUnknownModelName, readKeysFile, unknownModelNames } from './config/keys-file.js';
+import { describeDoubledLimitName, describeUnknownModelName, doubledLimitNames, readKeysFile, unknownModelNames } from './config/keys-file.js';
 import { ConfigError, loadConfig } from './config/load.js';
 import { type Config } from './config/schema.js';
 
@@ -134,7 +134,8 @@ export async function validateCommand(args: string[], env: NodeJS.ProcessEnv): P
   const count = (n: number, noun: string): string => `${n} ${noun}${n === 1 ? '' : 's'}`;
   // in static mode every deployment is known: a key naming none of them is said (not refused)
   const unknown = config.discovery.mode === 'kubernetes' ? [] : unknownModelNames(keys, config.deployments);
-  const warnings = [...unknown.map((u) => describeUnknownModelName(u)), ...unserved].map((w) => `warning: ${w}\n`).join('');
+  const doubled = config.discovery.mode === 'kubernetes' ? [] : doubledLimitNames(keys, config.deployments);
+  const warnings = [...unknown.map((u) => describeUnknownModelName(u)), ...doubled.map((d) => describeDoubledLimitName(d)), ...unserved].map((w) => `warning: ${w}\n`).join('');
   return `config OK: ${count(config.pools.length, 'pool')}, ${count(endpoints, 'endpoint')}, ${count(config.deployments.length, 'deployment')}, ${count(keys.length, 'key')}\n${warnings}`;
 }
 

@@ -33,7 +33,7 @@ import { KvEventsHub } from './kv-events/hub.js';
 import { AdapterLoader } from './engine-metrics/adapter-loader.js';
 import { EndpointPicker } from './resilience/picker.js';
 import { HoldReporter, poolDemand, TurnedAway } from './wiring/demand.js';
-import { unknownModelNames } from './config/keys-file.js';
+import { doubledLimitNames, unknownModelNames } from './config/keys-file.js';
 import { poolResolver } from './config/pool-settings.js';
 import { buildApp } from './server/app.js';
 import { RecentTraffic, statusBoard } from './server/status.js';
@@ -157,10 +157,14 @@ export async function createRouter(config: Config, options: RouterOptions = {}):
       } else logger.error({ error: result.error.message }, 'API keys file rejected; keeping the previous keys');
     },
     // in static mode every deployment is known: a key naming none of them (a typo, a deployment not in
-    // the config) cannot use it, or its limit never applies; said at start-up and on each reload
+    // the config) cannot use it, or its limit never applies; nor does a second limit for one deployment
+    // under another of its names; said at start-up and on each reload
     onLoaded: (entries) => {
       if (config.discovery.mode === 'kubernetes') return;
       for (const u of unknownModelNames(entries, config.deployments)) logger.warn({ key: u.key, field: u.field, name: u.name }, 'API key names no deployment');
+      for (const d of doubledLimitNames(entries, config.deployments)) {
+        logger.warn({ key: d.key, deployment: d.deployment, names: d.names, applies: d.applies }, 'API key limits one deployment under several names; one entry applies');
+      }
     },
   });
   await keys.load();

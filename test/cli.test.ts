@@ -55,6 +55,25 @@ describe('modelgate validate', () => {
     });
   });
 
+  it('warns of a key that limits one deployment under two of its names (only one entry applies), and still passes', async () => {
+    const keys = [
+      '- name: a',
+      '  key: sk-aaaaaaaa',
+      '  limits:',
+      '    deployments: { default: { requestsPerMinute: 50 }, llama-3.1-8b-instruct: { requestsPerMinute: 9 }, llama-prod: { requestsPerMinute: 5 } }',
+      '- name: b',
+      '  key: sk-bbbbbbbb',
+      '  limits: { deployments: { default: { requestsPerMinute: 50 } } }',
+      '',
+    ].join('\n');
+    await withFiles({ 'modelgate.yaml': config, 'keys.yaml': keys }, async (dir) => {
+      expect(await validateCommand(['--config', join(dir, 'modelgate.yaml')], {})).toBe(
+        'config OK: 1 pool, 2 endpoints, 1 deployment, 2 keys\n' +
+          'warning: key "a": limits.deployments names deployment "llama-prod" 3 times ("default", "llama-3.1-8b-instruct", "llama-prod"); only "llama-prod"\'s limits apply\n',
+      );
+    });
+  });
+
   it('warns of an API a pool declares that its engine takes in another shape (TEI rerank, TGI and llama.cpp tokenize), and still passes', async () => {
     const keys = '- name: a\n  key: sk-aaaaaaaa\n';
     const declared = config.replace('    endpoints:', '    engine: tgi\n    capabilities: [chat, tokenize]\n    endpoints:');

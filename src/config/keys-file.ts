@@ -123,6 +123,43 @@ export function unknownModelNames(entries: readonly Pick<KeyEntry, 'name' | 'mod
   return out;
 }
 
+/** Two or more names in a key's `limits.deployments` for one deployment: only `applies` counts. */
+export interface DoubledLimitName {
+  key: string;
+  /** The deployment's ID. */
+  deployment: string;
+  /** The names the key gives it, in the file's order. */
+  names: string[];
+  /** The one whose limits apply: the ID, else the model name, else the first alias (the limiter's order). */
+  applies: string;
+}
+
+/**
+ * Deployments a key's `limits.deployments` names more than once (by its ID, model name or aliases):
+ * the limiter takes one entry (the ID's, else the model name's, else the first alias's) and the others
+ * never apply. Said, not refused, like {@link unknownModelNames}.
+ */
+export function doubledLimitNames(entries: readonly Pick<KeyEntry, 'name' | 'limits'>[], deployments: readonly NamedDeployment[]): DoubledLimitName[] {
+  const out: DoubledLimitName[] = [];
+  for (const entry of entries) {
+    const named = Object.keys(entry.limits?.deployments ?? {});
+    if (named.length < 2) continue;
+    for (const d of deployments) {
+      const names = named.filter((n) => n === d.id || n === d.model || d.aliases.includes(n));
+      if (names.length < 2) continue;
+      const applies = names.includes(d.id) ? d.id : names.includes(d.model) ? d.model : (d.aliases.find((a) => names.includes(a)) as string);
+      out.push({ key: entry.name, deployment: d.id, names, applies });
+    }
+  }
+  return out;
+}
+
+/** One line for {@link DoubledLimitName}. */
+export function describeDoubledLimitName(d: DoubledLimitName): string {
+  const names = d.names.map((n) => `"${n}"`).join(', ');
+  return `key "${d.key}": limits.deployments names deployment "${d.deployment}" ${d.names.length} times (${names}); only "${d.applies}"'s limits apply`;
+}
+
 /** One line for {@link UnknownModelName}. */
 export function describeUnknownModelName(u: UnknownModelName): string {
   return `key "${u.key}": ${u.field} names "${u.name}", which is no deployment's ID, model name or alias`;

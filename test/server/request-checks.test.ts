@@ -172,6 +172,27 @@ describe('keys file reload', () => {
   });
 });
 
+describe('a key that limits one deployment under two of its names', () => {
+  it('is warned of at start-up with the entry that applies, and that entry is the one enforced', async () => {
+    const keysYaml = `- name: team-d\n  key: ${KEY}\n  limits: { deployments: { chat: { requestsPerMinute: 100 }, chat-prod: { requestsPerMinute: 1 } } }\n`;
+    const local = await buildTestRouter({
+      pools: [{ name: 'p', servedModelName: 'served/chat', endpoints: ['http://127.0.0.1:9'], resilience: { retries: { maxRetries: 0 } } }],
+      deployments: [{ id: 'chat-prod', model: 'chat', targets: [{ pool: 'p' }] }],
+      keysYaml,
+    });
+    try {
+      const warned = local.logs.map((l) => JSON.parse(l) as Record<string, unknown>).filter((l) => l.msg === 'API key limits one deployment under several names; one entry applies');
+      expect(warned).toEqual([expect.objectContaining({ level: 40, key: 'team-d', deployment: 'chat-prod', names: ['chat', 'chat-prod'], applies: 'chat-prod' })]);
+      // the ID's 1 a minute is enforced, whichever name the request uses, not the model name's 100
+      const send = () => request(local.router.api).post('/v1/chat/completions').set('Authorization', `Bearer ${KEY}`).send({ model: 'chat', messages: hello });
+      expect((await send()).status).not.toBe(429);
+      expect((await send()).status).toBe(429);
+    } finally {
+      await local.close();
+    }
+  });
+});
+
 describe('content type and size', () => {
   it('answers 415 to a body that is not declared JSON', async () => {
     expectError(await chat(JSON.stringify({ model: 'chat', messages: hello }), KEY, 'text/plain'), 415, 'unsupported_media_type');
