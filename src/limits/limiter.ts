@@ -69,13 +69,23 @@ export interface SharedLimitStore extends LimitStore {
 
 export type RedisOp = 'admit' | 'settle' | 'release' | 'heartbeat';
 
+/** What {@link LimiterEvents.onBudget} reports of a budget. */
+export interface BudgetLeft {
+  window: 'day' | 'month';
+  period: string;
+  limit: number;
+  remaining: number;
+  endsInMs: number;
+}
+
 export interface LimiterEvents {
   onAdmitted?: (key: string) => void;
   onRejected?: (key: string, reason: 'requests' | 'tokens' | 'concurrency' | 'budget') => void;
   onTokens?: (key: string, prompt: number, completion: number) => void;
-  onBudget?: (key: string, window: 'day' | 'month', remaining: number) => void;
-  /** A request of the key ended having spent `tokens` more of its budgets than its admission charged (fewer when negative). */
-  onBudgetSpent?: (key: string, window: 'day' | 'month', tokens: number) => void;
+  /** A budget of the key as a request's admission found it: `remaining` of `limit` in `period`, which ends in `endsInMs` (wall clock). */
+  onBudget?: (key: string, budget: BudgetLeft) => void;
+  /** A request of the key ended having spent `tokens` more of its budget (the period it was admitted in) than its admission charged (fewer when negative). */
+  onBudgetSpent?: (key: string, budget: { window: 'day' | 'month'; period: string }, tokens: number) => void;
   /** Redis answered again (true), or stopped answering (false). */
   onShared?: (up: boolean, error?: Error) => void;
   onSharedError?: (op: RedisOp) => void;
@@ -418,7 +428,9 @@ export class Limiter {
     } else {
       verdict = await store.admit(store === this.local ? request : this.localChecks(request));
     }
-    for (const budget of verdict.budgets) events?.onBudget?.(key.name, budget.window, Math.max(0, budget.limit - budget.used));
+    if (events?.onBudget) {
+      for (const b of verdict.budgets) events.onBudget(key.name, { window: b.window, period: b.period, limit: b.limit, remaining: Math.max(0, b.limit - b.used), endsInMs: b.endsInMs });
+    }
     if (!verdict.ok) {
       events?.onRejected?.(key.name, verdict.refused?.reason ?? 'requests');
       throw refusal(verdict, limits);
@@ -512,7 +524,7 @@ export class Limiter {
     else this.queue(lease.store, lease, used - lease.charged);
     // the budget left as of this request's end, not its admission (which counted its estimate alone):
     // the gauge lagged by its completion tokens
-    if (used !== lease.estimate) for (const budget of lease.checks.budgets) this.options.events?.onBudgetSpent?.(lease.checks.key, budget.window, used - lease.estimate);
+    if (used !== lease.estimate) for (const budget of lease.checks.budgets) this.options.events?.onBudgetSpent?.(lease.checks.key, budget, used - lease.estimate);
     lease.charged = used;
     lease.unsent = 0;
     if (!lease.slotFreed) this.freeSlot(lease);

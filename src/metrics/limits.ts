@@ -13,8 +13,8 @@ export interface LimitsRecorder {
   onAdmitted?: (key: string) => void;
   onRejected?: (key: string, reason: LimitReason) => void;
   onTokens?: (key: string, prompt: number, completion: number) => void;
-  onBudget?: (key: string, window: 'day' | 'month', remaining: number) => void;
-  onBudgetSpent?: (key: string, window: 'day' | 'month', tokens: number) => void;
+  onBudget?: (key: string, budget: { window: 'day' | 'month'; period: string; limit: number; remaining: number; endsInMs: number }) => void;
+  onBudgetSpent?: (key: string, budget: { window: 'day' | 'month'; period: string }, tokens: number) => void;
   /** The keys file now names these keys (at start, then at each reload): the series of a key it named before and no longer does are removed. */
   keysNow?: (names: ReadonlySet<string>) => void;
   onShared?: (up: boolean) => void;
@@ -23,7 +23,18 @@ export interface LimitsRecorder {
   onRouters?: (routers: number) => void;
 }
 
-export function limitsMetrics(registers: Registry[], options: { redis: boolean; keyMetrics: boolean }): LimitsRecorder {
+/** A budget gauge's value as last set, and the period it belongs to (ended: the gauge shows the next period's whole budget). */
+interface BudgetShown {
+  period: string;
+  remaining: number;
+  limit: number;
+  /** Wall clock ms when the period ends. */
+  endsAt: number;
+}
+
+/** `wallNow`: the wall clock budget periods end on (tests pass their own). */
+export function limitsMetrics(registers: Registry[], options: { redis: boolean; keyMetrics: boolean; wallNow?: () => number }): LimitsRecorder {
+  const wallNow = options.wallNow ?? Date.now;
   const rejections = new Counter({
     name: 'modelgate_limit_rejections_total',
     help: "Requests refused by their API key's limits, by the limit that refused (requests, tokens, concurrency, budget).",
@@ -72,11 +83,24 @@ export function limitsMetrics(registers: Registry[], options: { redis: boolean; 
       labelNames: ['key', 'type'],
       registers,
     });
+    /** Each key's budget as last set, per window (to take a request's settlement off it). */
+    const shown = new Map<string, BudgetShown>();
     const budget = new Gauge({
       name: 'modelgate_key_budget_remaining_tokens',
-      help: "Tokens left of each API key's budget (window: day, month), as of its last request's end on this router. Opt-in: limits.keyMetrics.",
+      help: "Tokens left of each API key's budget (window: day, month), as of its last request's end on this router; the whole budget once the period it was counted in has ended. Opt-in: limits.keyMetrics.",
       labelNames: ['key', 'window'],
       registers,
+      // A period that ended since the key's last request: the gauge would show what was left of it
+      // (0 for a key that spent its day) until the key's next request, though the new period's budget is whole.
+      collect() {
+        const now = wallNow();
+        for (const [id, b] of shown) {
+          if (now < b.endsAt) continue;
+          const [key, window] = id.split('\0') as [string, string];
+          shown.set(id, { period: `after ${b.period}`, remaining: b.limit, limit: b.limit, endsAt: Infinity });
+          this.set({ key, window }, b.limit);
+        }
+      },
     });
     // a key removed from the file (revoked, renamed) would keep its series, and its budget gauge, for
     // good. Only a key of the file has series (requests are authenticated first): the names the file
@@ -95,21 +119,19 @@ export function limitsMetrics(registers: Registry[], options: { redis: boolean; 
       if (prompt > 0) tokens.inc({ key, type: 'prompt' }, prompt);
       if (completion > 0) tokens.inc({ key, type: 'completion' }, completion);
     };
-    /** Each key's budget left as last set, per window (to take a request's settlement off it). */
-    const left = new Map<string, number>();
-    events.onBudget = (key, window, remaining) => {
+    events.onBudget = (key, { window, period, limit, remaining, endsInMs }) => {
       if (!known.has(key)) return;
-      left.set(`${key}\0${window}`, remaining);
+      shown.set(`${key}\0${window}`, { period, remaining, limit, endsAt: wallNow() + endsInMs });
       budget.set({ key, window }, remaining);
     };
-    events.onBudgetSpent = (key, window, tokens) => {
+    events.onBudgetSpent = (key, { window, period }, tokens) => {
       if (!known.has(key)) return;
       const id = `${key}\0${window}`;
-      const before = left.get(id);
-      if (before === undefined) return;
-      const now = Math.max(0, before - tokens);
-      left.set(id, now);
-      budget.set({ key, window }, now);
+      const before = shown.get(id);
+      // a request admitted in a period that has since ended is charged to that period, not to the one the gauge shows
+      if (before?.period !== period) return;
+      before.remaining = Math.max(0, before.remaining - tokens);
+      budget.set({ key, window }, before.remaining);
     };
     events.keysNow = (names) => {
       for (const key of known) {
@@ -118,7 +140,7 @@ export function limitsMetrics(registers: Registry[], options: { redis: boolean; 
         for (const type of ['prompt', 'completion']) tokens.remove({ key, type });
         for (const window of ['day', 'month']) {
           budget.remove({ key, window });
-          left.delete(`${key}\0${window}`);
+          shown.delete(`${key}\0${window}`);
         }
       }
       known = names;

@@ -64,14 +64,14 @@ describe('RouterMetrics', () => {
     events.keysNow?.(new Set(['a', 'b']));
     events.onAdmitted?.('a');
     events.onTokens?.('a', 13, 4);
-    events.onBudget?.('a', 'day', 1000);
+    events.onBudget?.('a', { window: 'day', period: 'day:2026-11-29', limit: 1000, remaining: 1000, endsInMs: 3_600_000 });
     expect(await metrics.metrics()).toContain('modelgate_key_tokens_total{key="a",type="prompt"} 13');
     events.keysNow?.(new Set(['b'])); // key a revoked while one of its streams runs on
     expect(await metrics.metrics()).not.toContain('key="a"');
     events.onTokens?.('a', 0, 150); // that stream's tokens, and its end
     events.onAdmitted?.('a');
-    events.onBudget?.('a', 'day', 850);
-    events.onBudgetSpent?.('a', 'day', 10);
+    events.onBudget?.('a', { window: 'day', period: 'day:2026-11-29', limit: 1000, remaining: 850, endsInMs: 3_600_000 });
+    events.onBudgetSpent?.('a', { window: 'day', period: 'day:2026-11-29' }, 10);
     events.onRejected?.('a', 'requests');
     expect(await metrics.metrics()).not.toContain('key="a"');
     events.keysNow?.(new Set(['b', 'c'])); // a later reload
