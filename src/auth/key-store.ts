@@ -98,10 +98,14 @@ export class KeyStore {
   /** Counts loads of the keys file: a key a connection remembers from an earlier load is checked again. */
   private generation = 0;
   private watching = false;
+  /** The reload under way (or the last one): each waits for the one before, so loads land in the order they began. */
+  private reloading: Promise<unknown> = Promise.resolve();
 
   constructor(
     private readonly file: string,
     private readonly events: KeyStoreEvents = {},
+    /** Reads and checks the file (tests pass a slow one). */
+    private readonly read: (file: string) => Promise<KeyEntry[]> = readKeysFile,
   ) {}
 
   get size(): number {
@@ -115,14 +119,24 @@ export class KeyStore {
 
   /** Loads the file; throws on a bad file (use at start-up, where a bad file must stop the process). */
   async load(): Promise<void> {
-    const entries = await readKeysFile(this.file);
+    const entries = await this.read(this.file);
     this.keys = toStored(entries);
     this.generation += 1;
     this.events.onLoaded?.(entries);
   }
 
-  /** Re-reads the file; on failure keeps the current keys and reports the error. */
-  async reload(): Promise<boolean> {
+  /**
+   * Re-reads the file; on failure keeps the current keys and reports the error. A reload begins once
+   * the one before it has ended: two that overlapped (the poll saw two changes while a read was slow)
+   * could land out of order, the older read last, putting back a key the newer file had removed.
+   */
+  reload(): Promise<boolean> {
+    const run = this.reloading.then(() => this.reloadNow());
+    this.reloading = run;
+    return run;
+  }
+
+  private async reloadNow(): Promise<boolean> {
     try {
       await this.load();
       this.events.onReload?.({ ok: true, keys: this.keys.length });

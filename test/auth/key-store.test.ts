@@ -3,6 +3,7 @@ import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { bearerToken, KeyStore, mayUse, sha256 } from '../../src/auth/key-store.js';
+import { type KeyEntry } from '../../src/config/keys-file.js';
 import { type Deployment } from '../../src/core/types.js';
 
 async function withKeys(yaml: string, run: (store: KeyStore, file: string) => Promise<void> | void): Promise<void> {
@@ -30,6 +31,27 @@ describe('KeyStore', () => {
       expect(store.authenticate('')).toBeUndefined();
       expect(store.size).toBe(2);
     });
+  });
+
+  it('lands overlapping reloads in the order they began: a slow older read never puts back a key the newer file removed', async () => {
+    const entry = (name: string): KeyEntry => ({ name, key: `sk-${name}-0123456789` });
+    // two reads of the file, before and after mallory's key was removed; whichever are under way at
+    // once answer newest first (the older read was the slow one)
+    const contents = [[entry('alice'), entry('mallory')], [entry('alice')]];
+    const pending: Array<() => void> = [];
+    let begun = 0;
+    const store = new KeyStore('keys.yaml', {}, () => {
+      const entries = contents[begun++] as KeyEntry[];
+      return new Promise<KeyEntry[]>((resolve) => pending.push(() => resolve(entries)));
+    });
+    const both = Promise.all([store.reload(), store.reload()]);
+    while (begun < 2 || pending.length > 0) {
+      await new Promise((resolve) => setImmediate(resolve));
+      while (pending.length > 0) (pending.pop() as () => void)();
+    }
+    expect(await both).toEqual([true, true]);
+    expect(store.authenticate('sk-mallory-0123456789')).toBeUndefined();
+    expect(store.authenticate('sk-alice-0123456789')?.name).toBe('alice');
   });
 
   it('keeps the current keys, and their limits, when a reload finds a malformed limit', async () => {
