@@ -13,7 +13,7 @@ import { PrefixIndex } from './balancer/prefix-index.js';
 import { AdapterPlacements } from './balancer/lora.js';
 import { ResponseLocations } from './balancer/response-locations.js';
 import { systemClock, systemScheduler, systemSleep, type Clock } from './core/clock.js';
-import { type RefusedRequest, unservedCapabilities } from './core/types.js';
+import { deploymentLabel, type RefusedRequest, unservedCapabilities } from './core/types.js';
 import { type Config } from './config/schema.js';
 import { RouterMetrics } from './metrics/metrics.js';
 import { attemptOutcome, retryReason } from './metrics/labels.js';
@@ -289,12 +289,7 @@ export async function createRouter(config: Config, options: RouterOptions = {}):
   // A pool that leaves discovery takes its waiting requests with it: they are answered (or move on to
   // the route's next pool) at once, not when their wait runs out; its endpoints' breakers go too.
   let poolNames = new Set(discovery.pools().map((p) => p.name));
-  let deploymentIds = new Set(
-    discovery
-      .catalog()
-      .deployments()
-      .map((d) => d.id),
-  );
+  let deploymentLabels = new Set(discovery.catalog().deployments().map(deploymentLabel));
   // the status page's per-pool latency rings, fed by the access log (about 8 KiB a pool)
   const recent = new RecentTraffic(() => clock.now());
   discovery.onPoolsChanged(() => {
@@ -316,14 +311,9 @@ export async function createRouter(config: Config, options: RouterOptions = {}):
     }
     // every change of discovery (pods replaced, pools and deployments gone): the state of what left goes with it
     prune();
-    const deploymentsNow = new Set(
-      discovery
-        .catalog()
-        .deployments()
-        .map((d) => d.id),
-    );
-    if (removed.length > 0 || [...deploymentIds].some((id) => !deploymentsNow.has(id))) void metrics.forgetGone();
-    deploymentIds = deploymentsNow;
+    const deploymentsNow = new Set(discovery.catalog().deployments().map(deploymentLabel));
+    if (removed.length > 0 || [...deploymentLabels].some((label) => !deploymentsNow.has(label))) void metrics.forgetGone();
+    deploymentLabels = deploymentsNow;
   });
   const holds = new HoldReporter({ logger, metrics, held: (pool) => picker.heldRequests(pool), demandChanged: () => discovery.demandChanged(), scheduler: systemScheduler });
   discovery.observeDemand((pool) => ({ waiting: admission.depth(pool), held: picker.heldRequests(pool) }));
@@ -411,8 +401,9 @@ export async function createRouter(config: Config, options: RouterOptions = {}):
     ...(logSink ? { logSink } : {}),
     ...(tracing ? { tracing } : {}),
     onFinished: (deployment, done) => {
-      // the deployment's own objective over the config's, field by field
-      const own = discovery.catalog().resolve(deployment)?.slo;
+      // the deployment's own objective over the config's, field by field (found by its label: its ID
+      // may be another namespace's deployment's too, or a name it lost)
+      const own = discovery.catalog().labelled(deployment)?.slo;
       const result = sloResult(done, own ? { ...config.slo, ...own } : config.slo);
       if (result) metrics.recordGoodput(deployment, result);
     },

@@ -273,6 +273,13 @@ export interface Deployment {
   fallbacks: readonly string[];
   /** A ModelDeployment's namespace (Kubernetes mode): its fallbacks are the deployments of this namespace. */
   namespace?: string;
+  /**
+   * What names the deployment in metrics (`deployment`, `from_deployment`, `to_deployment`), the access
+   * log and traces, unique across namespaces: a ModelDeployment's `namespace/name` (two namespaces may
+   * each have a `llama`), made once when it is parsed; absent in static mode, where the config's unique
+   * `id` is the label. Read it through {@link deploymentLabel}.
+   */
+  label?: string;
   /** Unix seconds, shown as `created` in /v1/models. */
   created: number;
   /** Its own latency objective, over the config's `slo` (the goodput counters). */
@@ -281,6 +288,11 @@ export interface Deployment {
   resumeStreams?: boolean;
   /** A LoRA adapter on its pools' base model: requests are sent to the engines under the adapter's name. */
   adapter?: LoraAdapter;
+}
+
+/** The deployment's label in metrics, logs and traces: `namespace/name` in Kubernetes mode, the config's `id` in static mode. Made once, not per request. */
+export function deploymentLabel(deployment: Deployment): string {
+  return deployment.label ?? deployment.id;
 }
 
 /** A latency objective, in ms: time to first token, and the mean gap between tokens. */

@@ -16,6 +16,7 @@ import { type ResponseLocations } from '../balancer/response-locations.js';
 import { RouterError } from '../core/errors.js';
 import {
   type Deployment,
+  deploymentLabel,
   type Endpoint,
   type EndpointSource,
   type Engine,
@@ -168,9 +169,10 @@ export class Director {
     const pinned = api.continues ? await this.pinned(request, planned) : undefined;
     if (pinned) planned = [pinned.step];
     const first = planned[0] as PlannedPool;
-    if (first.deployment !== deployment.id) {
+    const label = deploymentLabel(deployment); // the route's steps name their deployments by label too
+    if (first.deployment !== label) {
       // none of the deployment's own pools had a ready replica: the route starts at a fallback
-      deps.metrics.recordFallback(deployment.id, '', first.deployment, first.pool.name);
+      deps.metrics.recordFallback(label, '', first.deployment, first.pool.name);
     }
     const usage = api.asksStreamUsage ? streamUsageOverride(body) : undefined;
     const forms = request.form ? await encodedForms(planned, request) : undefined;
@@ -210,13 +212,13 @@ export class Director {
       ...(typeof continued === 'string' && continued !== '' ? { quoted: continued } : {}),
       ...(request.trace ? { trace: request.trace } : {}),
       ...(deployment.resumeStreams ? this.resumePlan(request) : {}),
-      onInterToken: (pool, ms) => deps.metrics.recordInterToken(deployment.id, pool, ms / 1000),
+      onInterToken: (pool, ms) => deps.metrics.recordInterToken(label, pool, ms / 1000),
     });
-    const labels = { deployment: deployment.id, pool: report.pool?.name ?? first.pool.name };
+    const labels = { deployment: label, pool: report.pool?.name ?? first.pool.name };
     if (report.end) deps.metrics.recordResponseEnd(labels, report.end);
     if (report.ttftMs !== undefined) deps.metrics.recordTimeToFirstToken(labels, report.ttftMs / 1000, request.trace?.sampled ? request.trace.traceId : undefined);
     if (report.usage) deps.metrics.recordTokens(labels, report.usage.estimated ? 0 : report.usage.promptTokens, report.usage.completionTokens);
-    const fallback = report.fallback ?? (first.deployment !== deployment.id ? first.deployment : undefined);
+    const fallback = report.fallback ?? (first.deployment !== label ? first.deployment : undefined);
     const pool = report.pool ?? first.pool;
     return { ...report, poolName: labels.pool, servedModel: pool.servedModelName, engine: pool.engine, ...(fallback ? { fallback } : {}) };
   }
@@ -226,7 +228,7 @@ export class Director {
     const { api, body, deployment } = request;
     if ((api.name !== 'chat' && api.name !== 'completions') || !asksStream(body)) return undefined;
     const { metrics } = this.deps;
-    const record: ResumePlan['record'] = (result, reason) => metrics.recordStreamResumption?.(deployment.id, result, reason);
+    const record: ResumePlan['record'] = (result, reason) => metrics.recordStreamResumption?.(deploymentLabel(deployment), result, reason);
     const refused = requestRefusal(api.name, body);
     return { resume: refused ? { refused, record } : { splice: new StreamSplice(api.name, body), record } };
   }

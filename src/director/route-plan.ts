@@ -9,12 +9,13 @@
 import { CAPABILITY_NAMES } from '../api/routes.js';
 import { pickWeighted } from '../balancer/weighted.js';
 import { noReadyReplica, RouterError } from '../core/errors.js';
-import { type Capability, type Deployment, type PoolSpec } from '../core/types.js';
+import { type Capability, type Deployment, deploymentLabel, type PoolSpec } from '../core/types.js';
 import { type ModelCatalog } from '../registry/registry.js';
 
 /** One pool of a route, and the deployment it serves the request for (the asked one, or a fallback). */
 export interface PlannedPool {
   pool: PoolSpec;
+  /** The deployment's label (core/types.ts `deploymentLabel`), as the metrics and the access log name it. */
   deployment: string;
 }
 
@@ -47,18 +48,19 @@ export function planRoute(input: RoutePlanInput, deployment: Deployment, kind: C
   // the usual deployment, one pool and no fallback, that can take the request: its route without the general case's lists
   const only = deployment.targets.length === 1 && deployment.fallbacks.length === 0 ? (deployment.targets[0] as Deployment['targets'][number]) : undefined;
   const pool = only && only.weight > 0 ? input.catalog.targetPool(deployment, only) : undefined;
-  if (pool?.capabilities.includes(kind) && (input.hasEndpoints(pool.name) || pool.resilience.scaleFromZero.enabled)) return [{ pool, deployment: deployment.id }];
+  if (pool?.capabilities.includes(kind) && (input.hasEndpoints(pool.name) || pool.resilience.scaleFromZero.enabled)) return [{ pool, deployment: deploymentLabel(deployment) }];
   const own = poolsOf(input, deployment, kind);
   if (own.wrongKind) {
     const serves = own.wrongKind.map((c) => `${CAPABILITY_NAMES[c]} (${c})`).join(', ');
     throw new RouterError('MODEL_CAPABILITY_MISMATCH', `The model \`${asked}\` does not serve ${CAPABILITY_NAMES[kind]} (capability \`${kind}\`); it serves ${serves}.`, { param: 'model' });
   }
-  const route: PlannedPool[] = own.ready.map((pool) => ({ pool, deployment: deployment.id }));
+  const label = deploymentLabel(deployment);
+  const route: PlannedPool[] = own.ready.map((pool) => ({ pool, deployment: label }));
   for (const id of deployment.fallbacks) {
     // a ModelDeployment's fallbacks are in its own namespace, never another's deployment of that name
     const fallback = input.catalog.fallbackOf(deployment, id);
     if (!fallback || fallback === deployment) continue;
-    for (const pool of poolsOf(input, fallback, kind).ready) if (!route.some((r) => r.pool === pool)) route.push({ pool, deployment: fallback.id });
+    for (const pool of poolsOf(input, fallback, kind).ready) if (!route.some((r) => r.pool === pool)) route.push({ pool, deployment: deploymentLabel(fallback) });
   }
   // No target pool exists (yet, or any more), or none has a ready replica: both are "try later".
   if (route.length === 0) throw noReadyReplica(asked);

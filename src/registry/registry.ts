@@ -7,7 +7,7 @@
  * refuses every such overlap up front. The same code serves the static config and the Kubernetes CRDs: it is
  * rebuilt from scratch whenever its inputs change and replaced as a whole.
  */
-import { adapterProblem, type Deployment, type DeploymentTarget, type PoolSpec } from '../core/types.js';
+import { adapterProblem, type Deployment, type DeploymentTarget, deploymentLabel, type PoolSpec } from '../core/types.js';
 
 /** Read side used by the request path. */
 export interface ModelCatalog {
@@ -24,6 +24,8 @@ export interface ModelCatalog {
   namesOf(deployment: Deployment): readonly string[];
   /** The fallback `id` of `deployment`: the deployment of that ID in the same namespace (in Kubernetes mode; the config has one). */
   fallbackOf(deployment: Deployment, id: string): Deployment | undefined;
+  /** The deployment of a label (core/types.ts `deploymentLabel`: `namespace/name`, or the config's ID), as the metrics and the access log name it. */
+  labelled(label: string): Deployment | undefined;
 }
 
 /** A name two deployments claim; the older one (then the smaller ID) keeps it. */
@@ -39,6 +41,8 @@ export class Registry implements ModelCatalog {
   private readonly byName = new Map<string, Deployment>();
   /** Each deployment by its namespace and ID (unique there), for fallbacks. */
   private readonly byKey = new Map<string, Deployment>();
+  /** Each deployment by its label (unique: `namespace/name`, or the config's ID). */
+  private readonly byLabel = new Map<string, Deployment>();
   private readonly pools: ReadonlyMap<string, PoolSpec>;
   /** Each pool's views for the LoRA adapters deployed on it, by pool, then adapter name. */
   private readonly adapterPools = new Map<string, Map<string, PoolSpec>>();
@@ -59,6 +63,8 @@ export class Registry implements ModelCatalog {
     for (const dep of this.ordered) {
       const key = `${dep.namespace ?? ''}/${dep.id}`;
       if (!this.byKey.has(key)) this.byKey.set(key, dep);
+      const label = deploymentLabel(dep);
+      if (!this.byLabel.has(label)) this.byLabel.set(label, dep);
       claim('id', dep.id, dep);
       for (const alias of dep.aliases) claim('alias', alias, dep);
       claim('model', dep.model, dep);
@@ -97,6 +103,10 @@ export class Registry implements ModelCatalog {
 
   fallbackOf(deployment: Deployment, id: string): Deployment | undefined {
     return this.byKey.get(`${deployment.namespace ?? ''}/${id}`);
+  }
+
+  labelled(label: string): Deployment | undefined {
+    return this.byLabel.get(label);
   }
 
   namesOf(dep: Deployment): readonly string[] {

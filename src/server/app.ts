@@ -61,7 +61,7 @@ export interface AppDeps {
   logSink?: LineSink;
   /** Request traces (none: tracing is off). */
   tracing?: Tracing;
-  /** Hears how each request for a deployment ended (the goodput counters). */
+  /** Hears how each request for a deployment (named by its label, core/types.ts `deploymentLabel`) ended: the goodput counters. */
   onFinished?: (deployment: string, done: Finished) => void;
   clock: Clock;
   readiness: ReadinessCheck;

@@ -22,6 +22,7 @@ export interface RequestContext {
   principal?: Principal;
   /** The model the client asked for, as it named it: at most {@link MAX_SHOWN_MODEL} characters of it (set with {@link shownModel}). */
   model?: string;
+  /** The deployment's label (core/types.ts `deploymentLabel`: `namespace/name` in Kubernetes mode, the config's ID in static mode). */
   deployment?: string;
   priority?: Priority;
   /** Why the request did not end well, as an error code. */

@@ -11,7 +11,7 @@ import { type ApiRoute } from '../api/routes.js';
 import { validateRequest, type ValidRequest } from '../api/validate.js';
 import { modelNotFound, NO_REPLICA_RETRY_AFTER_SECONDS, RouterError } from '../core/errors.js';
 import { passed } from '../core/phases.js';
-import { PRIORITIES, tokensOfChars, type Priority, type RequestTrace } from '../core/types.js';
+import { deploymentLabel, PRIORITIES, tokensOfChars, type Priority, type RequestTrace } from '../core/types.js';
 import { type RequestDirector } from '../director/director.js';
 import { type DeploymentNames, type Lease, type TokenUsage } from '../limits/limiter.js';
 import { type ModelCatalog } from '../registry/registry.js';
@@ -142,7 +142,8 @@ export function inferenceHandler(deps: InferenceDeps, api: ApiRoute) {
       if (deps.catalogLoading?.()) throw new RouterError('NO_READY_REPLICA', 'The router is still loading its models; retry shortly.', { retryAfterSeconds: NO_REPLICA_RETRY_AFTER_SECONDS });
       throw modelNotFound(body.model);
     }
-    ctx.deployment = deployment.id;
+    // its label (`namespace/name` in Kubernetes mode): what the access log, the trace and the metrics name it by
+    ctx.deployment = deploymentLabel(deployment);
     // A model the key may not use is answered like a missing one; the log says which it was.
     if (!mayUse(principal, catalog.namesOf(deployment))) throw modelNotFound(body.model, true);
     const priority = requestPriority(principal.priority, req.headers[deps.priorityHeader], deps.priorityHeader);

@@ -134,7 +134,9 @@ function deploymentSection(d: DeploymentStatus, pools: ReadonlyMap<string, PoolS
     return pool ? poolCard(pool, bucketSeconds, t.weight) : `<p class="bad">pool ${escapeHtml(t.pool)} is not known</p>`;
   });
   const namespace = d.namespace === undefined ? '' : ` <span class="mute">in ${escapeHtml(d.namespace)}</span>`;
-  return `<section class="deployment" data-deployment="${escapeHtml(d.name)}"><h2>${escapeHtml(d.name)}${namespace} <span class="mute">model ${escapeHtml(d.model)}</span>${fallbacks}</h2>${cards.join('')}</section>`;
+  // the deployment's label in the metrics and the access log: `namespace/name` in Kubernetes mode (two namespaces may each have one of a name)
+  const label = d.namespace === undefined ? d.name : `${d.namespace}/${d.name}`;
+  return `<section class="deployment" data-deployment="${escapeHtml(label)}"><h2>${escapeHtml(d.name)}${namespace} <span class="mute">model ${escapeHtml(d.model)}</span>${fallbacks}</h2>${cards.join('')}</section>`;
 }
 
 /** The status page for `s`. */

@@ -1,6 +1,6 @@
 /** What the router's gauges read from discovery, health checks, breakers and the in-flight counts, at each scrape. */
 import { type InFlight } from '../balancer/in-flight.js';
-import { type ApiName, type Capability, type Deployment, type PoolSpec, queueBound, unprobedCountsHealthy } from '../core/types.js';
+import { type ApiName, type Capability, type Deployment, deploymentLabel, type PoolSpec, queueBound, unprobedCountsHealthy } from '../core/types.js';
 import { type DiscoveryWiring } from '../discovery/wiring.js';
 import { type FallbackHop, type MetricSources } from '../metrics/metrics.js';
 import { type ModelCatalog } from '../registry/registry.js';
@@ -52,7 +52,9 @@ export function discoveryGauges(
       const counts = readyCounts();
       const catalog = discovery.catalog();
       // a target the route leaves out (no such pool, or one that cannot serve the deployment's adapter) counts nothing
-      return catalog.deployments().map((d) => ({ deployment: d.id, count: d.targets.filter((t) => t.weight > 0 && catalog.targetPool(d, t)).reduce((n, t) => n + (counts.get(t.pool) ?? 0), 0) }));
+      return catalog
+        .deployments()
+        .map((d) => ({ deployment: deploymentLabel(d), count: d.targets.filter((t) => t.weight > 0 && catalog.targetPool(d, t)).reduce((n, t) => n + (counts.get(t.pool) ?? 0), 0) }));
     },
     queueLimits: () =>
       discovery.pools().flatMap((p) => {
@@ -64,16 +66,12 @@ export function discoveryGauges(
       return catalog.deployments().flatMap((d) =>
         d.targets.flatMap((t) => {
           const pool = catalog.targetPool(d, t);
-          return pool ? [{ deployment: d.id, pool: t.pool, apis: apisOf(pool), resumable: d.resumeStreams === true }] : [];
+          return pool ? [{ deployment: deploymentLabel(d), pool: t.pool, apis: apisOf(pool), resumable: d.resumeStreams === true }] : [];
         }),
       );
     },
     pools: () => discovery.pools().map((p) => p.name),
-    deployments: () =>
-      discovery
-        .catalog()
-        .deployments()
-        .map((d) => d.id),
+    deployments: () => discovery.catalog().deployments().map(deploymentLabel),
     holdingPools: () =>
       discovery
         .pools()
@@ -97,17 +95,18 @@ export function fallbackHops(catalog: ModelCatalog): FallbackHop[] {
   };
   const poolsOf = (d: Deployment): string[] => d.targets.filter((t) => t.weight > 0 && catalog.targetPool(d, t)).map((t) => t.pool);
   for (const deployment of catalog.deployments()) {
-    const steps = poolsOf(deployment).map((pool) => ({ deployment: deployment.id, pool }));
+    const label = deploymentLabel(deployment);
+    const steps = poolsOf(deployment).map((pool) => ({ deployment: label, pool }));
     for (const id of deployment.fallbacks) {
       const fallback = catalog.fallbackOf(deployment, id); // as the route plan finds it
       if (!fallback || fallback === deployment) continue;
-      for (const pool of poolsOf(fallback)) if (!steps.some((s) => s.pool === pool)) steps.push({ deployment: fallback.id, pool });
+      for (const pool of poolsOf(fallback)) if (!steps.some((s) => s.pool === pool)) steps.push({ deployment: deploymentLabel(fallback), pool });
     }
     steps.forEach((from, i) => {
       steps.forEach((to, j) => {
         if (j > i || (j !== i && to.deployment === from.deployment)) add(from, to);
       });
-      if (from.deployment !== deployment.id) add({ deployment: deployment.id, pool: '' }, from);
+      if (from.deployment !== label) add({ deployment: label, pool: '' }, from);
     });
   }
   return [...hops.values()];

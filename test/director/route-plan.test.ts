@@ -106,6 +106,16 @@ describe('planRoute: fallbacks', () => {
     const planned = planRoute(input([main, backup, third, other, embeddingsOnly], { withoutEndpoints: without }), main, 'chat', 'main');
     expect(names(planned)).toEqual(route);
   });
+
+  it('names each step’s deployment by its label: `namespace/name` in Kubernetes mode, on the short route and the general one', () => {
+    const ns = (d: Deployment, namespace: string): Deployment => ({ ...d, namespace, label: `${namespace}/${d.id}` });
+    const single = ns(deployment('main', { a: 1 }), 'team-a');
+    expect(names(planRoute(input([single]), single, 'chat', 'main'))).toEqual(['a@team-a/main']);
+    const main = ns(deployment('main', { a: 1 }, ['backup']), 'team-a');
+    const ownBackup = ns(deployment('backup', { b: 1 }), 'team-a');
+    const theirBackup = ns(deployment('backup', { c: 1 }), 'team-b');
+    expect(names(planRoute(input([main, theirBackup, ownBackup]), main, 'chat', 'main'))).toEqual(['a@team-a/main', 'b@team-a/backup']);
+  });
 });
 
 describe('planRoute: no route', () => {

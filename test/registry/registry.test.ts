@@ -58,6 +58,18 @@ describe('Registry', () => {
     expect(new Registry([pool], [a, b]).fallbackOf(a, 'b')).toBe(b);
   });
 
+  it('finds a deployment by its label: `namespace/name` for each of two namespaces’ deployments of one name, the ID in static mode', () => {
+    const teamA = { ...dep('llama', 'llama-a', [], 10), namespace: 'team-a', label: 'team-a/llama' };
+    const teamB = { ...dep('llama', 'llama-b', [], 20), namespace: 'team-b', label: 'team-b/llama' };
+    const registry = new Registry([pool], [teamB, teamA]);
+    expect(registry.resolve('llama')).toBe(teamA); // the older keeps the bare name for clients
+    expect(registry.labelled('team-a/llama')).toBe(teamA);
+    expect(registry.labelled('team-b/llama')).toBe(teamB);
+    expect(registry.labelled('llama')).toBeUndefined();
+    const a = dep('a', 'ma');
+    expect(new Registry([pool], [a]).labelled('a')).toBe(a);
+  });
+
   it('gives a contested alias or model name to the oldest deployment and reports the conflict', () => {
     const older = dep('older', 'llama', ['default'], 100);
     const newer = dep('newer', 'llama', ['default', 'fresh'], 200);

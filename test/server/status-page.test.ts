@@ -74,7 +74,11 @@ describe('renderStatusPage', () => {
     });
     expect(html).toContain('<h2>llm <span class="mute">in team-a</span> <span class="mute">model m</span></h2>');
     expect(html).toContain('<h2>llm <span class="mute">in team-b</span> <span class="mute">model m</span></h2>');
+    // each section's attribute is the deployment's label in the metrics and the access log
+    expect(html).toContain('data-deployment="team-a/llm"');
+    expect(html).toContain('data-deployment="team-b/llm"');
     expect(renderStatusPage(base)).toContain('<h2>dep <span class="mute">model chat</span></h2>');
+    expect(renderStatusPage(base)).toContain('data-deployment="dep"');
   });
 
   it('shows each breaker state, health and readiness of a replica, in text and as data attributes', () => {

@@ -17,6 +17,7 @@ function catalog(deployments: Deployment[], pools: string[]): ModelCatalog {
     deployments: () => deployments,
     namesOf: (d) => [d.id],
     fallbackOf: (_d, id) => deployments.find((d) => d.id === id),
+    labelled: (label) => deployments.find((d) => (d.label ?? d.id) === label),
   };
 }
 const deployment = (id: string, pools: Array<[string, number]>, fallbacks: string[] = []): Deployment => ({
@@ -64,5 +65,11 @@ describe('fallbackHops', () => {
 
   it('has none for a deployment with one pool and no fallback', () => {
     expect(fallbackHops(catalog([deployment('llm', [['a', 100]])], ['a']))).toEqual([]);
+  });
+
+  it('names the deployments by their labels (`namespace/name` in Kubernetes mode), as the route plan does', () => {
+    const main: Deployment = { ...deployment('llm', [['team-a/a', 100]], ['backup']), namespace: 'team-a', label: 'team-a/llm' };
+    const backup: Deployment = { ...deployment('backup', [['team-a/b', 100]]), namespace: 'team-a', label: 'team-a/backup' };
+    expect(fallbackHops(catalog([main, backup], ['team-a/a', 'team-a/b']))).toEqual([hop('team-a/llm', 'team-a/a', 'team-a/backup', 'team-a/b'), hop('team-a/llm', '', 'team-a/backup', 'team-a/b')]);
   });
 });

@@ -126,6 +126,8 @@ export function parseModelDeployment(obj: CustomObject): ParsedDeployment {
     deployment: {
       id: id.name,
       namespace: id.namespace,
+      // its label in metrics and logs, as a pool's is its key: two namespaces may each have a deployment of this name
+      label: id.key,
       model: spec.model,
       aliases: [...new Set(aliases)],
       targets: parsed,

@@ -117,11 +117,12 @@ describe('parseModelPool routing', () => {
 });
 
 describe('parseModelDeployment', () => {
-  it('uses the object name as deployment ID, targets pools in its own namespace and its age', () => {
+  it('uses the object name as deployment ID, `namespace/name` as its label, targets pools in its own namespace and its age', () => {
     const parsed = parseModelDeployment({ metadata: meta, spec: { model: 'llama-3', aliases: ['default', 'default'], targets: [{ pool: 'a' }, { pool: 'b', weight: 5 }] } });
     expect(parsed.deployment).toEqual({
       id: 'llama',
       namespace: 'models',
+      label: 'models/llama',
       model: 'llama-3',
       aliases: ['default'],
       targets: [

@@ -447,8 +447,8 @@ describe('Kubernetes mode: status and conflicts', () => {
     expect(res.status).toBe(503);
     // the operator: the deployment has no ready endpoint (the pool's pod is ready, but not for it), so its alert can fire
     const metrics = (await rawRequest(`${gateway.router.adminUrl}/metrics`)).body;
-    expect(metrics).toMatch(/^modelgate_deployment_ready_endpoints\{deployment="lora-bot"\} 0$/m);
-    expect(metrics).toMatch(/^modelgate_deployment_ready_endpoints\{deployment="llama-prod"\} 1$/m);
+    expect(metrics).toMatch(/^modelgate_deployment_ready_endpoints\{deployment="models\/lora-bot"\} 0$/m);
+    expect(metrics).toMatch(/^modelgate_deployment_ready_endpoints\{deployment="models\/llama-prod"\} 1$/m);
   });
 });
 
