@@ -143,7 +143,8 @@ export function inferenceHandler(deps: InferenceDeps, api: ApiRoute) {
       throw modelNotFound(body.model);
     }
     // its label (`namespace/name` in Kubernetes mode): what the access log, the trace and the metrics name it by
-    ctx.deployment = deploymentLabel(deployment);
+    const label = deploymentLabel(deployment);
+    ctx.deployment = label;
     // A model the key may not use is answered like a missing one; the log says which it was.
     if (!mayUse(principal, catalog.namesOf(deployment))) throw modelNotFound(body.model, true);
     const priority = requestPriority(principal.priority, req.headers[deps.priorityHeader], deps.priorityHeader);
@@ -158,7 +159,8 @@ export function inferenceHandler(deps: InferenceDeps, api: ApiRoute) {
     let lease: Pick<Lease, 'headers' | 'streamed' | 'answered' | 'finish'> | undefined;
     if (limits) {
       const admission = trace?.child('modelgate.admission');
-      lease = await limits.admit(principal, deployment, estimatePromptTokens(promptText, text, promptTokens), `${deployment.id} ${api.name}`);
+      // the prompt tokens' overhead is learned per deployment (by label: each namespace's its own) and API
+      lease = await limits.admit(principal, deployment, estimatePromptTokens(promptText, text, promptTokens), `${label} ${api.name}`);
       admission?.end();
       if (lease) for (const [name, value] of Object.entries(lease.headers)) res.setHeader(name, value);
       if (ctx.closed) {
