@@ -56,6 +56,7 @@ export const ERROR_CODES = {
   UPSTREAM_STREAM_BROKEN: { status: 502, type: 'server_error' },
   UPSTREAM_INVALID_ANSWER: { status: 502, type: 'server_error' },
   ADAPTER_LOAD_FAILED: { status: 502, type: 'server_error' },
+  SERVED_MODEL_MISMATCH: { status: 502, type: 'server_error', retry: false },
   NO_READY_REPLICA: { status: 503, type: 'server_error' },
   ROUTER_SHUTTING_DOWN: { status: 503, type: 'server_error' },
   UPSTREAM_TIMEOUT: { status: 504, type: 'server_error' },
@@ -256,6 +257,20 @@ export function noAdapterReplica(): RouterError {
   return new RouterError('NO_READY_REPLICA', 'No replica of this model serves its adapter right now (the engines tried answered that they do not have it); retry shortly.', {
     retryAfterSeconds: NO_REPLICA_RETRY_AFTER_SECONDS,
   });
+}
+
+/**
+ * The replicas tried answered 404 that they do not have the model the router sent them, the pool's
+ * `servedModelName` (a case slip, `Llama-3-8B` for `llama-3-8b`): the deployment is misconfigured. Not
+ * the engine's 404, which names that internal name, a model the client never asked for; nor is the name
+ * given here. `x-should-retry: false` ({@link CodeSpec}.retry): the router tried the pool's other
+ * replicas, and an SDK's retry would only reach the same engines to be refused again.
+ */
+export function servedModelMismatch(): RouterError {
+  return new RouterError(
+    'SERVED_MODEL_MISMATCH',
+    "This model's deployment is misconfigured: its model servers do not serve the model under the name the router sends them (the pool's servedModelName). Retrying will not help until an operator fixes it.",
+  );
 }
 
 /** No replica of a model can take a request right now; the client should retry shortly. */

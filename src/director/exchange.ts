@@ -14,7 +14,7 @@
 import type { IncomingMessage, OutgoingHttpHeaders, ServerResponse } from 'node:http';
 import { isAbortError, type Clock, type Sleep } from '../core/clock.js';
 import { passed } from '../core/phases.js';
-import { errorBody, noAdapterReplica, noRetryHeaders, RouterError, streamErrorEvent, toErrorResponse, writeErrorAnswer } from '../core/errors.js';
+import { errorBody, noAdapterReplica, noRetryHeaders, RouterError, servedModelMismatch, streamErrorEvent, toErrorResponse, writeErrorAnswer } from '../core/errors.js';
 import { type PoolSpec, type RequestTrace, type ScheduleInfo, type WireDialect } from '../core/types.js';
 import { type AttemptResult, type AttemptSpec, type Forwarder, type StreamEnd } from '../proxy/forwarder.js';
 import { brokenError, FINAL_EVENT, streamEnd } from '../proxy/relay.js';
@@ -64,6 +64,11 @@ export interface ExchangeEvents {
   onRetry?: (pool: string, reason: string) => void;
   /** The request moved on from `from` (no replica could take it) to `to`. */
   onFallback?: (from: RouteStep, to: RouteStep) => void;
+  /**
+   * A replica answered 404 that it does not have the pool's `servedModelName` (the deployment is
+   * misconfigured; see {@link servesNotModel}): `said` is the engine's message. Called at each such attempt.
+   */
+  onServedModelMismatch?: (pool: PoolSpec, endpoint: string, said: string) => void;
 }
 
 /** One pool of a request's route, with the body and headers as that pool's engines must get them. */
@@ -175,6 +180,40 @@ export function namesMissingModel(message: string, name: string, quoted?: string
   return own.includes(`\`${name}\``) || (own.includes(name) && /does not exist|not found|no adapter/i.test(own));
 }
 
+/** A name is in an engine's message as itself, not as part of a longer name: nothing of a model name's characters either side. */
+const NAME_CHAR = /[\w.\-/:@]/;
+
+/** Whether `name` is in `message` as a whole name (`Llama-3-8B` not inside `Llama-3-8B-Instruct`). */
+function namesWhole(message: string, name: string): boolean {
+  for (let at = message.indexOf(name); at >= 0; at = message.indexOf(name, at + 1)) {
+    const before = at === 0 ? '' : message.charAt(at - 1);
+    const after = message.charAt(at + name.length);
+    if (!NAME_CHAR.test(before) && !NAME_CHAR.test(after)) return true;
+  }
+  return false;
+}
+
+/** The outcome an attempt refused so is named by, in the access log, the attempts metric and the retries metric. */
+export const SERVED_MODEL_MISMATCH = 'served_model_mismatch';
+
+/**
+ * Whether an engine's 404 says it does not have the pool's base model, the `servedModelName` the router
+ * put in the body (vLLM: "The model \`Llama-3-8B\` does not exist.", OpenAI's API: "The model \`x\` does
+ * not exist or you do not have access to it."): the pool's name does not match what its engines serve.
+ * The name must be in the message whole, quoted in backticks or with "does not exist" / "not found"; a
+ * 404 for a path the engine lacks ("Not Found") or for a Responses API id it does not hold (`quoted`,
+ * taken out first, as {@link namesMissingModel} does) is not it. A LoRA pool's view names its adapter,
+ * whose 404 the exchange reads as the adapter's. Read only on a 404: an answer that went well pays nothing.
+ */
+export function servesNotModel(pool: Pick<PoolSpec, 'servedModelName' | 'adapter'>, message: string, quoted?: string): boolean {
+  if (pool.adapter !== undefined) return false;
+  const name = pool.servedModelName;
+  const own = quoted ? message.split(quoted).join('') : message;
+  if (!namesWhole(own, name)) return false;
+  // the phrase is the message's, not part of the name (a pool's model named `Not` is not read into "Not Found")
+  return own.includes(`\`${name}\``) || /does not exist|not found/i.test(own.split(name).join('\u0000'));
+}
+
 export class ExchangeRunner {
   constructor(private readonly deps: ExchangeDeps) {}
 
@@ -211,7 +250,7 @@ export class ExchangeRunner {
         return this.fail(res, plan, report, new RouterError('UPSTREAM_TIMEOUT', 'The request ran past its total timeout while it waited for a replica.'));
       }
       at.tried.add(picked.endpoint.id);
-      const { result, meter } = await this.attempt(req, res, plan, step, picked, deadline, report);
+      const { result, meter, misnamed } = await this.attempt(req, res, plan, step, picked, deadline, report);
       if (result.kind === 'committed') {
         const ended = await this.committed(step, picked, result, meter, report, plan, plan.resume?.splice);
         return plan.resume ? this.resumeBroken(req, res, plan, plan.resume, at, ended, deadline) : ended;
@@ -235,15 +274,22 @@ export class ExchangeRunner {
         }
       }
 
+      // A replica that answers 404 that it does not have the pool's own model (servesNotModel): the pool's
+      // servedModelName is not what its engines serve. The request goes on to the pool's other replicas (in a
+      // rolling update some may serve the name), then to the route's next pool; given up, the client is told
+      // the deployment is misconfigured (502 served_model_mismatch), never the engine's 404 naming the served name.
+      const notServed = adapterMissing || misnamed;
       const giveUp = (): ExchangeReport =>
         adapterMissing
           ? this.fail(res, plan, report, noAdapterReplica())
-          : result.kind === 'upstream_error'
-            ? this.passOn(res, plan, report, result)
-            : this.fail(res, plan, report, failureError(result));
-      if (!(retryable(result) || adapterMissing) || plan.signal.aborted) return giveUp();
-      // no other replica here to have the adapter (and none put back to load it): the next pool, or the 503
-      if (adapterMissing && !this.deps.picker.hasUntried(step.pool, at.tried, plan.request)) {
+          : misnamed
+            ? this.fail(res, plan, report, servedModelMismatch())
+            : result.kind === 'upstream_error'
+              ? this.passOn(res, plan, report, result)
+              : this.fail(res, plan, report, failureError(result));
+      if (!(retryable(result) || notServed) || plan.signal.aborted) return giveUp();
+      // no other replica here to have the adapter or the model (and none put back to load it): the next pool, or the answer
+      if (notServed && !this.deps.picker.hasUntried(step.pool, at.tried, plan.request)) {
         if (moveOn()) continue;
         return giveUp();
       }
@@ -253,7 +299,7 @@ export class ExchangeRunner {
       if ((!mayRetry || !this.deps.picker.hasUntried(step.pool, at.tried, plan.request)) && moveOn()) continue;
       if (!mayRetry) return giveUp();
       at.retries += 1;
-      this.deps.events?.onRetry?.(step.pool.name, outcomeName(result));
+      this.deps.events?.onRetry?.(step.pool.name, misnamed ? SERVED_MODEL_MISMATCH : outcomeName(result));
       try {
         if (wait > 0) await this.deps.sleep(wait, plan.signal);
       } catch {
@@ -272,7 +318,7 @@ export class ExchangeRunner {
     deadline: number,
     report: ExchangeReport,
     continuation?: Buffer,
-  ): Promise<{ result: AttemptResult; meter: ResponseMeter }> {
+  ): Promise<{ result: AttemptResult; meter: ResponseMeter; misnamed: boolean }> {
     const { clock } = this.deps;
     const { endpoint } = picked;
     const settings = step.pool.resilience;
@@ -325,10 +371,15 @@ export class ExchangeRunner {
     // (Counted at every replica it was retried on, four long requests of one tenant opened every breaker of
     // a pool, and every other tenant got 503.)
     const repeated = result.kind === 'failed' && result.reason === 'first_byte_timeout' && report.attempts.some((a) => a.outcome === 'first_byte_timeout');
+    // the engine does not have the pool's model (servesNotModel): a misconfigured pool, not a sick replica; the engine
+    // answered, alive, and the breaker is moved neither way, as by backpressure (counted a success, as other 4xx are,
+    // it would have ended the run of failures of a replica failing otherwise too)
+    const misnamed = result.kind === 'upstream_error' && result.status === 404 && servesNotModel(step.pool, result.error.envelope.error.message, plan.quoted);
     // an error the engine answered may be the request's doing: it does not open the breaker unasked (breaker.ts); its key is for the log
-    const counted = repeated ? 'unknown' : breakerOutcome(result);
+    const counted = misnamed ? 'backpressure' : repeated ? 'unknown' : breakerOutcome(result);
     picked.ticket.settle(counted, counted === 'failure' ? { key: plan.request.tenant, answered: result.kind === 'upstream_error' && result.status === 500 } : undefined);
-    const outcome = outcomeName(result);
+    const outcome = misnamed ? SERVED_MODEL_MISMATCH : outcomeName(result);
+    if (misnamed) this.deps.events?.onServedModelMismatch?.(step.pool, endpoint.id, result.error.envelope.error.message);
     if (span) {
       span.set({ 'modelgate.outcome': outcome, 'http.response.status_code': result.kind === 'committed' || result.kind === 'upstream_error' ? result.status : undefined });
       // a committed stream's span ends when its response does
@@ -342,7 +393,7 @@ export class ExchangeRunner {
     report.endpoint = endpoint.id;
     report.attempts.push({ endpoint: endpoint.id, outcome, ms: Math.round(clock.now() - started) });
     this.deps.events?.onAttempt?.(step.pool.name, endpoint.id, outcome);
-    return { result, meter };
+    return { result, meter, misnamed };
   }
 
   /** The response reached the client: wait for it to end and report how. */

@@ -48,16 +48,32 @@ export const PREFIX_RESULTS = ['hit', 'miss'] as const;
 
 /** Why an attempt got no usable answer, before the first byte. */
 export const ATTEMPT_FAILURES = ['connect', 'reset', 'connect_timeout', 'first_byte_timeout', 'deadline', 'invalid_answer', 'shutdown'] as const;
+/**
+ * Engine answers an attempt is named by instead of their status: `served_model_mismatch`, a 404 saying the
+ * engine does not have the pool's `servedModelName` (director/exchange.ts `servesNotModel`), a misconfigured pool to alert on.
+ */
+export const ATTEMPT_REFUSALS = ['served_model_mismatch'] as const;
 /** An engine's HTTP status as an attempt's outcome: `upstream_503`. */
 export type UpstreamStatus = `upstream_${number}`;
 /** How an attempt ended (`modelgate_upstream_attempts_total{outcome}`); `other` stands in for a name outside the set. */
-export type AttemptOutcome = 'committed' | 'client_gone' | (typeof ATTEMPT_FAILURES)[number] | UpstreamStatus | 'other';
-const NAMED_OUTCOMES: ReadonlySet<string> = new Set(['committed', 'client_gone', ...ATTEMPT_FAILURES]);
+export type AttemptOutcome = 'committed' | 'client_gone' | (typeof ATTEMPT_FAILURES)[number] | (typeof ATTEMPT_REFUSALS)[number] | UpstreamStatus | 'other';
+const NAMED_OUTCOMES: ReadonlySet<string> = new Set(['committed', 'client_gone', ...ATTEMPT_FAILURES, ...ATTEMPT_REFUSALS]);
 /** `upstream_` and an HTTP status (100…599). */
 export const UPSTREAM_STATUS = /^upstream_[1-5][0-9][0-9]$/;
 
-/** The outcomes a retry follows (`modelgate_retries_total{reason}`): the retryable statuses and the failures other than the deadline. */
-export const RETRY_REASONS = ['upstream_429', 'upstream_502', 'upstream_503', 'upstream_504', 'connect', 'reset', 'connect_timeout', 'first_byte_timeout', 'invalid_answer'] as const;
+/** The outcomes a retry follows (`modelgate_retries_total{reason}`): the retryable statuses, the failures other than the deadline, and a replica without the pool's model. */
+export const RETRY_REASONS = [
+  'upstream_429',
+  'upstream_502',
+  'upstream_503',
+  'upstream_504',
+  'connect',
+  'reset',
+  'connect_timeout',
+  'first_byte_timeout',
+  'invalid_answer',
+  'served_model_mismatch',
+] as const;
 export type RetryReason = (typeof RETRY_REASONS)[number] | 'other';
 
 /**
