@@ -143,12 +143,13 @@ describe('headers', () => {
 describe('upstream errors', () => {
   const table: Array<[string, number, string, Record<string, string>, number, object]> = [
     [
+      // (a 404 naming the pool's own servedModelName is a misconfigured pool, 502 served_model_mismatch: served-model-mismatch.test.ts)
       'vLLM nested error with an integer code',
       404,
-      '{"error":{"message":"The model `served/llm` does not exist.","type":"NotFoundError","param":"model","code":404}}',
+      '{"error":{"message":"The model `other/llm` does not exist.","type":"NotFoundError","param":"model","code":404}}',
       {},
       404,
-      { message: 'The model `served/llm` does not exist.', type: 'invalid_request_error', param: 'model', code: 'model_not_found' },
+      { message: 'The model `other/llm` does not exist.', type: 'invalid_request_error', param: 'model', code: 'model_not_found' },
     ],
     [
       'vLLM context-length error',
