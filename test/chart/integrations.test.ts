@@ -35,6 +35,8 @@ beforeAll(async () => {
     netpolAll: [[], { 'networkPolicy.enabled': true, 'watch.allNamespaces': true }],
     netpolOpen: [[], { 'networkPolicy.enabled': true, 'networkPolicy.egress.enabled': false }],
     monitoring: [[], { 'serviceMonitor.enabled': true, 'prometheusRule.enabled': true, 'grafanaDashboard.enabled': true }],
+    loadBalancer: [[], { 'service.type': 'LoadBalancer', 'serviceMonitor.enabled': true }],
+    nodePort: [[], { 'service.type': 'NodePort', 'serviceMonitor.enabled': true }],
     ingressPlain: [[], { 'ingress.enabled': true }],
     models: [
       [],
@@ -138,6 +140,27 @@ describe('chart monitoring', () => {
     expect((specOf(service).ports as Obj[]).map((p) => p.name)).toContain('admin');
   });
 
+  // The admin port asks no key (/metrics with key names and their spending, /status with every
+  // replica's address): a Service that exposes the API outside the cluster must not carry it along.
+  it.each(['loadBalancer', 'nodePort'])('keeps the admin port off a %s Service: a ClusterIP Service of its own carries it, which the ServiceMonitor selects', (variant) => {
+    const services = ofKind(get(variant), 'Service');
+    const exposed = only(get(variant), 'Service', 'modelgate');
+    expect(specOf(exposed).type).not.toBe('ClusterIP');
+    expect((specOf(exposed).ports as Obj[]).map((p) => p.name)).toEqual(['http']);
+    const admin = only(get(variant), 'Service', 'modelgate-admin');
+    expect(specOf(admin).type).toBe('ClusterIP');
+    expect(specOf(admin).ports).toEqual([{ name: 'admin', port: 9090, targetPort: 'admin', protocol: 'TCP' }]);
+    expect(specOf(admin).selector).toEqual(SELECTOR);
+    const sm = only(get(variant), 'ServiceMonitor');
+    const selected = services.filter((s) => Object.entries((specOf(sm).selector as { matchLabels: Record<string, string> }).matchLabels).every(([k, v]) => s.metadata.labels?.[k] === v));
+    // what Prometheus scrapes on the port named admin: the ClusterIP Service's only
+    expect(selected.filter((s) => (specOf(s).ports as Obj[]).some((p) => p.name === 'admin')).map((s) => [s.metadata.name, specOf(s).type])).toEqual([['modelgate-admin', 'ClusterIP']]);
+  });
+
+  it('keeps both ports on a ClusterIP Service, as before', () => {
+    expect(ofKind(get('monitoring'), 'Service').map((s) => [s.metadata.name, (specOf(s).ports as Obj[]).map((p) => p.name)])).toEqual([['modelgate', ['http', 'admin']]]);
+  });
+
   it('labels the ServiceMonitor and PrometheusRule for the Prometheus selectors', () => {
     expect(only(get('full'), 'ServiceMonitor').metadata.labels).toMatchObject({ release: 'kube-prometheus-stack' });
     expect(only(get('full'), 'PrometheusRule').metadata.labels).toMatchObject({ release: 'kube-prometheus-stack' });
@@ -181,7 +204,7 @@ describe('chart Ingress and HTTPRoute', () => {
       hostnames: ['llm.example.com'],
       rules: [{ matches: [{ path: { type: 'PathPrefix', value: '/v1' } }], backendRefs: [{ name: 'llm-gateway', port: 80 }] }],
     });
-    const service = only(get('full'), 'Service');
+    const service = only(get('full'), 'Service', 'llm-gateway');
     expect((specOf(service).ports as Obj[])[0]).toMatchObject({ name: 'http', port: 80 });
   });
 });
