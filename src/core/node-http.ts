@@ -14,3 +14,12 @@ import type * as NodeHttp from 'node:http';
 const http = createRequire(import.meta.url)('node:http') as typeof NodeHttp;
 
 export default http;
+
+/**
+ * Requests that said `Expect: 100-continue` and were handed over without `100 Continue` (the API
+ * server's `checkContinue` listener, wiring/servers.ts): the client waits for it before it sends the
+ * body, so the body reader (server/body.ts) sends it when it starts to read — after the key, the route and the content type
+ * were checked. Only such a request has an `Expect` header here (another expectation is answered 417
+ * by the server): an ordinary request pays one property read.
+ */
+export const expectsContinue = new WeakSet<object>();

@@ -6,6 +6,7 @@
  */
 import express from 'express';
 import { RouterError } from '../core/errors.js';
+import { expectsContinue } from '../core/node-http.js';
 import { passed } from '../core/phases.js';
 import { type ChainHandler } from './app.js';
 
@@ -15,6 +16,14 @@ export const bodyTruncated = (): RouterError => new RouterError('INVALID_REQUEST
 export function bodyReader(limit: number): ChainHandler {
   const inflating = express.raw({ type: () => true, limit });
   return (req, res, next): void => {
+    // a request whose client waits for `100 Continue` (core/node-http.ts `expectsContinue`): sent now
+    if (req.headers.expect !== undefined && expectsContinue.has(req)) {
+      expectsContinue.delete(req);
+      // a declared length over the limit is refused without soliciting the body
+      const declared = req.headers['content-length'];
+      if (declared !== undefined && Number(declared) > limit) return next(bodyTooLarge());
+      res.writeContinue();
+    }
     const encoding = req.headers['content-encoding'];
     if (encoding !== undefined && encoding.toLowerCase() !== 'identity') return void inflating(req, res, next);
     const declared = req.headers['content-length'];

@@ -1,5 +1,5 @@
 /** The HTTP servers' lifecycle: listening (a failure is a config error naming the field) and closing. */
-import http from '../core/node-http.js';
+import http, { expectsContinue } from '../core/node-http.js';
 import type { IncomingMessage, RequestListener, Server, ServerResponse } from 'node:http';
 import { systemSleep } from '../core/clock.js';
 import { RouterError, toErrorResponse, writeErrorAnswer } from '../core/errors.js';
@@ -66,6 +66,15 @@ export function createApiServer(server: ServerConfig, handler: RequestListener, 
     handler,
   );
   api.on('clientError', (err: NodeJS.ErrnoException, socket: Duplex) => answerClientError(err, socket, refused));
+  // `Expect: 100-continue`: Node's own listener sends `100 Continue` at once, before the request is
+  // looked at, so a client without a valid key, or with a body too large or of the wrong type, sent
+  // its whole body to be refused. This one hands the request over as it is; the body reader sends
+  // `100 Continue` when it starts to read (core/node-http.ts `expectsContinue`), and an answer before it
+  // (401, 404, 413, 415) goes out without one, the connection closed (Node's rule: the body never came).
+  api.on('checkContinue', (req: IncomingMessage, res: ServerResponse) => {
+    expectsContinue.add(req);
+    handler(req, res);
+  });
   api.on('checkExpectation', (req: IncomingMessage, res: ServerResponse) => {
     const answer = toErrorResponse(new RouterError('EXPECTATION_FAILED', 'The router supports only "Expect: 100-continue".'));
     const requestId = randomUUID();
