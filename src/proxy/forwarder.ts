@@ -124,13 +124,20 @@ export const SHUTTING_DOWN = new Error('the router is shutting down');
 /** The reason an attempt gives undici when it cancels the engine's request. */
 const CANCELLED = new Error('the router cancelled the engine request');
 
-/** How a request that failed before its answer failed, from undici's or the socket's error code. */
-function failureOf(err: Error): { reason: FailureReason; detail: string } {
+/**
+ * How a request that failed before its answer failed, from undici's or the socket's error code. The
+ * detail ends up in the client's error message, so it never carries the engine's address: a system
+ * error's message names it (`connect ENETUNREACH 10.0.0.7:8000 - Local (0.0.0.0:0)`, `getaddrinfo
+ * EAI_AGAIN engine.internal`), as do undici's connect timeout (`attempted address: …`) and a TLS
+ * error's (the host and the certificate's names): of those the code alone goes. undici's other errors
+ * say something fixed (`other side closed`), kept with their code.
+ */
+export function failureOf(err: Error): { reason: FailureReason; detail: string } {
   const code = (err as NodeJS.ErrnoException).code;
   if (code === 'ECONNREFUSED' || code === 'EHOSTUNREACH' || code === 'ENOTFOUND') return { reason: 'connect', detail: code };
-  if (code === 'UND_ERR_CONNECT_TIMEOUT') return { reason: 'connect_timeout', detail: err.message };
-  // undici's 'other side closed' and the like: the code and what it says
-  return { reason: 'reset', detail: code === undefined ? err.message : `${code}: ${err.message}` };
+  if (code === 'UND_ERR_CONNECT_TIMEOUT') return { reason: 'connect_timeout', detail: 'no connection in time' };
+  if (code === undefined) return { reason: 'reset', detail: err.message };
+  return { reason: 'reset', detail: code.startsWith('UND_ERR_') ? `${code}: ${err.message}` : code };
 }
 
 /**

@@ -12,7 +12,7 @@ import { runInNewContext } from 'node:vm';
 import { Worker } from 'node:worker_threads';
 import { type Endpoint } from '../../src/core/types.js';
 import { createEngineAgent, type EngineAgent } from '../../src/proxy/engine-agent.js';
-import { Forwarder, SHUTTING_DOWN, type AttemptResult, type AttemptSpec } from '../../src/proxy/forwarder.js';
+import { failureOf, Forwarder, SHUTTING_DOWN, type AttemptResult, type AttemptSpec } from '../../src/proxy/forwarder.js';
 import { type SseSegment } from '../../src/proxy/sse-tap.js';
 import type { Dispatcher } from 'undici';
 import { FakeTime } from '../helpers/fake-time.js';
@@ -298,6 +298,39 @@ describe('Forwarder.attempt', () => {
     expect(results[0]).toMatchObject({ kind: 'failed', reason: 'connect' });
   });
 
+  // The detail goes into the client's error message (director/retry-policy.ts failureError): an engine's
+  // address, which a system error's message and undici's connect timeout name, must not.
+  it.each([
+    [
+      'a network without a route',
+      Object.assign(new Error('connect ENETUNREACH 10.1.2.3:8000 - Local (0.0.0.0:0)'), { code: 'ENETUNREACH', syscall: 'connect', address: '10.1.2.3', port: 8000 }),
+      'reset',
+      'ENETUNREACH',
+    ],
+    ['no local port left', Object.assign(new Error('connect EADDRNOTAVAIL 10.1.2.3:8000 - Local (0.0.0.0:0)'), { code: 'EADDRNOTAVAIL', syscall: 'connect' }), 'reset', 'EADDRNOTAVAIL'],
+    [
+      'a name the resolver could not look up',
+      Object.assign(new Error('getaddrinfo EAI_AGAIN vllm-0.engines.internal'), { code: 'EAI_AGAIN', syscall: 'getaddrinfo', hostname: 'vllm-0.engines.internal' }),
+      'reset',
+      'EAI_AGAIN',
+    ],
+    [
+      'a TLS name mismatch',
+      Object.assign(new Error("Hostname/IP does not match certificate's altnames: Host: 10.1.2.3. is not in the cert's altnames: DNS:vllm.internal"), { code: 'ERR_TLS_CERT_ALTNAME_INVALID' }),
+      'reset',
+      'ERR_TLS_CERT_ALTNAME_INVALID',
+    ],
+    [
+      "undici's connect timeout",
+      Object.assign(new Error('Connect Timeout Error (attempted address: 10.1.2.3:8000, timeout: 200ms)'), { code: 'UND_ERR_CONNECT_TIMEOUT' }),
+      'connect_timeout',
+      'no connection in time',
+    ],
+    ["undici's closed socket", Object.assign(new Error('other side closed'), { code: 'UND_ERR_SOCKET' }), 'reset', 'UND_ERR_SOCKET: other side closed'],
+  ])('names %s by its code, never the engine’s address', (_what, err, reason, detail) => {
+    expect(failureOf(err)).toEqual({ reason, detail });
+  });
+
   // undici's side of the connect timeout: a connection that never completes (an engine whose accept queue
   // is full drops the SYN) is given up by undici at the pool's connectMs, and the attempt fails
   // connect_timeout. Fake time never moves here, so the forwarder's own timer cannot be the one that fires.
@@ -308,6 +341,8 @@ describe('Forwarder.attempt', () => {
     const sent = performance.now();
     expect((await send(url, time)).status).toBe(599);
     expect(results[0]).toMatchObject({ kind: 'failed', reason: 'connect_timeout' });
+    // the client's error message says why, not where: undici's own message names the engine's address
+    expect(results[0]?.kind === 'failed' && results[0].detail).not.toContain(String(port));
     expect(time.now()).toBe(0);
     // at the pool's 200 ms, not undici's own default of 10 s (a bound far above 200 ms, for a slow machine)
     expect(performance.now() - sent).toBeLessThan(5_000);
