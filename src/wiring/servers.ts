@@ -75,6 +75,11 @@ export function createApiServer(server: ServerConfig, handler: RequestListener, 
     expectsContinue.add(req);
     handler(req, res);
   });
+  // CONNECT: Node hands the socket to a `connect` listener, and without one closes it unanswered and
+  // unlogged. The router is no proxy: a 405 in OpenAI's envelope, the access log's line, the connection closed.
+  api.on('connect', (_req: IncomingMessage, socket: Duplex) => {
+    answerOnSocket(new RouterError('METHOD_NOT_ALLOWED', 'CONNECT is not allowed: modelgate is not a proxy. Send requests to a path such as /v1/chat/completions.'), socket, refused);
+  });
   api.on('checkExpectation', (req: IncomingMessage, res: ServerResponse) => {
     const answer = toErrorResponse(new RouterError('EXPECTATION_FAILED', 'The router supports only "Expect: 100-continue".'));
     const requestId = randomUUID();
@@ -109,12 +114,24 @@ function clientErrorOf(err: NodeJS.ErrnoException): RouterError {
  * current response (`_httpMessage`, what Node's handler reads itself): test/wiring/client-errors.test.ts pins it.
  */
 function answerClientError(err: NodeJS.ErrnoException, socket: Duplex, refused?: (request: RefusedRequest) => void): void {
-  const current = (socket as Duplex & { _httpMessage?: ServerResponse | null })._httpMessage;
-  if (err.code === 'ECONNRESET' || !socket.writable || (current !== undefined && current !== null && current.headersSent)) {
+  if (err.code === 'ECONNRESET') {
     socket.destroy();
     return;
   }
-  const answer = toErrorResponse(clientErrorOf(err));
+  answerOnSocket(clientErrorOf(err), socket, refused);
+}
+
+/**
+ * `error` written on the raw socket, the connection closed after it (see {@link answerClientError});
+ * only closed when the socket cannot take it or a response on it has started.
+ */
+function answerOnSocket(error: RouterError, socket: Duplex, refused?: (request: RefusedRequest) => void): void {
+  const current = (socket as Duplex & { _httpMessage?: ServerResponse | null })._httpMessage;
+  if (!socket.writable || (current !== undefined && current !== null && current.headersSent)) {
+    socket.destroy();
+    return;
+  }
+  const answer = toErrorResponse(error);
   const body = JSON.stringify(answer.body);
   // a fresh id: whatever x-request-id the client sent is in headers the parser did not finish
   const requestId = randomUUID();

@@ -118,4 +118,21 @@ describe('the API server’s answer to a request Node cannot parse', () => {
       /^HTTP\/1\.1 400 Bad Request\r\ncontent-type: application\/json\r\ncontent-length: \d+\r\nx-request-id: [0-9a-f-]{36}\r\nconnection: close\r\n\r\n\{"error":\{"message":"The request is not valid HTTP\/1\.1 \(HPE_[A-Z_]+\); the connection is closed\.","type":"invalid_request_error","param":null,"code":"invalid_request"\}\}$/,
     );
   });
+
+  // Without a `connect` listener Node closes a CONNECT's socket unanswered, and nothing logs or counts it.
+  it('answers CONNECT 405 in the envelope, tells the access log, and closes the connection', async () => {
+    const refused: unknown[] = [];
+    const port = await listening(
+      createApiServer(
+        buildConfig({ auth: { keysFile: 'unused.yaml' } }, '/').server,
+        (_req, res) => res.end('ok'),
+        (request) => refused.push(request),
+      ),
+    );
+    const received = await exchange(port, 'CONNECT 169.254.169.254:80 HTTP/1.1\r\nHost: 169.254.169.254:80\r\n\r\n');
+    expect(received).toMatch(
+      /^HTTP\/1\.1 405 Method Not Allowed\r\n[^]*connection: close\r\n\r\n\{"error":\{"message":"CONNECT is not allowed[^"]*","type":"invalid_request_error","param":null,"code":"method_not_allowed"\}\}$/,
+    );
+    expect(refused).toEqual([{ requestId: expect.stringMatching(/^[0-9a-f-]{36}$/), status: 405, code: 'method_not_allowed', client: '127.0.0.1' }]);
+  });
 });
