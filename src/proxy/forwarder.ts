@@ -126,18 +126,21 @@ const CANCELLED = new Error('the router cancelled the engine request');
 
 /**
  * How a request that failed before its answer failed, from undici's or the socket's error code. The
- * detail ends up in the client's error message, so it never carries the engine's address: a system
- * error's message names it (`connect ENETUNREACH 10.0.0.7:8000 - Local (0.0.0.0:0)`, `getaddrinfo
- * EAI_AGAIN engine.internal`), as do undici's connect timeout (`attempted address: …`) and a TLS
- * error's (the host and the certificate's names): of those the code alone goes. undici's other errors
- * say something fixed (`other side closed`), kept with their code.
+ * detail ends up in the client's error message, so it never carries the engine's address: an error
+ * that says where it went — a system error (`syscall`: `connect ENETUNREACH 10.0.0.7:8000 - Local
+ * (0.0.0.0:0)`, `getaddrinfo EAI_AGAIN engine.internal`), a TLS name mismatch (`host`: the host and the
+ * certificate's names) — goes by its code alone, as does undici's connect timeout (`attempted address:
+ * …`). Others say something fixed (undici's `other side closed`, a certificate's `self-signed
+ * certificate`), kept with their code.
  */
 export function failureOf(err: Error): { reason: FailureReason; detail: string } {
-  const code = (err as NodeJS.ErrnoException).code;
+  const e = err as NodeJS.ErrnoException & { host?: unknown; hostname?: unknown; address?: unknown };
+  const code = e.code;
   if (code === 'ECONNREFUSED' || code === 'EHOSTUNREACH' || code === 'ENOTFOUND') return { reason: 'connect', detail: code };
   if (code === 'UND_ERR_CONNECT_TIMEOUT') return { reason: 'connect_timeout', detail: 'no connection in time' };
   if (code === undefined) return { reason: 'reset', detail: err.message };
-  return { reason: 'reset', detail: code.startsWith('UND_ERR_') ? `${code}: ${err.message}` : code };
+  const saysWhere = e.syscall !== undefined || e.host !== undefined || e.hostname !== undefined || e.address !== undefined;
+  return { reason: 'reset', detail: saysWhere ? code : `${code}: ${err.message}` };
 }
 
 /**

@@ -316,7 +316,12 @@ describe('Forwarder.attempt', () => {
     ],
     [
       'a TLS name mismatch',
-      Object.assign(new Error("Hostname/IP does not match certificate's altnames: Host: 10.1.2.3. is not in the cert's altnames: DNS:vllm.internal"), { code: 'ERR_TLS_CERT_ALTNAME_INVALID' }),
+      Object.assign(new Error("Hostname/IP does not match certificate's altnames: Host: 10.1.2.3. is not in the cert's altnames: DNS:vllm.internal"), {
+        code: 'ERR_TLS_CERT_ALTNAME_INVALID',
+        reason: "Host: 10.1.2.3. is not in the cert's altnames: DNS:vllm.internal",
+        host: '10.1.2.3',
+        cert: {},
+      }),
       'reset',
       'ERR_TLS_CERT_ALTNAME_INVALID',
     ],
@@ -326,6 +331,7 @@ describe('Forwarder.attempt', () => {
       'connect_timeout',
       'no connection in time',
     ],
+    ['an untrusted certificate', Object.assign(new Error('self-signed certificate'), { code: 'DEPTH_ZERO_SELF_SIGNED_CERT' }), 'reset', 'DEPTH_ZERO_SELF_SIGNED_CERT: self-signed certificate'],
     ["undici's closed socket", Object.assign(new Error('other side closed'), { code: 'UND_ERR_SOCKET' }), 'reset', 'UND_ERR_SOCKET: other side closed'],
   ])('names %s by its code, never the engine’s address', (_what, err, reason, detail) => {
     expect(failureOf(err)).toEqual({ reason, detail });
