@@ -1,13 +1,16 @@
 /**
  * Scale: (1) the cost of one pick with the default scheduling profile (breakers, health,
  * per-replica limit, the default scorers, admission) and the memory the router holds per endpoint, at 10, 100 and 1,000 endpoints, in
- * process with the router's own classes; (2) one static-mode router process started as users start
+ * process with the router's own classes, and of authenticating a key on a new connection at 10 to 10,000 keys; (2) one static-mode router process started as users start
  * it: its RSS idle (after a few requests), then with thousands of concurrent open streams its RSS,
  * event-loop lag (prom-client's `nodejs_eventloop_lag_p99_seconds`, scraped during the hold) and how
  * long /metrics takes to answer, against issue 18's targets. Writes bench/results/scale.{md,svg}.
  * Run with --expose-gc for the memory figures.
  */
+import { timingSafeEqual } from 'node:crypto';
 import { readFileSync } from 'node:fs';
+import { KeyStore, sha256 } from '../src/auth/key-store.js';
+import { type KeyEntry } from '../src/config/keys-file.js';
 import { InFlight } from '../src/balancer/in-flight.js';
 import { PrefixIndex } from '../src/balancer/prefix-index.js';
 import { systemScheduler } from '../src/core/clock.js';
@@ -25,6 +28,8 @@ import { mulberry32 } from './lib/random.js';
 import { barChart, machine, percentile, SMOKE, stack, table, write } from './lib/report.js';
 
 const SIZES = [10, 100, 1000];
+/** Keys in the keys file, for the cost of authenticating a key on a fresh connection. */
+const KEY_COUNTS = [10, 1000, 10_000];
 const STREAMS = SMOKE ? 200 : 5000;
 const RAMP_RATE = SMOKE ? 400 : 500; // new streams per second
 const TOKEN_INTERVAL_MS = 1000; // each stream emits one token a second
@@ -40,6 +45,41 @@ interface PickRow {
   endpoints: number;
   nsPerPick: number;
   bytesPerEndpoint: number;
+}
+
+interface KeyRow {
+  keys: number;
+  /** `KeyStore.authenticate` of a wrong key (every key on a new connection is checked so), ns. */
+  nsPerKey: number;
+  /** The same by the loop earlier versions ran, every digest compared in turn with timingSafeEqual, ns: the baseline. */
+  nsPerKeyLoop: number;
+}
+
+/**
+ * What a key presented on a new connection costs (a wrong key's included: a flood of made-up keys) as
+ * the keys file grows: the store's lookup against the loop of earlier versions, which compared the
+ * presented digest with every key's (the security hunt of the nineteenth round).
+ */
+async function keyCost(count: number): Promise<KeyRow> {
+  const entries: KeyEntry[] = Array.from({ length: count }, (_, i) => ({ name: `team-${i}`, key: `sk-team-${i}-0123456789abcdef` }));
+  const store = new KeyStore('keys.yaml', {}, () => Promise.resolve(entries));
+  await store.load();
+  const digests = entries.map((e) => sha256(e.key as string));
+  const loop = (key: string): number => {
+    const digest = sha256(key);
+    let found = -1;
+    for (let i = 0; i < digests.length; i++) if (timingSafeEqual(digest, digests[i] as Buffer) && found < 0) found = i;
+    return found;
+  };
+  const rounds = SMOKE ? 200 : Math.max(2_000, 2_000_000 / count);
+  const time = (run: (key: string) => unknown): number => {
+    for (let i = 0; i < rounds / 4; i++) run(`sk-warm-${i}`);
+    const t0 = process.hrtime.bigint();
+    for (let i = 0; i < rounds; i++) run(`sk-wrong-${i}-0123456789abcdef`);
+    return Number(process.hrtime.bigint() - t0) / rounds;
+  };
+  if (store.authenticate(`sk-team-${count - 1}-0123456789abcdef`)?.name !== `team-${count - 1}`) throw new Error('the key store lost a key');
+  return { keys: count, nsPerKey: time((key) => store.authenticate(key)), nsPerKeyLoop: time(loop) };
 }
 
 async function pickCost(size: number): Promise<PickRow> {
@@ -232,6 +272,11 @@ async function main(): Promise<void> {
     picks.push(await pickCost(size));
     console.error(`scale: ${size} endpoints: ${picks.at(-1)!.nsPerPick.toFixed(0)} ns per pick`);
   }
+  const keyRows: KeyRow[] = [];
+  for (const count of KEY_COUNTS) {
+    keyRows.push(await keyCost(count));
+    console.error(`scale: ${count} keys: ${keyRows.at(-1)!.nsPerKey.toFixed(0)} ns per wrong key (every digest in turn: ${keyRows.at(-1)!.nsPerKeyLoop.toFixed(0)})`);
+  }
   console.error(`scale: ${STREAMS} streams…`);
   const streams = await manyStreams();
   const base = picks[0]!;
@@ -267,6 +312,17 @@ async function main(): Promise<void> {
         `${(p.nsPerPick / base.nsPerPick).toFixed(1)}×`,
         Number.isFinite(p.bytesPerEndpoint) && globalThis.gc ? Math.round(p.bytesPerEndpoint) : 'n/a',
       ]),
+    ),
+    '',
+    '## Cost of a key on a new connection as the keys file grows',
+    '',
+    'A key presented on a new connection (or one the connection did not authenticate with before) is hashed and looked up among',
+    "the keys' digests (`KeyStore.authenticate`); a wrong key costs the same, so this is what a flood of made-up keys costs every",
+    "tenant. Baseline in the same run: the loop earlier versions ran, the digest compared with every key's in turn (`timingSafeEqual`).",
+    '',
+    table(
+      ['keys', 'µs per key (lookup)', 'µs per key (every digest in turn)'],
+      keyRows.map((k) => [k.keys, (k.nsPerKey / 1000).toFixed(2), (k.nsPerKeyLoop / 1000).toFixed(2)]),
     ),
     '',
     `## ${STREAMS} concurrent streams through one router process`,
