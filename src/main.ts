@@ -370,6 +370,12 @@ export async function createRouter(config: Config, options: RouterOptions = {}):
         if (up) limitsLog.info('Redis answers again: limits are shared by every router again');
         else limitsLog.error({ error: error?.message }, 'Redis is not answering: counting limits locally, each router taking its share, until it is back');
       },
+      onSharedLost: () => {
+        limitsLog.error(
+          "Redis lost the shared limits' counts (restarted without persistence, failed over to an empty replica, flushed, or evicted under memory pressure): this router puts back its requests' concurrency slots and the budgets it last saw; per-minute buckets are full again, and Responses API records are gone",
+        );
+        limitEvents.onSharedLost?.();
+      },
     },
   });
   limiter.start();

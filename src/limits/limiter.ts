@@ -65,6 +65,12 @@ const MAX_KINDS = 20_000;
 /** The shared store (Redis), with the routers' heartbeat. */
 export interface SharedLimitStore extends LimitStore {
   heartbeat(router: string, ttlMs: number): Promise<number>;
+  /** `retake`: also add the leases the store does not hold (it lost its data; the requests are in flight). */
+  renew(leases: ReadonlyArray<{ key: string; concurrency: readonly ConcurrencySpec[]; lease: string }>, leaseMs: number, retake?: boolean): Promise<void>;
+  /** The store's epoch, set to `candidate` when it holds none: a change means the store lost its data (Redis restarted empty). */
+  epoch?(candidate: string): Promise<string>;
+  /** Raises budget counters to `used`, never lowering one (after the store lost its data). */
+  restore?(budgets: ReadonlyArray<{ key: string; period: string; used: number; endsInMs: number }>): Promise<void>;
 }
 
 export type RedisOp = 'admit' | 'settle' | 'release' | 'heartbeat';
@@ -91,6 +97,8 @@ export interface LimiterEvents {
   onSharedError?: (op: RedisOp) => void;
   onRoundTrip?: (seconds: number) => void;
   onRouters?: (routers: number) => void;
+  /** Redis lost its data (restarted empty, failed over to an empty replica, flushed, evicted): its epoch changed. */
+  onSharedLost?: () => void;
 }
 
 export interface LimiterOptions {
@@ -124,6 +132,8 @@ const RETRY_SHARED_MS = 1_000;
  * call's request to local counts; a refused or lost connection counts as down at once.
  */
 const TIMEOUTS_BEFORE_DOWN = 3;
+/** Budget counters restored in one pipeline after Redis lost its data. */
+const RESTORE_BATCH = 1_000;
 /** Budget settlements kept for Redis while it is down (per key and period, so bounded by keys × 2). */
 const MAX_PENDING = 100_000;
 const LOCAL_FLUSH_MS = 250;
@@ -311,6 +321,10 @@ export class Limiter {
   private timeouts = 0;
   /** Per key and kind of request: how many prompt tokens the engines report beyond the caller's estimate, lately. */
   private readonly overhead = new Map<string, number>();
+  /** Redis's epoch as last read (see SharedLimitStore.epoch); undefined before the first read. */
+  private epoch: string | undefined;
+  /** Redis lost its data and this router has not yet put back its leases and the budgets it saw. */
+  private lostPending = false;
 
   constructor(private readonly options: LimiterOptions) {
     this.local = new LocalLimitStore(() => options.clock.now());
@@ -617,15 +631,56 @@ export class Limiter {
       this.routers = Math.max(1, await shared.store.heartbeat(this.router, HEARTBEAT_TTL_MS));
       this.options.events?.onRouters?.(this.routers);
       this.sharedAnswered();
+      await this.checkEpoch(shared.store);
+      const retake = this.lostPending;
       const leases = [...this.active].filter((l) => l.store === shared.store && l.checks.concurrency.length > 0);
       if (leases.length > 0)
         await shared.store.renew(
           leases.map((l) => ({ key: l.checks.key, concurrency: l.checks.concurrency, lease: l.id })),
           LEASE_MS,
+          retake,
         );
+      if (retake) {
+        await this.restoreBudgets(shared.store);
+        this.lostPending = false;
+        // reported once what could be put back is: the log line and the metric say it is done
+        this.options.events?.onSharedLost?.();
+      }
     } catch (err) {
       this.sharedFailed('heartbeat', err as Error);
     }
+  }
+
+  /**
+   * Whether Redis lost its data since the last heartbeat (restarted without persistence, a failover to
+   * an empty replica, FLUSHALL, eviction): its epoch key changed. Its counts are gone: every key's
+   * budgets would be fresh and the requests in flight would hold no concurrency slot there, so the
+   * router puts back its own leases and raises each budget it saw this period to what it saw.
+   */
+  private async checkEpoch(store: SharedLimitStore): Promise<void> {
+    if (!store.epoch) return;
+    const held = await store.epoch(randomUUID());
+    if (this.epoch !== undefined && held !== this.epoch) this.lostPending = true;
+    this.epoch = held;
+  }
+
+  /** Raises Redis's budget counters of the current periods to what this router last saw of them (the largest any router saw wins). */
+  private async restoreBudgets(store: SharedLimitStore): Promise<void> {
+    if (!store.restore) return;
+    const { day, month } = periods(this.options.wallNow());
+    let batch: Array<{ key: string; period: string; used: number; endsInMs: number }> = [];
+    for (const [id, used] of this.budgetSeen) {
+      const at = id.lastIndexOf('\0');
+      const period = id.slice(at + 1);
+      const endsInMs = period === day.period ? day.endsInMs : period === month.period ? month.endsInMs : undefined;
+      if (endsInMs === undefined || used <= 0) continue;
+      batch.push({ key: id.slice(0, at), period, used, endsInMs });
+      if (batch.length >= RESTORE_BATCH) {
+        await store.restore(batch);
+        batch = [];
+      }
+    }
+    if (batch.length > 0) await store.restore(batch);
   }
 
   /** The store this request goes to: Redis when configured and answering (or due a retry), else local counts. */

@@ -42,7 +42,15 @@ export const TTL_MARGIN_MS = {
 } as const;
 
 /** ioredis command names of the scripts (one set per client; `defineCommand` of the same script again is harmless). */
-const COMMANDS = { admit: 'modelgateLimitsAdmit', settle: 'modelgateLimitsSettle', release: 'modelgateLimitsRelease', renew: 'modelgateLimitsRenew', heartbeat: 'modelgateLimitsHeartbeat' } as const;
+const COMMANDS = {
+  admit: 'modelgateLimitsAdmit',
+  settle: 'modelgateLimitsSettle',
+  release: 'modelgateLimitsRelease',
+  renew: 'modelgateLimitsRenew',
+  heartbeat: 'modelgateLimitsHeartbeat',
+  epoch: 'modelgateLimitsEpoch',
+  restore: 'modelgateLimitsRestore',
+} as const;
 
 declare module 'ioredis' {
   // ioredis's documented way to type commands added by defineCommand (examples/typescript/scripts.ts).
@@ -52,6 +60,8 @@ declare module 'ioredis' {
     modelgateLimitsRelease(numKeys: number, ...keysAndArgs: string[]): Result<unknown, Context>;
     modelgateLimitsRenew(numKeys: number, ...keysAndArgs: string[]): Result<unknown, Context>;
     modelgateLimitsHeartbeat(numKeys: number, ...keysAndArgs: string[]): Result<unknown, Context>;
+    modelgateLimitsEpoch(numKeys: number, ...keysAndArgs: string[]): Result<unknown, Context>;
+    modelgateLimitsRestore(numKeys: number, ...keysAndArgs: string[]): Result<unknown, Context>;
   }
 }
 
@@ -164,13 +174,16 @@ for i = 1, #KEYS do redis.call('ZREM', KEYS[i], ARGV[1]) end
 return 0
 `;
 
-/** KEYS: lease sets. ARGV: now, lease, leaseMs. Extends the lease where it is held and unexpired. */
+/**
+ * KEYS: lease sets. ARGV: now, lease, leaseMs, retake ('1': Redis lost its data, see EPOCH). Extends the
+ * lease where it is held and unexpired; with retake, adds it where it is not (the request is in flight).
+ */
 const RENEW = `${PRELUDE}
 local now = clock(ARGV[1])
 for i = 1, #KEYS do
   local expires = redis.call('ZSCORE', KEYS[i], ARGV[2])
-  if expires and tonumber(expires) > now then
-    redis.call('ZADD', KEYS[i], 'XX', num(now + tonumber(ARGV[3])), ARGV[2])
+  if (expires and tonumber(expires) > now) or ARGV[4] == '1' then
+    redis.call('ZADD', KEYS[i], num(now + tonumber(ARGV[3])), ARGV[2])
     expireLeases(KEYS[i], now)
   end
 end
@@ -185,6 +198,28 @@ redis.call('ZADD', KEYS[1], num(now), ARGV[2])
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', num(now - ttl))
 redis.call('PEXPIRE', KEYS[1], math.max(1, math.ceil(ttl)))
 return redis.call('ZCARD', KEYS[1])
+`;
+
+/**
+ * KEYS: the epoch key. ARGV: a new epoch. Returns the epoch Redis holds, setting the new one when it
+ * holds none: a key with no expiry that changes only when Redis lost its data (restarted empty, a
+ * failover to an empty replica, FLUSHALL, or evicted under an `allkeys-*` policy).
+ */
+const EPOCH = `
+local held = redis.call('GET', KEYS[1])
+if held then return held end
+redis.call('SET', KEYS[1], ARGV[1])
+return ARGV[1]
+`;
+
+/** KEYS: a budget counter. ARGV: used, endsInMs. Raises the counter to `used` (never lowers it). */
+const RESTORE = `${PRELUDE}
+local used = tonumber(ARGV[1])
+if tonumber(redis.call('GET', KEYS[1]) or '0') < used then
+  redis.call('SET', KEYS[1], ARGV[1])
+  expireBudget(KEYS[1], tonumber(ARGV[2]))
+end
+return 0
 `;
 
 export interface RedisLimitStoreOptions {
@@ -215,6 +250,8 @@ export class RedisLimitStore implements LimitStore {
     client.defineCommand(COMMANDS.release, { lua: RELEASE });
     client.defineCommand(COMMANDS.renew, { lua: RENEW });
     client.defineCommand(COMMANDS.heartbeat, { lua: HEARTBEAT });
+    client.defineCommand(COMMANDS.epoch, { lua: EPOCH });
+    client.defineCommand(COMMANDS.restore, { lua: RESTORE });
   }
 
   /** The scripts' time argument: the test clock's ms, or '' for Redis's own clock. */
@@ -298,14 +335,28 @@ export class RedisLimitStore implements LimitStore {
     await withTimeout(this.client.modelgateLimitsRelease(keys.length, ...keys, lease), this.timeoutMs);
   }
 
-  async renew(leases: ReadonlyArray<{ key: string; concurrency: readonly ConcurrencySpec[]; lease: string }>, leaseMs: number): Promise<void> {
+  /** `retake`: add the leases Redis does not hold (it lost its data: they are in flight all the same). */
+  async renew(leases: ReadonlyArray<{ key: string; concurrency: readonly ConcurrencySpec[]; lease: string }>, leaseMs: number, retake = false): Promise<void> {
     const now = this.clock();
     const pipeline = this.client.pipeline();
     for (const { key, concurrency, lease } of leases) {
       if (concurrency.length === 0) continue;
       const keys = concurrency.map((s) => this.keyOf(key, 'c', s.id));
-      pipeline.modelgateLimitsRenew(keys.length, ...keys, now, lease, String(leaseMs));
+      pipeline.modelgateLimitsRenew(keys.length, ...keys, now, lease, String(leaseMs), retake ? '1' : '0');
     }
+    await withTimeout(run(pipeline), this.timeoutMs);
+  }
+
+  /** The installation's epoch in Redis, `candidate` when Redis holds none (new, or it lost its data). */
+  async epoch(candidate: string): Promise<string> {
+    const reply = await withTimeout(this.client.modelgateLimitsEpoch(1, `${this.prefix}epoch`, candidate), this.timeoutMs);
+    return String(reply);
+  }
+
+  /** Raises budget counters to what they were last seen at (after Redis lost its data), never lowering one. */
+  async restore(budgets: ReadonlyArray<{ key: string; period: string; used: number; endsInMs: number }>): Promise<void> {
+    const pipeline = this.client.pipeline();
+    for (const { key, period, used, endsInMs } of budgets) pipeline.modelgateLimitsRestore(1, this.keyOf(key, 'b', period), String(Math.round(used)), String(endsInMs));
     await withTimeout(run(pipeline), this.timeoutMs);
   }
 

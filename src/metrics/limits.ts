@@ -21,6 +21,7 @@ export interface LimitsRecorder {
   onSharedError?: (op: RedisOp) => void;
   onRoundTrip?: (seconds: number) => void;
   onRouters?: (routers: number) => void;
+  onSharedLost?: () => void;
 }
 
 /** A budget gauge's value as last set, and the period it belongs to (ended: the gauge shows the next period's whole budget). */
@@ -69,6 +70,13 @@ export function limitsMetrics(registers: Registry[], options: { redis: boolean; 
     events.onSharedError = (op) => errors.inc({ op });
     events.onRoundTrip = (s) => seconds.observe(s);
     events.onRouters = (n) => routers.set(n);
+    const lost = new Counter({
+      name: 'modelgate_limits_redis_data_lost_total',
+      help: 'Times this router found that Redis had lost the shared counts (restarted empty, failed over to an empty replica, flushed or evicted): budgets and leases it knew were put back.',
+      registers,
+    });
+    lost.inc(0);
+    events.onSharedLost = () => lost.inc();
   }
   if (options.keyMetrics) {
     const requests = new Counter({
