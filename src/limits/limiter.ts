@@ -323,8 +323,14 @@ export class Limiter {
   private readonly overhead = new Map<string, number>();
   /** Redis's epoch as last read (see SharedLimitStore.epoch); undefined before the first read. */
   private epoch: string | undefined;
-  /** Redis lost its data and this router has not yet put back its leases and the budgets it saw. */
+  /** Redis lost its data and this router has not yet put back the budgets it saw. */
   private lostPending = false;
+  /**
+   * This router's leases in flight are to be taken again in Redis at the next heartbeat, where Redis
+   * does not hold them: Redis lost its data, or answers again after an outage (one longer than a
+   * lease's life let them expire there, while their requests still held the engine).
+   */
+  private retakePending = false;
 
   constructor(private readonly options: LimiterOptions) {
     this.local = new LocalLimitStore(() => options.clock.now());
@@ -632,15 +638,18 @@ export class Limiter {
       this.options.events?.onRouters?.(this.routers);
       this.sharedAnswered();
       await this.checkEpoch(shared.store);
-      const retake = this.lostPending;
-      const leases = [...this.active].filter((l) => l.store === shared.store && l.checks.concurrency.length > 0);
+      const retake = this.retakePending;
+      const lost = this.lostPending;
+      // a freed slot's lease (its answer is whole, its last bytes still going out) is not to be taken again
+      const leases = [...this.active].filter((l) => l.store === shared.store && l.checks.concurrency.length > 0 && !l.slotFreed);
       if (leases.length > 0)
         await shared.store.renew(
           leases.map((l) => ({ key: l.checks.key, concurrency: l.checks.concurrency, lease: l.id })),
           LEASE_MS,
           retake,
         );
-      if (retake) {
+      this.retakePending = false;
+      if (lost) {
         await this.restoreBudgets(shared.store);
         this.lostPending = false;
         // reported once what could be put back is: the log line and the metric say it is done
@@ -660,7 +669,7 @@ export class Limiter {
   private async checkEpoch(store: SharedLimitStore): Promise<void> {
     if (!store.epoch) return;
     const held = await store.epoch(randomUUID());
-    if (this.epoch !== undefined && held !== this.epoch) this.lostPending = true;
+    if (this.epoch !== undefined && held !== this.epoch) this.lostPending = this.retakePending = true;
     this.epoch = held;
   }
 
@@ -737,6 +746,7 @@ export class Limiter {
     this.timeouts = 0;
     if (this.sharedUp) return;
     this.sharedUp = true;
+    this.retakePending = true;
     this.fallback = undefined;
     this.options.events?.onShared?.(true);
   }

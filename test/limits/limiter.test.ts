@@ -77,9 +77,24 @@ class FlakyShared implements SharedLimitStore {
     this.released.push(lease);
     return this.counts.release(key, concurrency, lease);
   }
-  async renew(leases: ReadonlyArray<{ key: string; concurrency: readonly ConcurrencySpec[]; lease: string }>, leaseMs: number) {
+  /** Each renew's leases, and whether it was to take again those the store does not hold. */
+  renewed: Array<{ leases: string[]; retake: boolean }> = [];
+  async renew(leases: ReadonlyArray<{ key: string; concurrency: readonly ConcurrencySpec[]; lease: string }>, leaseMs: number, retake = false) {
     this.check();
+    this.renewed.push({ leases: leases.map((l) => l.lease), retake });
     return this.counts.renew(leases, leaseMs);
+  }
+  /** Redis's epoch key (undefined: lost, as a Redis restarted empty has none). */
+  epochHeld: string | undefined;
+  epoch(candidate: string) {
+    this.check();
+    return Promise.resolve((this.epochHeld ??= candidate));
+  }
+  restored: Array<{ key: string; period: string; used: number }> = [];
+  restore(budgets: ReadonlyArray<{ key: string; period: string; used: number; endsInMs: number }>) {
+    this.check();
+    this.restored.push(...budgets.map(({ key, period, used }) => ({ key, period, used })));
+    return Promise.resolve();
   }
   heartbeat() {
     this.check();
@@ -567,6 +582,50 @@ describe('Limiter with a shared store', () => {
     limiter.start();
     expect(shared).toEqual([false]);
     expect((await limiter.admit({ name: 'k' }, 'd', 0))?.headers['x-ratelimit-limit-requests']).toBe('5');
+    await limiter.stop();
+  });
+});
+
+describe('Limiter when the shared store lost its data or was away', () => {
+  it("takes its requests' leases again in flight, never a freed slot's, once Redis answers after an outage", async () => {
+    const { limiter, time, shared: store } = setup({ concurrentRequests: 10 }, { shared: true });
+    const flaky = store as FlakyShared;
+    const key: LimitedKey = { name: 'team' };
+    const answered = await limiter.admit(key, 'llama', 1);
+    const streaming = await limiter.admit(key, 'llama', 1);
+    answered?.answered(); // whole: its slot is free, its last bytes still going out
+    flaky.down = true;
+    await time.advance(70_000); // longer than a lease lives: Redis would have let it expire
+    flaky.down = false;
+    flaky.renewed = [];
+    await time.advance(5_000); // a heartbeat finds Redis again
+    expect(flaky.renewed).toEqual([{ leases: [streaming?.id], retake: true }]);
+    await time.advance(5_000); // the next one only renews
+    expect(flaky.renewed[1]).toEqual({ leases: [streaming?.id], retake: false });
+    answered?.finish(undefined);
+    streaming?.finish(undefined);
+    await limiter.stop();
+  });
+
+  it('puts back its leases and the budgets it saw when the epoch changed (Redis came back empty), and says so once', async () => {
+    let lost = 0;
+    const { limiter, time, shared: store } = setup({ concurrentRequests: 10, tokensPerDay: 1_000_000 }, { shared: true, events: { onSharedLost: () => (lost += 1) } });
+    const flaky = store as FlakyShared;
+    const key: LimitedKey = { name: 'team' };
+    (await limiter.admit(key, 'llama', 500))?.finish({ promptTokens: 500, completionTokens: 0 });
+    const streaming = await limiter.admit(key, 'llama', 100);
+    await time.advance(5_000); // a heartbeat reads the epoch
+    expect(lost).toBe(0);
+    flaky.epochHeld = undefined; // restarted empty
+    flaky.renewed = [];
+    await time.advance(5_000);
+    expect(lost).toBe(1);
+    expect(flaky.renewed).toEqual([{ leases: [streaming?.id], retake: true }]);
+    expect(flaky.restored).toEqual([{ key: 'team', period: periods(NOON + time.now()).day.period, used: 500 }]);
+    await time.advance(5_000);
+    expect(lost).toBe(1);
+    expect(flaky.restored).toHaveLength(1);
+    streaming?.finish(undefined);
     await limiter.stop();
   });
 });

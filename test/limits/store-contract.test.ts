@@ -447,6 +447,25 @@ describe('RedisLimitStore on Redis', () => {
     expect(await client.pttl('test:routers')).toBeLessThanOrEqual(15_000);
   });
 
+  it('keeps one epoch until Redis loses it; takes a missing lease again only when asked; raises a budget, never lowers one', async () => {
+    const store = new RedisLimitStore(client, { prefix: 'test:', now: () => 0 });
+    expect(await store.epoch('first')).toBe('first');
+    expect(await store.epoch('second')).toBe('first');
+    expect(await client.pttl('test:epoch')).toBe(-1); // no expiry: only lost data removes it
+    await client.flushdb();
+    expect(await store.epoch('third')).toBe('third');
+    const lease = { key: 'alice', concurrency: [slots(2)], lease: 'l1' };
+    await store.renew([lease], LEASE_MS);
+    expect(await client.zscore('test:{alice}:c:all', 'l1')).toBeNull();
+    await store.renew([lease], LEASE_MS, true);
+    expect(Number(await client.zscore('test:{alice}:c:all', 'l1'))).toBe(LEASE_MS);
+    await store.restore([{ key: 'alice', period: 'day:2026-11-24', used: 500, endsInMs: 7_200_000 }]);
+    expect(await client.get('test:{alice}:b:day:2026-11-24')).toBe('500');
+    expect(await client.pttl('test:{alice}:b:day:2026-11-24')).toBeGreaterThan(7_200_000);
+    await store.restore([{ key: 'alice', period: 'day:2026-11-24', used: 300, endsInMs: 7_200_000 }]);
+    expect(await client.get('test:{alice}:b:day:2026-11-24')).toBe('500');
+  });
+
   it('sends one EVALSHA per admit and per peek once the script is loaded on the connection', async () => {
     const store = new RedisLimitStore(client, { prefix: 'test:' });
     const checks: Checks = { key: 'alice', rates: [requests(100), tokens(10_000)], budgets: [day(1_000_000), month(10_000_000)], concurrency: [slots(50), slots(10, 'llama')] };
