@@ -38,8 +38,19 @@ export async function sharedLimits(config: RedisLimitsConfig, logger: Logger, on
   // the last connection error, for the start-up line: a wrong password, ACL user or TLS setting reads
   // differently from a Redis that is not there (the client retries meanwhile, so none is the end)
   let lastError: Error | undefined;
+  // after start, a connection that fails says why, once per reason until it is ready again: the
+  // limiter's own line names only the command that failed ("Stream isn't writeable…"), which reads the
+  // same for a Redis that is gone, one that now asks for a password, and one whose TLS changed
+  let started = false;
+  let logged: string | undefined;
   client.on('error', (err: Error) => {
     lastError = err;
+    if (!started || err.message === logged) return;
+    logged = err.message;
+    logger.warn({ component: 'limits', error: err.message }, 'Redis connection failed: retrying (every 2 s at most); the limits are counted locally until it is ready');
+  });
+  client.on('ready', () => {
+    logged = undefined;
   });
   // 'ready', or the bound: a refused connection is retried by the client meanwhile, so errors are not the end
   const answering = await new Promise<boolean>((resolve) => {
@@ -53,6 +64,8 @@ export async function sharedLimits(config: RedisLimitsConfig, logger: Logger, on
     };
     client.once('ready', ready);
   });
+  started = true;
+  logged = answering ? undefined : lastError?.message; // the start-up line below says it
   if (!answering) {
     logger.error(
       { component: 'limits', waitedMs: CONNECT_WAIT_MS, ...(lastError ? { error: lastError.message } : {}) },

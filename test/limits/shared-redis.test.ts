@@ -191,6 +191,44 @@ describe('limits shared by two routers through Redis', () => {
   }, 60_000);
 });
 
+describe('a Redis the router can no longer use', () => {
+  it('says why once it starts asking for a password the config does not give, not only that a command failed', async () => {
+    const locked = await startRedisServer();
+    const admin = new Redis(locked.url);
+    const file = join(dir, 'later-locked.yaml');
+    let router: ServedRouter | undefined;
+    try {
+      await writeFile(file, routerConfig({ url: locked.url, timeoutMs: 1000 }));
+      router = await serveRouter(file);
+      const served = router;
+      expect((await chat(served, RPM_KEY)).status).toBe(200);
+      await admin.config('SET', 'requirepass', 'the-password');
+      await admin.client('KILL', 'TYPE', 'normal'); // the router's connection too: it reconnects without a password
+      await waitFor(
+        async () => {
+          expect((await chat(served, RPM_KEY)).status).toBe(200);
+          return (await metric(served, 'modelgate_limits_redis_up')) === 0;
+        },
+        'Redis seen as down',
+        15_000,
+      );
+      await waitFor(() => served.logs.some((l) => l.msg === 'Redis connection failed: retrying (every 2 s at most); the limits are counted locally until it is ready'), 'the connection line', 15_000);
+      const lines = served.logs.filter((l) => String(l.msg).startsWith('Redis connection failed'));
+      expect(lines[0]?.error).toMatch(/NOAUTH|WRONGPASS|Authentication required/i);
+      expect(lines[0]?.level).toBe(40);
+      // the client retries with the same answer: one line, not one a retry (three more connections seen by Redis)
+      const connections = async (): Promise<number> => Number(/total_connections_received:(\d+)/.exec(await admin.info('stats'))?.[1]);
+      const seen = await connections();
+      await waitFor(async () => (await connections()) >= seen + 3, 'three more tries', 20_000);
+      expect(served.logs.filter((l) => String(l.msg).startsWith('Redis connection failed'))).toHaveLength(1);
+    } finally {
+      await router?.stop();
+      admin.disconnect();
+      await locked.stop();
+    }
+  }, 45_000);
+});
+
 describe('a Redis the router cannot use at start', () => {
   it('says why in its start-up line: a password Redis asks for and was not given reads as such, not as a Redis that is not there', async () => {
     const locked = await startRedisServer();
