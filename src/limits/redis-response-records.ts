@@ -11,6 +11,9 @@ import type { ResponseLocation, SharedResponseRecords } from '../core/types.js';
 import { StoreTimeout } from './store.js';
 import { withTimeout } from './timeout.js';
 
+/** Most records kept for Redis while their writes fail (about 200 bytes each); beyond it, new ones are not kept. */
+export const MAX_UNSAVED = 10_000;
+
 export class RedisResponseRecords implements SharedResponseRecords {
   /**
    * The last call that ended timed out: a save answers false at once (its write still goes out), so
@@ -19,6 +22,12 @@ export class RedisResponseRecords implements SharedResponseRecords {
    * leaves it as it was.
    */
   private hung = false;
+  /**
+   * Records whose write failed (Redis away or slow), by Redis key: written again once Redis answers a
+   * call. Without it a response made while Redis was down was never shared: a follow-up through another
+   * router went to any replica, and the engine's 404 reached the client.
+   */
+  private readonly unsaved = new Map<string, string>();
 
   constructor(
     private readonly client: Pick<Redis, 'get' | 'set'>,
@@ -31,10 +40,16 @@ export class RedisResponseRecords implements SharedResponseRecords {
 
   save(id: string, location: ResponseLocation): Promise<boolean> {
     const hung = this.hung;
-    const set = this.client.set(this.key(id), JSON.stringify([location.pool, location.endpoint, location.owner]), 'EX', this.options.ttlSeconds);
+    const key = this.key(id);
+    const value = JSON.stringify([location.pool, location.endpoint, location.owner]);
+    const set = this.client.set(key, value, 'EX', this.options.ttlSeconds);
     const written = withTimeout(set, this.options.timeoutMs).then(
       () => this.answered(),
-      (err: unknown) => this.failed('record', err),
+      (err: unknown) => {
+        // a timed-out write may have been applied all the same: writing it again changes nothing
+        if (this.unsaved.size < MAX_UNSAVED) this.unsaved.set(key, value);
+        return this.failed('record', err);
+      },
     );
     return hung ? Promise.resolve(false) : written;
   }
@@ -62,7 +77,24 @@ export class RedisResponseRecords implements SharedResponseRecords {
 
   private answered(): true {
     this.hung = false;
+    if (this.unsaved.size > 0) this.saveAgain();
     return true;
+  }
+
+  /** Redis answered a call: the records it missed are written now (each kept again if this write fails too). */
+  private saveAgain(): void {
+    const records = [...this.unsaved];
+    this.unsaved.clear();
+    for (const [key, value] of records) {
+      this.client.set(key, value, 'EX', this.options.ttlSeconds).catch(() => {
+        if (this.unsaved.size < MAX_UNSAVED) this.unsaved.set(key, value);
+      });
+    }
+  }
+
+  /** Records waiting for Redis (tests). */
+  get unsavedCount(): number {
+    return this.unsaved.size;
   }
 
   private failed(op: 'record' | 'lookup', err: unknown): false {

@@ -188,6 +188,26 @@ describe('RedisResponseRecords against a real redis-server', () => {
     expect(await next).toBe(true);
   });
 
+  it('writes a record whose write failed once Redis answers a call again, so other routers find a response made while it was away', async () => {
+    const stored = new Map<string, string>();
+    let connected = false;
+    const client = {
+      get: (key: string) => (connected ? Promise.resolve(stored.get(key) ?? null) : Promise.reject(new Error("Stream isn't writeable and enableOfflineQueue options is false"))),
+      set: (key: string, value: string) =>
+        connected ? Promise.resolve(stored.set(key, value)).then(() => 'OK' as const) : Promise.reject(new Error("Stream isn't writeable and enableOfflineQueue options is false")),
+    };
+    const records = new RedisResponseRecords(client, { prefix: 'mg-test:', ttlSeconds: 60 });
+    await expect(records.save('resp_made_while_away', at('e1'))).resolves.toBe(false);
+    expect(records.unsavedCount).toBe(1);
+    connected = true;
+    await expect(records.load('resp_other')).resolves.toBeUndefined(); // Redis answers a call
+    await new Promise((resolve) => setImmediate(resolve));
+    expect(records.unsavedCount).toBe(0);
+    // another router's records over the same Redis find it
+    const other = new RedisResponseRecords(client, { prefix: 'mg-test:', ttlSeconds: 60 });
+    await expect(other.load('resp_made_while_away')).resolves.toEqual(at('e1'));
+  });
+
   it('rejects a load while Redis is away, and a save then settles without rejecting', async () => {
     const records = new RedisResponseRecords(client, { prefix: 'mg-test:', ttlSeconds: 60 });
     await redis.stop();
