@@ -678,7 +678,9 @@ export class Limiter {
     if (!store.restore) return;
     const { day, month } = periods(this.options.wallNow());
     let batch: Array<{ key: string; period: string; used: number; endsInMs: number }> = [];
-    for (const [id, used] of this.budgetSeen) {
+    // a copy: admissions answered while a batch is on its way re-insert their entries, which a live
+    // iteration would visit again, without end on a busy router
+    for (const [id, used] of [...this.budgetSeen]) {
       const at = id.lastIndexOf('\0');
       const period = id.slice(at + 1);
       const endsInMs = period === day.period ? day.endsInMs : period === month.period ? month.endsInMs : undefined;
