@@ -252,6 +252,15 @@ describe('chart limits: alert and dashboard', () => {
     expect(shipped).toContain('ModelgateLimitsRedisDown');
   });
 
+  it('alerts (warning) when a router found that Redis lost the shared counts in the last 10 minutes, saying what was put back and what was not', () => {
+    const rule = rules.groups.flatMap((g) => g.rules).find((r) => r.alert === 'ModelgateLimitsRedisDataLost');
+    expect(rule).toMatchObject({ expr: 'increase(modelgate_limits_redis_data_lost_total[10m]) > 0', for: '1m', labels: { severity: 'warning' } });
+    expect(parses(rule?.expr ?? '')).toBe(true);
+    expect(rule?.annotations.description).toMatch(/restart without persistence.*concurrency slots.*budget.*per-minute buckets restarted full.*persistent/);
+    const shipped = (only(get('limits'), 'PrometheusRule').spec as { groups: typeof rules.groups }).groups.flatMap((g) => g.rules).map((r) => r.alert);
+    expect(shipped).toContain('ModelgateLimitsRedisDataLost');
+  });
+
   it('has a "Limits and usage" row: rejections by reason, Redis up and round trip, router count, and per-key panels that say they need keyMetrics', () => {
     const start = dashboard.panels.findIndex((p) => p.type === 'row' && p.title === 'Limits and usage');
     expect(start).toBeGreaterThan(0);
