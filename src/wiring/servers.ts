@@ -54,8 +54,16 @@ export function closeServer(server: Server): Promise<void> {
  */
 /** `refused`: hears each request the HTTP parser refused and the server answered (its access-log line, its count). */
 export function createApiServer(server: ServerConfig, handler: RequestListener, refused?: (request: RefusedRequest) => void): Server {
+  // An HTTP/1.1 request without `Host` (RFC 9112 3.2): Node's own check answered it 400 with an empty
+  // body and no request id, and nothing logged or counted it. Answered here in the envelope instead.
+  const serve: RequestListener = (req, res) => {
+    if (req.headers.host === undefined && req.httpVersionMinor === 1 && req.httpVersionMajor === 1)
+      return void refuse(req, res, new RouterError('INVALID_REQUEST', 'An HTTP/1.1 request needs a Host header.'), refused);
+    handler(req, res);
+  };
   const api = http.createServer(
     {
+      requireHostHeader: false,
       noDelay: true,
       keepAlive: true,
       headersTimeout: server.headersTimeoutMs,
@@ -63,7 +71,7 @@ export function createApiServer(server: ServerConfig, handler: RequestListener, 
       keepAliveTimeout: server.keepAliveTimeoutMs,
       connectionsCheckingInterval: Math.min(1_000, server.headersTimeoutMs),
     },
-    handler,
+    serve,
   );
   api.on('clientError', (err: NodeJS.ErrnoException, socket: Duplex) => answerClientError(err, socket, refused));
   // `Expect: 100-continue`: Node's own listener sends `100 Continue` at once, before the request is
@@ -73,7 +81,7 @@ export function createApiServer(server: ServerConfig, handler: RequestListener, 
   // (401, 404, 413, 415) goes out without one, the connection closed (Node's rule: the body never came).
   api.on('checkContinue', (req: IncomingMessage, res: ServerResponse) => {
     expectsContinue.add(req);
-    handler(req, res);
+    serve(req, res);
   });
   // CONNECT: Node hands the socket to a `connect` listener, and without one closes it unanswered and
   // unlogged. The router is no proxy: a 405 in OpenAI's envelope, the access log's line, the connection closed.
@@ -81,13 +89,19 @@ export function createApiServer(server: ServerConfig, handler: RequestListener, 
     answerOnSocket(new RouterError('METHOD_NOT_ALLOWED', 'CONNECT is not allowed: modelgate is not a proxy. Send requests to a path such as /v1/chat/completions.'), socket, refused);
   });
   api.on('checkExpectation', (req: IncomingMessage, res: ServerResponse) => {
-    const answer = toErrorResponse(new RouterError('EXPECTATION_FAILED', 'The router supports only "Expect: 100-continue".'));
-    const requestId = randomUUID();
-    writeErrorAnswer(res, answer, requestId);
-    const client = req.socket.remoteAddress;
-    refused?.({ requestId, status: answer.status, code: answer.body.error.code ?? 'expectation_failed', ...(client ? { client } : {}) });
+    refuse(req, res, new RouterError('EXPECTATION_FAILED', 'The router supports only "Expect: 100-continue".'), refused);
   });
   return api;
+}
+
+/** A request the server refuses before the router sees it: its answer in the envelope with a fresh id, the access log's line, the connection closed. */
+function refuse(req: IncomingMessage, res: ServerResponse, error: RouterError, refused?: (request: RefusedRequest) => void): void {
+  const answer = toErrorResponse(error);
+  const requestId = randomUUID();
+  res.shouldKeepAlive = false;
+  writeErrorAnswer(res, answer, requestId);
+  const client = req.socket.remoteAddress;
+  refused?.({ requestId, status: answer.status, code: answer.body.error.code ?? 'invalid_request', ...(client ? { client } : {}) });
 }
 
 /** A request Node's HTTP parser refused, or that ran out of time, as the router's error. */

@@ -119,6 +119,26 @@ describe('the API server’s answer to a request Node cannot parse', () => {
     );
   });
 
+  // Node's own check answered an HTTP/1.1 request without Host 400 with an empty body, no request id, and
+  // nothing logged or counted; HTTP/1.0 needs no Host.
+  it('answers an HTTP/1.1 request without Host 400 in the envelope, tells the access log, and closes the connection; HTTP/1.0 needs none', async () => {
+    const refused: unknown[] = [];
+    const port = await listening(
+      createApiServer(
+        buildConfig({ auth: { keysFile: 'unused.yaml' } }, '/').server,
+        (_req, res) => res.end('ok'),
+        (request) => refused.push(request),
+      ),
+    );
+    const received = await exchange(port, 'GET /v1/models HTTP/1.1\r\n\r\n');
+    expect(received).toMatch(
+      /^HTTP\/1\.1 400 Bad Request\r\n[^]*x-request-id: [0-9a-f-]{36}\r\n[^]*Connection: close\r\n\r\n\{"error":\{"message":"An HTTP\/1\.1 request needs a Host header\.","type":"invalid_request_error","param":null,"code":"invalid_request"\}\}$/,
+    );
+    expect(refused).toEqual([{ requestId: expect.stringMatching(/^[0-9a-f-]{36}$/), status: 400, code: 'invalid_request', client: '127.0.0.1' }]);
+    expect(await exchange(port, 'GET /v1/models HTTP/1.0\r\n\r\n')).toMatch(/^HTTP\/1\.1 200 OK\r\n[^]*\r\n\r\nok$/);
+    expect(await exchange(port, 'GET /v1/models HTTP/1.1\r\nHost: router\r\nConnection: close\r\n\r\n')).toMatch(/\r\n\r\nok$/);
+  });
+
   // Without a `connect` listener Node closes a CONNECT's socket unanswered, and nothing logs or counts it.
   it('answers CONNECT 405 in the envelope, tells the access log, and closes the connection', async () => {
     const refused: unknown[] = [];
