@@ -161,12 +161,18 @@ export interface DeploymentNames {
 /**
  * The name under which the key's per-deployment limits hold the deployment: its ID, else its model
  * name, else an alias (a key's `models` takes any of them, and so do its limits); the ID when none has limits.
+ * `held`: the names the deployment holds (`ModelCatalog.namesOf`). In Kubernetes mode two namespaces'
+ * deployments may share a name, which the older holds: a limit under that name is the older's, never
+ * the younger's too (they shared one count). A deployment none of whose limited names it holds gets none
+ * (`''`, which no entry has).
  */
-export function scopeOf(limits: KeyLimits, named: string | DeploymentNames): string {
+export function scopeOf(limits: KeyLimits, named: string | DeploymentNames, held?: readonly string[]): string {
   if (typeof named === 'string') return named;
-  if (limits.deployments.size === 0 || limits.deployments.has(named.id)) return named.id;
-  if (limits.deployments.has(named.model)) return named.model;
-  return named.aliases.find((alias) => limits.deployments.has(alias)) ?? named.id;
+  if (limits.deployments.size === 0) return named.id;
+  const limited = (name: string): boolean => limits.deployments.has(name) && (held === undefined || held.includes(name));
+  if (limited(named.id)) return named.id;
+  if (limited(named.model)) return named.model;
+  return named.aliases.find(limited) ?? (limits.deployments.has(named.id) ? '' : named.id);
 }
 
 /** What `tokens` more (or fewer) of a request settle: its token buckets and budgets; undefined when it has none, or nothing to settle. */
@@ -394,13 +400,14 @@ export class Limiter {
 
   /**
    * Takes a request of `key` on `deployment` with `estimate` prompt tokens (plus the overhead learned
-   * from the key's requests of `kind`, when given). Resolves with its lease (undefined for a key
+   * from the key's requests of `kind`, when given; `held`: the names the deployment holds, see
+   * {@link scopeOf}). Resolves with its lease (undefined for a key
    * without limits); rejects with a 429 RouterError when a limit refuses it.
    */
-  async admit(key: LimitedKey, named: string | DeploymentNames, given: number, kind?: string): Promise<Lease | undefined> {
+  async admit(key: LimitedKey, named: string | DeploymentNames, given: number, kind?: string, held?: readonly string[]): Promise<Lease | undefined> {
     const limits = this.limitsOf(key);
     if (!limits) return undefined;
-    const deployment = scopeOf(limits, named);
+    const deployment = scopeOf(limits, named, held);
     const learns = kind === undefined ? undefined : `${key.name}\0${kind}`;
     const estimate = learns === undefined ? given : Math.max(0, Math.round(given + (this.overhead.get(learns) ?? 0)));
     const { clock, events } = this.options;

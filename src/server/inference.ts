@@ -25,7 +25,8 @@ export interface RequestLimits {
   limitsOf(key: Principal): object | undefined;
   /** `kind`: requests whose prompt estimates are corrected together (limits/limiter.ts). */
   /** `deployment`: its ID, model name and aliases, any of which the key's per-deployment limits may name. */
-  admit(key: Principal, deployment: DeploymentNames, estimate: number, kind?: string): Promise<Pick<Lease, 'headers' | 'streamed' | 'answered' | 'finish'> | undefined>;
+  /** `held`: the names the deployment holds (`ModelCatalog.namesOf`): a per-deployment limit counts only under those. */
+  admit(key: Principal, deployment: DeploymentNames, estimate: number, kind?: string, held?: readonly string[]): Promise<Pick<Lease, 'headers' | 'streamed' | 'answered' | 'finish'> | undefined>;
   /** A request of a key without limits was served (or failed): counted in the opt-in per-key metrics, which show every key. */
   /** `estimate`: the prompt's estimated tokens when the engine reported no usage (counted as a limited key's are); else 0. */
   unlimited?(key: Principal, usage: TokenUsage | undefined, estimate: number): void;
@@ -160,7 +161,7 @@ export function inferenceHandler(deps: InferenceDeps, api: ApiRoute) {
     if (limits) {
       const admission = trace?.child('modelgate.admission');
       // the prompt tokens' overhead is learned per deployment (by label: each namespace's its own) and API
-      lease = await limits.admit(principal, deployment, estimatePromptTokens(promptText, text, promptTokens), `${label} ${api.name}`);
+      lease = await limits.admit(principal, deployment, estimatePromptTokens(promptText, text, promptTokens), `${label} ${api.name}`, catalog.namesOf(deployment));
       admission?.end();
       if (lease) for (const [name, value] of Object.entries(lease.headers)) res.setHeader(name, value);
       if (ctx.closed) {

@@ -11,7 +11,8 @@ import { startSim } from '../../../src/sim/server.js';
 import { FakeKubeApi } from '../../helpers/fake-kube-api.js';
 import { rawRequest } from '../../helpers/http.js';
 import { endpointSlice, eventually, modelDeployment, modelPool, only, servedBy, startKubeRouter, startPods } from '../../helpers/kube-env.js';
-import { metricSum } from '../../helpers/router.js';
+import { KEY, metricSum } from '../../helpers/router.js';
+import { writeFile } from 'node:fs/promises';
 
 const BOUND_MS = 5000;
 const cleanups: Array<() => Promise<unknown>> = [];
@@ -75,5 +76,45 @@ describe('Kubernetes mode: deployments of one name in two namespaces', () => {
       .map((l) => JSON.parse(l) as { msg?: string; status?: number; model?: string; deployment?: string })
       .filter((l) => l.msg === 'request' && l.status === 200 && l.model?.startsWith('llama-'));
     expect(new Set(lines.map((l) => `${l.model} ${l.deployment}`))).toEqual(new Set(['llama-a team-a/llama', 'llama-b team-b/llama']));
+  });
+
+  it('a key’s per-deployment limit under the contested name counts the deployment that holds it, not the other namespace’s too', async () => {
+    const fake = await FakeKubeApi.start();
+    cleanups.push(() => fake.close());
+    const pods = await startPods(['pod-a', 'pod-b']);
+    for (const pod of pods) cleanups.push(() => pod.sim.close());
+    for (const [namespace, pod] of [
+      ['team-a', pods[0]!],
+      ['team-b', pods[1]!],
+    ] as const) {
+      fake.apply('modelpools', modelPool('llama', 'llama', { namespace }));
+      fake.apply('endpointslices', endpointSlice('llama-abc', 'llama', [{ pod }], { namespace }));
+    }
+    fake.apply('modeldeployments', modelDeployment('llama', 'llama-a', [], [{ pool: 'llama' }], { namespace: 'team-a', created: '2024-01-01T00:00:00Z' }));
+    fake.apply('modeldeployments', modelDeployment('llama', 'llama-b', [], [{ pool: 'llama' }], { namespace: 'team-b', created: '2024-02-01T00:00:00Z' }));
+    const gateway = await startKubeRouter(fake, { namespaces: ['team-a', 'team-b'] });
+    cleanups.push(() => gateway.close());
+    await eventually(
+      () => servedBy(gateway.router, 'llama-b', 1),
+      (c) => only(c, 'pod-b'),
+      'team-b’s deployment to be served',
+      BOUND_MS,
+    );
+    // `llama` is team-a's (the older): the key may send it 2 requests a minute
+    await writeFile(gateway.keysFile, `- name: tester\n  key: ${KEY}\n  limits: { deployments: { llama: { requestsPerMinute: 2 } } }\n`);
+    await eventually(
+      () => gateway.logs.some((l) => l.includes('API keys reloaded')),
+      (done) => done,
+      'the keys file to be reloaded',
+      BOUND_MS,
+    );
+    // team-b's deployment is named llama too, but does not hold the name: its requests are not counted under it
+    expect(await servedBy(gateway.router, 'llama-b', 4)).toEqual(new Map([['pod-b', 4]]));
+    expect(await servedBy(gateway.router, 'llama-a', 3)).toEqual(
+      new Map([
+        ['pod-a', 2],
+        ['status 429', 1],
+      ]),
+    );
   });
 });
