@@ -119,17 +119,21 @@ describe('the API server’s answer to a request Node cannot parse', () => {
     );
   });
 
+  /** An API server whose handler answers `ok`, and the requests it refused before the handler (the access log's lines). */
+  async function answeringOk(): Promise<{ port: number; refused: unknown[] }> {
+    const refused: unknown[] = [];
+    const server = createApiServer(
+      buildConfig({ auth: { keysFile: 'unused.yaml' } }, '/').server,
+      (_req, res) => res.end('ok'),
+      (request) => refused.push(request),
+    );
+    return { port: await listening(server), refused };
+  }
+
   // Node's own check answered an HTTP/1.1 request without Host 400 with an empty body, no request id, and
   // nothing logged or counted; HTTP/1.0 needs no Host.
   it('answers an HTTP/1.1 request without Host 400 in the envelope, tells the access log, and closes the connection; HTTP/1.0 needs none', async () => {
-    const refused: unknown[] = [];
-    const port = await listening(
-      createApiServer(
-        buildConfig({ auth: { keysFile: 'unused.yaml' } }, '/').server,
-        (_req, res) => res.end('ok'),
-        (request) => refused.push(request),
-      ),
-    );
+    const { port, refused } = await answeringOk();
     const received = await exchange(port, 'GET /v1/models HTTP/1.1\r\n\r\n');
     expect(received).toMatch(
       /^HTTP\/1\.1 400 Bad Request\r\n[^]*x-request-id: [0-9a-f-]{36}\r\n[^]*Connection: close\r\n\r\n\{"error":\{"message":"An HTTP\/1\.1 request needs a Host header\.","type":"invalid_request_error","param":null,"code":"invalid_request"\}\}$/,
@@ -141,14 +145,7 @@ describe('the API server’s answer to a request Node cannot parse', () => {
 
   // Without a `connect` listener Node closes a CONNECT's socket unanswered, and nothing logs or counts it.
   it('answers CONNECT 405 in the envelope, tells the access log, and closes the connection', async () => {
-    const refused: unknown[] = [];
-    const port = await listening(
-      createApiServer(
-        buildConfig({ auth: { keysFile: 'unused.yaml' } }, '/').server,
-        (_req, res) => res.end('ok'),
-        (request) => refused.push(request),
-      ),
-    );
+    const { port, refused } = await answeringOk();
     const received = await exchange(port, 'CONNECT 169.254.169.254:80 HTTP/1.1\r\nHost: 169.254.169.254:80\r\n\r\n');
     expect(received).toMatch(
       /^HTTP\/1\.1 405 Method Not Allowed\r\n[^]*connection: close\r\n\r\n\{"error":\{"message":"CONNECT is not allowed[^"]*","type":"invalid_request_error","param":null,"code":"method_not_allowed"\}\}$/,
