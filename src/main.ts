@@ -20,7 +20,6 @@ import { attemptOutcome, retryReason } from './metrics/labels.js';
 import { API_ROUTES } from './api/routes.js';
 import { Director } from './director/director.js';
 import { ExchangeRunner } from './director/exchange.js';
-import { ServedModelWarnings } from './director/served-model-warnings.js';
 import { DEFAULT_FORWARDED_HEADERS } from './proxy/headers.js';
 import { Limiter } from './limits/limiter.js';
 import { sharedLimits } from './wiring/limits.js';
@@ -41,7 +40,7 @@ import { RecentTraffic, statusBoard } from './server/status.js';
 import { closeServer, createApiServer, drain, listen } from './wiring/servers.js';
 import { staticDiscovery } from './wiring/static-discovery.js';
 import { createLogger, lineSinkOf } from './wiring/logger.js';
-import { badPayloadLog, exportWatch, keptClosedLog } from './wiring/log-watches.js';
+import { badPayloadLog, exportWatch, keptClosedLog, servedModelLog } from './wiring/log-watches.js';
 import { sloResult } from './metrics/goodput.js';
 import { discoveryGauges } from './wiring/gauges.js';
 import { ListedEndpoints } from './wiring/listed-endpoints.js';
@@ -319,7 +318,6 @@ export async function createRouter(config: Config, options: RouterOptions = {}):
   const holds = new HoldReporter({ logger, metrics, held: (pool) => picker.heldRequests(pool), demandChanged: () => discovery.demandChanged(), scheduler: systemScheduler });
   discovery.observeDemand((pool) => ({ waiting: admission.depth(pool), held: picker.heldRequests(pool) }));
   metrics.observeDemand(() => poolDemand(discovery, { inFlight, admission, picker, engine: engineMetrics, turnedAway }), config.discovery.mode === 'kubernetes');
-  const servedModelWarnings = new ServedModelWarnings();
   const exchange = new ExchangeRunner({
     forwarder: new Forwarder(agent, clock, systemScheduler, new HeldEvents(heldEventsLimit(getHeapStatistics().heap_size_limit, process.constrainedMemory()))),
     picker,
@@ -330,13 +328,7 @@ export async function createRouter(config: Config, options: RouterOptions = {}):
       onAttempt: (pool, endpoint, outcome) => metrics.recordAttempt(pool, endpoint, attemptOutcome(outcome)),
       onRetry: (pool, reason) => metrics.recordRetry(pool, retryReason(reason)),
       onFallback: (from, to) => metrics.recordFallback(from.deployment, from.pool.name, to.deployment, to.pool.name),
-      onServedModelMismatch: (pool, endpoint, said) => {
-        if (!servedModelWarnings.due(pool.name, endpoint, clock.now())) return;
-        logger.warn(
-          { pool: pool.name, endpoint, servedModelName: pool.servedModelName, engine: pool.engine, said: said.slice(0, 300) },
-          "replica does not serve the pool's servedModelName (404 naming it): the pool or its engine is misconfigured (compare the engine's GET /v1/models); its requests are answered 502 served_model_mismatch when no other replica serves it (logged once a minute per replica)",
-        );
-      },
+      onServedModelMismatch: servedModelLog(logger, () => clock.now()),
     },
   });
   metrics.observeResilience({ breakers: () => breakers.states(), queues: () => admission.depths() });

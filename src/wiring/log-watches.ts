@@ -1,5 +1,6 @@
-/** Log lines a steady fault would repeat without bound: said when it starts, then at most once a minute or when it ends (the router's breakers, its trace export, KV-event payloads skipped). */
+/** Log lines a steady fault would repeat without bound: said when it starts, then at most once a minute or when it ends (the router's breakers, its trace export, KV-event payloads skipped, a pool's model its replicas do not serve). */
 import { type Logger } from 'pino';
+import { type PoolSpec } from '../core/types.js';
 
 /** How often, at most, a replica's breaker kept closed is logged (each time its health check passed, after server errors its engine answered). */
 const KEPT_CLOSED_LOG_MS = 60_000;
@@ -80,6 +81,31 @@ export function badPayloadLog(log: Logger, clock: () => number): (pool: string, 
       reason === 'throttled'
         ? "KV-event messages read late: the replica's batches take more than their share of the event loop (what its publisher cannot queue is dropped: a gap)"
         : 'KV-event message skipped: not a KVEventBatch',
+    );
+  };
+}
+
+/** How often, at most, a replica without its pool's model is logged after the first. */
+const SERVED_MODEL_LOG_MS = 60_000;
+
+/**
+ * Logs a replica that answered 404 that it does not have its pool's `servedModelName` (director/exchange.ts
+ * `servesNotModel`) at `warn`: a pool and replica's first, then at most one line a minute that says how many
+ * more since. A misconfigured pool under load would otherwise write a line a request;
+ * `modelgate_upstream_attempts_total{outcome="served_model_mismatch"}` counts every one.
+ */
+export function servedModelLog(log: Logger, clock: () => number): (pool: PoolSpec, endpoint: string, said: string) => void {
+  const last = new Map<string, { at: number; since: number }>();
+  return (pool, endpoint, said) => {
+    const now = clock();
+    const key = `${pool.name} ${endpoint}`;
+    const seen = last.get(key);
+    if (seen && now - seen.at < SERVED_MODEL_LOG_MS) return void (seen.since += 1);
+    if (last.size > 10_000) last.clear(); // replicas come and go: the map stays bounded
+    last.set(key, { at: now, since: 0 });
+    log.warn(
+      { pool: pool.name, endpoint, servedModelName: pool.servedModelName, engine: pool.engine, said: said.slice(0, 300), ...(seen && seen.since > 0 ? { alsoSince: seen.since } : {}) },
+      "replica does not serve the pool's servedModelName (404 naming it): the pool or its engine is misconfigured (compare the engine's GET /v1/models); its requests are answered 502 served_model_mismatch when no other replica serves it (logged once a minute per replica)",
     );
   };
 }

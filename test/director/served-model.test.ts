@@ -1,7 +1,6 @@
 /** Reading an engine's 404 as "I do not have the pool's servedModelName", and how often that is logged. */
 import { describe, expect, it } from '@jest/globals';
 import { servesNotModel } from '../../src/director/exchange.js';
-import { SERVED_MODEL_WARNING_INTERVAL_MS, ServedModelWarnings } from '../../src/director/served-model-warnings.js';
 
 const pool = { servedModelName: 'Llama-3-8B' };
 
@@ -23,23 +22,5 @@ describe('servesNotModel', () => {
   it("leaves a Responses API id the request sent out, and a LoRA pool's 404 to the adapter's reading", () => {
     expect(servesNotModel(pool, "Response with id 'resp_Llama-3-8B' not found.", 'resp_Llama-3-8B')).toBe(false);
     expect(servesNotModel({ ...pool, adapter: { name: 'Llama-3-8B', baseModel: 'x' } }, 'The model `Llama-3-8B` does not exist.')).toBe(false);
-  });
-});
-
-describe('ServedModelWarnings', () => {
-  it('is due once per pool and replica an interval', () => {
-    const w = new ServedModelWarnings();
-    expect(w.due('p', 'a', 0)).toBe(true);
-    expect(w.due('p', 'a', 1)).toBe(false);
-    expect(w.due('p', 'b', 2)).toBe(true);
-    expect(w.due('q', 'a', 3)).toBe(true);
-    expect(w.due('p', 'a', SERVED_MODEL_WARNING_INTERVAL_MS - 1)).toBe(false);
-    expect(w.due('p', 'a', SERVED_MODEL_WARNING_INTERVAL_MS)).toBe(true);
-  });
-
-  it('remembers a bounded number of replicas', () => {
-    const w = new ServedModelWarnings(1000);
-    for (let i = 0; i < 5000; i++) w.due('p', `ep-${i}`, 0);
-    expect((w as unknown as { warnedAt: Map<string, number> }).warnedAt.size).toBeLessThanOrEqual(1024);
   });
 });

@@ -20,6 +20,19 @@ afterEach(async () => {
   for (const cleanup of cleanups.splice(0).reverse()) await cleanup();
 });
 
+/** A router watching team-a and team-b, once team-b's deployment (the younger) is served by its pod. */
+async function routerServingTeamB(fake: FakeKubeApi): Promise<Awaited<ReturnType<typeof startKubeRouter>>> {
+  const gateway = await startKubeRouter(fake, { namespaces: ['team-a', 'team-b'] });
+  cleanups.push(() => gateway.close());
+  await eventually(
+    () => servedBy(gateway.router, 'llama-b', 1),
+    (c) => only(c, 'pod-b'),
+    'team-b’s deployment to be served',
+    BOUND_MS,
+  );
+  return gateway;
+}
+
 describe('Kubernetes mode: deployments of one name in two namespaces', () => {
   it('keep their own series, access-log identity and SLO', async () => {
     const fake = await FakeKubeApi.start();
@@ -43,14 +56,7 @@ describe('Kubernetes mode: deployments of one name in two namespaces', () => {
       ...modelDeployment('llama', 'llama-b', [], [{ pool: 'llama' }], { namespace: 'team-b', created: '2024-02-01T00:00:00Z' }),
       spec: { model: 'llama-b', targets: [{ pool: 'llama' }], slo: { ttftMs: 10, itlMs: 1 } },
     });
-    const gateway = await startKubeRouter(fake, { namespaces: ['team-a', 'team-b'] });
-    cleanups.push(() => gateway.close());
-    await eventually(
-      () => servedBy(gateway.router, 'llama-b', 1),
-      (c) => only(c, 'pod-b'),
-      'team-b’s deployment to be served',
-      BOUND_MS,
-    );
+    const gateway = await routerServingTeamB(fake);
     const before = (await rawRequest(`${gateway.router.adminUrl}/metrics`)).body;
     const servedB = metricSum(before, 'modelgate_requests_total', { deployment: 'team-b/llama', code: '200' });
     expect(servedB).toBeGreaterThan(0); // the wait's own requests
@@ -92,14 +98,7 @@ describe('Kubernetes mode: deployments of one name in two namespaces', () => {
     }
     fake.apply('modeldeployments', modelDeployment('llama', 'llama-a', [], [{ pool: 'llama' }], { namespace: 'team-a', created: '2024-01-01T00:00:00Z' }));
     fake.apply('modeldeployments', modelDeployment('llama', 'llama-b', [], [{ pool: 'llama' }], { namespace: 'team-b', created: '2024-02-01T00:00:00Z' }));
-    const gateway = await startKubeRouter(fake, { namespaces: ['team-a', 'team-b'] });
-    cleanups.push(() => gateway.close());
-    await eventually(
-      () => servedBy(gateway.router, 'llama-b', 1),
-      (c) => only(c, 'pod-b'),
-      'team-b’s deployment to be served',
-      BOUND_MS,
-    );
+    const gateway = await routerServingTeamB(fake);
     // `llama` is team-a's (the older): the key may send it 2 requests a minute
     await writeFile(gateway.keysFile, `- name: tester\n  key: ${KEY}\n  limits: { deployments: { llama: { requestsPerMinute: 2 } } }\n`);
     await eventually(
