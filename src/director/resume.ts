@@ -13,11 +13,17 @@
  * (completions without `max_tokens`: from vLLM's default of 16). The client keeps one `id`, `created`
  * and `model`, gets no second role chunk, and exactly one `[DONE]`.
  *
- * Tokens: the delivered tokens are the content events relayed (one token each, as vLLM streams
- * them; the count the per-key limits already take as a stream flows). The continuation's engine
+ * Tokens: the delivered tokens are the engine's own count where it reports usage in every chunk
+ * (`stream_options.continuous_usage_stats`, which the client asks for), else the content events relayed
+ * (one token each, as vLLM usually streams them; the count the per-key limits already take as a stream
+ * flows). An event may carry several tokens (a speculative decoder's, text held back and released at
+ * once), so without per-chunk usage the count errs low, and the continuation's `max_tokens` may let the
+ * answer run past the client's by those tokens: chosen over erring high, which has no bound short of
+ * the text's bytes (about four times the tokens), so a continuation would stop long before an honest
+ * one-token-per-event answer reached its limit, or be refused as finished. The continuation's engine
  * counts the delivered text as prompt, so the client's usage is prompt = the continuation's prompt
  * tokens − delivered tokens (the original prompt), completion = delivered + the continuation's
- * completion tokens. Exact when each event is one token and the text re-tokenizes to the same tokens.
+ * completion tokens. Exact when the delivered count is and the text re-tokenizes to the same tokens.
  *
  * Refused (the stream ends with today's SSE error event) for `n` > 1 or beam search, tools, logprobs,
  * guided decoding or a `response_format`, a completions prompt that is not one string or is echoed, an
@@ -30,7 +36,7 @@ import { type Engine, type RESUME_REASONS, type ResumeResult } from '../core/typ
 import { patchTopLevel, scanMembers } from '../proxy/body-patch.js';
 import { type SseEvent, type SseSegment } from '../proxy/sse-tap.js';
 import { streamError } from '../proxy/upstream-errors.js';
-import { type TokenUsage } from '../proxy/usage.js';
+import { MAX_REPORTED_TOKENS, type TokenUsage } from '../proxy/usage.js';
 
 /** Resumptions one stream may have; the next break ends it with the error event. */
 export const MAX_RESUMPTIONS = 2;
@@ -117,7 +123,7 @@ interface StreamHead {
 export class StreamSplice {
   /** The answer's text the client got, over every attempt. */
   text = '';
-  /** Content events the client got (the completion tokens delivered). */
+  /** The completion tokens the client got: its content events, or more where the engine's per-chunk usage says so. */
   tokens = 0;
   /** Continuations started. */
   resumptions = 0;
@@ -199,11 +205,32 @@ export class StreamSplice {
     return this.continued(chunk);
   }
 
-  /** Records what a chunk delivers: its head (first attempt), text, content events, and what cannot be continued. */
+  /**
+   * Records what a chunk delivers: its head (first attempt), text, content events, the engine's count of
+   * its completion tokens so far where it reports one per chunk, and what cannot be continued.
+   */
   private observe(chunk: Json): void {
     if (!this.head && typeof chunk.id === 'string') this.head = { id: chunk.id, created: chunk.created, model: chunk.model };
-    if (!Array.isArray(chunk.choices)) return;
-    for (const choice of chunk.choices as unknown[]) {
+    if (Array.isArray(chunk.choices)) this.observeChoices(chunk.choices as unknown[]);
+    // after the chunk's own content event: its usage (continuous usage stats) counts that token already
+    if (isObject(chunk.usage)) this.reported(chunk.usage.completion_tokens);
+  }
+
+  /**
+   * An engine that reports usage in every chunk (vLLM's and SGLang's `stream_options.continuous_usage_stats`)
+   * says how many tokens its attempt has generated so far, which an event that carried several tokens (a
+   * speculative decoder's, text held back and released at once) counts exactly where the content events
+   * count one. Believed only upward: never fewer tokens than content events, and an unbelievable count
+   * (no whole number, beyond {@link MAX_REPORTED_TOKENS}) is ignored. One comparison per chunk.
+   */
+  private reported(completion: unknown): void {
+    if (typeof completion !== 'number' || !Number.isInteger(completion) || completion < 0 || completion > MAX_REPORTED_TOKENS) return;
+    const delivered = this.tokensBefore + completion;
+    if (delivered > this.tokens) this.tokens = delivered;
+  }
+
+  private observeChoices(choices: unknown[]): void {
+    for (const choice of choices) {
       if (!isObject(choice)) continue;
       if (choice.index !== 0 && choice.index !== undefined) this.unfit ??= 'n';
       if (choice.finish_reason !== null && choice.finish_reason !== undefined) this.finished = true;

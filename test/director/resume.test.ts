@@ -167,6 +167,37 @@ describe('StreamSplice', () => {
     expect(splice.refusal()).toBe(reason);
   });
 
+  // an engine with continuous usage stats (usage in every chunk) that packs several tokens into one event:
+  // counted one per event, a continuation asked for more than the client's max_tokens allowed
+  const counted = (id: string, content: string, completion: number): string =>
+    `data: ${JSON.stringify({ id, object: 'chat.completion.chunk', created: 100, model: 'm', choices: [{ index: 0, delta: { content }, logprobs: null, finish_reason: null }], usage: { prompt_tokens: 5, completion_tokens: completion, total_tokens: 5 + completion } })}\n\n`;
+
+  it('counts the delivered tokens from the engine’s per-chunk usage, not one per event: the continuation’s max_tokens shrinks by them', () => {
+    const splice = new StreamSplice('chat', { ...CHAT, max_tokens: 10 });
+    relay(splice, counted('a', ' one two three', 3) + counted('a', ' four five', 5));
+    expect(splice.tokens).toBe(5);
+    const body = JSON.parse(splice.continuationBody(Buffer.from('{"messages":[{"role":"user","content":"hi"}],"max_tokens":10,"stream":true}')).toString()) as Record<string, unknown>;
+    expect(body.max_tokens).toBe(5);
+    // the continuation's chunks count from its own start: 2 more make 7
+    splice.begin();
+    splice.resumed();
+    relay(splice, counted('b', ' six seven', 2));
+    expect(splice.tokens).toBe(7);
+    expect(splice.usage({ promptTokens: 10, completionTokens: 2 })).toEqual({ promptTokens: 5, completionTokens: 7 });
+  });
+
+  it('refuses (finished) an answer whose per-chunk usage says it delivered every token allowed, in fewer events', () => {
+    const splice = new StreamSplice('chat', { ...CHAT, max_tokens: 6 });
+    relay(splice, counted('a', ' one two three', 3) + counted('a', ' four five six', 6));
+    expect(splice.refusal()).toBe('finished');
+  });
+
+  it('never counts fewer tokens than content events, whatever a chunk’s usage says (and ignores a count that is no count)', () => {
+    const splice = new StreamSplice('chat', CHAT);
+    relay(splice, counted('a', ' one', 0) + counted('a', ' two', 1) + counted('a', ' three', 1.5) + counted('a', ' four', 2 ** 30));
+    expect(splice.tokens).toBe(4);
+  });
+
   it(`refuses after ${MAX_RESUMPTIONS} resumptions`, () => {
     const splice = new StreamSplice('chat', CHAT);
     for (let i = 0; i < MAX_RESUMPTIONS; i++) {
