@@ -36,8 +36,9 @@ export interface EngineSeries {
   /**
    * Set for engines whose exporter (Rust's metrics-exporter-prometheus: TGI, TEI) shows a gauge only
    * once it is first set, at the replica's first request. A page without any waiting or running series
-   * whose samples all have one of these name prefixes, or that has no sample at all, is an idle
-   * replica's: nothing waiting, nothing running. A page with other samples stays unparsable.
+   * whose samples all have one of these name prefixes, or that has no sample at all, may be an idle
+   * replica's — or a broken one's, which the router cannot tell apart: it gives no sample either way
+   * ({@link idlePage} only names the scrape's result).
    */
   readonly idlePrefixes?: readonly string[];
 }
@@ -74,12 +75,13 @@ export const ENGINE_SERIES: Readonly<Record<Engine, EngineSeries | undefined>> =
 };
 
 /**
- * The load a `/metrics` page reports, or undefined when it is unparsable: none of the waiting or
- * running series is there (the replica runs another engine than its pool says, or has metrics off) —
- * except the page of an idle TGI or TEI, which shows no gauge before its first request
- * ({@link EngineSeries.idlePrefixes}): that is nothing waiting and nothing running. Unparsable is not
- * a zero load, and callers must not treat it as one. Non-finite samples are ignored; counts are
- * floored at 0 and usage is clamped to 0..1.
+ * The load a `/metrics` page reports, or undefined when it reports none: none of the waiting or
+ * running series is there (the replica runs another engine than its pool says, has metrics off, or
+ * serves an empty page) — for every engine, the page of a TGI or TEI before its first request
+ * included ({@link EngineSeries.idlePrefixes}). No load is no signal, not a zero load, and callers
+ * must not treat it as one: read as nothing waiting and nothing running, a broken replica serving an
+ * empty page had the queue scorer's best score and drew traffic until its breaker opened. Non-finite
+ * samples are ignored; counts are floored at 0 and usage is clamped to 0..1.
  */
 export function readEngineLoad(series: EngineSeries, text: string): ParsedLoad | undefined {
   const names = [...series.waiting, ...series.running, ...series.kvCacheUsage];
@@ -87,12 +89,10 @@ export function readEngineLoad(series: EngineSeries, text: string): ParsedLoad |
   const counts = new Uint32Array(names.length);
   const runningAt = series.waiting.length;
   const kvAt = runningAt + series.running.length;
-  let loadSeries = false;
   scanSamples(
     text,
     names,
     (i, value) => {
-      if (i < kvAt) loadSeries = true;
       if (!Number.isFinite(value)) return;
       sums[i] = (sums[i] as number) + value;
       counts[i] = (counts[i] as number) + 1;
@@ -101,9 +101,7 @@ export function readEngineLoad(series: EngineSeries, text: string): ParsedLoad |
   );
   const waiting = firstPresent(sums, counts, 0, runningAt);
   const running = firstPresent(sums, counts, runningAt, kvAt);
-  if (waiting === undefined && running === undefined) {
-    return !loadSeries && series.idlePrefixes !== undefined && onlySamplesOf(text, series.idlePrefixes) ? { waiting: 0, running: 0 } : undefined;
-  }
+  if (waiting === undefined && running === undefined) return undefined;
   const kv = firstPresent(sums, counts, kvAt, names.length);
   const load: ParsedLoad = { waiting: Math.max(0, waiting?.sum ?? 0), running: Math.max(0, running?.sum ?? 0) };
   if (kv !== undefined) load.kvCacheUsage = Math.min(1, Math.max(0, kv.sum / kv.count));
@@ -164,6 +162,20 @@ function cacheSize(text: string, config: NonNullable<EngineSeries['cacheConfig']
   const [labels] = scanLabels(text, config.name);
   const tokens = Number(labels?.get(config.blockSize)) * Number(labels?.get(config.blocks));
   return Number.isFinite(tokens) && tokens > 0 && tokens <= MAX_CACHE_TOKENS ? tokens : undefined;
+}
+
+/**
+ * Whether a page that reports no load ({@link readEngineLoad} undefined) is one the engine's own
+ * exporter shows before the replica's first request: no waiting or running series at all, and every
+ * sample (if any) of the engine's own prefixes ({@link EngineSeries.idlePrefixes}: TGI, TEI). Such a
+ * replica may be idle or broken; the scrape is counted `empty`, not `unparsable` (another engine's
+ * page, an error page), and neither logged nor alerted on. Read on the failure path only.
+ */
+export function idlePage(series: EngineSeries, text: string): boolean {
+  if (series.idlePrefixes === undefined || !onlySamplesOf(text, series.idlePrefixes)) return false;
+  let loadSeries = false;
+  scanSamples(text, [...series.waiting, ...series.running], () => (loadSeries = true), series.breakdownLabel);
+  return !loadSeries;
 }
 
 /** Whether every sample line of the page names a metric with one of `prefixes` (true for a page with none). */

@@ -1,15 +1,20 @@
 /**
  * Scrapes each replica's own `/metrics` (queue, running batch, KV-cache use) so the balancer can see
  * load that other routers, or clients going around this one, put on a replica. A sample is served
- * only while fresh; a failed, timed-out or unparsable scrape drops it at once, so a stuck replica is
- * never judged by its last good answer.
+ * only while fresh; a failed, timed-out or unparsable scrape, or a page without the engine's load
+ * series (even an idle TGI's), drops it at once, so a stuck replica is never judged by its last good
+ * answer, nor a broken one's empty page read as an idle replica.
  */
 import { type Scheduler } from '../core/clock.js';
 import { type Endpoint, type EndpointSource, type EngineLoad, type EngineLoadSource, type PoolSpec } from '../core/types.js';
-import { ENGINE_SERIES, readEngineLoad, type EngineSeries } from './engine-maps.js';
+import { ENGINE_SERIES, idlePage, readEngineLoad, type EngineSeries } from './engine-maps.js';
 import { createMetricsFetcher, ScrapeError, type FetchText, type MetricsFetcher } from './fetch-text.js';
 
-export type ScrapeResult = 'ok' | 'error' | 'timeout' | 'unparsable';
+/**
+ * `empty`: a TGI or TEI page without its queue gauges, as before the replica's first request (or from a
+ * broken replica): no sample, like a failure, but not logged as one ({@link idlePage}).
+ */
+export type ScrapeResult = 'ok' | 'error' | 'timeout' | 'unparsable' | 'empty';
 
 export interface EngineMetricsScraperDeps {
   endpoints: EndpointSource;
@@ -219,7 +224,8 @@ export class EngineMetricsScraper implements EngineLoadSource {
       this.deps.scheduler.clearTimeout(watchdog);
     }
     if (result !== 'ok') this.current.delete(endpoint.id);
-    this.note(pool.name, endpoint.id, result, why);
+    // an empty page is no signal, but the replica answered: its scrapes work, as an idle TGI's do
+    this.note(pool.name, endpoint.id, result === 'empty' ? 'ok' : result, why);
     this.deps.onScrape?.(pool.name, endpoint.id, result);
   }
 
@@ -243,7 +249,7 @@ export class EngineMetricsScraper implements EngineLoadSource {
     const at = this.deps.now();
     const localAtSample = this.deps.localCount(scrape.endpoint.id);
     const parsed = readEngineLoad(scrape.series, text);
-    if (!parsed) return 'unparsable';
+    if (!parsed) return idlePage(scrape.series, text) ? 'empty' : 'unparsable';
     const load: EngineLoad = { ...parsed, at, localAtSample };
     this.current.set(scrape.endpoint.id, { pool: scrape.pool.name, load: Object.freeze(load), staleAfterMs: scrape.pool.routing.engineMetrics.staleAfterMs });
     return 'ok';

@@ -40,7 +40,7 @@ export const QUEUE_RESULTS = ['admitted', 'timeout', 'abandoned', 'displaced', '
 export type QueueResult = (typeof QUEUE_RESULTS)[number];
 
 /** Results of engine-metrics scrapes (`modelgate_engine_scrapes_total{result}`). */
-export const SCRAPE_RESULTS = ['ok', 'error', 'timeout', 'unparsable'] as const;
+export const SCRAPE_RESULTS = ['ok', 'error', 'timeout', 'unparsable', 'empty'] as const;
 export type ScrapeResult = (typeof SCRAPE_RESULTS)[number];
 
 /** Whether the chosen replica likely had a prompt block cached (`modelgate_prefix_blocks_total{result}`). */

@@ -95,7 +95,7 @@ export function routingMetrics(registers: Registry[], sources: RoutingStateSourc
     }),
     engineScrapes: new HotCounter({
       name: 'modelgate_engine_scrapes_total',
-      help: "Scrapes of replicas' engine metrics, by result (ok, error, timeout, unparsable).",
+      help: "Scrapes of replicas' engine metrics, by result (ok, error, timeout, unparsable, empty: a TGI or TEI page without its queue gauges, as before its first request).",
       labelNames: ['pool', 'result'],
       registers,
     }),

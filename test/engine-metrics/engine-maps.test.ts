@@ -1,5 +1,5 @@
 import { describe, expect, it } from '@jest/globals';
-import { ENGINE_SERIES, readEngineLoad, type ParsedLoad } from '../../src/engine-metrics/engine-maps.js';
+import { ENGINE_SERIES, idlePage, readEngineLoad, type ParsedLoad } from '../../src/engine-metrics/engine-maps.js';
 import { ENGINES, type Engine } from '../../src/core/types.js';
 
 const MODEL = 'model_name="meta-llama/Llama-3.1-8B-Instruct"';
@@ -202,13 +202,14 @@ describe('readEngineLoad', () => {
     },
     { name: 'unparsable: a TGI page read as vLLM', engine: 'vllm', text: TGI, expected: undefined },
     { name: 'unparsable: a vLLM page read as SGLang', engine: 'sglang', text: VLLM_DP, expected: undefined },
+    // no signal, not idle: a broken replica serves the same page, and read as idle it drew its pool's traffic
     {
-      name: 'TEI before its first queued request: no queue gauge yet, idle',
+      name: 'no signal: TEI before its first queued request (no queue gauge yet)',
       engine: 'tei',
       text: '# TYPE te_request_count counter\nte_request_count{method="single"} 20\n',
-      expected: { waiting: 0, running: 0 },
+      expected: undefined,
     },
-    { name: 'TGI before its first request: an empty page, idle', engine: 'tgi', text: '', expected: { waiting: 0, running: 0 } },
+    { name: 'no signal: TGI before its first request (an empty page)', engine: 'tgi', text: '', expected: undefined },
     { name: 'unparsable: a vLLM page read as TGI (another engine is not an idle TGI)', engine: 'tgi', text: VLLM_V0, expected: undefined },
     { name: 'unparsable: an HTML page read as TEI', engine: 'tei', text: '<html><body>metrics disabled</body></html>', expected: undefined },
     {
@@ -231,5 +232,34 @@ describe('readEngineLoad', () => {
 
   it.each(cases)('$name', ({ engine, text, expected }) => {
     expect(read(engine, text)).toEqual(expected);
+  });
+});
+
+/** Each engine's page without its load series: empty, and holding only the engine's own other series (a counter). */
+const LOADLESS: Record<Exclude<Engine, 'openai'>, string> = {
+  vllm: '# TYPE vllm:prompt_tokens_total counter\nvllm:prompt_tokens_total{model_name="m"} 5.0\n',
+  sglang: '# TYPE sglang:prompt_tokens_total counter\nsglang:prompt_tokens_total{model_name="m"} 5.0\n',
+  tgi: '# TYPE tgi_request_count counter\ntgi_request_count 5\n',
+  tei: '# TYPE te_request_count counter\nte_request_count{method="single"} 5\n',
+  llamacpp: '# TYPE llamacpp:prompt_tokens_total counter\nllamacpp:prompt_tokens_total 5\n',
+};
+
+describe('a page without the engine’s load series, for every engine', () => {
+  const engines = Object.keys(LOADLESS) as Array<keyof typeof LOADLESS>;
+
+  it.each(engines)('%s: an empty page, or one of its own counters only, gives no load (no signal, never an idle replica)', (engine) => {
+    expect(read(engine, '')).toBeUndefined();
+    expect(read(engine, '\n# HELP nothing here\n')).toBeUndefined();
+    expect(read(engine, LOADLESS[engine])).toBeUndefined();
+  });
+
+  it.each(engines)('%s: is an idle page (counted empty, not unparsable) only for TGI and TEI, whose gauges appear at the first request', (engine) => {
+    const series = ENGINE_SERIES[engine]!;
+    const lateGauges = engine === 'tgi' || engine === 'tei';
+    expect([idlePage(series, ''), idlePage(series, LOADLESS[engine])]).toEqual([lateGauges, lateGauges]);
+    // another engine's page, an error page, or the engine's own load series with no usable value are never one
+    expect(idlePage(series, '<html><body>metrics disabled</body></html>')).toBe(false);
+    expect(idlePage(series, LOADLESS[engine === 'vllm' ? 'sglang' : 'vllm'])).toBe(false);
+    expect(idlePage(series, `${series.waiting[0]} NaN\n`)).toBe(false);
   });
 });
