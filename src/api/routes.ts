@@ -5,6 +5,7 @@
  * alike, so adding an API is one entry here plus its schema.
  */
 import { type ApiName, type Capability, type WireDialect } from '../core/types.js';
+import { chatCompletionLimit, completionsCompletionLimit, messagesCompletionLimit, responsesCompletionLimit } from './completion-limit.js';
 import { chatCrossField, completionsCrossField, messagesCrossField, responsesCrossField, tokenizeCrossField } from './cross-field.js';
 import { chatPromptText, completionsPromptText, completionsPromptTokens, messagesPromptText, responsesPromptText } from './prompt-text.js';
 import { chatRequestSchema, embeddingsRequestSchema } from './schemas.js';
@@ -30,6 +31,11 @@ export interface ApiRoute {
   promptText?: (body: ValidRequest) => string;
   /** The prompt's tokens when the request names them (token ids): what the limits charge before the engine reports usage. */
   promptTokens?: (body: ValidRequest) => number | undefined;
+  /**
+   * The most completion tokens an honest answer may report (completion-limit.ts); undefined where the
+   * request sets no limit. The router charges and counts no more, whatever the engine reports.
+   */
+  completionLimit?: (body: ValidRequest) => number | undefined;
   /** A stream reports tokens only when asked (`stream_options.include_usage`): the router asks, and strips the answer the client did not ask for. */
   asksStreamUsage?: true;
   /** Each answer is stored on the replica that made it, by its `id`; a request naming one in this field must reach that replica. */
@@ -51,6 +57,7 @@ export const API_ROUTES: readonly ApiRoute[] = [
     schema: chatRequestSchema,
     check: chatCrossField,
     promptText: chatPromptText,
+    completionLimit: chatCompletionLimit,
     asksStreamUsage: true,
   },
   {
@@ -63,6 +70,7 @@ export const API_ROUTES: readonly ApiRoute[] = [
     check: completionsCrossField,
     promptText: completionsPromptText,
     promptTokens: completionsPromptTokens,
+    completionLimit: completionsCompletionLimit,
     asksStreamUsage: true,
   },
   { name: 'embeddings', paths: ['/v1/embeddings'], capability: 'embeddings', body: 'json', dialect: 'openai', schema: embeddingsRequestSchema },
@@ -75,9 +83,20 @@ export const API_ROUTES: readonly ApiRoute[] = [
     schema: responsesRequestSchema,
     check: responsesCrossField,
     promptText: responsesPromptText,
+    completionLimit: responsesCompletionLimit,
     continues: 'previous_response_id',
   },
-  { name: 'messages', paths: ['/v1/messages'], capability: 'messages', body: 'json', dialect: 'anthropic', schema: messagesRequestSchema, check: messagesCrossField, promptText: messagesPromptText },
+  {
+    name: 'messages',
+    paths: ['/v1/messages'],
+    capability: 'messages',
+    body: 'json',
+    dialect: 'anthropic',
+    schema: messagesRequestSchema,
+    check: messagesCrossField,
+    promptText: messagesPromptText,
+    completionLimit: messagesCompletionLimit,
+  },
   { name: 'rerank', paths: ['/v1/rerank', '/rerank', '/v2/rerank'], capability: 'rerank', body: 'json', dialect: 'openai', schema: rerankRequestSchema },
   { name: 'score', paths: ['/v1/score', '/score'], capability: 'score', body: 'json', dialect: 'openai', schema: scoreRequestSchema },
   { name: 'tokenize', paths: ['/tokenize'], capability: 'tokenize', body: 'json', dialect: 'openai', schema: tokenizeRequestSchema, check: tokenizeCrossField },

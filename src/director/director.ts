@@ -121,6 +121,8 @@ export interface ResponseMetrics {
   recordResponseEnd(labels: { deployment: string; pool: string }, end: string): void;
   recordFallback(fromDeployment: string, fromPool: string, toDeployment: string, toPool: string): void;
   recordPreviousResponse(outcome: PreviousResponseOutcome): void;
+  /** An answer's engine reported more completion tokens than the request allowed ({@link ApiRoute.completionLimit}): charged that limit. */
+  recordUsageClamped?(pool: string, endpoint: string): void;
   /** What became of a resumable deployment's stream that broke after its first byte (resume.ts has the reasons). */
   recordStreamResumption?(deployment: string, result: ResumeResult, reason: ResumeReason): void;
 }
@@ -217,7 +219,15 @@ export class Director {
     const labels = { deployment: label, pool: report.pool?.name ?? first.pool.name };
     if (report.end) deps.metrics.recordResponseEnd(labels, report.end);
     if (report.ttftMs !== undefined) deps.metrics.recordTimeToFirstToken(labels, report.ttftMs / 1000, request.trace?.sampled ? request.trace.traceId : undefined);
-    if (report.usage) deps.metrics.recordTokens(labels, report.usage.estimated ? 0 : report.usage.promptTokens, report.usage.completionTokens);
+    if (report.usage) {
+      // an engine is believed only as far as the request lets an answer go: what it says beyond is not charged
+      const limit = api.completionLimit?.(body);
+      if (limit !== undefined && report.usage.completionTokens > limit) {
+        report.usage = { ...report.usage, completionTokens: limit };
+        deps.metrics.recordUsageClamped?.(labels.pool, report.endpoint ?? '');
+      }
+      deps.metrics.recordTokens(labels, report.usage.estimated ? 0 : report.usage.promptTokens, report.usage.completionTokens);
+    }
     const fallback = report.fallback ?? (first.deployment !== label ? first.deployment : undefined);
     const pool = report.pool ?? first.pool;
     return { ...report, poolName: labels.pool, servedModel: pool.servedModelName, engine: pool.engine, ...(fallback ? { fallback } : {}) };

@@ -187,6 +187,7 @@ export class RouterMetrics {
   /** Removes the series of endpoints not in `live` now (discovery dropped them), not at the next scrape: a router nobody scrapes keeps none either. */
   forgetEndpoints(live: ReadonlySet<string>): void {
     this.resilience.attempts.removeWhere((labels) => !live.has(labels.endpoint));
+    this.resilience.usageClamped.removeWhere((labels) => !live.has(labels.endpoint));
   }
 
   /** Removes the series of deployments and pools discovery no longer knows now (a pool or deployment deleted), not at the next scrape. */
@@ -250,6 +251,11 @@ export class RouterMetrics {
 
   recordAttempt(pool: string, endpoint: string, outcome: AttemptOutcome): void {
     this.resilience.attempts.inc(1, pool, endpoint, outcome);
+  }
+
+  /** An answer's engine reported more completion tokens than its request allowed: it was charged that limit. */
+  recordUsageClamped(pool: string, endpoint: string): void {
+    this.resilience.usageClamped.inc(1, pool, endpoint);
   }
 
   recordRetry(pool: string, reason: RetryReason): void {

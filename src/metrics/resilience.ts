@@ -22,6 +22,8 @@ export interface ResilienceSources {
 
 export interface ResilienceMetrics {
   attempts: HotCounter<'pool' | 'endpoint' | 'outcome', [pool: string, endpoint: string, outcome: AttemptOutcome]>;
+  /** Answers whose engine reported more completion tokens than the request allowed (api/completion-limit.ts). */
+  usageClamped: HotCounter<'pool' | 'endpoint', [pool: string, endpoint: string]>;
   retries: HotCounter<'pool' | 'reason', [pool: string, reason: RetryReason]>;
   queueWait: Histogram<'pool' | 'result'>;
   rejected: HotCounter<'pool' | 'reason', [pool: string, reason: RejectReason]>;
@@ -44,6 +46,12 @@ export function resilienceMetrics(registers: Registry[], sources: AdmissionSourc
       name: 'modelgate_upstream_attempts_total',
       help: 'Attempts to forward a request to an endpoint, by outcome (committed, upstream_<status>, connect, reset, first_byte_timeout, invalid_answer, …).',
       labelNames: ['pool', 'endpoint', 'outcome'],
+      registers,
+    }),
+    usageClamped: new HotCounter({
+      name: 'modelgate_engine_usage_clamped_total',
+      help: 'Answers whose engine reported more completion tokens than the request allowed (max_tokens times its choices, …), charged to the key and counted at that limit instead: a replica that lies about usage, or a buggy one.',
+      labelNames: ['pool', 'endpoint'],
       registers,
     }),
     retries: new HotCounter({

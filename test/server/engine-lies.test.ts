@@ -104,6 +104,58 @@ describe("a replica's usage is believed only as far as an answer can use tokens"
   });
 });
 
+describe('completion tokens beyond what the request allowed are not charged (max_tokens × choices)', () => {
+  const ask = (body: object, stream = false): ReturnType<typeof rawRequest> =>
+    rawRequest(`${g.router.apiUrl}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${KEY}`, 'content-type': 'application/json' },
+      body: { model: 'llm', messages: [{ role: 'user', content: 'hi' }], ...body, ...(stream ? { stream: true } : {}) },
+    });
+  const clampedCount = async (): Promise<number> => metricSum(await adminMetrics(g), 'modelgate_engine_usage_clamped_total', { endpoint: engine.url });
+  const completionCount = async (): Promise<number> => metricSum(await adminMetrics(g), 'modelgate_completion_tokens_total');
+  const streamReporting =
+    (completion: number): Reply =>
+    (_req, res) => {
+      res.writeHead(200, { 'content-type': 'text/event-stream' });
+      res.end(
+        'data: {"id":"c","choices":[{"index":0,"delta":{"content":"ok"},"finish_reason":null}]}\n\n' +
+          'data: {"id":"c","choices":[{"index":0,"delta":{},"finish_reason":"length"}]}\n\n' +
+          `data: {"id":"c","choices":[],"usage":{"prompt_tokens":3,"completion_tokens":${completion},"total_tokens":${3 + completion}}}\n\n` +
+          'data: [DONE]\n\n',
+      );
+    };
+
+  /** Sends one request whose engine reports `usage`; what the key's day, the token counter and the clamp counter moved by. */
+  async function charged(body: object, reply: Reply, stream = false): Promise<{ day: number; counted: number; clamped: number }> {
+    const [day, counted, clamped] = [await usedToday(), await completionCount(), await clampedCount()];
+    engine.reply = reply;
+    const answer = await ask(body, stream);
+    expect(answer.status).toBe(200);
+    // the director counts the tokens, then the key is charged at once (no Redis): counted means charged
+    await waitFor(async () => (await completionCount()) > counted, 'the request counted');
+    return { day: (await usedToday()) - day, counted: (await completionCount()) - counted, clamped: (await clampedCount()) - clamped };
+  }
+
+  it.each([
+    ['max_tokens', { max_tokens: 5 }, 5],
+    ['max_tokens × n', { max_tokens: 5, n: 2 }, 10],
+    ['max_completion_tokens (the larger of the two)', { max_tokens: 4, max_completion_tokens: 6 }, 6],
+    ['max_tokens in extra_body, as the engine reads it', { extra_body: { max_tokens: 7 } }, 7],
+  ])('a JSON answer reporting 60,000,000 completion tokens for a request allowing %s is charged that limit', async (_name, body, limit) => {
+    const spent = await charged(body, lyingJson({ prompt_tokens: 3, completion_tokens: 60_000_000, total_tokens: 60_000_003 }));
+    expect(spent).toEqual({ day: 3 + limit, counted: limit, clamped: 1 });
+  });
+
+  it('so is a stream’s usage chunk', async () => {
+    expect(await charged({ max_tokens: 8 }, streamReporting(60_000_000), true)).toEqual({ day: 3 + 8, counted: 8, clamped: 1 });
+  });
+
+  it('an answer within its limit, and one to a request that sets none, are charged as reported', async () => {
+    expect(await charged({ max_tokens: 8 }, streamReporting(8), true)).toEqual({ day: 11, counted: 8, clamped: 0 });
+    expect(await charged({}, lyingJson({ prompt_tokens: 3, completion_tokens: 50_000, total_tokens: 50_003 }))).toEqual({ day: 50_003, counted: 50_000, clamped: 0 });
+  });
+});
+
 describe('a replica that answers 2xx with no answer is taken out by its breaker', () => {
   const good: Reply = okChat;
   it.each([
