@@ -170,47 +170,62 @@ function scheduleAttributes(pool: string, info: ScheduleInfo): Record<string, st
 }
 
 /**
+ * An engine's message without the text of the request it may quote back (`quoted`: a Responses API
+ * `previous_response_id`, "Response with id '…' not found."), so that a client's own id cannot pass for
+ * the engine naming a model. Read only on an error answer.
+ */
+function ownWords(message: string, quoted?: string): string {
+  return quoted ? message.split(quoted).join('') : message;
+}
+
+/**
  * Whether an engine's 404 message says `name` is a model it does not have (vLLM: "The model `name` does
- * not exist."). `quoted`: text of the request the engine may quote back (a Responses API
- * `previous_response_id`: "Response with id '…' not found."), taken out of the message first, so a
- * client's own id cannot pass for the engine naming the adapter.
+ * not exist."). `quoted`: text of the request the engine may quote back, taken out first ({@link ownWords}).
  */
 export function namesMissingModel(message: string, name: string, quoted?: string): boolean {
-  const own = quoted ? message.split(quoted).join('') : message;
+  const own = ownWords(message, quoted);
   return own.includes(`\`${name}\``) || (own.includes(name) && /does not exist|not found|no adapter/i.test(own));
 }
 
-/** A name is in an engine's message as itself, not as part of a longer name: nothing of a model name's characters either side. */
-const NAME_CHAR = /[\w.\-/:@]/;
-
-/** Whether `name` is in `message` as a whole name (`Llama-3-8B` not inside `Llama-3-8B-Instruct`). */
-function namesWhole(message: string, name: string): boolean {
-  for (let at = message.indexOf(name); at >= 0; at = message.indexOf(name, at + 1)) {
-    const before = at === 0 ? '' : message.charAt(at - 1);
-    const after = message.charAt(at + name.length);
-    if (!NAME_CHAR.test(before) && !NAME_CHAR.test(after)) return true;
-  }
-  return false;
+/**
+ * Whether `name` is in `message` between quotes, as engines quote the model they lack (backticks: vLLM,
+ * OpenAI; single quotes: SGLang; double quotes): whole (`Llama-3-8B` not inside `Llama-3-8B-Instruct`),
+ * and never a word of the engine's own (a model named `File` is not read into llama.cpp's "File Not Found").
+ */
+function namesQuoted(message: string, name: string): boolean {
+  return message.includes(`\`${name}\``) || message.includes(`'${name}'`) || message.includes(`"${name}"`);
 }
 
 /** The outcome an attempt refused so is named by, in the access log, the attempts metric and the retries metric. */
 export const SERVED_MODEL_MISMATCH = 'served_model_mismatch';
 
 /**
- * Whether an engine's 404 says it does not have the pool's base model, the `servedModelName` the router
- * put in the body (vLLM: "The model \`Llama-3-8B\` does not exist.", OpenAI's API: "The model \`x\` does
- * not exist or you do not have access to it."): the pool's name does not match what its engines serve.
- * The name must be in the message whole, quoted in backticks or with "does not exist" / "not found"; a
- * 404 for a path the engine lacks ("Not Found") or for a Responses API id it does not hold (`quoted`,
- * taken out first, as {@link namesMissingModel} does) is not it. A LoRA pool's view names its adapter,
- * whose 404 the exchange reads as the adapter's. Read only on a 404: an answer that went well pays nothing.
+ * llama.cpp's router mode (`llama-server --models-dir` / `--models-preset`) for a `model` it does not
+ * have: 400 `{"error":{"code":400,"message":"model not found","type":"invalid_request_error"}}`, naming no
+ * model (tools/server `router_validate_model`). Its single-model server reads no `model` and never says it.
  */
-export function servesNotModel(pool: Pick<PoolSpec, 'servedModelName' | 'adapter'>, message: string, quoted?: string): boolean {
+const LLAMACPP_NO_MODEL = /^\s*model not found\.?\s*$/i;
+
+/**
+ * Whether an engine's error answer says it does not have the pool's base model, the `servedModelName` the
+ * router put in the body: the pool's name does not match what its engines serve. A 404 whose message quotes
+ * the name ({@link namesQuoted}), in backticks or with "does not exist" / "not found" (vLLM: "The model
+ * \`Llama-3-8B\` does not exist.", OpenAI's API: "The model \`x\` does not exist or you do not have access
+ * to it.", SGLang: "The model 'x' does not exist", as its `/v1/models/{model}` answers), or, from a
+ * `llamacpp` pool, llama.cpp's router-mode 400 "model not found" ({@link LLAMACPP_NO_MODEL}), whose
+ * message is that alone. A 404 for a path the engine lacks ("Not Found", llama.cpp's "File Not Found") or for
+ * a Responses API id it does not hold (`quoted`, taken out first: {@link ownWords}) is not it. A LoRA pool's
+ * view names its adapter, whose 404 the exchange reads as the adapter's. Read only on an error answer: an
+ * answer that went well pays nothing.
+ */
+export function servesNotModel(pool: Pick<PoolSpec, 'servedModelName' | 'adapter' | 'engine'>, status: number, message: string, quoted?: string): boolean {
   if (pool.adapter !== undefined) return false;
+  if (status === 400) return pool.engine === 'llamacpp' && LLAMACPP_NO_MODEL.test(message);
+  if (status !== 404) return false;
   const name = pool.servedModelName;
-  const own = quoted ? message.split(quoted).join('') : message;
-  if (!namesWhole(own, name)) return false;
-  // the phrase is the message's, not part of the name (a pool's model named `Not` is not read into "Not Found")
+  const own = ownWords(message, quoted);
+  if (!namesQuoted(own, name)) return false;
+  // the phrase is the message's, not part of the name (a pool's model named `not found`)
   return own.includes(`\`${name}\``) || /does not exist|not found/i.test(own.split(name).join('\u0000'));
 }
 
@@ -258,26 +273,14 @@ export class ExchangeRunner {
       picked.release();
       if (result.kind === 'client_gone') return { ...report, failure: 'client_gone' };
       if (result.kind === 'upstream_error') report.upstreamStatus = result.status;
-      // A LoRA pool's replica that answers 404 naming the adapter as a model it does not have (vLLM: "The
-      // model `x` does not exist.") does not serve it (never loaded there, or lost with a restart or an
-      // unload): it stops counting as holding it, and the request goes on to a replica that may, as after
-      // a 503; with loadOnDemand the same replica may be tried once more, now loading the adapter first.
-      // Given up, the client is told its model has no replica serving it. Any other 404 (a Responses API
-      // id the replica does not hold) is the request's, passed on as it is.
-      const adapterMissing =
-        result.kind === 'upstream_error' && result.status === 404 && step.pool.adapter !== undefined && namesMissingModel(result.error.envelope.error.message, step.pool.adapter.name, plan.quoted);
-      if (adapterMissing) {
-        this.deps.picker.adapterMissing(step.pool, picked.endpoint.id);
-        if (step.pool.routing.lora.loadOnDemand && !at.reloaded) {
-          at.reloaded = true;
-          at.tried.delete(picked.endpoint.id);
-        }
-      }
-
-      // A replica that answers 404 that it does not have the pool's own model (servesNotModel): the pool's
+      // A LoRA pool's replica that answers 404 naming its adapter (lacksAdapter) does not serve it: the request
+      // goes on to a replica that may, as after a 503. Given up, the client is told its model has no replica
+      // serving it. Any other 404 (a Responses API id the replica does not hold) is the request's, passed on as it is.
+      const adapterMissing = this.lacksAdapter(plan, step, picked, result, at);
+      // A replica that answers it does not have the pool's own model (servesNotModel): the pool's
       // servedModelName is not what its engines serve. The request goes on to the pool's other replicas (in a
       // rolling update some may serve the name), then to the route's next pool; given up, the client is told
-      // the deployment is misconfigured (502 served_model_mismatch), never the engine's 404 naming the served name.
+      // the deployment is misconfigured (502 served_model_mismatch), never the engine's answer naming the served name.
       const notServed = adapterMissing || misnamed;
       const giveUp = (): ExchangeReport =>
         adapterMissing
@@ -306,6 +309,23 @@ export class ExchangeRunner {
         return { ...report, failure: 'client_gone' };
       }
     }
+  }
+
+  /**
+   * Whether a LoRA pool's replica answered 404 naming the adapter as a model it does not have (vLLM: "The
+   * model `x` does not exist."): it does not serve it (never loaded there, or lost with a restart or an
+   * unload), and stops counting as holding it; with loadOnDemand it is put back to be tried once more (a
+   * request's once), loading the adapter first.
+   */
+  private lacksAdapter(plan: ExchangePlan, step: RouteStep, picked: Picked, result: AttemptResult, at: Position): boolean {
+    const adapter = step.pool.adapter;
+    if (result.kind !== 'upstream_error' || result.status !== 404 || adapter === undefined || !namesMissingModel(result.error.envelope.error.message, adapter.name, plan.quoted)) return false;
+    this.deps.picker.adapterMissing(step.pool, picked.endpoint.id);
+    if (step.pool.routing.lora.loadOnDemand && !at.reloaded) {
+      at.reloaded = true;
+      at.tried.delete(picked.endpoint.id);
+    }
+    return true;
   }
 
   /** One attempt at the picked endpoint; its outcome settles the breaker ticket and is recorded. */
@@ -374,7 +394,7 @@ export class ExchangeRunner {
     // the engine does not have the pool's model (servesNotModel): a misconfigured pool, not a sick replica; the engine
     // answered, alive, and the breaker is moved neither way, as by backpressure (counted a success, as other 4xx are,
     // it would have ended the run of failures of a replica failing otherwise too)
-    const misnamed = result.kind === 'upstream_error' && result.status === 404 && servesNotModel(step.pool, result.error.envelope.error.message, plan.quoted);
+    const misnamed = result.kind === 'upstream_error' && servesNotModel(step.pool, result.status, result.error.envelope.error.message, plan.quoted);
     // an error the engine answered may be the request's doing: it does not open the breaker unasked (breaker.ts); its key is for the log
     const counted = misnamed ? 'backpressure' : repeated ? 'unknown' : breakerOutcome(result);
     picked.ticket.settle(counted, counted === 'failure' ? { key: plan.request.tenant, answered: result.kind === 'upstream_error' && result.status === 500 } : undefined);

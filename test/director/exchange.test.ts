@@ -406,6 +406,35 @@ describe('ExchangeRunner: success and retries within a pool', () => {
     });
   });
 
+  describe("a pool whose engines do not serve its servedModelName (llama.cpp's router mode: 400 'model not found', naming no model)", () => {
+    const notFound = upstream(400, { message: 'model not found' });
+    const llamacpp = (): PoolSpec => ({ ...pool('A'), engine: 'llamacpp' });
+
+    it('tries the next replica, the attempt named served_model_mismatch, its breaker not moved', async () => {
+      const t = setup({ route: [step(llamacpp())], endpoints: { A: ['a1', 'a2'] }, script: { a1: [notFound], a2: [committed()] } });
+      const report = await t.run();
+      expect(t.forwarder.endpoints).toEqual(['a1', 'a2']);
+      expect(report.attempts.map((a) => a.outcome)).toEqual(['served_model_mismatch', 'committed']);
+      expect(t.picker.picks[0]?.outcomes).toEqual(['backpressure']);
+      expect(report.failure).toBeUndefined();
+    });
+
+    it('given up, answers 502 served_model_mismatch, not the engine’s 400', async () => {
+      const t = setup({ route: [step(llamacpp())], endpoints: { A: ['a1', 'a2'] }, script: { a1: [notFound], a2: [notFound] } });
+      const report = await t.run();
+      expect(t.res.status).toBe(502);
+      expect(t.res.json().error.code).toBe('served_model_mismatch');
+      expect(report.failure).toBe('served_model_mismatch');
+    });
+
+    it('a vLLM pool’s 400 in those words is the request’s: passed on, unretried', async () => {
+      const t = setup({ route: [step(pool('A'))], endpoints: { A: ['a1', 'a2'] }, script: { a1: [notFound], a2: [committed()] } });
+      await t.run();
+      expect(t.forwarder.endpoints).toEqual(['a1']);
+      expect(t.res.status).toBe(400);
+    });
+  });
+
   it('with every replica tried and budget left, the same replica is tried again (the picker’s choice) when no pool follows', async () => {
     const A = pool('A');
     const t = setup({ route: [step(A)], endpoints: { A: ['a1'] }, script: { a1: [upstream(503), committed()] } });
