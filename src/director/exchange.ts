@@ -550,7 +550,7 @@ export class ExchangeRunner {
       at.tried.add(picked.endpoint.id);
       tries += 1;
       splice.begin();
-      const { result, meter } = await this.attempt(req, res, plan, step, picked, deadline, report, splice.continuationBody(step.body));
+      const { result, meter, misnamed } = await this.attempt(req, res, plan, step, picked, deadline, report, splice.continuationBody(step.body));
       if (result.kind === 'committed') {
         splice.resumed();
         await this.committed(step, picked, result, meter, report, plan, splice);
@@ -559,7 +559,9 @@ export class ExchangeRunner {
       picked.release();
       if (result.kind === 'client_gone') return 'client_gone';
       failure = result.kind === 'upstream_error' ? 'upstream_error' : result.reason === 'deadline' || result.reason.endsWith('timeout') ? 'timeout' : 'connection';
-      if (!retryable(result)) return failure;
+      // as a first attempt goes on (run): a replica without the pool's model or adapter is not the stream's end,
+      // another replica of the pool (then the next pool that can continue) may serve it
+      if (!(retryable(result) || misnamed || this.lacksAdapter(plan, step, picked, result, at))) return failure;
     }
   }
 

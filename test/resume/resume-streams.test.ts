@@ -174,6 +174,8 @@ describe('refused and failed resumptions, and the SDK on a resumed stream (in-pr
   let healthy: SimServer;
   let erroring: SimServer;
   let stalling: SimServer;
+  /** Serves another name than its pools' servedModelName: answers 404 "The model `served/llm` does not exist." */
+  let misnamed: SimServer;
   let g: TestRouter<RunningRouter>;
   const resilience = { breaker: { failureThreshold: 1000, cooldownMs: 1000, closeAfterSuccesses: 1 } };
 
@@ -183,6 +185,7 @@ describe('refused and failed resumptions, and the SDK on a resumed stream (in-pr
     healthy = await startTestSim({ model: ['served/llm'], name: 'healthy', outputMin: 20, outputMax: 20 });
     erroring = await startTestSim({ model: ['served/llm'], name: 'erroring', fault: 'error-after=5', outputMin: 20, outputMax: 20 });
     stalling = await startTestSim({ model: ['served/llm'], name: 'stalling', fault: 'stall-after=5', outputMin: 20, outputMax: 20 });
+    misnamed = await startTestSim({ model: ['served/other'], name: 'misnamed', outputMin: 20, outputMax: 20 });
     const endpoints = [healthy.url, dying.url];
     g = await startTestRouter({
       random: () => 0,
@@ -192,6 +195,15 @@ describe('refused and failed resumptions, and the SDK on a resumed stream (in-pr
         { name: 'solo', engine: 'vllm', servedModelName: 'served/llm', endpoints: [dying.url], resilience },
         { name: 'erroring', engine: 'vllm', servedModelName: 'served/llm', endpoints: [healthy.url, erroring.url], resilience },
         { name: 'stalling', engine: 'vllm', servedModelName: 'served/llm', endpoints: [healthy.url, stalling.url], resilience: { ...resilience, timeouts: { idleMs: 300 } } },
+        // the tie-break takes the last tied: `dying` first, then the continuation tries `misnamed` before `healthy`
+        {
+          name: 'halfnamed',
+          engine: 'vllm',
+          servedModelName: 'served/llm',
+          endpoints: [healthy.url, misnamed.url, dying.url],
+          resilience,
+          routing: { scorers: [{ name: 'outstanding', weight: 1 }] },
+        },
       ],
       deployments: [
         { id: 'llm', model: 'llm', targets: [{ pool: 'llm' }], resumeStreams: true },
@@ -200,13 +212,14 @@ describe('refused and failed resumptions, and the SDK on a resumed stream (in-pr
         { id: 'solo', model: 'solo', targets: [{ pool: 'solo' }], resumeStreams: true },
         { id: 'erroring', model: 'erroring', targets: [{ pool: 'erroring' }], resumeStreams: true },
         { id: 'stalling', model: 'stalling', targets: [{ pool: 'stalling' }], resumeStreams: true },
+        { id: 'halfnamed', model: 'halfnamed', targets: [{ pool: 'halfnamed' }], resumeStreams: true },
       ],
     });
   });
 
   afterAll(async () => {
     await g.close();
-    await Promise.all([dying, healthy, erroring, stalling].map((s) => s.close()));
+    await Promise.all([dying, healthy, erroring, stalling, misnamed].map((s) => s.close()));
   });
 
   const chat = (model: string, extra: object = {}): object => ({ model, messages: [{ role: 'user', content: 'hello' }], seed: 5, stream: true, ...extra });
@@ -252,6 +265,26 @@ describe('refused and failed resumptions, and the SDK on a resumed stream (in-pr
     expect(r.events.filter((e) => e.includes('"error"'))).toEqual([]);
     expect(r.events.filter((e) => e === 'data: [DONE]')).toHaveLength(1);
     expect(metricSum(await adminMetrics(g), 'modelgate_stream_resumptions_total', { deployment, result: 'resumed', reason })).toBe(before + 1);
+  });
+
+  it("a replica that does not serve the pool's servedModelName is skipped, as on a first attempt: the stream goes on on the next", async () => {
+    // it used to end the stream (failed/upstream_error) at the misnamed replica, with a replica that serves the name untried
+    const deployment = 'halfnamed';
+    const failedBefore = metricSum(await adminMetrics(g), 'modelgate_stream_resumptions_total', { deployment, result: 'failed' });
+    const resumedBefore = metricSum(await adminMetrics(g), 'modelgate_stream_resumptions_total', { deployment, result: 'resumed', reason: 'upstream_broken' });
+    const mismatchBefore = metricSum(await adminMetrics(g), 'modelgate_upstream_attempts_total', { pool: 'halfnamed', endpoint: misnamed.url, outcome: 'served_model_mismatch' });
+    const body = chat(deployment, { stream_options: { include_usage: true } });
+    const r = await stream(`${g.router.apiUrl}/v1/chat/completions`, body);
+    const whole = await uninterrupted(healthy.url, '/v1/chat/completions', body as Record<string, unknown>);
+    expect(r.replica).toBe('dying');
+    expect(r.text).toBe(whole.text);
+    expect(r.usage).toMatchObject(whole.usage);
+    expect(r.events.filter((e) => e.includes('"error"'))).toEqual([]);
+    expect(r.events.filter((e) => e === 'data: [DONE]')).toHaveLength(1);
+    const metrics = await adminMetrics(g);
+    expect(metricSum(metrics, 'modelgate_upstream_attempts_total', { pool: 'halfnamed', endpoint: misnamed.url, outcome: 'served_model_mismatch' })).toBe(mismatchBefore + 1);
+    expect(metricSum(metrics, 'modelgate_stream_resumptions_total', { deployment, result: 'resumed', reason: 'upstream_broken' })).toBe(resumedBefore + 1);
+    expect(metricSum(metrics, 'modelgate_stream_resumptions_total', { deployment, result: 'failed' })).toBe(failedBefore);
   });
 
   it('the official openai SDK reads a resumed stream without error: the uninterrupted text and usage', async () => {
