@@ -33,6 +33,7 @@ import { KvEventsHub } from './kv-events/hub.js';
 import { AdapterLoader } from './engine-metrics/adapter-loader.js';
 import { EndpointPicker } from './resilience/picker.js';
 import { HoldReporter, poolDemand, TurnedAway } from './wiring/demand.js';
+import { ServedModelWatch } from './wiring/served-model-watch.js';
 import { doubledLimitNames, unknownModelNames } from './config/keys-file.js';
 import { poolResolver } from './config/pool-settings.js';
 import { buildApp } from './server/app.js';
@@ -292,6 +293,12 @@ export async function createRouter(config: Config, options: RouterOptions = {}):
   let deploymentLabels = new Set(discovery.catalog().deployments().map(deploymentLabel));
   // the status page's per-pool latency rings, fed by the access log (about 8 KiB a pool)
   const recent = new RecentTraffic(() => clock.now());
+  // pools whose replicas said they do not serve the pool's servedModelName, for the status page and the ModelPool status
+  const servedModel = new ServedModelWatch(
+    () => Date.now(),
+    () => discovery.demandChanged(),
+  );
+  discovery.observeServedModel((pool) => servedModel.of(pool));
   discovery.onPoolsChanged(() => {
     const now = new Set(discovery.pools().map((p) => p.name));
     const removed = [...poolNames].filter((name) => !now.has(name));
@@ -299,6 +306,7 @@ export async function createRouter(config: Config, options: RouterOptions = {}):
     poolNames = now;
     turnedAway.retain(now);
     recent.retain(now);
+    servedModel.retain(discovery.pools(), (pool) => discovery.endpoints.snapshot(pool));
     for (const name of removed) {
       const waiting = picker.poolRemoved(name);
       if (waiting > 0) logger.warn({ pool: name, requests: waiting }, 'pool removed: the requests waiting for it were answered 503 no_ready_replica (or went on to a fallback)');
@@ -318,6 +326,7 @@ export async function createRouter(config: Config, options: RouterOptions = {}):
   const holds = new HoldReporter({ logger, metrics, held: (pool) => picker.heldRequests(pool), demandChanged: () => discovery.demandChanged(), scheduler: systemScheduler });
   discovery.observeDemand((pool) => ({ waiting: admission.depth(pool), held: picker.heldRequests(pool) }));
   metrics.observeDemand(() => poolDemand(discovery, { inFlight, admission, picker, engine: engineMetrics, turnedAway }), config.discovery.mode === 'kubernetes');
+  const servedModelLogged = servedModelLog(logger, () => clock.now());
   const exchange = new ExchangeRunner({
     forwarder: new Forwarder(agent, clock, systemScheduler, new HeldEvents(heldEventsLimit(getHeapStatistics().heap_size_limit, process.constrainedMemory()))),
     picker,
@@ -325,10 +334,16 @@ export async function createRouter(config: Config, options: RouterOptions = {}):
     sleep: systemSleep,
     random,
     events: {
-      onAttempt: (pool, endpoint, outcome) => metrics.recordAttempt(pool, endpoint, attemptOutcome(outcome)),
+      onAttempt: (pool, endpoint, outcome) => {
+        metrics.recordAttempt(pool, endpoint, attemptOutcome(outcome));
+        servedModel.attempted(pool, endpoint, outcome);
+      },
       onRetry: (pool, reason) => metrics.recordRetry(pool, retryReason(reason)),
       onFallback: (from, to) => metrics.recordFallback(from.deployment, from.pool.name, to.deployment, to.pool.name),
-      onServedModelMismatch: servedModelLog(logger, () => clock.now()),
+      onServedModelMismatch: (pool, endpoint, said) => {
+        servedModelLogged(pool, endpoint, said);
+        servedModel.seen(pool, endpoint);
+      },
     },
   });
   metrics.observeResilience({ breakers: () => breakers.states(), queues: () => admission.depths() });
@@ -392,6 +407,7 @@ export async function createRouter(config: Config, options: RouterOptions = {}):
     prefixIndexBlocks: () => prefixIndex.size(),
     notReady: notReadyReasons,
     recent,
+    servedModel,
   });
 
   const app = buildApp({

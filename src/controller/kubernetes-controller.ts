@@ -10,12 +10,12 @@
  */
 import { type Logger } from 'pino';
 import { systemScheduler, type Scheduler } from '../core/clock.js';
-import { type Deployment } from '../core/types.js';
+import { type Deployment, type PoolSpec } from '../core/types.js';
 import { type DeploymentView, type DiscoveryState, type KubernetesDiscovery } from '../discovery/kubernetes/kubernetes-discovery.js';
 import { type KubeApi, type StatusKind } from '../discovery/kubernetes/kube-api.js';
 import { describeKubeError } from '../discovery/kubernetes/resilient-watch.js';
 import { Registry, type ModelCatalog } from '../registry/registry.js';
-import { canonical, deploymentStatus, poolStatus, type PoolWaiting } from './status.js';
+import { canonical, deploymentStatus, poolStatus, type PoolMismatch, type PoolWaiting } from './status.js';
 
 export interface ControllerOptions {
   logger: Logger;
@@ -25,6 +25,8 @@ export interface ControllerOptions {
   onStatusWrite?: (kind: StatusKind, ok: boolean) => void;
   /** What waits in this router for each pool's replicas, by pool key (none: nothing waits). */
   demand?: (pool: string) => PoolWaiting;
+  /** The replicas of each pool that answered this router that they do not serve its `servedModelName` (none: none did). */
+  servedModel?: (pool: PoolSpec) => PoolMismatch | undefined;
   /** Monotonic ms and timers for the pacing of writes (default: the process's). */
   clock?: () => number;
   scheduler?: Scheduler;
@@ -129,7 +131,7 @@ export class KubernetesController {
         namespace: p.namespace,
         name: p.name,
         key: `modelpools/${p.key}`,
-        status: poolStatus(p, now, this.options.demand?.(p.key)),
+        status: poolStatus(p, now, this.options.demand?.(p.key), p.spec ? this.options.servedModel?.(p.spec) : undefined),
         current: p.object.status,
         resourceVersion: p.object.metadata?.resourceVersion,
       })),

@@ -4,7 +4,8 @@
  *
  * ModelPool: `replicas`, `readyReplicas`, `requestsWaiting` and `requestsHeld` (in the writing router),
  * `observedGeneration`, conditions `Accepted` (the spec is usable), `Ready` (at least one routable
- * endpoint) and `RequestsHeld` (requests wait for a first replica of a pool at zero). ModelDeployment: `observedGeneration`,
+ * endpoint), `RequestsHeld` (requests wait for a first replica of a pool at zero) and `ServedModelMismatch` (replicas
+ * answered, to the writing router, that they do not serve the pool's `servedModelName`). ModelDeployment: `observedGeneration`,
  * conditions `Accepted` (the spec is usable, every target pool exists in its namespace with a usable
  * spec and, for a LoRA adapter, can serve it, and every fallback exists there: what static mode's
  * config check asks of a deployment) and `Conflicted` (an older deployment holds one of its names, so
@@ -61,7 +62,36 @@ export interface PoolWaiting {
   held: number;
 }
 
-export function poolStatus(pool: PoolView, now: Date, demand: PoolWaiting = { waiting: 0, held: 0 }): PoolStatus {
+/** The replicas of a pool that answered the writing router that they do not serve its `servedModelName`, sorted (wiring/served-model-watch.ts). */
+export interface PoolMismatch {
+  replicas: readonly string[];
+}
+
+/** Replicas a condition message names; the rest are counted. */
+const NAMED_REPLICAS = 3;
+
+/**
+ * The `ServedModelMismatch` condition: names the replicas (a few, sorted) and the servedModelName, not when
+ * each last said so, so that its message changes only when the set of replicas does (a status write each
+ * time it changes, paced by the writer), not with every request; `lastTransitionTime` says since when.
+ */
+function mismatchCondition(previous: Condition[], at: string, g: number, pool: PoolView, mismatch: PoolMismatch | undefined): Condition {
+  if (!mismatch || mismatch.replicas.length === 0 || !pool.spec)
+    return condition(previous, at, g, 'ServedModelMismatch', false, 'NoMismatchSeen', "No replica has answered that it does not serve the pool's servedModelName.");
+  const { replicas } = mismatch;
+  const named = replicas.slice(0, NAMED_REPLICAS).join(', ') + (replicas.length > NAMED_REPLICAS ? ` and ${replicas.length - NAMED_REPLICAS} more` : '');
+  return condition(
+    previous,
+    at,
+    g,
+    'ServedModelMismatch',
+    true,
+    'ModelNotServed',
+    `Replica${replicas.length === 1 ? '' : 's'} ${named} answered that ${replicas.length === 1 ? 'it does' : 'they do'} not serve model "${pool.spec.servedModelName}" (the pool's servedModelName; compare the engine's GET /v1/models): requests no other replica serves are answered 502 served_model_mismatch. Clears when ${replicas.length === 1 ? 'it answers' : 'each answers'} the pool.`,
+  );
+}
+
+export function poolStatus(pool: PoolView, now: Date, demand: PoolWaiting = { waiting: 0, held: 0 }, mismatch?: PoolMismatch): PoolStatus {
   const previous = previousConditions(pool.object.status);
   const at = timestamp(now);
   const g = pool.generation;
@@ -74,7 +104,8 @@ export function poolStatus(pool: PoolView, now: Date, demand: PoolWaiting = { wa
     demand.held > 0
       ? condition(previous, at, g, 'RequestsHeld', true, 'WaitingForReplica', `${demand.held} requests wait for a first ready replica (the pool scales from zero).`)
       : condition(previous, at, g, 'RequestsHeld', false, 'NoneHeld', 'No request waits for a first ready replica.');
-  return { replicas: pool.replicas, readyReplicas: pool.readyReplicas, requestsWaiting: demand.waiting, requestsHeld: demand.held, observedGeneration: g, conditions: [accepted, ready, held] };
+  const served = mismatchCondition(previous, at, g, pool, mismatch);
+  return { replicas: pool.replicas, readyReplicas: pool.readyReplicas, requestsWaiting: demand.waiting, requestsHeld: demand.held, observedGeneration: g, conditions: [accepted, ready, held, served] };
 }
 
 /**

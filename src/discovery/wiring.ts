@@ -17,7 +17,9 @@ export interface DiscoveryWiring {
   observeDemand(source: (pool: string) => { waiting: number; held: number }): void;
   /** `listener` runs after the pools may have changed (Kubernetes mode; the config's pools never change). */
   onPoolsChanged(listener: () => void): void;
-  /** Requests began or stopped being held for some pool: the status may need writing. */
+  /** The replicas of each pool that said they do not serve its `servedModelName`, for the ModelPool status (Kubernetes mode; ignored otherwise). */
+  observeServedModel(source: (pool: PoolSpec) => { replicas: readonly string[] } | undefined): void;
+  /** Something a ModelPool status shows changed (requests began or stopped being held, a replica said it lacks the pool's model or answered it since): the status may need writing. */
   demandChanged(): void;
   start(): void;
   stop(): Promise<void>;

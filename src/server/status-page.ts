@@ -109,6 +109,17 @@ export function sparkline(buckets: readonly LatencyBucket[], bucketSeconds: numb
   return `<svg class="spark" width="${SPARK_W}" height="${SPARK_H}" viewBox="0 0 ${SPARK_W} ${SPARK_H}" role="img" aria-label="${escapeHtml(title)}"><title>${escapeHtml(title)}</title><rect width="${SPARK_W}" height="${SPARK_H}" fill="none" stroke="currentColor" stroke-opacity="0.15"/>${lines((b) => b.p95Ms, 'p95')}${lines((b) => b.p50Ms, 'p50')}</svg>`;
 }
 
+/** A pool whose replicas said they do not serve its `servedModelName`: what the operator must mend, and since when. */
+function mismatchLine(p: PoolStatus): string {
+  const m = p.servedModelMismatch;
+  if (m === null) return '';
+  const others = m.replicas.length > 1 ? ` (${count(m.replicas.length, 'replica')} so far: ${m.replicas.map(escapeHtml).join(', ')})` : '';
+  return (
+    `<p class="bad" data-mismatch>served model mismatch seen at <time datetime="${escapeHtml(m.seenAt)}">${escapeHtml(m.seenAt)}</time> from ${escapeHtml(m.replica)}${others}: ` +
+    `the replica does not serve the pool's servedModelName, and requests it cannot take elsewhere are answered 502 served_model_mismatch</p>`
+  );
+}
+
 function poolCard(p: PoolStatus, bucketSeconds: number, weight?: number): string {
   const queue = `${p.queue.depth}${p.queue.limit === null ? '' : ` / ${p.queue.limit}`}`;
   const errorClass = p.recent.errors > 0 ? 'bad' : 'ok';
@@ -120,7 +131,9 @@ function poolCard(p: PoolStatus, bucketSeconds: number, weight?: number): string
     `<span>in flight <b>${p.inFlight}</b></span><span>queue <b>${queue}</b></span><span>held <b>${p.held}</b></span>` +
     `<span>5xx, last ${p.recent.windowSeconds} s: <b class="${errorClass}">${p.recent.errors} of ${p.recent.requests}</b> (${percent(p.recent.errorRate)})</span>` +
     `<span>${sparkline(p.latency, bucketSeconds)} <span class="mute">p50 <span class="ok">━</span> p95 <span class="warn">━</span> peak ${ms(peak > 0 ? peak : null)}</span></span>` +
-    `</header><table><thead><tr><th>replica</th><th>ready</th><th>health</th><th>breaker</th><th class="num">in flight</th>` +
+    `</header>` +
+    mismatchLine(p) +
+    `<table><thead><tr><th>replica</th><th>ready</th><th>health</th><th>breaker</th><th class="num">in flight</th>` +
     `<th class="num">engine waiting</th><th class="num">running</th><th class="num">KV cache</th><th class="num">sample age</th></tr></thead><tbody>` +
     (p.replicas.length === 0 ? `<tr><td colspan="9" class="mute">no replica discovered</td></tr>` : p.replicas.map(replicaRow).join('')) +
     `</tbody></table></section>`

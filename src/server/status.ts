@@ -73,6 +73,12 @@ export interface PoolStatus {
   recent: { windowSeconds: number; requests: number; errors: number; errorRate: number | null };
   /** Oldest first, `RECENT_TRAFFIC_DEFAULTS.buckets` buckets of `bucketSeconds`; the last is the current, partial one. */
   latency: LatencyBucket[];
+  /**
+   * Replicas of the pool answered that they do not serve its `servedModelName` (a misconfigured pool: its
+   * requests are answered 502 `served_model_mismatch` when no replica serves it): when the latest did, which,
+   * and every one that has not answered the pool since. Null when none has (or since the name changed).
+   */
+  servedModelMismatch: { seenAt: string; replica: string; replicas: string[] } | null;
   replicas: ReplicaStatus[];
 }
 
@@ -116,6 +122,8 @@ export interface StatusSources {
   prefixIndexBlocks(): number;
   notReady(): string[];
   recent: RecentTraffic;
+  /** Replicas that said they lack their pool's `servedModelName` (wiring/served-model-watch.ts); `at` is wall-clock ms. */
+  servedModel: { of(pool: PoolSpec): { at: number; replica: string; replicas: string[] } | undefined };
 }
 
 interface Bucket {
@@ -238,6 +246,7 @@ export function buildStatusSnapshot(sources: StatusSources): StatusSnapshot {
         engine: load ? { waiting: load.waiting, running: load.running, kvCacheUsage: load.kvCacheUsage ?? null, ageMs: Math.max(0, Math.round(now - load.at)) } : null,
       };
     });
+    const mismatch = sources.servedModel.of(pool);
     return {
       name: pool.name,
       engine: pool.engine,
@@ -247,6 +256,7 @@ export function buildStatusSnapshot(sources: StatusSources): StatusSnapshot {
       queue: { depth: sources.admission.depth(pool.name), limit: queueBound(pool.resilience) ?? null },
       held: sources.held(pool.name),
       ...sources.recent.summary(pool.name),
+      servedModelMismatch: mismatch ? { seenAt: new Date(mismatch.at).toISOString(), replica: mismatch.replica, replicas: mismatch.replicas } : null,
       replicas,
     };
   });

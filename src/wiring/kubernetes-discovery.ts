@@ -7,9 +7,9 @@ import { type Logger } from 'pino';
 import { ConfigError } from '../config/load.js';
 import { type Config } from '../config/schema.js';
 import { systemScheduler, type Clock } from '../core/clock.js';
-import { type PoolResolver } from '../core/types.js';
+import { type PoolResolver, type PoolSpec } from '../core/types.js';
 import { KubernetesController } from '../controller/kubernetes-controller.js';
-import { type PoolWaiting } from '../controller/status.js';
+import { type PoolMismatch, type PoolWaiting } from '../controller/status.js';
 import { LeaderElector } from '../controller/leader-election.js';
 import { createKubeApi } from '../discovery/kubernetes/kube-api.js';
 import { resolveKubeCredentials } from '../discovery/kubernetes/kube-credentials.js';
@@ -66,6 +66,7 @@ export function kubernetesDiscovery(config: Config, resolve: PoolResolver, logge
   });
   // The controller asks the elector (declared below) only when it is about to write.
   let demand: ((pool: string) => PoolWaiting) | undefined;
+  let servedModel: ((pool: PoolSpec) => PoolMismatch | undefined) | undefined;
   const controller = new KubernetesController(discovery, api, {
     logger,
     // Status is written from the whole picture only: before every watch has listed, a pool would read
@@ -73,6 +74,7 @@ export function kubernetesDiscovery(config: Config, resolve: PoolResolver, logge
     mayWriteStatus: () => discovery.hasSynced() && (elector?.isLeader() ?? true),
     onStatusWrite: (kind, ok) => metrics().recordStatusWrite(kind, ok),
     demand: (pool) => demand?.(pool) ?? { waiting: 0, held: 0 },
+    servedModel: (pool) => servedModel?.(pool),
     clock: () => clock.now(),
   });
   const elector = d.leaderElection.enabled
@@ -104,6 +106,9 @@ export function kubernetesDiscovery(config: Config, resolve: PoolResolver, logge
     isLeader: () => elector?.isLeader() ?? false,
     observeDemand(source) {
       demand = source;
+    },
+    observeServedModel(source) {
+      servedModel = source;
     },
     demandChanged: () => controller.syncStatus(),
     onPoolsChanged: (listener) => discovery.onChange(listener),

@@ -57,6 +57,7 @@ export function staticDiscovery(config: Config, created: number, resolve: PoolRe
     watches: () => [],
     isLeader: () => false,
     observeDemand: () => undefined,
+    observeServedModel: () => undefined,
     demandChanged: () => undefined,
     onPoolsChanged: () => undefined,
     start: () => undefined,

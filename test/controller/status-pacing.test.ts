@@ -113,3 +113,44 @@ it('writes an object at most once a second, and what a second held back when it 
   expect((taken[1] as { requestsWaiting: number }).requestsWaiting).toBe(10);
   controller.stop();
 });
+
+it("writes the ServedModelMismatch condition when the router's replicas say they lack the pool's servedModelName, paced as any change, and clears it", async () => {
+  const time = new FakeTime();
+  const taken: Array<{ conditions: Array<{ type: string; status: string; message: string }> }> = [];
+  const base = poolState('1', {});
+  const spec = { name: 'models/llm', engine: 'vllm', servedModelName: 'Llama-3-8B' };
+  const state = () => ({ ...base, pools: base.pools.map((p) => ({ ...p, spec })) });
+  let replicas: string[] = [];
+  const asked: string[] = [];
+  const controller = new KubernetesController(
+    { onChange: () => undefined, state } as never,
+    { patchStatus: (_k: string, _n: string, _m: string, s: object) => (taken.push(s as (typeof taken)[number]), Promise.resolve(undefined)) },
+    {
+      logger: { warn: () => undefined, info: () => undefined } as never,
+      mayWriteStatus: () => true,
+      now: () => new Date(0),
+      servedModel: (pool) => (asked.push(pool.servedModelName), replicas.length > 0 ? { replicas } : undefined),
+      clock: () => time.now(),
+      scheduler: time,
+    },
+  );
+  const served = (): { status: string; message: string } | undefined => taken.at(-1)?.conditions.find((c) => c.type === 'ServedModelMismatch');
+  controller.syncStatus();
+  await controller.idle();
+  expect(served()).toMatchObject({ status: 'False' });
+  replicas = ['models/llm-0'];
+  controller.syncStatus(); // what the watch's change asks for (DiscoveryWiring.demandChanged)
+  await controller.idle();
+  expect(taken).toHaveLength(1); // within the second of the last write
+  await time.advance(1_000);
+  await controller.idle();
+  expect(taken).toHaveLength(2);
+  expect(served()).toMatchObject({ status: 'True', message: expect.stringContaining('Replica models/llm-0 answered that it does not serve model "Llama-3-8B"') });
+  expect(asked.every((name) => name === 'Llama-3-8B')).toBe(true);
+  replicas = [];
+  controller.syncStatus();
+  await time.advance(1_000);
+  await controller.idle();
+  expect(served()).toMatchObject({ status: 'False' });
+  controller.stop();
+});

@@ -44,8 +44,37 @@ describe('poolStatus', () => {
         { type: 'Accepted', status: 'True', reason: 'Accepted', message: 'The pool spec is valid.', observedGeneration: 4, lastTransitionTime: '2026-11-21T10:00:00Z' },
         { type: 'Ready', status: 'True', reason: 'EndpointsReady', message: '2 of 3 endpoints of Service llama-svc are routable.', observedGeneration: 4, lastTransitionTime: '2026-11-21T10:00:00Z' },
         { type: 'RequestsHeld', status: 'False', reason: 'NoneHeld', message: 'No request waits for a first ready replica.', observedGeneration: 4, lastTransitionTime: '2026-11-21T10:00:00Z' },
+        {
+          type: 'ServedModelMismatch',
+          status: 'False',
+          reason: 'NoMismatchSeen',
+          message: "No replica has answered that it does not serve the pool's servedModelName.",
+          observedGeneration: 4,
+          lastTransitionTime: '2026-11-21T10:00:00Z',
+        },
       ],
     });
+  });
+
+  it("shows replicas that answered they do not serve the pool's servedModelName as a condition, whose message moves only with the set of replicas", () => {
+    const one = poolStatus(pool(2, 2), t0, undefined, { replicas: ['models/llama-0'] });
+    expect(one.conditions[3]).toEqual({
+      type: 'ServedModelMismatch',
+      status: 'True',
+      reason: 'ModelNotServed',
+      message:
+        'Replica models/llama-0 answered that it does not serve model "m" (the pool\'s servedModelName; compare the engine\'s GET /v1/models): requests no other replica serves are answered 502 served_model_mismatch. Clears when it answers the pool.',
+      observedGeneration: 4,
+      lastTransitionTime: '2026-11-21T10:00:00Z',
+    });
+    // four replicas: three named, one counted; the transition time kept while it stays True
+    const four = poolStatus(pool(4, 4, one), t1, undefined, { replicas: ['models/llama-0', 'models/llama-1', 'models/llama-2', 'models/llama-3'] });
+    expect(four.conditions[3]).toMatchObject({ status: 'True', lastTransitionTime: '2026-11-21T10:00:00Z' });
+    expect(four.conditions[3]?.message).toMatch(/^Replicas models\/llama-0, models\/llama-1, models\/llama-2 and 1 more answered that they do not serve model "m"/);
+    // cleared: False from now on
+    expect(poolStatus(pool(4, 4, four), t1).conditions[3]).toMatchObject({ status: 'False', reason: 'NoMismatchSeen', lastTransitionTime: '2026-11-21T10:05:00Z' });
+    // a pool with an invalid spec serves nothing: no mismatch to show
+    expect(poolStatus(pool(0, 0, undefined, 'bad'), t0, undefined, { replicas: ['models/llama-0'] }).conditions[3]).toMatchObject({ status: 'False' });
   });
 
   it('shows what waits in the router, and requests held for a pool at zero as a condition', () => {

@@ -15,7 +15,7 @@ import { type SimServer } from '../../src/sim/server.js';
 import { rawRequest } from '../helpers/http.js';
 import { metricSum } from '../helpers/router.js';
 import { serveRouter, type ServedRouter } from '../helpers/serve.js';
-import { startTestSim } from '../helpers/sim.js';
+import { startTestSim, waitFor } from '../helpers/sim.js';
 
 const KEY = 'sk-served-0123456789';
 /** What the engines serve, and the pool's slip of it. */
@@ -27,12 +27,15 @@ let dir: string;
 let lower: SimServer[];
 /** A replica already restarted with the pool's name (a rolling update half done). */
 let renamed: SimServer;
+/** The only replica of a pool that is mended mid-test: restarted on its port with the pool's name. */
+let mendable: SimServer;
 let router: ServedRouter;
 
 beforeAll(async () => {
   dir = await mkdtemp(join(tmpdir(), 'modelgate-served-'));
   lower = await Promise.all([0, 1].map((i) => startTestSim({ model: [SERVED], name: `lower-${i}` })));
   renamed = await startTestSim({ model: [SLIP], name: 'renamed' });
+  mendable = await startTestSim({ model: [SERVED], name: 'mendable' });
   await writeFile(join(dir, 'keys.yaml'), `- { name: tester, key: ${KEY} }\n`);
   const config = {
     server: { host: '127.0.0.1', port: 0, shutdownDelayMs: 0 },
@@ -46,12 +49,15 @@ beforeAll(async () => {
       { name: 'rolling', servedModelName: SLIP, endpoints: [lower[0]?.url, renamed.url] },
       // the same replicas, the name right
       { name: 'right', servedModelName: SERVED, endpoints: lower.map((s) => s.url) },
+      // mended mid-test
+      { name: 'mended', servedModelName: SLIP, endpoints: [mendable.url] },
     ],
     deployments: [
       { id: 'llama', model: 'llama', targets: [{ pool: 'misnamed' }] },
       { id: 'llama-rolling', model: 'llama-rolling', targets: [{ pool: 'rolling' }] },
       { id: 'llama-right', model: 'llama-right', targets: [{ pool: 'right' }] },
       { id: 'llama-saved', model: 'llama-saved', targets: [{ pool: 'misnamed' }], fallbacks: ['llama-right'] },
+      { id: 'llama-mended', model: 'llama-mended', targets: [{ pool: 'mended' }] },
     ],
   };
   await writeFile(join(dir, 'modelgate.yaml'), JSON.stringify(config));
@@ -60,7 +66,7 @@ beforeAll(async () => {
 
 afterAll(async () => {
   await router?.stop();
-  await Promise.all([...(lower ?? []), ...(renamed ? [renamed] : [])].map((s) => s.close()));
+  await Promise.all([...(lower ?? []), ...(renamed ? [renamed] : []), ...(mendable ? [mendable] : [])].map((s) => s.close()));
   await rm(dir, { recursive: true, force: true });
 });
 
@@ -153,5 +159,30 @@ describe('a pool whose servedModelName its engines do not serve', () => {
     expect(warnings('right')).toEqual([]);
     expect(metricSum(await metrics(), 'modelgate_upstream_attempts_total', { pool: 'right', outcome: 'served_model_mismatch' })).toBe(0);
     expect(metricSum(await metrics(), 'modelgate_upstream_attempts_total', { pool: 'right', outcome: 'committed' })).toBeGreaterThanOrEqual(4);
+  });
+
+  it("the status page's JSON shows each pool whose replicas said so, from which and when, and a mended pool's clears once it answers", async () => {
+    type Mismatch = { seenAt: string; replica: string; replicas: string[] } | null;
+    const pools = async (): Promise<Map<string, Mismatch>> => {
+      const status = JSON.parse((await rawRequest(`${router.admin}/status.json`)).body) as { pools: Array<{ name: string; servedModelMismatch: Mismatch }> };
+      return new Map(status.pools.map((p) => [p.name, p.servedModelMismatch]));
+    };
+    const before = Date.now();
+    expect((await chat('llama-mended')).status).toBe(502);
+    expect((await chat('llama')).status).toBe(502); // both replicas tried
+    const seen = await pools();
+    expect(seen.get('mended')).toEqual({ seenAt: expect.any(String), replica: mendable.url, replicas: [mendable.url] });
+    expect(Date.parse(seen.get('mended')?.seenAt ?? '')).toBeGreaterThanOrEqual(before - 1_000);
+    expect(seen.get('misnamed')?.replicas).toEqual(lower.map((s) => s.url).sort());
+    expect(seen.get('right')).toBeNull();
+
+    // the engine is restarted with the pool's name on its address: the pool's next answer clears it
+    const port = Number(new URL(mendable.url).port);
+    await mendable.close();
+    mendable = await startTestSim({ model: [SLIP], name: 'mended', port });
+    await waitFor(async () => (await chat('llama-mended')).status === 200, 'the mended replica to answer');
+    const after = await pools();
+    expect(after.get('mended')).toBeNull();
+    expect(after.get('misnamed')?.replicas).toHaveLength(2); // another pool's answer clears nothing of this one
   });
 });

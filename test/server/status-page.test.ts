@@ -25,6 +25,7 @@ function pool(name: string, replicas: ReplicaStatus[], extra: Partial<PoolStatus
     held: 0,
     recent: { windowSeconds: 60, requests: 0, errors: 0, errorRate: null },
     latency: Array.from({ length: 30 }, empty),
+    servedModelMismatch: null,
     replicas,
     ...extra,
   };
@@ -110,6 +111,17 @@ describe('renderStatusPage', () => {
     expect(html).toContain('<b class="bad">2 of 40</b> (5.0 %)');
     expect(html).toContain('no replica discovered');
     expect(html).toMatch(/Pools no deployment targets<\/h2><section class="pool" data-pool="spare">/);
+  });
+
+  it("says when a pool's replicas answered that they do not serve its servedModelName, and from which, escaped; nothing for a pool without", () => {
+    const seenAt = '2030-01-02T03:04:01.000Z';
+    const one = pool('one', [], { servedModelMismatch: { seenAt, replica: 'http://10.0.0.7:8000', replicas: ['http://10.0.0.7:8000'] } });
+    const two = pool('two', [], { servedModelMismatch: { seenAt, replica: EVIL, replicas: ['http://10.0.0.8:8000', EVIL] } });
+    const html = renderStatusPage(snapshot([one, two, pool('fine', [])]));
+    expect(html).toContain(`served model mismatch seen at <time datetime="${seenAt}">${seenAt}</time> from http://10.0.0.7:8000: `);
+    expect(html).toContain(`from ${escapeHtml(EVIL)} (2 replicas so far: http://10.0.0.8:8000, ${escapeHtml(EVIL)})`);
+    expect(html).not.toContain('<img');
+    expect(html.split('data-mismatch').length - 1).toBe(2);
   });
 
   it('names no external asset and carries its script and style under the CSP hashes', () => {

@@ -145,6 +145,7 @@ function sources(overrides: Partial<StatusSources> = {}): StatusSources {
     prefixIndexBlocks: () => 1234,
     notReady: () => [],
     recent: new RecentTraffic(() => 10_000),
+    servedModel: { of: () => undefined },
     ...overrides,
   };
 }
@@ -174,6 +175,7 @@ describe('buildStatusSnapshot', () => {
       held: 1,
       recent: { windowSeconds: 60, requests: 0, errors: 0, errorRate: null },
       latency: undefined,
+      servedModelMismatch: null,
       replicas: undefined,
     });
     expect(b!.queue).toEqual({ depth: 0, limit: null });
@@ -198,6 +200,15 @@ describe('buildStatusSnapshot', () => {
       ],
     });
     expect(snapshot.deployments[0]).not.toHaveProperty('namespace'); // static mode: none
+  });
+
+  it('shows a pool whose replicas said they do not serve its servedModelName: when the latest did, which, and every one', () => {
+    const at = Date.UTC(2030, 0, 2, 3, 4, 1);
+    const snapshot = buildStatusSnapshot(
+      sources({ servedModel: { of: (pool) => (pool.name === 'a' ? { at, replica: 'http://10.0.0.2:8000', replicas: ['http://10.0.0.1:8000', 'http://10.0.0.2:8000'] } : undefined) } }),
+    );
+    expect(snapshot.pools[0]!.servedModelMismatch).toEqual({ seenAt: '2030-01-02T03:04:01.000Z', replica: 'http://10.0.0.2:8000', replicas: ['http://10.0.0.1:8000', 'http://10.0.0.2:8000'] });
+    expect(snapshot.pools[1]!.servedModelMismatch).toBeNull();
   });
 
   it('carries the recent traffic of each pool and nothing secret', () => {
