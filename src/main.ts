@@ -334,9 +334,9 @@ export async function createRouter(config: Config, options: RouterOptions = {}):
     sleep: systemSleep,
     random,
     events: {
-      onAttempt: (pool, endpoint, outcome) => {
+      onAttempt: (pool, endpoint, outcome, adapter) => {
         metrics.recordAttempt(pool, endpoint, attemptOutcome(outcome));
-        servedModel.attempted(pool, endpoint, outcome);
+        servedModel.attempted(pool, endpoint, outcome, adapter);
       },
       onRetry: (pool, reason) => metrics.recordRetry(pool, retryReason(reason)),
       onFallback: (from, to) => metrics.recordFallback(from.deployment, from.pool.name, to.deployment, to.pool.name),

@@ -60,7 +60,8 @@ export interface ExchangeReport {
 }
 
 export interface ExchangeEvents {
-  onAttempt?: (pool: string, endpoint: string, outcome: string) => void;
+  /** Each attempt's outcome; `adapter`: it asked for the pool's LoRA adapter, not its base model (`servedModelName`). */
+  onAttempt?: (pool: string, endpoint: string, outcome: string, adapter: boolean) => void;
   onRetry?: (pool: string, reason: string) => void;
   /** The request moved on from `from` (no replica could take it) to `to`. */
   onFallback?: (from: RouteStep, to: RouteStep) => void;
@@ -412,7 +413,7 @@ export class ExchangeRunner {
     }
     report.endpoint = endpoint.id;
     report.attempts.push({ endpoint: endpoint.id, outcome, ms: Math.round(clock.now() - started) });
-    this.deps.events?.onAttempt?.(step.pool.name, endpoint.id, outcome);
+    this.deps.events?.onAttempt?.(step.pool.name, endpoint.id, outcome, step.pool.adapter !== undefined);
     return { result, meter, misnamed };
   }
 

@@ -51,9 +51,13 @@ export class ServedModelWatch {
     if (!known) this.changed();
   }
 
-  /** Each attempt's outcome (the exchange's `onAttempt`): a committed one means the replica serves the pool's model. */
-  attempted(pool: string, endpoint: string, outcome: string): void {
-    if (this.pools.size === 0 || outcome !== 'committed') return;
+  /**
+   * Each attempt's outcome (the exchange's `onAttempt`): a committed one means the replica serves the pool's
+   * model; not one for a LoRA adapter on the pool (`adapter`), which an engine serves under its own name
+   * whatever it calls its base model (a pool serving both would otherwise flap, a status write each time).
+   */
+  attempted(pool: string, endpoint: string, outcome: string, adapter = false): void {
+    if (this.pools.size === 0 || outcome !== 'committed' || adapter) return;
     const record = this.pools.get(pool);
     if (!record?.replicas.delete(endpoint)) return;
     if (record.replicas.size === 0) this.pools.delete(pool);

@@ -220,7 +220,7 @@ function setup({ route, endpoints, script }: Setup) {
     },
     random: () => DRAW,
     events: {
-      onAttempt: (p, ep, outcome) => events.push(`attempt ${p}/${ep} ${outcome}`),
+      onAttempt: (p, ep, outcome, adapter) => events.push(`attempt ${p}/${ep} ${outcome}${adapter ? ' (adapter)' : ''}`),
       onRetry: (p, reason) => events.push(`retry ${p} ${reason}`),
       onFallback: (from, to) => events.push(`fallback ${from.pool.name}@${from.deployment} → ${to.pool.name}@${to.deployment}`),
     },
@@ -346,6 +346,8 @@ describe('ExchangeRunner: success and retries within a pool', () => {
       const t = setup({ route: [step(lora(false))], endpoints: { A: ['a1', 'a2'] }, script: { a1: [lacks], a2: [committed()] } });
       const report = await t.run();
       expect(t.forwarder.endpoints).toEqual(['a1', 'a2']);
+      // each attempt says it asked for the adapter (its answer says nothing of the pool's servedModelName)
+      expect(t.events.filter((e) => e.startsWith('attempt'))).toEqual(['attempt A/a1 upstream_404 (adapter)', 'attempt A/a2 committed (adapter)']);
       expect(t.picker.adapterMissed).toEqual(['A/a1']);
       expect(report.failure).toBeUndefined();
     });

@@ -37,6 +37,7 @@ describe('ServedModelWatch', () => {
     w.attempted('llm', A, 'upstream_503'); // not an answer of the model
     w.attempted('other', A, 'committed'); // another pool on the same replica, its name right: says nothing of this pool's
     w.attempted('llm', 'http://10.0.0.9:8000', 'committed'); // a replica that never said so
+    w.attempted('llm', A, 'committed', true); // the pool's LoRA adapter answered: says nothing of its base model's name
     expect(w.of(pool)?.replicas).toEqual([A, B]);
     expect(changes()).toBe(2);
     w.attempted('llm', A, 'committed');
