@@ -383,6 +383,7 @@ export async function createRouter(config: Config, options: RouterOptions = {}):
         );
         limitEvents.onSharedLost?.();
       },
+      onCarried: (keys) => limitsLog.info({ keys }, 'Redis took what this router counted while it was not answering: the requests and tokens of these keys count there now'),
     },
   });
   limiter.start();

@@ -19,13 +19,16 @@
  * by the number of routers (known from their heartbeats in Redis, else `expectedRouters`), logs
  * once, and tries Redis again at most once a second. Each bucket and budget starts the outage at
  * this router's share of what was left of it when Redis last answered (a Redis hiccup hands no key a
- * fresh burst), and the tokens spent locally are added to Redis's budgets once it is back. Nothing is ever written over Redis's counts: it is only added to.
+ * fresh burst), and what it admitted and spent meanwhile is added to Redis's buckets and budgets once it
+ * is back (outage-carry.ts), its requests in flight taken there. Nothing is ever written over Redis's
+ * counts: it is only added to.
  */
 import { randomUUID } from 'node:crypto';
 import { type Clock, type Scheduler } from '../core/clock.js';
 import { RouterError } from '../core/errors.js';
 import { formatDuration, rateLimitHeaders } from './headers.js';
 import { SharedView } from './view.js';
+import { OutageCarry, type CarriedKey } from './outage-carry.js';
 import { keyLimits, type KeyLimitFields, type KeyLimits, type LimitFields, type ScopeLimits } from './settings.js';
 import {
   LocalLimitStore,
@@ -71,6 +74,8 @@ export interface SharedLimitStore extends LimitStore {
   epoch?(candidate: string): Promise<string>;
   /** Raises budget counters to `used`, never lowering one (after the store lost its data). */
   restore?(budgets: ReadonlyArray<{ key: string; period: string; used: number; endsInMs: number }>): Promise<void>;
+  /** Adds what `router` counted while the store did not answer, each key's batch once however often it is sent (outage-carry.ts). */
+  carry?(router: string, batches: readonly CarriedKey[]): Promise<void>;
 }
 
 export type RedisOp = 'admit' | 'settle' | 'release' | 'heartbeat';
@@ -99,6 +104,8 @@ export interface LimiterEvents {
   onRouters?: (routers: number) => void;
   /** Redis lost its data (restarted empty, failed over to an empty replica, flushed, evicted): its epoch changed. */
   onSharedLost?: () => void;
+  /** Redis took what this router counted while it did not answer: the counts of `keys` API keys. */
+  onCarried?: (keys: number) => void;
 }
 
 export interface LimiterOptions {
@@ -176,7 +183,7 @@ export function scopeOf(limits: KeyLimits, named: string | DeploymentNames, held
 }
 
 /** What `tokens` more (or fewer) of a request settle: its token buckets and budgets; undefined when it has none, or nothing to settle. */
-function settlementOf(checks: Checks, tokens: number): Settlement | undefined {
+function settlementOf(checks: Pick<Checks, 'key' | 'rates' | 'budgets'>, tokens: number): Settlement | undefined {
   if (tokens === 0 || (checks.budgets.length === 0 && !checks.rates.some((r) => r.kind === 'tokens'))) return undefined;
   return { key: checks.key, rates: checks.rates.filter((r) => r.kind === 'tokens'), budgets: checks.budgets, tokens };
 }
@@ -259,6 +266,8 @@ export class Lease {
   private done = false;
   /** Its concurrency slot went back already (`answered`). */
   slotFreed = false;
+  /** Its concurrency slots are held in Redis (admitted there, or during an outage and taken there since). */
+  sharedSlot = false;
 
   constructor(
     private readonly limiter: Limiter,
@@ -337,9 +346,12 @@ export class Limiter {
    * lease's life let them expire there, while their requests still held the engine).
    */
   private retakePending = false;
+  /** What this router counted while Redis did not (with Redis configured): added there once it answers. */
+  private readonly carried: OutageCarry | undefined;
 
   constructor(private readonly options: LimiterOptions) {
     this.local = new LocalLimitStore(() => options.clock.now());
+    if (options.shared) this.carried = new OutageCarry(() => options.clock.now(), options.wallNow, MAX_PENDING);
     this.routers = Math.max(1, options.shared?.expectedRouters ?? 1);
     if (options.shared?.answering === false) {
       this.sharedUp = false;
@@ -429,8 +441,8 @@ export class Limiter {
             (err: unknown) => {
               this.view.failed(key.name);
               this.sharedFailed('admit', err as Error);
-              // Redis never counted it: its estimate waits for Redis's budgets, like tokens spent while it is down
-              this.queue(shared, { checks: { ...request, rates: [] } }, request.tokens);
+              // Redis may never have counted it: it is added there once Redis answers, like a request admitted while it is down
+              this.carried?.add(request.key, request.rates, request.budgets, 1, request.tokens);
             },
           );
         } else {
@@ -462,6 +474,8 @@ export class Limiter {
       events?.onRejected?.(key.name, verdict.refused?.reason ?? 'requests');
       throw refusal(verdict, limits);
     }
+    // admitted on the outage's local counts: Redis gets it once it answers
+    if (shared && store !== shared) this.carried?.add(request.key, request.rates, request.budgets, 1, request.tokens);
     events?.onAdmitted?.(key.name);
     const learn = learns === undefined ? undefined : { estimate: given, kind: learns };
     const lease = new Lease(this, store, request, request.lease, estimate, learn, rateLimitHeaders(verdict), clock.now());
@@ -532,10 +546,15 @@ export class Limiter {
   freeSlot(lease: Lease): void {
     lease.slotFreed = true;
     if (lease.checks.concurrency.length === 0) return;
-    if (lease.store === this.options.shared?.store) {
+    const shared = this.options.shared?.store;
+    if (lease.store === shared) {
       this.view.released(lease.checks.key, lease.checks.concurrency);
       this.release(lease);
-    } else void lease.store.release(lease.checks.key, lease.checks.concurrency, lease.id);
+    } else {
+      void lease.store.release(lease.checks.key, lease.checks.concurrency, lease.id);
+      // admitted during an outage, and taken in Redis since it answered again
+      if (shared && lease.sharedSlot) this.release({ store: shared, checks: lease.checks, id: lease.id });
+    }
   }
 
   /** Called by Lease.finish. */
@@ -555,11 +574,6 @@ export class Limiter {
     lease.charged = used;
     lease.unsent = 0;
     if (!lease.slotFreed) this.freeSlot(lease);
-    // tokens spent while Redis was down still count against the shared budgets once it is back
-    const shared = this.options.shared?.store;
-    if (shared && lease.store !== shared && lease.checks.budgets.length > 0 && used > 0) {
-      this.queue(shared, { checks: { ...lease.checks, rates: [] } }, used);
-    }
   }
 
   private learn(kind: string, excess: number): void {
@@ -573,14 +587,37 @@ export class Limiter {
   /** Settles `tokens` in a store that is this router's own (in memory: applied before this returns). */
   private settleNow(store: LimitStore, lease: Pick<Lease, 'checks'>, tokens: number): void {
     const settlement = settlementOf(lease.checks, tokens);
-    if (settlement) store.settle([settlement]).catch(() => undefined); // in memory: it does not fail
+    if (!settlement) return;
+    if (this.outageCounted(store, settlement)) return;
+    store.settle([settlement]).catch(() => undefined); // in memory: it does not fail
   }
 
-  private queue(store: LimitStore, lease: Pick<Lease, 'checks'>, tokens: number): void {
+  /**
+   * With Redis configured, what a settlement of a request counted outside Redis becomes: while Redis
+   * does not answer it is carried there once it does (`true`: Redis's own lease, nothing more to do;
+   * a request admitted on the outage's local counts is also settled there); once Redis answers, a
+   * request admitted during the outage is settled in Redis like any other.
+   */
+  private outageCounted(store: LimitStore, settlement: Settlement): boolean {
+    const shared = this.options.shared?.store;
+    if (!shared || store === this.local) return false;
+    if (!this.sharedUp) {
+      this.carried?.add(settlement.key, settlement.rates, settlement.budgets, 0, settlement.tokens);
+      return store === shared;
+    }
+    if (store === shared) return false;
+    this.queue(shared, { checks: settlement }, settlement.tokens);
+    return true;
+  }
+
+  private queue(store: LimitStore, lease: { checks: Pick<Checks, 'key' | 'rates' | 'budgets'> }, tokens: number): void {
     const { checks } = lease;
     const settlement = settlementOf(checks, tokens);
     if (!settlement) return;
-    const id = `${store === this.local ? 'l' : store === this.fallback ? 'f' : 's'}\0${checks.key}\0${checks.rates.map((r) => `${r.id}=${r.perMinute}`).join(',')}\0${checks.budgets.map((b) => `${b.period}=${b.limit}`).join(',')}`;
+    if (store !== this.options.shared?.store || !this.sharedUp) {
+      if (this.outageCounted(store, settlement)) return;
+    }
+    const id = `${store === this.local ? 'l' : store === this.fallback ? 'f' : store === this.options.shared?.store ? 's' : 'o'}\0${checks.key}\0${checks.rates.map((r) => `${r.id}=${r.perMinute}`).join(',')}\0${checks.budgets.map((b) => `${b.period}=${b.limit}`).join(',')}`;
     const entry = this.pending.get(id);
     if (entry) entry.settlement.tokens += tokens;
     else if (this.pending.size < MAX_PENDING) this.pending.set(id, { store, settlement });
@@ -599,7 +636,7 @@ export class Limiter {
         lease.unsent = 0;
       }
       const shared = this.options.shared?.store;
-      if (shared && !this.sharedUp) this.keepBudgetsOnly(shared);
+      if (shared && !this.sharedUp) this.carryPending(shared);
       const byStore = new Map<LimitStore, Settlement[]>();
       for (const { store, settlement } of this.pending.values()) {
         const list = byStore.get(store) ?? [];
@@ -616,23 +653,40 @@ export class Limiter {
           await shared.settle(sharedItems);
         } catch (err) {
           this.sharedFailed('settle', err as Error);
-          for (const item of sharedItems) this.queue(shared, { checks: { key: item.key, rates: [], budgets: item.budgets, concurrency: [] } }, item.tokens);
+          for (const item of sharedItems) this.queue(shared, { checks: { key: item.key, rates: [], budgets: item.budgets } }, item.tokens);
         }
       }
+      if (shared && this.sharedUp && this.carried?.pending) await this.sendCarried(this.options.shared?.store as SharedLimitStore, this.carried);
     } finally {
       this.flushing = false;
     }
   }
 
-  /**
-   * While Redis is down, what waits for it keeps only the budgets' share: a minute's bucket will have
-   * refilled long before Redis is back, and late debt would stall the key after the outage.
-   */
-  private keepBudgetsOnly(shared: LimitStore): void {
+  /** While Redis is down, the settlements that were waiting for it are carried there once it answers (outage-carry.ts). */
+  private carryPending(shared: LimitStore): void {
     for (const [id, { store, settlement }] of this.pending) {
-      if (store !== shared || settlement.rates.length === 0) continue;
+      if (store !== shared) continue;
       this.pending.delete(id);
-      this.queue(shared, { checks: { key: settlement.key, rates: [], budgets: settlement.budgets, concurrency: [] } }, settlement.tokens);
+      this.carried?.add(settlement.key, settlement.rates, settlement.budgets, 0, settlement.tokens);
+    }
+  }
+
+  /**
+   * Adds to Redis what this router counted while it did not answer: one pipeline, a script call per
+   * key. A batch Redis did not take is sent again, unchanged in number, with the next flush; Redis
+   * applies each once (outage-carry.ts).
+   */
+  private async sendCarried(shared: SharedLimitStore, carried: OutageCarry): Promise<void> {
+    if (!shared.carry) return;
+    const { day, month } = periods(this.options.wallNow());
+    const batches = carried.batchesNow((period) => period === day.period || period === month.period);
+    if (batches.length === 0) return;
+    try {
+      await shared.carry(this.router, batches);
+      carried.taken(batches);
+      this.options.events?.onCarried?.(batches.length);
+    } catch (err) {
+      this.sharedFailed('settle', err as Error);
     }
   }
 
@@ -647,8 +701,10 @@ export class Limiter {
       await this.checkEpoch(shared.store);
       const retake = this.retakePending;
       const lost = this.lostPending;
-      // a freed slot's lease (its answer is whole, its last bytes still going out) is not to be taken again
-      const leases = [...this.active].filter((l) => l.store === shared.store && l.checks.concurrency.length > 0 && !l.slotFreed);
+      // a freed slot's lease (its answer is whole, its last bytes still going out) is not to be taken again;
+      // one admitted on the outage's local counts is taken in Redis too once it answers, and held there from then on
+      const leases = [...this.active].filter((l) => (l.store === shared.store || l.sharedSlot || (retake && l.store !== this.local)) && l.checks.concurrency.length > 0 && !l.slotFreed);
+      for (const l of leases) l.sharedSlot = true;
       if (leases.length > 0)
         await shared.store.renew(
           leases.map((l) => ({ key: l.checks.key, concurrency: l.checks.concurrency, lease: l.id })),

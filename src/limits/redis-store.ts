@@ -3,7 +3,7 @@
  * so a check and its take are one atomic step however many routers call at once.
  *
  * - One round trip per call: `admit`/`peek`, `release` and `heartbeat` are one EVALSHA each;
- *   `settle` and `renew` send one script call per item, all in one pipeline. The scripts are
+ *   `settle`, `renew` and `carry` send one script call per item, all in one pipeline. The scripts are
  *   registered with ioredis's `defineCommand`, which sends EVAL the first time on each connection
  *   (so a restarted Redis, whose script cache is empty, needs no extra step) and EVALSHA afterwards.
  * - All or nothing: the admit script reads and checks everything before its first write, so even a
@@ -11,7 +11,8 @@
  * - Keys: every key of one API key carries the hash tag `{key}`, so one script only touches one
  *   Redis Cluster slot; every key name is passed in KEYS. `${prefix}{${key}}:r:${rateId}` is a
  *   bucket (hash: `level`, `at`), `${prefix}{${key}}:b:${period}` a budget (integer counter),
- *   `${prefix}{${key}}:c:${concurrencyId}` a lease set (sorted set: lease → expiry ms). Every write
+ *   `${prefix}{${key}}:c:${concurrencyId}` a lease set (sorted set: lease → expiry ms),
+ *   `${prefix}{${key}}:carried:${router}` the last outage batch a router added (see CARRY). Every write
  *   sets a PEXPIRE, so idle state disappears by itself.
  * - Time: by default the scripts read Redis's clock (`TIME`), one clock for every router. `now`
  *   (tests only) passes the caller's ms to the scripts instead. That clock is a wall clock: a bucket
@@ -30,6 +31,7 @@
  * keeps it. `renew` extends only leases that have not expired yet.
  */
 import { Redis, type Result } from 'ioredis';
+import { type CarriedKey } from './outage-carry.js';
 import { withTimeout } from './timeout.js';
 import { ENDED_PERIOD_KEPT_MS, rateState, refusalOf, type AdmitRequest, type Checks, type ConcurrencySpec, type LimitStore, type BudgetSpec, type Settlement, type Verdict } from './store.js';
 
@@ -50,6 +52,7 @@ const COMMANDS = {
   heartbeat: 'modelgateLimitsHeartbeat',
   epoch: 'modelgateLimitsEpoch',
   restore: 'modelgateLimitsRestore',
+  carry: 'modelgateLimitsCarry',
 } as const;
 
 declare module 'ioredis' {
@@ -62,6 +65,7 @@ declare module 'ioredis' {
     modelgateLimitsHeartbeat(numKeys: number, ...keysAndArgs: string[]): Result<unknown, Context>;
     modelgateLimitsEpoch(numKeys: number, ...keysAndArgs: string[]): Result<unknown, Context>;
     modelgateLimitsRestore(numKeys: number, ...keysAndArgs: string[]): Result<unknown, Context>;
+    modelgateLimitsCarry(numKeys: number, ...keysAndArgs: string[]): Result<unknown, Context>;
   }
 }
 
@@ -222,6 +226,32 @@ end
 return 0
 `;
 
+/**
+ * KEYS: the key's carry mark (this router's), nr buckets, then budget counters. ARGV: now, seq, keepMs,
+ * nr, nr × (perMinute, taken), then (tokens, endsInMs) per budget. Adds what a router counted while
+ * Redis did not (limits/outage-carry.ts): takes `taken` from each bucket (as a settlement does) and adds
+ * `tokens` to each budget, once: the mark holds the last batch number applied, and a batch numbered at
+ * or below it was applied already (a call that timed out after Redis ran it, sent again). Returns 1
+ * when applied, 0 when skipped.
+ */
+const CARRY = `${PRELUDE}
+local now = clock(ARGV[1])
+local last = tonumber(redis.call('GET', KEYS[1]) or '0')
+if last >= tonumber(ARGV[2]) then return 0 end
+redis.call('SET', KEYS[1], ARGV[2], 'PX', math.max(1, math.ceil(tonumber(ARGV[3]))))
+local nr = tonumber(ARGV[4])
+for i = 1, nr do
+  local perMinute, taken = tonumber(ARGV[3 + 2 * i]), tonumber(ARGV[4 + 2 * i])
+  setBucket(KEYS[1 + i], math.min(perMinute, refill(KEYS[1 + i], perMinute, now) - taken), perMinute, now)
+end
+for j = 2 + nr, #KEYS do
+  local at = 5 + 2 * nr + 2 * (j - 2 - nr)
+  if redis.call('INCRBY', KEYS[j], ARGV[at]) < 0 then redis.call('SET', KEYS[j], '0') end
+  expireBudget(KEYS[j], tonumber(ARGV[at + 1]))
+end
+return 1
+`;
+
 export interface RedisLimitStoreOptions {
   /** Put before every key name (e.g. `modelgate:limits:`); must not contain `{` or `}` (the hash tag is the API key's). */
   prefix: string;
@@ -252,6 +282,7 @@ export class RedisLimitStore implements LimitStore {
     client.defineCommand(COMMANDS.heartbeat, { lua: HEARTBEAT });
     client.defineCommand(COMMANDS.epoch, { lua: EPOCH });
     client.defineCommand(COMMANDS.restore, { lua: RESTORE });
+    client.defineCommand(COMMANDS.carry, { lua: CARRY });
   }
 
   /** The scripts' time argument: the test clock's ms, or '' for Redis's own clock. */
@@ -357,6 +388,26 @@ export class RedisLimitStore implements LimitStore {
   async restore(budgets: ReadonlyArray<{ key: string; period: string; used: number; endsInMs: number }>): Promise<void> {
     const pipeline = this.client.pipeline();
     for (const { key, period, used, endsInMs } of budgets) pipeline.modelgateLimitsRestore(1, this.keyOf(key, 'b', period), String(Math.round(used)), String(endsInMs));
+    await withTimeout(run(pipeline), this.timeoutMs);
+  }
+
+  /** Adds what `router` counted while Redis did not answer, each key's batch once however often it is sent (see CARRY); one pipeline. */
+  async carry(router: string, batches: readonly CarriedKey[]): Promise<void> {
+    const now = this.clock();
+    const pipeline = this.client.pipeline();
+    for (const { key, seq, keepMs, rates, budgets } of batches) {
+      const keys = [`${this.prefix}{${key}}:carried:${router}`, ...rates.map((r) => this.keyOf(key, 'r', r.id)), ...budgets.map((b) => this.keyOf(key, 'b', b.period))];
+      pipeline.modelgateLimitsCarry(
+        keys.length,
+        ...keys,
+        now,
+        String(seq),
+        String(keepMs),
+        String(rates.length),
+        ...rates.flatMap((r) => [String(r.perMinute), String(r.taken)]),
+        ...budgets.flatMap((b) => [String(b.tokens), String(b.endsInMs)]),
+      );
+    }
     await withTimeout(run(pipeline), this.timeoutMs);
   }
 

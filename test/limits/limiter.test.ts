@@ -4,6 +4,7 @@ import { formatDuration } from '../../src/limits/headers.js';
 import { LEASE_MS, Limiter, periods, type LimitedKey, type LimiterEvents, type SharedLimitStore } from '../../src/limits/limiter.js';
 import { type LimitFields } from '../../src/limits/settings.js';
 import { LocalLimitStore, StoreTimeout, type AdmitRequest, type Checks, type ConcurrencySpec, type Settlement } from '../../src/limits/store.js';
+import { type CarriedKey } from '../../src/limits/outage-carry.js';
 import { FakeTime } from '../helpers/fake-time.js';
 
 /** 2026-11-24 12:00:00 UTC */
@@ -99,6 +100,15 @@ class FlakyShared implements SharedLimitStore {
   heartbeat() {
     this.check();
     return Promise.resolve(this.routers);
+  }
+  carried: CarriedKey[] = [];
+  async carry(_router: string, batches: readonly CarriedKey[]) {
+    this.check();
+    this.carried.push(...batches);
+    for (const { key, rates, budgets } of batches) {
+      for (const { id, perMinute, taken } of rates) await this.counts.settle([{ key, rates: [{ id, kind: 'tokens', perMinute }], budgets: [], tokens: taken }]);
+      for (const { period, tokens, endsInMs } of budgets) await this.counts.settle([{ key, rates: [], budgets: [{ window: 'day', period, limit: 0, endsInMs }], tokens }]);
+    }
   }
 }
 
@@ -459,7 +469,7 @@ describe('Limiter with a shared store', () => {
     await limiter.stop();
   });
 
-  it('adds the tokens spent while the store was down to its budgets once it is back, never its per-minute buckets', async () => {
+  it('adds the tokens spent while the store was down to its budgets once it is back, and to a per-minute bucket only what has not refilled since', async () => {
     const { limiter, time, shared: store } = setup({}, { shared: true });
     const flaky = store as FlakyShared;
     const key: LimitedKey = { name: 'team', limits: { tokensPerMinute: 100_000, tokensPerDay: 1_000_000 } };
@@ -473,7 +483,9 @@ describe('Limiter with a shared store', () => {
     flaky.down = false;
     await time.advance(5_000); // the heartbeat finds Redis again; the next flush sends what waited
     await time.advance(250);
-    expect(flaky.settled).toEqual([expect.objectContaining({ key: 'team', rates: [], tokens: 300 })]);
+    // 300 tokens of a 100,000-a-minute bucket refilled within 5 s: only the budget still counts them
+    expect(flaky.settled).toEqual([]);
+    expect(flaky.carried).toEqual([expect.objectContaining({ key: 'team', rates: [], budgets: [expect.objectContaining({ tokens: 300 })] })]);
     const seen = await limiter.peek(key);
     expect(seen?.verdict.budgets[0]?.used).toBe(400);
     await limiter.stop();
@@ -604,6 +616,26 @@ describe('Limiter when the shared store lost its data or was away', () => {
     expect(flaky.renewed[1]).toEqual({ leases: [streaming?.id], retake: false });
     answered?.finish(undefined);
     streaming?.finish(undefined);
+    await limiter.stop();
+  });
+
+  it('takes a request admitted during the outage in Redis once it answers, and gives its slot back there when it ends', async () => {
+    const { limiter, time, shared: store } = setup({ concurrentRequests: 10 }, { shared: true });
+    const flaky = store as FlakyShared;
+    const key: LimitedKey = { name: 'team' };
+    await time.advance(5_000);
+    flaky.down = true;
+    const local = await limiter.admit(key, 'llama', 1); // fails over to local counts
+    expect(limiter.shared).toBe(false);
+    flaky.down = false;
+    flaky.renewed = [];
+    await time.advance(5_000); // a heartbeat finds Redis again and takes the lease in flight there
+    expect(flaky.renewed).toEqual([{ leases: [local?.id], retake: true }]);
+    await time.advance(5_000); // and renews it from then on
+    expect(flaky.renewed[1]).toEqual({ leases: [local?.id], retake: false });
+    local?.finish(undefined);
+    await time.advance(0);
+    expect(flaky.released).toContain(local?.id);
     await limiter.stop();
   });
 

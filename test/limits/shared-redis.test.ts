@@ -182,6 +182,8 @@ describe('limits shared by two routers through Redis', () => {
       await waitFor(async () => (await chat(router, OUTAGE_KEY)).headers.get('x-ratelimit-limit-requests') === '600', 'shared counting again', 15_000);
       expect(await metric(router, 'modelgate_limits_redis_up')).toBe(1);
       expect(router.logs.some((l) => String(l.msg).startsWith('Redis answers again'))).toBe(true);
+      // what each router admitted meanwhile is added to Redis's counts, and the log says for how many keys
+      await waitFor(() => router.logs.some((l) => String(l.msg).startsWith('Redis took what this router counted while it was not answering') && l.keys === 1), 'the carry line', 15_000);
     }
     // shared again: five requests on one router show on the other (one a second refills, so allow two)
     for (let i = 0; i < 5; i++) await chat(routers[0] as ServedRouter, SLOW_KEY);
