@@ -65,13 +65,19 @@ const MAX_LEVELS_SEEN = 100_000;
 /** Most kinds of request whose overhead is learned (keys × deployments × APIs; beyond it, the least recently taught is forgotten). */
 const MAX_KINDS = 20_000;
 
+/** What a heartbeat answers: how many routers beat lately, and the store's epoch when asked and kept. */
+export interface Heartbeat {
+  routers: number;
+  /** Set to the candidate when the store held none: a change means the store lost its data (Redis restarted empty). */
+  epoch?: string;
+}
+
 /** The shared store (Redis), with the routers' heartbeat. */
 export interface SharedLimitStore extends LimitStore {
-  heartbeat(router: string, ttlMs: number): Promise<number>;
+  /** Records `router` alive (routers that beat within `ttlMs` are counted) and reads the epoch, set to `epochCandidate` when the store holds none, in one round trip. */
+  heartbeat(router: string, ttlMs: number, epochCandidate?: string): Promise<Heartbeat>;
   /** `retake`: also add the leases the store does not hold (it lost its data; the requests are in flight). */
   renew(leases: ReadonlyArray<{ key: string; concurrency: readonly ConcurrencySpec[]; lease: string }>, leaseMs: number, retake?: boolean): Promise<void>;
-  /** The store's epoch, set to `candidate` when it holds none: a change means the store lost its data (Redis restarted empty). */
-  epoch?(candidate: string): Promise<string>;
   /** Raises budget counters to `used`, never lowering one (after the store lost its data). */
   restore?(budgets: ReadonlyArray<{ key: string; period: string; used: number; endsInMs: number }>): Promise<void>;
   /** Adds what `router` counted while the store did not answer, each key's batch once however often it is sent (outage-carry.ts). */
@@ -336,7 +342,7 @@ export class Limiter {
   private timeouts = 0;
   /** Per key and kind of request: how many prompt tokens the engines report beyond the caller's estimate, lately. */
   private readonly overhead = new Map<string, number>();
-  /** Redis's epoch as last read (see SharedLimitStore.epoch); undefined before the first read. */
+  /** Redis's epoch as last read (see {@link Heartbeat}); undefined before the first read. */
   private epoch: string | undefined;
   /** Redis lost its data and this router has not yet put back the budgets it saw. */
   private lostPending = false;
@@ -695,10 +701,11 @@ export class Limiter {
     const shared = this.options.shared;
     if (!shared) return;
     try {
-      this.routers = Math.max(1, await shared.store.heartbeat(this.router, HEARTBEAT_TTL_MS));
+      const beat = await shared.store.heartbeat(this.router, HEARTBEAT_TTL_MS, randomUUID());
+      this.routers = Math.max(1, beat.routers);
       this.options.events?.onRouters?.(this.routers);
       this.sharedAnswered();
-      await this.checkEpoch(shared.store);
+      if (beat.epoch !== undefined) this.sawEpoch(beat.epoch);
       const retake = this.retakePending;
       const lost = this.lostPending;
       // a freed slot's lease (its answer is whole, its last bytes still going out) is not to be taken again;
@@ -729,9 +736,7 @@ export class Limiter {
    * budgets would be fresh and the requests in flight would hold no concurrency slot there, so the
    * router puts back its own leases and raises each budget it saw this period to what it saw.
    */
-  private async checkEpoch(store: SharedLimitStore): Promise<void> {
-    if (!store.epoch) return;
-    const held = await store.epoch(randomUUID());
+  private sawEpoch(held: string): void {
     if (this.epoch !== undefined && held !== this.epoch) this.lostPending = this.retakePending = true;
     this.epoch = held;
   }

@@ -2,8 +2,9 @@
  * The limit store every router shares: {@link LimitStore}'s algorithm run inside Redis by Lua scripts,
  * so a check and its take are one atomic step however many routers call at once.
  *
- * - One round trip per call: `admit`/`peek`, `release` and `heartbeat` are one EVALSHA each;
- *   `settle`, `renew` and `carry` send one script call per item, all in one pipeline. The scripts are
+ * - One round trip per call: `admit`/`peek` and `release` are one EVALSHA each; `heartbeat` sends its
+ *   two (the routers, the epoch) in one pipeline; `settle`, `renew` and `carry` send one script call
+ *   per item, all in one pipeline. The scripts are
  *   registered with ioredis's `defineCommand`, which sends EVAL the first time on each connection
  *   (so a restarted Redis, whose script cache is empty, needs no extra step) and EVALSHA afterwards.
  * - All or nothing: the admit script reads and checks everything before its first write, so even a
@@ -31,6 +32,7 @@
  * keeps it. `renew` extends only leases that have not expired yet.
  */
 import { Redis, type Result } from 'ioredis';
+import { type Heartbeat } from './limiter.js';
 import { type CarriedKey } from './outage-carry.js';
 import { withTimeout } from './timeout.js';
 import { ENDED_PERIOD_KEPT_MS, rateState, refusalOf, type AdmitRequest, type Checks, type ConcurrencySpec, type LimitStore, type BudgetSpec, type Settlement, type Verdict } from './store.js';
@@ -378,12 +380,6 @@ export class RedisLimitStore implements LimitStore {
     await withTimeout(run(pipeline), this.timeoutMs);
   }
 
-  /** The installation's epoch in Redis, `candidate` when Redis holds none (new, or it lost its data). */
-  async epoch(candidate: string): Promise<string> {
-    const reply = await withTimeout(this.client.modelgateLimitsEpoch(1, `${this.prefix}epoch`, candidate), this.timeoutMs);
-    return String(reply);
-  }
-
   /** Raises budget counters to what they were last seen at (after Redis lost its data), never lowering one. */
   async restore(budgets: ReadonlyArray<{ key: string; period: string; used: number; endsInMs: number }>): Promise<void> {
     const pipeline = this.client.pipeline();
@@ -411,10 +407,18 @@ export class RedisLimitStore implements LimitStore {
     await withTimeout(run(pipeline), this.timeoutMs);
   }
 
-  /** Records that `router` is alive now; resolves with how many routers beat within the last `ttlMs`. */
-  async heartbeat(router: string, ttlMs: number): Promise<number> {
-    const reply = await withTimeout(this.client.modelgateLimitsHeartbeat(1, `${this.prefix}routers`, this.clock(), router, String(ttlMs)), this.timeoutMs);
-    return numbers([reply], 1)[0] as number;
+  /**
+   * Records that `router` is alive now; resolves with how many routers beat within the last `ttlMs`
+   * and, given a candidate, the installation's epoch (`epochCandidate` when Redis holds none: new, or it
+   * lost its data). Both scripts go in one pipeline: one round trip each heartbeat.
+   */
+  async heartbeat(router: string, ttlMs: number, epochCandidate?: string): Promise<Heartbeat> {
+    const pipeline = this.client.pipeline();
+    pipeline.modelgateLimitsHeartbeat(1, `${this.prefix}routers`, this.clock(), router, String(ttlMs));
+    if (epochCandidate !== undefined) pipeline.modelgateLimitsEpoch(1, `${this.prefix}epoch`, epochCandidate);
+    const [beat, epoch] = await withTimeout(replies(pipeline), this.timeoutMs);
+    const routers = numbers([beat], 1)[0] as number;
+    return epochCandidate === undefined ? { routers } : { routers, epoch: String(epoch) };
   }
 }
 
@@ -437,9 +441,15 @@ function numbers(reply: unknown, length: number): number[] {
 /** Sends a pipeline (one round trip) and rejects with its first failed command's error. */
 async function run(pipeline: ReturnType<Redis['pipeline']>): Promise<void> {
   if (pipeline.length === 0) return;
-  const results = await pipeline.exec();
-  const failed = results?.find(([err]) => err);
+  await replies(pipeline);
+}
+
+/** Sends a pipeline (one round trip): its commands' replies, or its first failed command's error. */
+async function replies(pipeline: ReturnType<Redis['pipeline']>): Promise<unknown[]> {
+  const results = (await pipeline.exec()) ?? [];
+  const failed = results.find(([err]) => err);
   if (failed?.[0]) throw failed[0];
+  return results.map(([, reply]) => reply);
 }
 
 /** How to reach Redis (from `limits.redis` in the config). */

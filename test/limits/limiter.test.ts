@@ -87,19 +87,15 @@ class FlakyShared implements SharedLimitStore {
   }
   /** Redis's epoch key (undefined: lost, as a Redis restarted empty has none). */
   epochHeld: string | undefined;
-  epoch(candidate: string) {
-    this.check();
-    return Promise.resolve((this.epochHeld ??= candidate));
-  }
   restored: Array<{ key: string; period: string; used: number }> = [];
   restore(budgets: ReadonlyArray<{ key: string; period: string; used: number; endsInMs: number }>) {
     this.check();
     this.restored.push(...budgets.map(({ key, period, used }) => ({ key, period, used })));
     return Promise.resolve();
   }
-  heartbeat() {
+  heartbeat(_router: string, _ttlMs: number, epochCandidate?: string) {
     this.check();
-    return Promise.resolve(this.routers);
+    return Promise.resolve({ routers: this.routers, ...(epochCandidate !== undefined ? { epoch: (this.epochHeld ??= epochCandidate) } : {}) });
   }
   carried: CarriedKey[] = [];
   async carry(_router: string, batches: readonly CarriedKey[]) {

@@ -391,7 +391,7 @@ describe('RedisLimitStore on Redis', () => {
     expect(Math.abs(redisMs - at)).toBeLessThan(10_000);
     const [, expires] = await client.zrange('test:{alice}:c:all', 0, 0, 'WITHSCORES');
     expect(Math.abs(Number(expires) - (redisMs + LEASE_MS))).toBeLessThan(10_000);
-    expect(await store.heartbeat('router-a', 15_000)).toBe(1);
+    expect(await store.heartbeat('router-a', 15_000)).toEqual({ routers: 1 });
   });
 
   it('names every key of an API key with its hash tag, stores exact values, and lets idle state expire', async () => {
@@ -436,24 +436,25 @@ describe('RedisLimitStore on Redis', () => {
   it('counts the routers that beat within the ttl, dropping one that stopped', async () => {
     const time = new FakeTime();
     const store = new RedisLimitStore(client, { prefix: 'test:', now: () => time.now() });
-    expect(await store.heartbeat('router-a', 15_000)).toBe(1);
+    expect(await store.heartbeat('router-a', 15_000)).toEqual({ routers: 1 });
     await time.advance(1_000);
-    expect(await store.heartbeat('router-b', 15_000)).toBe(2);
+    expect(await store.heartbeat('router-b', 15_000)).toEqual({ routers: 2 });
     await time.advance(13_999);
-    expect(await store.heartbeat('router-b', 15_000)).toBe(2);
+    expect(await store.heartbeat('router-b', 15_000)).toEqual({ routers: 2 });
     await time.advance(1);
-    expect(await store.heartbeat('router-b', 15_000)).toBe(1);
+    expect(await store.heartbeat('router-b', 15_000)).toEqual({ routers: 1 });
     expect(await client.zrange('test:routers', 0, -1)).toEqual(['router-b']);
     expect(await client.pttl('test:routers')).toBeLessThanOrEqual(15_000);
   });
 
   it('keeps one epoch until Redis loses it; takes a missing lease again only when asked; raises a budget, never lowers one', async () => {
     const store = new RedisLimitStore(client, { prefix: 'test:', now: () => 0 });
-    expect(await store.epoch('first')).toBe('first');
-    expect(await store.epoch('second')).toBe('first');
+    // read with the heartbeat, in the same round trip
+    expect(await store.heartbeat('router-a', 15_000, 'first')).toEqual({ routers: 1, epoch: 'first' });
+    expect(await store.heartbeat('router-a', 15_000, 'second')).toEqual({ routers: 1, epoch: 'first' });
     expect(await client.pttl('test:epoch')).toBe(-1); // no expiry: only lost data removes it
     await client.flushdb();
-    expect(await store.epoch('third')).toBe('third');
+    expect(await store.heartbeat('router-a', 15_000, 'third')).toEqual({ routers: 1, epoch: 'third' });
     const lease = { key: 'alice', concurrency: [slots(2)], lease: 'l1' };
     await store.renew([lease], LEASE_MS);
     expect(await client.zscore('test:{alice}:c:all', 'l1')).toBeNull();
