@@ -110,7 +110,7 @@ export interface LimiterEvents {
   onRouters?: (routers: number) => void;
   /** Redis lost its data (restarted empty, failed over to an empty replica, flushed, evicted): its epoch changed. */
   onSharedLost?: () => void;
-  /** Redis took what this router counted while it did not answer: the counts of `keys` API keys. */
+  /** Redis took what this router counted while it did not answer: the counts of `keys` API keys (once an outage: the first carry after it). */
   onCarried?: (keys: number) => void;
 }
 
@@ -354,6 +354,8 @@ export class Limiter {
   private retakePending = false;
   /** What this router counted while Redis did not (with Redis configured): added there once it answers. */
   private readonly carried: OutageCarry | undefined;
+  /** Redis was down since the last carry it took: the next one is reported (a lone late answer's is not, it is routine). */
+  private downSinceCarry = false;
 
   constructor(private readonly options: LimiterOptions) {
     this.local = new LocalLimitStore(() => options.clock.now());
@@ -361,6 +363,7 @@ export class Limiter {
     this.routers = Math.max(1, options.shared?.expectedRouters ?? 1);
     if (options.shared?.answering === false) {
       this.sharedUp = false;
+      this.downSinceCarry = true;
       this.fallback = new LocalLimitStore(() => options.clock.now());
     }
   }
@@ -690,7 +693,8 @@ export class Limiter {
     try {
       await shared.carry(this.router, batches);
       carried.taken(batches);
-      this.options.events?.onCarried?.(batches.length);
+      if (this.downSinceCarry) this.options.events?.onCarried?.(batches.length);
+      this.downSinceCarry = false;
     } catch (err) {
       this.sharedFailed('settle', err as Error);
     }
@@ -828,6 +832,7 @@ export class Limiter {
     this.retrySharedAt = this.options.clock.now() + RETRY_SHARED_MS;
     if (!this.sharedUp) return;
     this.sharedUp = false;
+    this.downSinceCarry = true;
     this.view.clear();
     this.fallback = this.fallbackStore();
     this.options.events?.onShared?.(false, error);

@@ -615,6 +615,28 @@ describe('Limiter when the shared store lost its data or was away', () => {
     await limiter.stop();
   });
 
+  it('reports a carry once an outage ends, not the routine one of a lone late answer', async () => {
+    const carried: number[] = [];
+    const { limiter, time, shared: store } = setup({}, { shared: true, events: { onCarried: (keys) => carried.push(keys) } });
+    const flaky = store as FlakyShared;
+    const key: LimitedKey = { name: 'team', limits: { requestsPerMinute: 1_000, tokensPerDay: 10_000_000 } };
+    (await limiter.admit(key, 'llama', 10))?.finish(undefined);
+    flaky.late = 1; // the next admission, let through on the view, is counted in the background and answered late
+    (await limiter.admit(key, 'llama', 10))?.finish(undefined);
+    await time.advance(250);
+    expect(limiter.shared).toBe(true);
+    expect(flaky.carried.map((c) => c.key)).toEqual(['team']);
+    expect(carried).toEqual([]);
+    flaky.down = true;
+    await time.advance(1_000);
+    (await limiter.admit({ name: 'other', limits: { requestsPerMinute: 10 } }, 'llama', 10))?.finish(undefined);
+    expect(limiter.shared).toBe(false);
+    flaky.down = false;
+    await time.advance(5_250); // a heartbeat finds it, a flush carries
+    expect(carried).toEqual([1]);
+    await limiter.stop();
+  });
+
   it('takes a request admitted during the outage in Redis once it answers, and gives its slot back there when it ends', async () => {
     const { limiter, time, shared: store } = setup({ concurrentRequests: 10 }, { shared: true });
     const flaky = store as FlakyShared;
