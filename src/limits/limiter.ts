@@ -665,7 +665,7 @@ export class Limiter {
           for (const item of sharedItems) this.queue(shared, { checks: { key: item.key, rates: [], budgets: item.budgets } }, item.tokens);
         }
       }
-      if (shared && this.sharedUp && this.carried?.pending) await this.sendCarried(this.options.shared?.store as SharedLimitStore, this.carried);
+      if (shared && this.sharedUp && this.carried?.pending) await this.sendCarried(shared, this.carried);
     } finally {
       this.flushing = false;
     }
