@@ -665,7 +665,10 @@ export class Limiter {
           for (const item of sharedItems) this.queue(shared, { checks: { key: item.key, rates: [], budgets: item.budgets } }, item.tokens);
         }
       }
-      if (shared && this.sharedUp && this.carried?.pending) await this.sendCarried(shared, this.carried);
+      if (shared && this.sharedUp) {
+        if (this.carried?.pending) await this.sendCarried(shared, this.carried);
+        else this.downSinceCarry = false; // nothing of the outage left to carry (its minutes refilled): the next carry is routine
+      }
     } finally {
       this.flushing = false;
     }
@@ -689,7 +692,10 @@ export class Limiter {
     if (!shared.carry) return;
     const { day, month } = periods(this.options.wallNow());
     const batches = carried.batchesNow((period) => period === day.period || period === month.period);
-    if (batches.length === 0) return;
+    if (batches.length === 0) {
+      this.downSinceCarry = false;
+      return;
+    }
     try {
       await shared.carry(this.router, batches);
       carried.taken(batches);

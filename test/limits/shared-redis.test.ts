@@ -16,7 +16,7 @@ import { startTestSim, waitFor } from '../helpers/sim.js';
 
 const RPM_KEY = 'sk-shared-rpm-0123456789'; // 600 requests a minute: 10 a second across both routers
 const TPM_KEY = 'sk-shared-tpm-0123456789'; // 30,000 tokens a minute: 500 a second
-const OUTAGE_KEY = 'sk-outage-0123456789'; // 600 requests a minute
+const OUTAGE_KEY = 'sk-outage-0123456789'; // 600 requests a minute, 100 million tokens a day
 const SLOW_KEY = 'sk-slow-0123456789'; // 60 requests a minute: one a second
 const ONE_KEY = 'sk-one-at-a-time-0123456789'; // one request in flight at once
 
@@ -34,7 +34,7 @@ beforeAll(async () => {
     [
       `- { name: rpm, key: ${RPM_KEY}, limits: { requestsPerMinute: 600 } }`,
       `- { name: tpm, key: ${TPM_KEY}, limits: { tokensPerMinute: 30000 } }`,
-      `- { name: outage, key: ${OUTAGE_KEY}, limits: { requestsPerMinute: 600 } }`,
+      `- { name: outage, key: ${OUTAGE_KEY}, limits: { requestsPerMinute: 600, tokensPerDay: 100000000 } }`,
       `- { name: slow, key: ${SLOW_KEY}, limits: { requestsPerMinute: 60 } }`,
       `- { name: one, key: ${ONE_KEY}, limits: { concurrentRequests: 1 } }`,
     ].join('\n'),
@@ -183,6 +183,7 @@ describe('limits shared by two routers through Redis', () => {
       expect(await metric(router, 'modelgate_limits_redis_up')).toBe(1);
       expect(router.logs.some((l) => String(l.msg).startsWith('Redis answers again'))).toBe(true);
       // what each router admitted meanwhile is added to Redis's counts, and the log says for how many keys
+      // (the key's day budget: its minute may have refilled by then, its day's tokens still count)
       await waitFor(() => router.logs.some((l) => String(l.msg).startsWith('Redis took what this router counted while it was not answering') && l.keys === 1), 'the carry line', 15_000);
     }
     // shared again: five requests on one router show on the other (one a second refills, so allow two)
