@@ -48,6 +48,46 @@ describe('README', () => {
     for (const path of paths) expect(table).toContain(`\`${path}\``);
   });
 
+  it('gives each config field the default the schema fills in', () => {
+    const table = readme.split('<!-- config-fields:start -->')[1]?.split('<!-- config-fields:end -->')[0] ?? '';
+    const schemaAt = (path: string): { default?: unknown; type?: string } | undefined => {
+      let node: unknown = configSchema;
+      for (const step of path.replaceAll('[]', '').split('.')) {
+        const here = node as { properties?: Record<string, unknown>; items?: { properties?: Record<string, unknown> } };
+        node = (here.properties ?? here.items?.properties)?.[step];
+        if (node === undefined) return undefined;
+      }
+      return node as { default?: unknown; type?: string };
+    };
+    const shown = (value: unknown): string => (Array.isArray(value) ? `[${value.join(', ')}]` : String(value));
+    let compared = 0;
+    for (const row of table.split('\n').filter((l) => l.startsWith('| `'))) {
+      const [fields = '', defaults = ''] = row.split(' | ').map((c) => c.replace(/^\| /, ''));
+      // a row whose default is only code spans, one per field, each a value the schema fills in
+      if (!/^`[^`]*`(, `[^`]*`)*$/.test(defaults)) continue;
+      const paths = [...fields.matchAll(/`([^`]+)`/g)].map((m) => m[1] as string);
+      const values = [...defaults.matchAll(/`([^`]*)`/g)].map((m) => m[1] as string);
+      if (paths.length !== values.length) continue;
+      paths.forEach((path, i) => {
+        const spec = schemaAt(path);
+        // a switch the schema leaves unset is off (`resumeStreams`)
+        const unset = spec?.type === 'boolean' ? 'false' : 'no default';
+        expect([path, spec === undefined ? 'not in the schema' : 'default' in spec ? shown(spec.default) : unset]).toEqual([path, values[i]]);
+        compared += 1;
+      });
+    }
+    expect(compared).toBeGreaterThan(40);
+  });
+
+  it('names every part of src/ in the Development layout', () => {
+    const layout = readme.split('## Development')[1]?.split('### Container image')[0] ?? '';
+    const parts = readdirSync(join(fileURLToPath(new URL('../', import.meta.url)), 'src'), { withFileTypes: true })
+      .filter((e) => e.isDirectory() || e.name.endsWith('.ts'))
+      .map((e) => e.name);
+    expect(parts.length).toBeGreaterThan(10);
+    for (const part of parts) expect(layout).toContain(`\`src/${part}`);
+  });
+
   it('lists every resilience default with the value in RESILIENCE_DEFAULTS', () => {
     const table = readme.split('<!-- resilience-defaults:start -->')[1]?.split('<!-- resilience-defaults:end -->')[0] ?? '';
     const leaves: Array<[string, unknown]> = [];
