@@ -9,6 +9,7 @@ import { fileURLToPath } from 'node:url';
 import ts from 'typescript';
 import { configSchema } from '../src/config/schema.js';
 import { ERROR_CODES } from '../src/core/errors.js';
+import { BOUNDED_LABELS } from '../src/metrics/labels.js';
 import { SIM_FLAGS } from '../src/sim/options.js';
 import { RESILIENCE_DEFAULTS, resilienceOverridesSchema } from '../src/resilience/settings.js';
 import { ROUTING_DEFAULTS, routingOverridesSchema } from '../src/balancer/settings.js';
@@ -86,6 +87,27 @@ describe('README', () => {
       .map((e) => e.name);
     expect(parts.length).toBeGreaterThan(10);
     for (const part of parts) expect(layout).toContain(`\`src/${part}`);
+  });
+
+  it('names every value of every bounded metric label in the metrics table', () => {
+    const table = readme.split('\n### Metrics\n')[1]?.split('\n### Logs\n')[0] ?? '';
+    const rows = new Map(table.split('\n').flatMap((line) => (line.startsWith('| `modelgate_') ? [[line.slice(3, line.indexOf('`', 3)), line] as const] : [])));
+    const missing: string[] = [];
+    for (const [series, labels] of Object.entries(BOUNDED_LABELS)) {
+      for (const [label, values] of Object.entries(labels)) {
+        if (!Array.isArray(values)) continue; // a pattern (status codes, upstream_<status>)
+        // the API names and Kubernetes kinds are listed once below the table, not in each row
+        // the resumption reasons are listed in their own section, which the row links to
+        const where =
+          label === 'route' || label === 'kind'
+            ? table
+            : series === 'modelgate_stream_resumptions_total'
+              ? (readme.split('\n### Streams that survive a dying replica\n')[1]?.split('\n## ')[0] ?? '')
+              : (rows.get(series) ?? '');
+        for (const value of values as readonly string[]) if (!where.includes(`\`${value}\``) && !where.includes(`${label}="${value}"`)) missing.push(`${series}{${label}="${value}"}`);
+      }
+    }
+    expect(missing).toEqual([]);
   });
 
   it('lists every resilience default with the value in RESILIENCE_DEFAULTS', () => {
