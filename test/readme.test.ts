@@ -141,6 +141,23 @@ describe('README', () => {
     }
   });
 
+  it('gives each code in the Errors table the status ERROR_CODES answers it with', () => {
+    const section = readme.split('\n### Errors\n')[1]?.split('\n## ')[0] ?? '';
+    const rows: string[] = [];
+    for (const line of section.split('\n')) {
+      const row = /^\| ([\d /]+) \| ([^|]+) \|/.exec(line);
+      if (!row) continue;
+      const statuses = (row[1] as string).split(' / ').map((s) => s.trim());
+      const codes = [...(row[2] as string).matchAll(/`([a-z_]+)`/g)].map((m) => m[1] as string);
+      codes.forEach((code, i) => {
+        const spec = (ERROR_CODES as Record<string, { status: number }>)[code.toUpperCase()];
+        rows.push(`${statuses[statuses.length === 1 ? 0 : i]} ${code} (code: ${spec?.status ?? 'none'})`);
+      });
+    }
+    expect(rows.length).toBeGreaterThan(25);
+    expect(rows.filter((r) => !/^(\d+) \w+ \(code: \1\)$/.test(r))).toEqual([]);
+  });
+
   it('shows the two commands a newcomer needs', () => {
     expect(readme).toContain('npm ci && npm start');
     expect(readme).toContain('npm test');
