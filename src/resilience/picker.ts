@@ -113,6 +113,9 @@ export interface PickEvents {
 export type PrefixSource = 'estimate' | 'events-partial' | 'events';
 const PREFIX_SOURCES: readonly PrefixSource[] = ['estimate', 'events-partial', 'events'];
 
+/** Removed pools the picker remembers, so that a request planned before a removal is not held for the pool (see `EndpointPicker.removed`). */
+export const REMEMBERED_REMOVALS = 1_000;
+
 /** How often the requests held for a pool at zero look again for a ready replica (discovery, health checks and breakers all change it). */
 export const HOLD_POLL_MS = 250;
 
@@ -235,7 +238,12 @@ export class EndpointPicker {
   private buffers = new PickBuffers(16);
   /** Requests held per pool at zero, and the timer of their next look for a ready replica. */
   private readonly held = new Map<string, number>();
-  /** Pools discovery removed (and has not listed again): a request reaching one is not held for it. */
+  /**
+   * Pools discovery removed (and has not listed again): a request reaching one is not held for it. The
+   * newest {@link REMEMBERED_REMOVALS} only, oldest forgotten first: in Kubernetes mode pools with new
+   * names come and go for as long as the router runs, and a route planned before a removal reaches the
+   * pool within that request's life.
+   */
   private readonly removed = new Set<string>();
   private holdTimer: unknown;
 
@@ -375,7 +383,9 @@ export class EndpointPicker {
    */
   poolRemoved(pool: string): number {
     // a request whose route was planned before the removal may still come to it: it is not held
+    this.removed.delete(pool);
     this.removed.add(pool);
+    if (this.removed.size > REMEMBERED_REMOVALS) this.removed.delete(this.removed.values().next().value as string);
     const view = this.views.get(pool);
     if (view) {
       this.views.delete(pool);
@@ -397,6 +407,11 @@ export class EndpointPicker {
     if (!pool.resilience.scaleFromZero.enabled && this.readyReplicas(pool) === 0) return this.deps.admission.close(pool.name, noReplicaLeftError, 'no_replica');
     this.deps.admission.notify(pool.name);
     return 0;
+  }
+
+  /** Removed pools remembered now (at most {@link REMEMBERED_REMOVALS}). */
+  get removedPools(): number {
+    return this.removed.size;
   }
 
   /** `pool` is in discovery (again): requests may be held for it. */

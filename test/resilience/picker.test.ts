@@ -11,7 +11,7 @@ import { type Endpoint, type EngineLoad, type PoolSpec, type Priority } from '..
 import { AdmissionQueues } from '../../src/resilience/admission.js';
 import { BreakerRegistry } from '../../src/resilience/breaker.js';
 import { HealthChecker } from '../../src/resilience/health-checker.js';
-import { EndpointPicker, HOLD_POLL_MS, type HealthView, type Picked } from '../../src/resilience/picker.js';
+import { EndpointPicker, HOLD_POLL_MS, REMEMBERED_REMOVALS, type HealthView, type Picked } from '../../src/resilience/picker.js';
 import { mergeResilience, RESILIENCE_DEFAULTS, type ResilienceOverrides } from '../../src/resilience/settings.js';
 import { FakeTime, flush } from '../helpers/fake-time.js';
 
@@ -924,6 +924,26 @@ describe('EndpointPicker: scale from zero', () => {
     picker.poolRemoved('p');
     await flush();
     expect(again.state()).toBe('rejected');
+  });
+
+  it('remembers at most REMEMBERED_REMOVALS removed pools, oldest forgotten first (the soak hunt: one name per pool ever removed was kept for the life of the router)', async () => {
+    const { picker } = setup([]);
+    // pool churn in Kubernetes mode: every pool a fresh name, each listed and then removed
+    for (let i = 0; i < REMEMBERED_REMOVALS * 3; i++) {
+      picker.poolAdded(`churn-${i}`);
+      picker.poolRemoved(`churn-${i}`);
+    }
+    expect(picker.removedPools).toBe(REMEMBERED_REMOVALS);
+    // removing one pool again and again is one entry
+    for (let i = 0; i < 5; i++) picker.poolRemoved('p');
+    expect(picker.removedPools).toBe(REMEMBERED_REMOVALS);
+    // the latest removal still keeps a late request from being held for it
+    const late = await routerError(picker.pick(cold(600_000), new Set(), undefined, { priority: 'standard' }, Infinity, true));
+    expect(late.code).toBe('NO_READY_REPLICA');
+    expect(picker.heldRequests('p')).toBe(0);
+    // and a pool listed again leaves the record
+    picker.poolAdded('p');
+    expect(picker.removedPools).toBe(REMEMBERED_REMOVALS - 1);
   });
 
   it('does not hold when not asked to (a pool before the end of the route), a sheddable request, or a pool that does not opt in', async () => {
