@@ -12,7 +12,7 @@ import { type Logger } from 'pino';
 import { systemScheduler, type Scheduler } from '../core/clock.js';
 import { type Deployment, type PoolSpec } from '../core/types.js';
 import { type DeploymentView, type DiscoveryState, type KubernetesDiscovery } from '../discovery/kubernetes/kubernetes-discovery.js';
-import { type KubeApi, type StatusKind } from '../discovery/kubernetes/kube-api.js';
+import { statusOf, type KubeApi, type StatusKind } from '../discovery/kubernetes/kube-api.js';
 import { describeKubeError } from '../discovery/kubernetes/resilient-watch.js';
 import { Registry, type ModelCatalog } from '../registry/registry.js';
 import { canonical, deploymentStatus, poolStatus, type PoolMismatch, type PoolWaiting } from './status.js';
@@ -68,6 +68,13 @@ export class KubernetesController {
    */
   private readonly written = new Map<string, { status: string; resourceVersion: string | undefined; ours: string[] }>();
   private readonly pace = new Map<string, Pace>();
+  /**
+   * Objects whose last status write was answered 404: deleted after the cache last showed them (the watch's
+   * DELETED event is on its way), the usual case when ModelDeployments come and go. A second 404 for an
+   * object the cache still holds a second later is not that, and is warned of (a CRD without its status
+   * subresource answers every write so).
+   */
+  private readonly gone = new Set<string>();
   /** A sync set for when the earliest held-back write may go. */
   private later: { at: number; timer: unknown } | undefined;
 
@@ -180,6 +187,7 @@ export class KubernetesController {
     const keys = new Set(wanted.map((w) => w.key));
     for (const key of this.written.keys()) if (!keys.has(key)) this.written.delete(key);
     for (const key of this.pace.keys()) if (!keys.has(key)) this.pace.delete(key);
+    for (const key of this.gone) if (!keys.has(key)) this.gone.delete(key);
     for (const want of wanted) {
       const status = canonical(want.status);
       const current = canonical(want.current ?? {});
@@ -211,10 +219,17 @@ export class KubernetesController {
         const ours = [...(last?.ours ?? []), ...(version === undefined ? [] : [version])].slice(-OURS_KEPT);
         this.written.set(want.key, { status, resourceVersion: want.resourceVersion, ours });
         this.pace.set(want.key, { notBefore: this.now() + gapMs, gapMs, contended });
+        this.gone.delete(want.key);
         this.options.onStatusWrite?.(want.kind, true);
       } catch (err) {
         // paced too: an API server that refuses every write is not asked at every change
         this.pace.set(want.key, { notBefore: this.now() + MIN_GAP_MS, gapMs: MIN_GAP_MS, contended: pace?.contended ?? false });
+        if (statusOf(err) === 404 && !this.gone.has(want.key)) {
+          // deleted since the cache showed it: nothing to write to, and nothing failed
+          this.gone.add(want.key);
+          this.options.logger.debug({ kind: want.kind, object: `${want.namespace}/${want.name}` }, 'status not written: the object was deleted');
+          continue;
+        }
         this.options.onStatusWrite?.(want.kind, false);
         this.options.logger.warn({ kind: want.kind, object: `${want.namespace}/${want.name}`, error: describeKubeError(err) }, 'status write failed; will retry on the next change or resync');
       }

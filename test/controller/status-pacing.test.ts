@@ -154,3 +154,55 @@ it("writes the ServedModelMismatch condition when the router's replicas say they
   expect(served()).toMatchObject({ status: 'False' });
   controller.stop();
 });
+
+it('a status write answered 404 (the object deleted since the cache showed it) is not warned of or counted failed; a second 404 a second later, the object still cached, is', async () => {
+  const time = new FakeTime();
+  const listeners: Array<(s: unknown) => void> = [];
+  let waiting = 1;
+  const state = () => poolState('1', {});
+  const writes: boolean[] = [];
+  const warnings: string[] = [];
+  const debugs: string[] = [];
+  const notFound = () => Object.assign(new Error('HTTP-Code: 404'), { code: 404, body: JSON.stringify({ kind: 'Status', reason: 'NotFound', message: 'modelpools.modelgate.io "llm" not found' }) });
+  let answer: () => Promise<string | undefined> = () => Promise.reject(notFound());
+  const controller = new KubernetesController(
+    { onChange: (l: (s: unknown) => void) => listeners.push(l), state } as never,
+    { patchStatus: () => answer() },
+    {
+      logger: { warn: (_o: unknown, msg: string) => warnings.push(msg), info: () => undefined, debug: (_o: unknown, msg: string) => debugs.push(msg) } as never,
+      mayWriteStatus: () => true,
+      now: () => new Date(0),
+      demand: () => ({ waiting, held: 0 }),
+      clock: () => time.now(),
+      scheduler: time,
+      onStatusWrite: (_kind, ok) => writes.push(ok),
+    },
+  );
+  const changed = async (): Promise<void> => {
+    for (const listener of listeners) listener(state());
+    await controller.idle();
+  };
+  await changed();
+  expect(warnings).toEqual([]);
+  expect(debugs).toEqual(['status not written: the object was deleted']);
+  expect(writes).toEqual([]);
+  // a second later the cache still holds it and the API server still answers 404: not a deletion on its way
+  await time.advance(1_100);
+  waiting = 2;
+  await changed();
+  expect(warnings).toEqual(['status write failed; will retry on the next change or resync']);
+  expect(writes).toEqual([false]);
+  // a write that goes through forgets the 404: the next one is read as a deletion again
+  answer = () => Promise.resolve('5');
+  await time.advance(1_100);
+  waiting = 3;
+  await changed();
+  expect(writes).toEqual([false, true]);
+  answer = () => Promise.reject(notFound());
+  await time.advance(1_100);
+  waiting = 4;
+  await changed();
+  expect(warnings).toHaveLength(1);
+  expect(writes).toEqual([false, true]);
+  controller.stop();
+});
