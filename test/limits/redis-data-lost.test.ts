@@ -8,55 +8,31 @@
  * budgets it saw, logs it at `error` and counts it in `modelgate_limits_redis_data_lost_total`.
  */
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
-import { mkdtemp, rm, writeFile } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import { type SimServer } from '../../src/sim/server.js';
-import { startRedisServer, type RedisServer } from '../helpers/redis-server.js';
+import { type RedisServer } from '../helpers/redis-server.js';
 import { metricSum } from '../helpers/router.js';
-import { serveRouter, type ServedRouter } from '../helpers/serve.js';
-import { startTestSim, waitFor } from '../helpers/sim.js';
+import { type ServedRouter } from '../helpers/serve.js';
+import { startSharedLimits, type SharedLimitsRig } from '../helpers/shared-limits.js';
+import { waitFor } from '../helpers/sim.js';
 
 const BUDGET_KEY = 'sk-lost-budget-0123456789'; // 300 tokens a day
 const CONCURRENT_KEY = 'sk-lost-two-0123456789'; // two requests in flight at once
 
-let dir: string;
 let redis: RedisServer;
-let sim: SimServer;
 let routers: ServedRouter[];
+let rig: SharedLimitsRig | undefined;
 
 beforeAll(async () => {
-  dir = await mkdtemp(join(tmpdir(), 'modelgate-redis-lost-'));
-  redis = await startRedisServer();
   // streams of 1,000 tokens at 50 ms each: in flight until the test ends them
-  sim = await startTestSim({ model: ['meta/llama'], name: 'replica', ttftMs: 0, itlMs: 50, outputMin: 1_000, outputMax: 1_000, maxModelLen: 100_000 });
-  await writeFile(
-    join(dir, 'keys.yaml'),
-    [`- { name: budget, key: ${BUDGET_KEY}, limits: { tokensPerDay: 300 } }`, `- { name: two, key: ${CONCURRENT_KEY}, limits: { concurrentRequests: 2 } }`].join('\n'),
-  );
-  await writeFile(
-    join(dir, 'modelgate.yaml'),
-    JSON.stringify({
-      server: { host: '127.0.0.1', port: 0, shutdownDelayMs: 0 },
-      admin: { host: '127.0.0.1', port: 0 },
-      log: { level: 'info' },
-      auth: { keysFile: 'keys.yaml' },
-      pools: [{ name: 'llama', servedModelName: 'meta/llama', endpoints: [sim.url] }],
-      deployments: [{ id: 'llama-prod', model: 'llama', targets: [{ pool: 'llama' }] }],
-      // a loaded 2-core machine may answer later than the 50 ms default: this file is about lost data
-      limits: { redis: { url: redis.url, timeoutMs: 1000 } },
-    }),
-  );
-  routers = [];
-  for (let i = 0; i < 2; i++) routers.push(await serveRouter(join(dir, 'modelgate.yaml')));
+  rig = await startSharedLimits('redis-lost', [`- { name: budget, key: ${BUDGET_KEY}, limits: { tokensPerDay: 300 } }`, `- { name: two, key: ${CONCURRENT_KEY}, limits: { concurrentRequests: 2 } }`], {
+    itlMs: 50,
+    outputMin: 1_000,
+    outputMax: 1_000,
+    maxModelLen: 100_000,
+  });
+  ({ redis, routers } = rig);
 }, 60_000);
 
-afterAll(async () => {
-  await Promise.all((routers ?? []).map((r) => r.stop()));
-  await sim?.close();
-  await redis?.stop();
-  await rm(dir, { recursive: true, force: true });
-});
+afterAll(() => rig?.stop());
 
 function chat(router: ServedRouter, key: string, options: { content?: string; stream?: boolean; signal?: AbortSignal } = {}): Promise<Response> {
   return fetch(`${router.api}/v1/chat/completions`, {

@@ -5,14 +5,13 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { Redis } from 'ioredis';
-import { mkdtemp, rm, writeFile } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
+import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { type SimServer } from '../../src/sim/server.js';
 import { startRedisServer, type RedisServer } from '../helpers/redis-server.js';
 import { metricSum } from '../helpers/router.js';
 import { serveRouter, type ServedRouter } from '../helpers/serve.js';
-import { startTestSim, waitFor } from '../helpers/sim.js';
+import { startSharedLimits, type SharedLimitsRig } from '../helpers/shared-limits.js';
+import { waitFor } from '../helpers/sim.js';
 
 const RPM_KEY = 'sk-shared-rpm-0123456789'; // 600 requests a minute: 10 a second across both routers
 const TPM_KEY = 'sk-shared-tpm-0123456789'; // 30,000 tokens a minute: 500 a second
@@ -22,50 +21,22 @@ const ONE_KEY = 'sk-one-at-a-time-0123456789'; // one request in flight at once
 
 let dir: string;
 let redis: RedisServer;
-let sim: SimServer;
 let routers: ServedRouter[];
+let rig: SharedLimitsRig | undefined;
+let routerConfig: SharedLimitsRig['routerConfig'];
 
 beforeAll(async () => {
-  dir = await mkdtemp(join(tmpdir(), 'modelgate-shared-limits-'));
-  redis = await startRedisServer();
-  sim = await startTestSim({ model: ['meta/llama'], name: 'replica', ttftMs: 0, itlMs: 0 });
-  await writeFile(
-    join(dir, 'keys.yaml'),
-    [
-      `- { name: rpm, key: ${RPM_KEY}, limits: { requestsPerMinute: 600 } }`,
-      `- { name: tpm, key: ${TPM_KEY}, limits: { tokensPerMinute: 30000 } }`,
-      `- { name: outage, key: ${OUTAGE_KEY}, limits: { requestsPerMinute: 600, tokensPerDay: 100000000 } }`,
-      `- { name: slow, key: ${SLOW_KEY}, limits: { requestsPerMinute: 60 } }`,
-      `- { name: one, key: ${ONE_KEY}, limits: { concurrentRequests: 1 } }`,
-    ].join('\n'),
-  );
-  // the documented timeout setting raised from its 50 ms default: on a loaded 2-core CI machine Redis
-  // sometimes answers later than that, and this file is about shared counting, not about a slow Redis
-  // (the limiter's own tests cover slow answers; the last test here a Redis that is gone)
-  await writeFile(join(dir, 'modelgate.yaml'), routerConfig({ url: redis.url, timeoutMs: 1000 }));
-  routers = [];
-  for (let i = 0; i < 2; i++) routers.push(await serveRouter(join(dir, 'modelgate.yaml')));
+  rig = await startSharedLimits('shared-limits', [
+    `- { name: rpm, key: ${RPM_KEY}, limits: { requestsPerMinute: 600 } }`,
+    `- { name: tpm, key: ${TPM_KEY}, limits: { tokensPerMinute: 30000 } }`,
+    `- { name: outage, key: ${OUTAGE_KEY}, limits: { requestsPerMinute: 600, tokensPerDay: 100000000 } }`,
+    `- { name: slow, key: ${SLOW_KEY}, limits: { requestsPerMinute: 60 } }`,
+    `- { name: one, key: ${ONE_KEY}, limits: { concurrentRequests: 1 } }`,
+  ]);
+  ({ dir, redis, routers, routerConfig } = rig);
 }, 60_000);
 
-/** A router's config file (JSON) in front of the simulator, with these `limits.redis` settings. */
-function routerConfig(redisSettings: object): string {
-  return JSON.stringify({
-    server: { host: '127.0.0.1', port: 0, shutdownDelayMs: 0 },
-    admin: { host: '127.0.0.1', port: 0 },
-    log: { level: 'info' },
-    auth: { keysFile: 'keys.yaml' },
-    pools: [{ name: 'llama', servedModelName: 'meta/llama', endpoints: [sim.url] }],
-    deployments: [{ id: 'llama-prod', model: 'llama', targets: [{ pool: 'llama' }] }],
-    limits: { redis: redisSettings },
-  });
-}
-
-afterAll(async () => {
-  await Promise.all((routers ?? []).map((r) => r.stop()));
-  await sim?.close();
-  await redis?.stop();
-  await rm(dir, { recursive: true, force: true });
-});
+afterAll(() => rig?.stop());
 
 function chat(router: ServedRouter, key: string, content = 'hi'): Promise<Response> {
   return fetch(`${router.api}/v1/chat/completions`, {
